@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time
+from pipesim.costs.context import context_comm
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Op
@@ -51,6 +52,12 @@ class StageCosts:
     flops: float              # model FLOPs per micro-batch on this GPU (fwd + bwd, no recompute)
     sources: dict = field(default_factory=dict)   # cost source -> seconds attributed
     param_tensors: int = 0    # parameter tensors held (ZeRO-3 gathers them one collective each)
+    cp_comm_fwd: float = 0.0  # context-parallel K/V exchange not hidden by attention (inside F), seconds
+    cp_comm_bwd: float = 0.0  # ... inside the backward (B and I)
+    cp_comm_hidden: float = 0.0   # CP transfer seconds overlapped with attention (fwd + bwd)
+    cp_bytes: float = 0.0     # CP bytes sent per micro-batch per GPU (fwd + bwd)
+    cp_buffer_fwd: float = 0.0    # transient K/V receive buffers while F runs
+    cp_buffer_bwd: float = 0.0    # K/V + dK/dV buffers while the backward runs
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources")}
@@ -109,8 +116,9 @@ def comm_seconds(s: Scenario, comms) -> float:
                for c in comms)
 
 
-def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, float, float]:
-    """(recompute seconds, saved bytes, working bytes) of one layer under the recompute policy."""
+def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0.0) -> tuple[float, float, float]:
+    """(recompute seconds, saved bytes, working bytes) of one layer under the recompute policy;
+    `cp_fwd`: the layer's exposed context-parallel exchange, re-run by full recompute."""
     policy = s.training.recompute
     saved_all = sum(o.saved_bytes for o in ops)
     if policy == "none":
@@ -124,7 +132,7 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, f
     # sequence parallelism) and re-run the whole forward, including its TP communication.
     sh = shapes_of(s)
     checkpoint = sh.tokens * sh.h * sh.e / sh.tp.token_div
-    t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd])
+    t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd]) + cp_fwd
     return t, checkpoint, saved_all
 
 
@@ -136,7 +144,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     cm = cost_model_for(s, profile)
     layer = layer_ops(s)
     emb, head = embedding_ops(s), head_ops(s)
-    rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
+    cpc = context_comm(s, cm, layer)
+    rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer, cpc.fwd_exposed)
     sh = shapes_of(s)
     tr = s.training
     n_stages = s.num_model_stages
@@ -160,19 +169,21 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         extras = (emb if first else []) + (head if last else [])
         acc.add(s, cm, extras, 1)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
-        static = static_memory(params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
+        # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
+        dp_cp = s.parallel.data * s.parallel.context
+        static = static_memory(params, tr.precision, tr.optimizer, tr.zero_stage, dp_cp)
         activation = n_layers * rc_saved + sum(o.saved_bytes for o in extras)
         recompute = n_layers * rc_time
         flops = n_layers * sum(o.flops_fwd + o.flops_bwd for o in layer) + sum(
             o.flops_fwd + o.flops_bwd for o in extras)
-        local_params = params / (s.parallel.data if tr.zero_stage >= 1 else 1)
+        local_params = params / (dp_cp if tr.zero_stage >= 1 else 1)
         opt_step = cm.memory_time(local_params * ADAM_BYTES_PER_PARAM)
         elem = 4 if tr.precision == "fp32" else 2
         out.append(StageCosts(
             stage=k, layers=n_layers, has_embedding=first, has_head=last,
-            forward=acc.fwd + acc.tp_fwd,
-            backward=acc.bwd + acc.tp_bwd + recompute,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute,
+            forward=acc.fwd + acc.tp_fwd + n_layers * cpc.fwd_exposed,
+            backward=acc.bwd + acc.tp_bwd + recompute + n_layers * cpc.bwd_exposed,
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + n_layers * cpc.bwd_exposed,
             weight_grad=acc.wgrad,
             recompute=recompute,
             tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,
@@ -185,5 +196,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             recompute_working_bytes=rc_working if n_layers else 0.0,
             optimizer_step=opt_step, flops=flops,
             sources=acc.sources,
-            param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras)))
+            param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras),
+            cp_comm_fwd=n_layers * cpc.fwd_exposed, cp_comm_bwd=n_layers * cpc.bwd_exposed,
+            cp_comm_hidden=n_layers * (cpc.fwd_hidden + cpc.bwd_hidden),
+            cp_bytes=n_layers * (cpc.bytes_fwd + cpc.bytes_bwd),
+            cp_buffer_fwd=cpc.buffer_fwd if n_layers else 0.0, cp_buffer_bwd=cpc.buffer_bwd if n_layers else 0.0))
     return out

@@ -9,7 +9,7 @@ def total_params(s: Scenario) -> float:
     """Whole-model parameters (unsharded), counted from the ops: per-GPU op params times the
     tensor split they were divided by."""
     from dataclasses import replace
-    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, pipeline=1, data=1, sequence_parallel=False,
+    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, pipeline=1, data=1, context=1, sequence_parallel=False,
                                             tensor_mode="1d", virtual_stages=1, layers_per_stage=None))
     layer = sum(o.params for o in layer_ops(unsharded))
     extras = sum(o.params for o in embedding_ops(unsharded) + head_ops(unsharded))
@@ -19,7 +19,7 @@ def total_params(s: Scenario) -> float:
 def iteration_flops(s: Scenario) -> float:
     """Model FLOPs per optimizer step (forward + backward, no recompute), whole cluster."""
     from dataclasses import replace
-    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, sequence_parallel=False, tensor_mode="1d"))
+    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, context=1, sequence_parallel=False, tensor_mode="1d"))
     per_mb = (s.model.num_layers * sum(o.flops_fwd + o.flops_bwd for o in layer_ops(unsharded))
               + sum(o.flops_fwd + o.flops_bwd for o in embedding_ops(unsharded) + head_ops(unsharded)))
     return per_mb * s.training.global_batch_size / s.training.micro_batch_size
