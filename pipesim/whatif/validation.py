@@ -5,6 +5,8 @@ Suites (by case id prefix):
   sc21-table1   Narayanan et al. SC'21 Table 1 (weak scaling, PTD-P)    target MAPE <= 5 %
   sc21-table2   Narayanan et al. SC'21 Table 2 (PTD-P vs ZeRO-3)        target MAPE <= 10 %
   megatron-v1   NVIDIA/Megatron-LM README 2020 (tensor/data scaling)     no target (reported)
+  llama3-405b   Dubey et al. 2024 (Llama 3) Table 4, CP1 / CP16           target MAPE <= 10 %
+                (converter and metric in pipesim/whatif/validation_cp.py: model FLOPs, no recompute)
 
 Metric: TFLOP/s per GPU counted as the paper counts it, Narayanan et al. SC'21 Eq. 3
 (`pipesim.costs.summary.megatron_flops(s, recompute=True)`: 4 passes with full recomputation),
@@ -29,7 +31,10 @@ SUITES = {
     "sc21-table1": ("sc21-t1-", 5.0),
     "sc21-table2": ("sc21-t2-", 10.0),
     "megatron-v1": ("megv1-", None),
+    "llama3-405b": ("llama3-405b-", 10.0),
 }
+# Families with their own converter and metric (model FLOPs without recompute, as published).
+MODEL_FLOPS_SUITES = {"llama3-405b"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
 # DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
@@ -85,7 +90,9 @@ def load_cases(path=None) -> list[Case]:
         if suite is None:
             continue
         src = c.get("source", {})
-        out.append(Case(id=c["id"], suite=suite, target=float(c["measured"]["tflops_per_gpu"]),
+        measured = c["measured"]
+        target = measured.get("tflops_per_gpu", measured.get("model_tflops_per_gpu"))
+        out.append(Case(id=c["id"], suite=suite, target=float(target),
                         source=f"{src.get('ref', '')}, {src.get('where', '')}".strip(", "), raw=c))
     return out
 
@@ -103,6 +110,9 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     EFFICIENCY_SETS (the system preset's own efficiencies with "preset")."""
     if efficiency not in EFFICIENCY_SETS:
         raise ScenarioError(f"unknown efficiency set {efficiency!r}; known: {', '.join(EFFICIENCY_SETS)}")
+    if case.suite == "llama3-405b":
+        from pipesim.whatif.validation_cp import llama3_scenario
+        return llama3_scenario(case)
     c, cid = case.raw, case.id
     m, par, hw = c["model"], c["parallel"], c["hardware"]
     gpu = hw["gpu"]
@@ -172,7 +182,11 @@ def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Res
     except PipesimError as exc:
         return Result(case, None, None, None, note=str(exc).splitlines()[0])
     step = rep["step_time_s"]
-    pred = predicted_tflops(s, step)
+    if case.suite in MODEL_FLOPS_SUITES:
+        from pipesim.whatif.validation_cp import model_tflops
+        pred = model_tflops(s, step)
+    else:
+        pred = predicted_tflops(s, step)
     note = "out of memory in pipesim" if rep.get("oom") else ""
     return Result(case, pred, 100.0 * (pred - case.target) / case.target, step, note, rep)
 
@@ -198,7 +212,8 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
     lines = []
     for suite, results in by_suite.items():
         target = SUITES[suite][1]
-        lines.append(f"{suite}  (TFLOP/s per GPU, SC'21 Eq. 3 counting recompute)")
+        metric = "model FLOPs, no recompute" if suite in MODEL_FLOPS_SUITES else "SC'21 Eq. 3 counting recompute"
+        lines.append(f"{suite}  (TFLOP/s per GPU, {metric})")
         lines.append(f"  {'case':34s} {'GPUs':>5s} {'t':>2s} {'p':>3s} {'d':>4s} {'v':>2s} {'mb':>3s} "
                      f"{'step s':>8s} {'pred':>6s} {'pub':>5s} {'err %':>7s}")
         for r in results:
@@ -214,6 +229,13 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
         m = mape(results)
         verdict = "" if target is None else (f"  (target <= {target:.0f} %: {'met' if m <= target else 'MISSED'})")
         lines.append(f"  MAPE {m:.1f} %{verdict}")
+        if suite == "llama3-405b":
+            from pipesim.whatif.validation_cp import cp_ratio
+            ratio = cp_ratio(results)
+            if ratio:
+                ok = "met" if abs(ratio[0] - ratio[1]) <= 0.03 else "MISSED"
+                lines.append(f"  CP16@128K / CP1@8K: predicted {ratio[0]:.3f}, published {ratio[1]:.3f} "
+                             f"(target within 0.03: {ok})")
         lines.append("")
     return "\n".join(lines).rstrip()
 
