@@ -157,3 +157,17 @@ def test_long_sequence_scenarios_simulate(name):
     rep = simulate(s, trace=False)
     assert 0 < rep.model_tflops_per_gpu < s.system.gpu.peak_bf16 / 1e12
     assert rep.peak_memory_bytes < s.system.gpu.memory
+
+
+def test_search_and_sweep_have_a_context_axis():
+    import yaml
+    from pipesim.whatif.grid import Grid, prepare
+    from pipesim.whatif.search import SearchSpace, candidates
+    raw = yaml.safe_load((ROOT / "scenarios" / "longseq" / "llama3-8b-128k-h100.yaml").read_text())
+    space = SearchSpace(tensor=(2,), pipeline=(1,), micro_batch=(1,), recompute=("none",), zero=(1,))
+    cps = {c["parallel"]["context"] for c in candidates(raw, 256, space)}
+    assert cps == {1, 2, 4, 8, 16, 32}             # down to 4096 tokens per GPU
+    short = dict(raw, model={"preset": "llama3-8b", "seq_length": 8192})
+    assert {c["parallel"]["context"] for c in candidates(short, 256, space)} == {1, 2}
+    variants = prepare(raw, Grid(axes={"parallel.context": [4, 8, 16]}))
+    assert [v.scenario.parallel.data for v in variants] == [16, 8, 4]
