@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from pipesim.costs.collectives import GroupPlacement, Link, collective_time, p2p_time
 from pipesim.costs.topology import links as topology_links
-from pipesim.costs.topology import node_of, p2p_link, placement, rank_of
+from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.errors import PlanError, ScenarioError
 
 # Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Table 1: a transformer layer's
@@ -158,7 +158,7 @@ def pp_link(s, src_pp: int, dst_pp: int, dps) -> tuple[Link, str]:
         for t in range(s.parallel.tensor):
             a, b = rank_of(s, tp=t, dp=dp, pp=src_pp), rank_of(s, tp=t, dp=dp, pp=dst_pp)
             ls.append(p2p_link(s, a, b))
-            inter = inter or node_of(s, a) != node_of(s, b)
+            inter = inter or island_of(s, a) != island_of(s, b)
     return _min_link(ls), ("inter" if inter else "intra")
 
 
