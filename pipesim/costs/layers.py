@@ -143,7 +143,7 @@ def layer_ops(s: Scenario) -> list[Op]:
     else:
         qk_saved = sh.b * sh.s * (heads + kv) * sh.d * e / (tp.size // hd if tp.mode != "1d" else 1)
         # batched GEMMs, one per (sample, head): scores[s, s] = Q[s, d] K^T; backward dQ, dK (K = s)
-        nb = scores / (sh.s * sh.s)
+        nb = scores / (sh.s * sh.s) if sh.s else 0.0
         adt = high_precision(dtype)
         ops.append(Op("logits", "matmul", 2 * scores * sh.d, 4 * scores * sh.d,
                       qk_saved + scores * e, scores * e + 2 * qk_saved, saved_bytes=qk_saved,

@@ -130,9 +130,10 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, f
 
 def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     """Costs of every model stage (pipeline * virtual_stages of them), per micro-batch."""
-    if s.model.arch == "cnn":
-        from pipesim.partition.cnn_stages import cnn_stage_costs_for
-        return cnn_stage_costs_for(s)
+    if s.model.arch != "transformer":
+        from pipesim.errors import ScenarioError
+        raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
+                            "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
     layer = layer_ops(s)
     emb, head = embedding_ops(s), head_ops(s)

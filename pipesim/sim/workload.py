@@ -177,6 +177,10 @@ def dp_placement(s, pp: int) -> tuple[GroupPlacement, str]:
 
 def w_fraction(s) -> float:
     m = s.model
+    if m.arch != "transformer" or m.hidden_size <= 0:
+        # the zero-bubble activation split is a transformer-layer formula; a CNN keeps its
+        # activations until the weight gradient (no I/W split of its activations is modelled)
+        return 1.0
     # flash attention keeps no s x s scores, so the 5as^2b term vanishes
     scores = 0.0 if s.training.attention == "flash" else (
         ZB_MB_SCORES * m.num_attention_heads * m.seq_length / m.hidden_size)
@@ -227,7 +231,7 @@ def _generated(name, P, M, V, hints):
 
 
 def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
-    from pipesim.costs import stage_costs
+    from pipesim.model_stages import stage_costs_for as stage_costs
     from pipesim.schedules import lower
     if mode not in ("representative", "full"):
         raise ScenarioError(f"simulation mode must be 'representative' or 'full', got {mode!r}")
