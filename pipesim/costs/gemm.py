@@ -54,7 +54,9 @@ def gemm_compute_time(m: float, n: float, k: float, batch: float, sms: int, mamf
     bm, bn, bk = best_shape
     nominal = _raw_time(bm, bn, bk, 1, sms, mamf / sms, fill_rate / sms)
     scale = nominal / (2 * bm * bn * bk / mamf)     # >= 1: losses the model sees at the best shape
-    return _raw_time(m, n, k, batch, sms, mamf * scale / sms, fill_rate * scale / sms)
+    t = _raw_time(m, n, k, batch, sms, mamf * scale / sms, fill_rate * scale / sms)
+    # the MAMF is the best any shape reached: no shape runs faster
+    return max(t, 2 * m * n * k * batch / mamf)
 
 
 def gemm_bytes(m: float, n: float, k: float, dtype: str, batch: float = 1, out_bytes: int = 2) -> float:
