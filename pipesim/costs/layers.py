@@ -64,12 +64,17 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
     params = k * n / wdiv + (n / _n_div(sh, role) if bias else 0)
     m_loc, k_loc, n_loc = tokens / sh.tp.token_div, k / _k_div(sh, role), n / _n_div(sh, role)
     shape = dict(m=int(m_loc), k=int(k_loc), n=int(n_loc), dtype=dtype)
+    # 1D TP (with or without sequence parallelism) multiplies all tokens: SP gathers them first
+    m_gemm = tokens if sh.tp.mode == "1d" else m_loc
     b_loc = (n / _n_div(sh, role)) * e if bias else 0.0       # bias read (and its gradient)
     return Op(name, "matmul", flops, 2 * flops, a_loc + w_loc + b_loc + c_loc,
               c_loc + 2 * a_loc + 2 * (w_loc + b_loc),
               saved_bytes=saved_input, params=params, comm_fwd=fwd, comm_bwd=bwd, dgrad_fraction=0.5,
               param_tensors=2 if bias else 1,
               measure_fwd=(("gemm", shape),),
+              # forward Y = X W; input grad dX = dY W^T (M x K, over N); weight grad dW = X^T dY (K x N, over M)
+              gemms_fwd=((1, m_gemm, n_loc, k_loc, dtype),),
+              gemms_bwd=((1, m_gemm, k_loc, n_loc, dtype), (1, k_loc, n_loc, m_gemm, dtype)),
               measure_bwd=(("gemm", dict(m=shape["m"], k=shape["n"], n=shape["k"], dtype=dtype)),
                            ("gemm", dict(m=shape["k"], k=shape["m"], n=shape["n"], dtype=dtype))))
 
@@ -144,9 +149,14 @@ def layer_ops(s: Scenario) -> list[Op]:
         ops.append(flash_attention(sh, heads, kv, dtype, m.causal))
     else:
         qk_saved = sh.b * sh.s * (heads + kv) * sh.d * e / (tp.size // hd if tp.mode != "1d" else 1)
+        # batched GEMMs, one per (sample, head): scores[s, s] = Q[s, d] K^T; backward dQ, dK (K = s)
+        nb = scores / (sh.s * sh.s) if sh.s else 0.0
+        adt = high_precision(dtype)
         ops.append(Op("logits", "matmul", 2 * scores * sh.d, 4 * scores * sh.d,
                       qk_saved + scores * e, scores * e + 2 * qk_saved, saved_bytes=qk_saved,
-                      dgrad_fraction=1.0, attention_core=True))
+                      dgrad_fraction=1.0, attention_core=True,
+                      gemms_fwd=((nb, sh.s, sh.s, sh.d, adt),),
+                      gemms_bwd=((nb, sh.s, sh.d, sh.s, adt), (nb, sh.s, sh.d, sh.s, adt))))
         sm = vector("softmax", scores, sh, (5, 4), saved_bytes=scores * e)
         sm = replace(sm, selective_dropped_bytes=scores * e)
         ops.append(replace(sm, attention_core=True))
@@ -160,7 +170,10 @@ def layer_ops(s: Scenario) -> list[Op]:
         ops.append(Op("attend", "matmul", 2 * scores * sh.d, 4 * scores * sh.d,
                       scores * e + 2 * v_saved, 2 * scores * e + 3 * v_saved,
                       saved_bytes=probs + v_saved, dgrad_fraction=1.0,
-                      selective_dropped_bytes=probs))
+                      selective_dropped_bytes=probs,
+                      # context[s, d] = P[s, s] V; backward dP = dC V^T (K = d), dV = P^T dC (K = s)
+                      gemms_fwd=((nb, sh.s, sh.d, sh.s, adt),),
+                      gemms_bwd=((nb, sh.s, sh.s, sh.d, adt), (nb, sh.s, sh.d, sh.s, adt))))
     ops.append(matmul("proj", T, sh.h, sh.h, sh, "row", saved_input=T * sh.h * e / tp.size, dtype=dtype,
                       bias=m.bias))
     ops += [o for o in (dropout("dropout1", tok * sh.h),) if o]
@@ -182,6 +195,13 @@ def layer_ops(s: Scenario) -> list[Op]:
     return ops
 
 
+def high_precision(precision: str) -> str:
+    """Ops that stay in BF16 under FP8 training: dot-product attention and the output layer
+    (Transformer Engine runs only its Linear GEMMs in FP8; Megatron-Core keeps the output layer
+    and attention in BF16 by default -- NVIDIA TE docs, "Using FP8 with Transformer Engine")."""
+    return "bf16" if precision == "fp8" else precision
+
+
 def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: bool,
                     q_len: int | None = None, kv_len: int | None = None, name: str = "attention",
                     saved: bool = True) -> Op:
@@ -200,12 +220,15 @@ def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: boo
     lse = b * heads * q_len * FP32
     keep = b * sh.s * d * (2 * heads + 2 * kv) * e + b * heads * sh.s * FP32 if saved else 0.0
     shape = dict(batch=b, heads=int(heads), seq=q_len, head_dim=d, causal=causal, dtype=dtype)
-    # profiles hold square (seq x seq) attention only: a rectangular block uses the roofline
+    # Profiles hold square (seq x seq) attention only: a rectangular block is not looked up. The
+    # published kernel tables are by sequence length; a block is read at its key length, the
+    # inner loop every query tile runs (Dao 2023, "FlashAttention-2", Alg. 1).
     square = q_len == kv_len
     return Op(name, "matmul", fwd, 2.5 * fwd, qkvo, 2 * qkvo + lse,
               saved_bytes=keep, dgrad_fraction=1.0,
               measure_fwd=(("attention_fwd", shape),) if square else (),
-              measure_bwd=(("attention_bwd", shape),) if square else ())
+              measure_bwd=(("attention_bwd", shape),) if square else (),
+              flash=(b * heads, kv_len, d, causal))
 
 
 def embedding_ops(s: Scenario) -> list[Op]:
@@ -239,7 +262,7 @@ def head_ops(s: Scenario) -> list[Op]:
                           measure_fwd=(("layer_norm_fwd", shape),), measure_bwd=(("layer_norm_bwd", shape),)),
                    param_tensors=2 if m.norm == "layernorm" else 1)]
     head = matmul("lm_head", T, sh.h, sh.v, sh, "column", saved_input=tok * sh.h * e,
-                  dtype=s.training.precision, bias=False)
+                  dtype=high_precision(s.training.precision), bias=False)
     shares_embedding = m.tied_embeddings and s.parallel.pipeline == 1
     if shares_embedding:
         head = replace(head, params=0.0)

@@ -91,3 +91,12 @@ def cp_ratio(results) -> tuple[float, float] | None:
     if a is None or b is None or a.predicted is None or b.predicted is None:
         return None
     return a.predicted / b.predicted, a.case.target / b.case.target
+
+
+def ratio_line(results) -> str:
+    ratio = cp_ratio(results)
+    if ratio is None:
+        return "CP16@128K / CP1@8K: not available (a case did not run)"
+    ok = "met" if abs(ratio[0] - ratio[1]) <= 0.03 else "MISSED"
+    return (f"CP16@128K / CP1@8K: predicted {ratio[0]:.3f}, published {ratio[1]:.3f} "
+            f"(target within 0.03: {ok})")
