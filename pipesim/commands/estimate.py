@@ -41,7 +41,9 @@ def run(args) -> int:
           f"a={m.num_attention_heads} f={m.ffn} layers={m.num_layers} vocab={m.vocab_size} "
           f"precision={s.training.precision}")
     print(f"parallel: tensor {par.tensor} ({par.tensor_mode}{', sequence parallel' if par.sequence_parallel else ''})"
-          f", pipeline {par.pipeline}, data {par.data}; system {s.system.name} ({s.system.gpu.name})\n")
+          + (f", context {par.context} ({par.context_mode}, {par.context_layout}; attention rows are one "
+             f"rank's ring steps or blocks)" if par.context > 1 else "")
+          + f", pipeline {par.pipeline}, data {par.data}; system {s.system.name} ({s.system.gpu.name})\n")
     rows = [[_scaled(r, k, sc) for k, _, sc in SHOWN] for r in result["rows"]]
     print(format_table(rows, [h for _, h, _ in SHOWN]))
     pl, tot = result["per_layer"], result["layers_total"]
