@@ -85,7 +85,7 @@ class CostModel:
         dt = dtype if dtype in c["mamf_tflops"] else "bf16"
         shape = c["best_shape"].get(dt) or c["best_shape"]["bf16"]
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
-                                    c["mamf_tflops"]["fp16"] * 1e12, tuple(shape))
+                                    c["mamf_tflops"]["fp16"] * 1e12, tuple(shape), c["persistent"])
         return max(compute, gemm_bytes(m, n, k, dt, batch) / self._mem_rate)
 
     def with_launch(self, kernel_seconds: float, op: Op, phase: str) -> float:
