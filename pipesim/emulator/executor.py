@@ -110,14 +110,17 @@ class Executor:
                 getattr(self, "do_" + a.kind)(a)
                 if self.overlap and self.last_grad_action.get(a.stage) == i and a.is_compute:
                     self._reduce_stage(a.stage, async_op=True)
-        if rt.tp.sp:
-            self._sequence_parallel_grads()
         rt.recorder.status.set(step, "DP", "run")
         if self.overlap:
             self._wait_dp()
         elif self.reduce_n > 1:
             for k in sorted(rt.stages):
                 self._reduce_stage(k, async_op=False)
+        # after the data-parallel reduction, as Megatron's finalize_model_grads (finish_grad_sync,
+        # then the layernorm all-reduce): the overlapped DP all-reduce still reads the gradient
+        # buffers, so updating them in place before it finished raced with it
+        if rt.tp.sp:
+            self._sequence_parallel_grads()
         for work, _buf in self.sends:
             work.wait()
         rt.recorder.status.set(step, "SEND", "done")
