@@ -185,6 +185,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         acc.add(s, cm, extras, 1)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         static = static_memory(params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
+        if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
+            static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
         if fp8_params:
             # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
@@ -196,7 +198,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             o.flops_fwd + o.flops_bwd for o in extras)
         local_params = params / (s.parallel.data if tr.zero_stage >= 1 else 1)
         opt_step = cm.memory_time(local_params * ADAM_BYTES_PER_PARAM)
-        elem = 4 if tr.precision in ("fp32", "tf32") else 2
+        elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)       # gradient bytes per parameter
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         out.append(StageCosts(
             stage=k, layers=n_layers, has_embedding=first, has_head=last,
@@ -218,6 +220,11 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras),
             step_ops=steps))
     return out
+
+
+def elem_of(tr) -> int:
+    """Bytes of a 16/32-bit weight or gradient element (FP8 training keeps BF16 weights)."""
+    return 4 if tr.precision in ("fp32", "tf32") else 2
 
 
 def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_params: float,

@@ -21,7 +21,8 @@ from pipesim.errors import ScenarioError
 # BF16 peak); no activation recompute (Megatron's default); no interleaving (not stated).
 # Implied by the stated flags: --tp-comm-overlap needs sequence parallelism and Transformer
 # Engine (flash/cuDNN attention); --overlap-param-gather needs the distributed optimizer
-# (ZeRO-1). Model: GPT with a 4h GeLU MLP, LayerNorm, biases, untied output layer and dropout
+# (ZeRO-1). Gradients accumulate and reduce in fp32 (Megatron-LM arguments.py: "bfloat16 requires
+# gradient accumulation and all-reduce to be done in fp32"). Model: GPT with a 4h GeLU MLP, LayerNorm, biases, untied output layer and dropout
 # 0.1 (Megatron defaults); the label matches: 1.7B = 24·12·2048² + 2·131072·2048.
 MCORE_MICRO_BATCH = 1
 
@@ -41,7 +42,7 @@ def mcore_scenario(case) -> dict:
         "training": {"micro_batch_size": MCORE_MICRO_BATCH, "global_batch_size": int(par["global_batch"]),
                      "schedule": "1f1b", "recompute": "none", "precision": "bf16", "attention": "flash",
                      "zero_stage": 1, "overlap_grad_reduce": True, "overlap_param_gather": True,
-                     "overlap_tp_comm": tp > 1},
+                     "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": True},
     }
 
 
@@ -56,7 +57,8 @@ def mcore_scenario(case) -> dict:
 # Settings NeMo's 24.07 performance recipes use (stated in the summary or its recipes): FP8 with
 # Transformer Engine delayed scaling (fp8_hybrid, amax history), sequence parallelism with TP,
 # TP communication overlap, the distributed optimizer with overlapped grad reduce and param
-# gather, flash (cuDNN) attention, no recompute.
+# gather and fp32 gradient reduction (Megatron-Core's default for bf16 parameters), flash (cuDNN)
+# attention, no recompute.
 _GPT3 = dict(activation="gelu", norm="layernorm", position="learned", tied_embeddings=True, bias=True,
              dropout=True, vocab_size=50304)
 _NEMOTRON = dict(activation="relu", norm="layernorm", position="rotary", tied_embeddings=False, bias=False,
@@ -96,7 +98,8 @@ def nemo_scenario(case) -> dict:
         "training": {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                      "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": "fp8",
                      "fp8_recipe": "delayed", "attention": "flash", "zero_stage": 1,
-                     "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_tp_comm": tp > 1},
+                     "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_tp_comm": tp > 1,
+                     "grad_reduce_in_fp32": True},
     }
 
 
