@@ -144,6 +144,20 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, f
     return t, checkpoint, saved_all
 
 
+def costed_layer_ops(s: Scenario) -> list[Op]:
+    """The ops of one layer as they run: under FP8, plus the cast op of every FP8 GEMM."""
+    layer = layer_ops(s)
+    tr = s.training
+    if tr.precision != "fp8":
+        return layer
+    if tr.fp8_recipe == "mxfp8" and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
+        from pipesim.errors import ScenarioError
+        raise ScenarioError(f"{s.source}: training.fp8_recipe: mxfp8 needs Blackwell tensor cores "
+                            f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
+                            f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
+    return layer + cast_ops(layer, tr.fp8_recipe)
+
+
 def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     """Costs of every model stage (pipeline * virtual_stages of them), per micro-batch."""
     if s.model.arch != "transformer":
@@ -151,15 +165,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
-    layer = layer_ops(s)
+    layer = costed_layer_ops(s)
     tr = s.training
-    if tr.precision == "fp8":
-        if tr.fp8_recipe == "mxfp8" and (cm.curve is None or s.system.gpu.kernel_curve not in BLACKWELL_CURVES):
-            from pipesim.errors import ScenarioError
-            raise ScenarioError(f"{s.source}: training.fp8_recipe: mxfp8 needs Blackwell tensor cores "
-                                f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
-                                f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
-        layer = layer + cast_ops(layer, tr.fp8_recipe)
     emb, head = embedding_ops(s), head_ops(s)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
     sh = shapes_of(s)
