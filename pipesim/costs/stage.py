@@ -21,6 +21,9 @@ from pipesim.scenario import Scenario
 # and the half-precision weight (4*3*2 + 2 + 2 bytes); memory bound (Rajbhandari et al. 2020 Sec. 3.1
 # for the state sizes).
 ADAM_BYTES_PER_PARAM = 28.0
+# SGD with momentum: read master (or fp32 weight), gradient, momentum; write master, momentum and
+# the half-precision weight: 4 + 2 + 4 + 4 + 4 + 2 = 20 bytes (fp32 training: 4·5 = 20 as well).
+OPTIMIZER_BYTES_PER_PARAM = {"adam": ADAM_BYTES_PER_PARAM, "sgd": 20.0}
 QUANT_GROUP = 128        # elements per quantization scale (pipesim.kernels.quantize default)
 
 
@@ -204,7 +207,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         flops = n_layers * sum(o.flops_fwd + o.flops_bwd for o in layer) + sum(
             o.flops_fwd + o.flops_bwd for o in extras)
         local_params = params / (s.parallel.data if tr.zero_stage >= 1 else 1)
-        opt_step = cm.memory_time(local_params * ADAM_BYTES_PER_PARAM)
+        opt_step = cm.memory_time(local_params * OPTIMIZER_BYTES_PER_PARAM[tr.optimizer])
         elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)       # gradient bytes per parameter
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         out.append(StageCosts(
