@@ -67,7 +67,7 @@ def run(args) -> int:
         raise ScenarioError(f"{s.source}: --nproc {args.nproc} but tensor*pipeline*data = {s.num_gpus}")
     device = "cuda" if backend == "nccl" else "cpu"
     if args.nice:
-        from pipesim.emulator.worker import raise_priority
+        from pipesim.emulator.host import raise_priority
         raise_priority(args.nice)
     sim, emu, c = crosscheck(s, profile=args.profile, calibrate_out=args.calibrate_out, quick=args.quick,
                              steps=args.steps, warmup=args.warmup, backend=backend, timeout=args.timeout,
