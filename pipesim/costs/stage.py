@@ -134,6 +134,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         from pipesim.partition.cnn_stages import cnn_stage_costs_for
         return cnn_stage_costs_for(s)
     cm = cost_model_for(s, profile)
+    # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
+    from pipesim.calibrate_host import action_seconds
+    host_action = action_seconds(cm.profile)
     layer = layer_ops(s)
     emb, head = embedding_ops(s), head_ops(s)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
@@ -170,10 +173,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         elem = 4 if tr.precision == "fp32" else 2
         out.append(StageCosts(
             stage=k, layers=n_layers, has_embedding=first, has_head=last,
-            forward=acc.fwd + acc.tp_fwd,
-            backward=acc.bwd + acc.tp_bwd + recompute,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute,
-            weight_grad=acc.wgrad,
+            forward=acc.fwd + acc.tp_fwd + host_action,
+            backward=acc.bwd + acc.tp_bwd + recompute + host_action,
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + host_action,
+            weight_grad=acc.wgrad + host_action,
             recompute=recompute,
             tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,
             tp_bytes_fwd=acc.tp_bytes_fwd, tp_bytes_bwd=acc.tp_bytes_bwd,

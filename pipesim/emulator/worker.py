@@ -142,6 +142,10 @@ def run_worker(cfg: dict) -> dict:
     counter.set_static("optimizer", opt.nbytes())
     rec.offset = _clock_offset(rt.rank)
     ex = Executor(rt)
+    if cfg.get("calibrate"):      # op and host costs, in this process, right before the timed steps
+        from pipesim.emulator.rank_calibration import DEFAULT_BUDGET_S, calibrate_in_rank
+        calibrate_in_rank(s, rt.rank, dist.get_world_size(), float(cfg["calibrate"].get("budget_s", DEFAULT_BUDGET_S)),
+                          executor=ex, run_dir=cfg.get("run_dir"), status=rec.status)
     steps, warmup = int(cfg.get("steps", 3)), int(cfg.get("warmup", 1))
     seed = int(cfg.get("seed", 0))
     cuda = rt.device.type == "cuda"

@@ -1,0 +1,127 @@
+"""Calibration inside the emulator's ranks: the op costs and the host model the simulator will
+use are measured by the same processes, pinned and prioritised the same way, with the other
+ranks calibrating on their cores at the same moment (shared L3 and memory bandwidth), right
+before the timed steps -- not by a separate process at another moment of a shared machine.
+
+Every rank in turn times the scenario's ops (pipesim.calibrate.measure_ops), its model's host
+time at a negligible size (calibrate_host.measure_dispatch) and the executor's cost per action,
+all in thread CPU time; then pairs of
+ranks (0-1, 2-3, ...) ping-pong activation-sized messages over gloo. Each writes
+rank{r}.profile.json; `merge_profiles` averages the ranks into one profile with the host model
+under device.host.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+DEFAULT_BUDGET_S = 0.1      # seconds of timed calls per op and rank
+ACTION_REPS = 200
+
+
+def measure_action(executor, reps: int = ACTION_REPS) -> float:
+    """Seconds the executor spends per compute action around the work itself (status record,
+    trace event, memory sample): no-op actions run through the same path, then discarded."""
+    from pipesim.schedules import Action
+    rec = executor.rt.recorder
+    keep, n_ev, n_mem = rec.keep, len(rec.events), len(rec.memory)
+    rec.keep = True
+    a = Action(executor.row[0].stage if executor.row else 0, "R", 0)
+    t0 = time.thread_time()
+    for _ in range(reps):
+        executor.run_action(-1, a, lambda: None)
+    dt = (time.thread_time() - t0) / reps
+    del rec.events[n_ev:], rec.memory[n_mem:]
+    rec._lines.clear()
+    rec.keep = keep
+    return dt
+
+
+def message_sizes(s) -> list[int]:
+    """Ping-pong sizes: small (latency), the stage-to-stage activation and 4x it (bandwidth)."""
+    elem = 4 if s.training.precision == "fp32" else 2
+    act = s.model.seq_length * s.training.micro_batch_size * s.model.hidden_size * elem
+    return sorted({4096, act, 4 * act})
+
+
+def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET_S, executor=None,
+                      run_dir: str | None = None, status=None) -> dict:
+    """Measure on this rank (every rank of the run calls it at the same point); returns the part
+    and writes it to run_dir/rank{rank}.profile.json."""
+    import torch
+    import torch.distributed as dist
+
+    from pipesim.calibrate import measure_ops, plan
+    from pipesim.calibrate_comm import summarize, time_comm
+    from pipesim.calibrate_host import measure_dispatch
+    if status is not None:
+        status.set(-1, "CALIBRATE", "run")
+    items, notes = plan("cpu", s)
+    # One rank at a time: the timer flushes the caches before every call (calibrate.time_cpu),
+    # and another rank's 64 MiB flushes would slow this rank's memory accesses far more than its
+    # model does during the steps. Times are thread CPU time, so the waiting ranks cost nothing.
+    for turn in range(world):
+        dist.barrier()
+        if turn == rank:
+            ops = measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s)
+            dispatch = measure_dispatch(s)
+            action = measure_action(executor) if executor is not None else 0.0
+    p2p = []
+    if world % 2 == 0:
+        peer = rank + 1 if rank % 2 == 0 else rank - 1
+        for op, nbytes, times in time_comm(rank, peer, message_sizes(s), budget_s, torch.device("cpu")):
+            if op == "sendrecv":
+                p2p.append([nbytes, summarize(times)[0]])
+    dist.barrier()
+    part = {"rank": rank, "measurements": [m.to_dict() for m in ops], "notes": notes,
+            "dispatch": dispatch, "action_s": action, "p2p": p2p}
+    if run_dir:
+        with open(os.path.join(run_dir, f"rank{rank}.profile.json"), "w") as fh:
+            json.dump(part, fh)
+    return part
+
+
+def merge_profiles(s, parts: list[dict], threads: int) -> dict:
+    """One profile (pipesim.costs.profile format, as a dict) from the ranks' parts: per (op,
+    shape) the mean of the ranks' medians; the host model from the ranks' means."""
+    from pipesim.calibrate import device_info
+    from pipesim.calibrate_host import host_model
+    from pipesim.emulator.host import layout
+    by_key: dict = {}
+    for p in parts:
+        for m in p["measurements"]:
+            by_key.setdefault((m["op"], json.dumps(m["shape"], sort_keys=True)), []).append(m)
+    measurements = []
+    for ms in by_key.values():
+        m = dict(ms[0])
+        m["median_s"] = statistics.fmean(x["median_s"] for x in ms)
+        m["p10_s"] = min(x["p10_s"] for x in ms)
+        m["p90_s"] = max(x["p90_s"] for x in ms)
+        m["n"] = sum(x["n"] for x in ms)
+        measurements.append(m)
+    dispatch = {k: statistics.fmean(p["dispatch"][k] for p in parts) for k in parts[0]["dispatch"]}
+    action = statistics.fmean(p["action_s"] for p in parts)
+    pts: dict = {}
+    for p in parts:
+        for nbytes, sec in p["p2p"]:
+            pts.setdefault(nbytes, []).append(sec)
+    p2p = [(b, statistics.fmean(v)) for b, v in sorted(pts.items())]
+    info = device_info("cpu", threads)
+    info["host"] = host_model(s, dispatch, action, p2p, layout(len(parts), threads))
+    info["calibrated"] = "inside the emulator's ranks"
+    notes = sorted({n for p in parts for n in p.get("notes", [])})
+    if notes:
+        info["notes"] = notes
+    return {"version": 1, "device": info, "created": info["date"], "measurements": measurements}
+
+
+def read_parts(run_dir: str, nproc: int) -> list[dict]:
+    parts = []
+    for r in range(nproc):
+        path = os.path.join(run_dir, f"rank{r}.profile.json")
+        if os.path.exists(path):
+            with open(path) as fh:
+                parts.append(json.load(fh))
+    return parts
