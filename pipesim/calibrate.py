@@ -40,6 +40,8 @@ _SHRINK_KEYS = {
     "layer_norm_fwd": ("rows",), "layer_norm_bwd": ("rows",), "gelu_fwd": ("numel",),
     "gelu_bwd": ("numel",), "mlp_fwd": ("tokens",), "mlp_bwd": ("tokens",),
     "quantize": ("numel",), "dequantize": ("numel",), "copy": ("bytes",),
+    "bmm": ("batch",), "softmax_fwd": ("rows",), "softmax_bwd": ("rows",),
+    "cross_entropy_fwd": ("tokens",), "cross_entropy_bwd": ("tokens",),
 }
 
 
@@ -212,39 +214,43 @@ def _cpu_seconds_per_work(op, shape, cache, max_call_s, make_runner) -> float:
 
 
 # Inside a model every op reads operands that the ops before it pushed out of the core's private
-# caches, but that the shared last-level cache still holds (a layer's activations and a stage's
-# hot weights are touched every few hundred microseconds): so before every timed CPU call, write
-# a buffer of 4x the private L2 (L1 and L2 then hold none of the op's operands, L3 still does),
-# as triton's do_bench flushes L2 on CUDA. Flushing the whole L3 too (64 MiB) made every op read
-# DRAM, which the model's ops mostly do not: on the build machine at load 6 that overestimated a
-# 6-layer h=192 GPT's forward by 35 % and backward by 44 %, against 6 % / 11 % with this flush.
+# caches; whether the shared last-level cache still holds them depends on how much the rank
+# touched since (its working set): so every CPU op is timed in two cache states, "warm" (4x the
+# private L2 written before each call: L1/L2 hold none of the operands, L3 does; as triton's
+# do_bench flushes L2 on CUDA) and "cold" (2x the L3 written: operands come from DRAM), and the
+# cost model mixes them by working set (calibrate_host.cold_fractions). Timing every op cold
+# overestimated a 6-layer h=192 GPT whose stage fits in L3 by 35 % (forward) and 44 % (backward)
+# on the build machine at load 6; timing every op warm underestimated a GPipe h=256 s=226 case,
+# whose backward reads activations saved long before, by 51 %.
 _evict_buffer = []
 
 
-def private_cache_bytes() -> int:
-    """Size of this core's L2 (Linux sysfs), 512 KiB when unknown."""
+def cache_bytes(level: int) -> int:
+    """Size of cpu0's cache of this level (Linux sysfs); 512 KiB (L2) / 32 MiB (L3) when unknown."""
     import glob
     for idx in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
         try:
             with open(idx + "/level") as fh:
-                level = int(fh.read())
+                lv = int(fh.read())
             with open(idx + "/size") as fh:
                 text = fh.read().strip()
         except (OSError, ValueError):
             continue
-        if level == 2 and text[:-1].isdigit():
+        if lv == level and text[:-1].isdigit():
             return int(text[:-1]) * {"K": 2**10, "M": 2**20}.get(text[-1], 1)
-    return 512 * 2**10
+    return {2: 512 * 2**10, 3: 32 * 2**20}.get(level, 2**20)
 
 
-def evict_caches() -> None:
+def evict_caches(cold: bool = False) -> None:
+    """Write 4x the private L2 (warm: operands come from L3) or 2x the L3 (cold: from DRAM)."""
     import torch
     if not _evict_buffer:
-        _evict_buffer.append(torch.zeros(4 * private_cache_bytes() // 4))
-    _evict_buffer[0].add_(1.0)
+        _evict_buffer.append(torch.zeros(4 * cache_bytes(2) // 4))
+        _evict_buffer.append(torch.zeros(2 * cache_bytes(3) // 4))
+    _evict_buffer[1 if cold else 0].add_(1.0)
 
 
-def time_cpu(fn, budget_s: float, min_n: int = 3, max_n: int = 100) -> list[float]:
+def time_cpu(fn, budget_s: float, min_n: int = 3, max_n: int = 100, cold: bool = False) -> list[float]:
     """Seconds per call with cold caches: one warm-up, then repeat until min_n calls and
     budget_s have passed. Timed in this thread's CPU time (CLOCK_THREAD_CPUTIME_ID): torch on
     one thread runs an op entirely in the calling thread, so this is the op's own time, without
@@ -254,7 +260,7 @@ def time_cpu(fn, budget_s: float, min_n: int = 3, max_n: int = 100) -> list[floa
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < max_n and (len(times) < min_n or time.perf_counter() - start < budget_s):
-        evict_caches()
+        evict_caches(cold)
         t0 = time.thread_time()
         fn()
         times.append(time.thread_time() - t0)
@@ -314,9 +320,11 @@ def calibrate(device: str = "cpu", scenario=None, quick: bool = False, threads: 
 
 
 def measure_ops(items, device: str, quick: bool, notes: list, progress: Progress | None = None,
-                total: int | None = None, budget_s: float | None = None) -> list[Measurement]:
+                total: int | None = None, budget_s: float | None = None,
+                cold: list | None = None) -> list[Measurement]:
     """Time every (op, shape) of `items` on this device in this process (its current torch
-    thread count); an op that cannot run here is a note, not a failure."""
+    thread count); an op that cannot run here is a note, not a failure. With a `cold` list (CPU),
+    each op is also timed with its operands flushed to DRAM, appended there."""
     import torch
     from pipesim.calibrate_ops import make_runner
     total = total or len(items)
@@ -343,6 +351,8 @@ def measure_ops(items, device: str, quick: bool, notes: list, progress: Progress
         try:
             fn, impl = make_runner(op, shape, device)
             times = time_cuda(fn, quick) if device == "cuda" else time_cpu(fn, budget)
+            if cold is not None and device == "cpu":
+                cold.append(measurement(op, shape, time_cpu(fn, budget, cold=True), impl))
         except Exception as exc:  # noqa: BLE001 - out of memory, dtype unsupported, a kernel
             # that does not compile here: one op missing is a stated gap, not a failed run
             notes.append(f"{_label(op, shape)} not measured: {str(exc).splitlines()[0][:120]}")

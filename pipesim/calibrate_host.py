@@ -165,3 +165,92 @@ def with_host_model(s):
         d["system"]["heterogeneity"]["rank_speed"] = {r: share for r in range(s.num_gpus)}
     from dataclasses import replace
     return replace(load_scenario(d), source=s.source)
+
+
+def cold_cost_model(s, profile):
+    """A CostModel over the profile's cold-cache measurements (host.cold), or None."""
+    host = host_of(profile)
+    if not host or not host.get("cold"):
+        return None
+    from pipesim.costs.profile import profile_from_dict
+    from pipesim.costs.roofline import CostModel
+    cold = profile_from_dict({"version": 1, "device": {k: v for k, v in profile.device.items() if k != "host"},
+                              "measurements": host["cold"]}, source=f"{profile.source} (host.cold)")
+    return CostModel(s.system.gpu, s.training.precision, cold)
+
+
+def schedule_plan(s):
+    from pipesim.schedules import generate, read_csv
+    P, V, M = s.parallel.pipeline, s.parallel.virtual_stages, s.num_microbatches
+    name = s.training.schedule
+    return read_csv(name) if name.endswith(".csv") else generate(name, stages=P, microbatches=M, virtual=V)
+
+
+def in_flight_microbatches(plan) -> list[int]:
+    """Per pipeline rank, the most (stage, micro-batch) forwards run whose backward has not yet
+    (their activations are the working set a backward reads from)."""
+    out = []
+    for row in plan.ranks:
+        live = peak = 0
+        for a in row:
+            if a.kind == "F":
+                live += 1
+            elif a.kind in ("B", "I"):
+                live -= 1
+            peak = max(peak, live)
+        out.append(max(1, peak))
+    return out
+
+
+def cold_fractions(s, profile, costs) -> list[tuple[float, float]] | None:
+    """Per model stage, the share (forward, backward) of its ops' time to take from the cold-cache
+    measurements: with working set W and this rank's share C of the last-level cache, a fraction
+    1 - C/W of the operands is not in it (random replacement; Hennessy & Patterson, 6th ed.,
+    Sec. 2.1 / B.1 on capacity misses). Forward: the rank's weights (read once per micro-batch) plus
+    one micro-batch of activations; backward: weights, gradients and the activations of every
+    micro-batch in flight. None without cold measurements."""
+    host = host_of(profile)
+    if not host or not host.get("cold"):
+        return None
+    lay = host.get("layout", {})
+    share = host.get("l3_bytes", 32 * 2**20) / max(1, min(lay.get("ranks", 1), lay.get("cores", 1)))
+    e = 4 if s.training.precision == "fp32" else 2
+    plan = schedule_plan(s)
+    inflight = in_flight_microbatches(plan)
+    out = [(0.0, 0.0)] * len(costs)
+    for r in range(plan.num_ranks):
+        chunks = [k for k in plan.stages_of(r) if k < len(costs)]
+        if not chunks:
+            continue
+        weights = sum(costs[k].params for k in chunks) * e
+        act = sum(costs[k].activation_bytes for k in chunks) / len(chunks)
+        ws_f = weights + act
+        ws_b = 2 * weights + act * inflight[r]
+        f = (max(0.0, 1 - share / ws_f), max(0.0, 1 - share / ws_b))
+        for k in chunks:
+            out[k] = f
+    return out
+
+
+def blend_cold(s, costs, cm, layer, emb, head) -> list:
+    """The stage costs with each stage's cold share (cold_fractions) of its compute timed from
+    the cold-cache measurements instead of the warm ones."""
+    from dataclasses import replace
+
+    from pipesim.costs.stage import _Acc
+    cold_cm = cold_cost_model(s, cm.profile)
+    fr = cold_fractions(s, cm.profile, costs) if cold_cm is not None else None
+    if fr is None:
+        return costs
+    out = []
+    for c, (ff, fb) in zip(costs, fr):
+        warm, cold = _Acc(), _Acc()
+        extras = (emb if c.has_embedding else []) + (head if c.has_head else [])
+        for acc, model in ((warm, cm), (cold, cold_cm)):
+            acc.add(s, model, layer, c.layers)
+            acc.add(s, model, extras, 1)
+        out.append(replace(c, forward=c.forward + ff * (cold.fwd - warm.fwd),
+                           backward=c.backward + fb * (cold.bwd - warm.bwd),
+                           input_grad=c.input_grad + fb * (cold.dgrad - warm.dgrad),
+                           weight_grad=c.weight_grad + fb * (cold.wgrad - warm.wgrad)))
+    return out

@@ -137,10 +137,21 @@ def layer_ops(s: Scenario) -> list[Op]:
         ops.append(flash_attention(sh, heads, kv, dtype, m.causal))
     else:
         qk_saved = sh.b * sh.s * (heads + kv) * sh.d * e / (tp.size // hd if tp.mode != "1d" else 1)
+        # Profile lookups of the eager core (1D split: batch*heads independent matrices): logits
+        # = baddbmm(mask, Q, K^T), backward dQ = dS K and dK = dS^T Q; softmax over rows of s;
+        # attend = P V, backward dP = dO V^T and dV = P^T dO.
+        bm = dict(batch=int(sh.b * heads), dtype=dtype, bias=False)
+        core = tp.mode == "1d"
+        s_, d_ = sh.s, sh.d
         ops.append(Op("logits", "matmul", 2 * scores * sh.d, 4 * scores * sh.d,
                       qk_saved + scores * e, scores * e + 2 * qk_saved, saved_bytes=qk_saved,
-                      dgrad_fraction=1.0, attention_core=True))
-        sm = vector("softmax", scores, sh, (5, 4), saved_bytes=scores * e)
+                      dgrad_fraction=1.0, attention_core=True,
+                      measure_fwd=(("bmm", dict(bm, m=s_, n=s_, k=d_, bias=bool(m.causal))),) if core else (),
+                      measure_bwd=(("bmm", dict(bm, m=s_, n=d_, k=s_)),) * 2 if core else ()))
+        rows = dict(rows=int(sh.b * heads * s_), cols=s_, dtype=dtype)
+        sm = vector("softmax", scores, sh, (5, 4), saved_bytes=scores * e,
+                    measure_fwd=(("softmax_fwd", rows),) if core else (),
+                    measure_bwd=(("softmax_bwd", rows),) if core else ())
         sm = replace(sm, selective_dropped_bytes=scores * e)
         ops.append(replace(sm, attention_core=True))
         dp = dropout("attn_dropout", scores)
@@ -153,7 +164,10 @@ def layer_ops(s: Scenario) -> list[Op]:
         ops.append(Op("attend", "matmul", 2 * scores * sh.d, 4 * scores * sh.d,
                       scores * e + 2 * v_saved, 2 * scores * e + 3 * v_saved,
                       saved_bytes=probs + v_saved, dgrad_fraction=1.0,
-                      selective_dropped_bytes=probs))
+                      selective_dropped_bytes=probs,
+                      measure_fwd=(("bmm", dict(bm, m=s_, n=d_, k=s_)),) if core else (),
+                      measure_bwd=(("bmm", dict(bm, m=s_, n=s_, k=d_)), ("bmm", dict(bm, m=s_, n=d_, k=s_)))
+                      if core else ()))
     ops.append(matmul("proj", T, sh.h, sh.h, sh, "row", saved_input=T * sh.h * e / tp.size, dtype=dtype,
                       bias=m.bias))
     ops += [o for o in (dropout("dropout1", tok * sh.h),) if o]
@@ -229,6 +243,8 @@ def head_ops(s: Scenario) -> list[Op]:
     ops.append(head)
     logits = T * sh.v / tp.size
     loss_comm = (Comm("all_reduce", 2 * T * FP32, "tp", tp.size),) if tp.size > 1 else ()
+    ce = dict(tokens=int(T), vocab=int(sh.v / tp.size))
     ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * (e + FP32), 2 * logits * FP32,
-                  saved_bytes=logits * FP32, comm_fwd=loss_comm))
+                  saved_bytes=logits * FP32, comm_fwd=loss_comm,
+                  measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
     return ops
