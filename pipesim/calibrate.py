@@ -80,6 +80,15 @@ def default_grid(device: str, quick: bool = False) -> list[tuple[str, dict]]:
     for n in pick(qn):
         for bits in QUANT_BITS:
             grid += [("quantize", dict(numel=n, bits=bits)), ("dequantize", dict(numel=n, bits=bits))]
+    for seq in pick(seqs):      # eager attention: batched GEMMs and softmax over (batch x heads)
+        bh = 16 if gpu else 4
+        grid += [("bmm", dict(batch=bh, m=seq, n=seq, k=64, bias=True, dtype=dt)),
+                 ("bmm", dict(batch=bh, m=seq, n=64, k=seq, bias=False, dtype=dt)),
+                 ("softmax_fwd", dict(rows=bh * seq, cols=seq, dtype=dt)),
+                 ("softmax_bwd", dict(rows=bh * seq, cols=seq, dtype=dt))]
+    for tokens in pick(rows):
+        grid += [("cross_entropy_fwd", dict(tokens=tokens, vocab=32768 if gpu else 2048)),
+                 ("cross_entropy_bwd", dict(tokens=tokens, vocab=32768 if gpu else 2048))]
     copies = [1 << 20, 1 << 24, 1 << 28, 1 << 30] if gpu else [1 << 16, 1 << 20, 1 << 24]
     for n in pick(copies):
         grid.append(("copy", dict(bytes=n)))
