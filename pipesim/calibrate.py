@@ -40,7 +40,8 @@ _SHRINK_KEYS = {
     "layer_norm_fwd": ("rows",), "layer_norm_bwd": ("rows",), "gelu_fwd": ("numel",),
     "gelu_bwd": ("numel",), "mlp_fwd": ("tokens",), "mlp_bwd": ("tokens",),
     "quantize": ("numel",), "dequantize": ("numel",), "copy": ("bytes",),
-    "bmm": ("batch",), "softmax_fwd": ("rows",), "softmax_bwd": ("rows",),
+    "bmm": ("batch",), "softmax_fwd": ("rows",), "softmax_bwd": ("rows",), "bias_fwd": ("rows",),
+    "bias_bwd": ("rows",),
     "cross_entropy_fwd": ("tokens",), "cross_entropy_bwd": ("tokens",),
 }
 
@@ -86,6 +87,9 @@ def default_grid(device: str, quick: bool = False) -> list[tuple[str, dict]]:
                  ("bmm", dict(batch=bh, m=seq, n=64, k=seq, bias=False, dtype=dt)),
                  ("softmax_fwd", dict(rows=bh * seq, cols=seq, dtype=dt)),
                  ("softmax_bwd", dict(rows=bh * seq, cols=seq, dtype=dt))]
+    for r in pick(rows):
+        grid += [("bias_fwd", dict(rows=r, cols=4096 if gpu else 512, dtype=dt)),
+                 ("bias_bwd", dict(rows=r, cols=4096 if gpu else 512, dtype=dt))]
     for tokens in pick(rows):
         grid += [("cross_entropy_fwd", dict(tokens=tokens, vocab=32768 if gpu else 2048)),
                  ("cross_entropy_bwd", dict(tokens=tokens, vocab=32768 if gpu else 2048))]
@@ -222,15 +226,14 @@ def _cpu_seconds_per_work(op, shape, cache, max_call_s, make_runner) -> float:
     return cache[key]
 
 
-# Inside a model every op reads operands that the ops before it pushed out of the core's private
-# caches; whether the shared last-level cache still holds them depends on how much the rank
-# touched since (its working set): so every CPU op is timed in two cache states, "warm" (4x the
-# private L2 written before each call: L1/L2 hold none of the operands, L3 does; as triton's
-# do_bench flushes L2 on CUDA) and "cold" (2x the L3 written: operands come from DRAM), and the
-# cost model mixes them by working set (calibrate_host.cold_fractions). Timing every op cold
-# overestimated a 6-layer h=192 GPT whose stage fits in L3 by 35 % (forward) and 44 % (backward)
-# on the build machine at load 6; timing every op warm underestimated a GPipe h=256 s=226 case,
-# whose backward reads activations saved long before, by 51 %.
+# Inside a model every op reads operands that the ops just before it produced or that its stage
+# touches every micro-batch: pushed out of the core's private caches, mostly still in the shared
+# last-level cache. So before every timed CPU call, write 4x the private L2 (L1 and L2 then hold
+# none of the operands, L3 does), as triton's do_bench flushes L2 on CUDA. Flushing the L3 too
+# (every operand from DRAM) overestimated a 6-layer h=192 GPT by 35 % (forward) and 44 %
+# (backward) on the build machine at load 6; mixing L3-warm and DRAM-cold timings by the rank's
+# working set (1 - L3 share / working set) still overestimated its backward by 25 % and a GPipe
+# h=256 s=226 case by 16 %, against -12 % with L3-warm timings only (docs/EMULATOR.md).
 _evict_buffer = []
 
 
@@ -250,17 +253,16 @@ def cache_bytes(level: int) -> int:
     return {2: 512 * 2**10, 3: 32 * 2**20}.get(level, 2**20)
 
 
-def evict_caches(cold: bool = False) -> None:
-    """Write 4x the private L2 (warm: operands come from L3) or 2x the L3 (cold: from DRAM)."""
+def evict_caches() -> None:
+    """Write 4x the private L2: the timed op's operands then come from L3."""
     import torch
     if not _evict_buffer:
-        _evict_buffer.append(torch.zeros(4 * cache_bytes(2) // 4))
-        _evict_buffer.append(torch.zeros(2 * cache_bytes(3) // 4))
-    _evict_buffer[1 if cold else 0].add_(1.0)
+        _evict_buffer.append(torch.zeros(cache_bytes(2)))      # 4 bytes per element: 4x L2
+    _evict_buffer[0].add_(1.0)
 
 
-def time_cpu(fn, budget_s: float, min_n: int = 3, max_n: int = 100, cold: bool = False) -> list[float]:
-    """Seconds per call with cold caches: one warm-up, then repeat until min_n calls and
+def time_cpu(fn, budget_s: float, min_n: int = 3, max_n: int = 100) -> list[float]:
+    """Seconds per call with the private caches flushed: one warm-up, then repeat until min_n calls and
     budget_s have passed. Timed in this thread's CPU time (CLOCK_THREAD_CPUTIME_ID): torch on
     one thread runs an op entirely in the calling thread, so this is the op's own time, without
     what other processes of a shared machine take from the core meanwhile (wall time would
@@ -269,7 +271,7 @@ def time_cpu(fn, budget_s: float, min_n: int = 3, max_n: int = 100, cold: bool =
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < max_n and (len(times) < min_n or time.perf_counter() - start < budget_s):
-        evict_caches(cold)
+        evict_caches()
         t0 = time.thread_time()
         fn()
         times.append(time.thread_time() - t0)
@@ -329,11 +331,9 @@ def calibrate(device: str = "cpu", scenario=None, quick: bool = False, threads: 
 
 
 def measure_ops(items, device: str, quick: bool, notes: list, progress: Progress | None = None,
-                total: int | None = None, budget_s: float | None = None,
-                cold: list | None = None) -> list[Measurement]:
+                total: int | None = None, budget_s: float | None = None) -> list[Measurement]:
     """Time every (op, shape) of `items` on this device in this process (its current torch
-    thread count); an op that cannot run here is a note, not a failure. With a `cold` list (CPU),
-    each op is also timed with its operands flushed to DRAM, appended there."""
+    thread count); an op that cannot run here is a note, not a failure."""
     import torch
     from pipesim.calibrate_ops import make_runner
     total = total or len(items)
@@ -360,8 +360,6 @@ def measure_ops(items, device: str, quick: bool, notes: list, progress: Progress
         try:
             fn, impl = make_runner(op, shape, device)
             times = time_cuda(fn, quick) if device == "cuda" else time_cpu(fn, budget)
-            if cold is not None and device == "cpu":
-                cold.append(measurement(op, shape, time_cpu(fn, budget, cold=True), impl))
         except Exception as exc:  # noqa: BLE001 - out of memory, dtype unsupported, a kernel
             # that does not compile here: one op missing is a stated gap, not a failed run
             notes.append(f"{_label(op, shape)} not measured: {str(exc).splitlines()[0][:120]}")

@@ -194,6 +194,22 @@ def _bmm(s, dev):
     return (lambda: torch.bmm(a, b)), "torch"
 
 
+def _bias_fwd(s, dev):
+    import torch
+    dt = torch_dtype(s["dtype"])
+    out = torch.empty(s["rows"], s["cols"], device=dev, dtype=dt)
+    bias = torch.randn(s["cols"], device=dev, dtype=dt)
+    return (lambda: out.copy_(bias.expand_as(out))), "torch"
+
+
+def _bias_bwd(s, dev):
+    import torch
+    dt = torch_dtype(s["dtype"])
+    gy = torch.randn(s["rows"], s["cols"], device=dev, dtype=dt)
+    grad = torch.zeros(s["cols"], device=dev, dtype=dt)
+    return (lambda: grad.add_(gy.sum(0))), "torch"
+
+
 def _softmax_fwd(s, dev):
     import torch
     x = torch.randn(s["rows"], s["cols"], device=dev, dtype=torch_dtype(s["dtype"]))
@@ -234,6 +250,7 @@ _BUILDERS = {
     "gelu_fwd": _gelu_fwd, "gelu_bwd": _gelu_bwd, "mlp_fwd": _mlp_fwd, "mlp_bwd": _mlp_bwd,
     "quantize": _quantize, "dequantize": _dequantize, "copy": _copy,
     "bmm": _bmm, "softmax_fwd": _softmax_fwd, "softmax_bwd": _softmax_bwd,
+    "bias_fwd": _bias_fwd, "bias_bwd": _bias_bwd,
     "cross_entropy_fwd": _cross_entropy_fwd, "cross_entropy_bwd": _cross_entropy_bwd,
 }
 COMPUTE_OPS = tuple(_BUILDERS)

@@ -1,12 +1,12 @@
 """The crosscheck's measurement pieces: the seeded suite grid, the verdict (pass / fail / refuse to
-judge), the host model (alpha-beta fit, what it changes in a scenario, cold-cache shares), and one
+judge), the host model (alpha-beta fit, what it changes in a scenario and in a prediction), and one
 tiny crosscheck end to end with calibration inside the ranks."""
 import json
 import os
 
 import pytest
 
-from pipesim.calibrate_host import cold_fractions, fit_link, in_flight_microbatches, schedule_plan, with_host_model
+from pipesim.calibrate_host import fit_link, with_host_model
 from pipesim.commands.crosscheck import median_interval_pct, verdict
 from pipesim.emulator.suite import LAYOUTS, draw_case, flops_per_step, suite_cases, MAX_STEP_GFLOP
 
@@ -79,14 +79,12 @@ def test_alpha_beta_fit_recovers_latency_and_bandwidth():
     assert fit_link([(4096, 1e-4)]) is None
 
 
-def _profile(tmp_path, ranks, cores, cold=False):
+def _profile(tmp_path, ranks, cores):
     host = {"layout": {"cores": cores, "ranks": ranks, "threads_per_rank": 1}, "action_s": 2e-5,
             "kernel_launch_s": 30e-6, "p2p": {"latency_s": 80e-6, "bandwidth_Bps": 1.5e9},
-            "l3_bytes": 32 * 2**20, "cold": []}
+            }
     meas = [{"op": "gemm", "shape": {"m": 64, "n": 64, "k": 64, "dtype": "fp32"}, "median_s": 1e-5}]
-    if cold:
-        host["cold"] = [dict(meas[0], median_s=3e-5)]
-    path = tmp_path / f"p{ranks}{cold}.json"
+    path = tmp_path / f"p{ranks}.json"
     path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": host},
                                 "measurements": meas}))
     return str(path)
@@ -117,22 +115,6 @@ def test_host_model_changes_the_prediction_per_action(tmp_path):
     assert (fwd(more).end - fwd(more).start) - (fwd(base).end - fwd(base).start) == pytest.approx(1e-3 - 2e-5, rel=1e-6)
 
 
-def test_cold_share_grows_with_the_working_set(tmp_path):
-    from pipesim.costs import stage_costs
-    from pipesim.costs.profile import load_profile
-    from pipesim.emulator import prepare
-    path = _profile(tmp_path, 2, 2, cold=True)
-    small = prepare(TINY, [f"costs.profile={path}"])
-    big = prepare(TINY, [f"costs.profile={path}", "model.hidden_size=512", "model.seq_length=256",
-                         "training.schedule=gpipe", "training.global_batch_size=64"])
-    prof = load_profile(path)
-    f_small = cold_fractions(small, prof, stage_costs(small))
-    f_big = cold_fractions(big, prof, stage_costs(big))
-    assert all(f == (0.0, 0.0) for f in f_small)
-    assert all(0.0 < fb < 1.0 and fb >= ff for ff, fb in f_big)
-    assert in_flight_microbatches(schedule_plan(big)) == [32, 32]      # GPipe keeps every micro-batch
-
-
 @pytest.mark.slow
 def test_crosscheck_calibrates_inside_the_ranks(tmp_path):
     pytest.importorskip("torch")
@@ -141,7 +123,7 @@ def test_crosscheck_calibrates_inside_the_ranks(tmp_path):
     sim, emu, c = crosscheck(TINY, steps=2, warmup=1, quick=True, calibrate_out=str(out))
     prof = json.loads(out.read_text())
     host = prof["device"]["host"]
-    assert host["layout"]["ranks"] == 2 and host["kernel_launch_s"] > 0 and host["cold"]
+    assert host["layout"]["ranks"] == 2 and host["kernel_launch_s"] > 0
     assert {m["op"] for m in prof["measurements"]} >= {"gemm", "bmm", "softmax_fwd", "cross_entropy_fwd"}
     assert c["verdict"]["status"] in ("pass", "fail", "not judged") and c["verdict"]["steps"] == 2
     assert emu["step_time_uncontended_s"] > 0 and all(st["contention"] for st in emu["steps"])

@@ -67,12 +67,16 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
               c_loc + 2 * a_loc + 2 * (w_loc + b_loc),
               saved_bytes=saved_input, params=params, comm_fwd=fwd, comm_bwd=bwd, dgrad_fraction=0.5,
               param_tensors=2 if bias else 1,
-              measure_fwd=(("gemm", shape),),
+              # with a bias, a CPU addmm first broadcasts the bias into Y, and the backward sums dY
+              # over the tokens for the bias gradient: one more pass over Y each way
+              measure_fwd=(("gemm", shape),) + ((("bias_fwd", dict(rows=shape["m"], cols=shape["n"], dtype=dtype)),)
+                                                if bias else ()),
               # forward Y = X W; input grad dX = dY W^T (M x K, over N); weight grad dW = X^T dY (K x N, over M)
               gemms_fwd=((1, m_gemm, n_loc, k_loc, dtype),),
               gemms_bwd=((1, m_gemm, k_loc, n_loc, dtype), (1, k_loc, n_loc, m_gemm, dtype)),
               measure_bwd=(("gemm", dict(m=shape["m"], k=shape["n"], n=shape["k"], dtype=dtype)),
-                           ("gemm", dict(m=shape["k"], k=shape["m"], n=shape["n"], dtype=dtype))))
+                           ("gemm", dict(m=shape["k"], k=shape["m"], n=shape["n"], dtype=dtype)))
+              + ((("bias_bwd", dict(rows=shape["m"], cols=shape["n"], dtype=dtype)),) if bias else ()))
 
 
 def _k_div(sh: Shapes, role: str) -> int:

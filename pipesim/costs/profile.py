@@ -176,6 +176,9 @@ OPS: dict[str, OpSpec] = {
     # its softmax, and the LM head's cross-entropy
     "bmm": OpSpec(("batch", "m", "n", "k"), ("bias", "dtype"), _bmm_flops, "flops"),
     "softmax_fwd": OpSpec(("rows", "cols"), ("dtype",), _softmax_fwd_bytes, "bytes"),
+    # a linear layer's bias: broadcast into the output (forward), summed over rows (backward)
+    "bias_fwd": OpSpec(("rows", "cols"), ("dtype",), _softmax_fwd_bytes, "bytes"),
+    "bias_bwd": OpSpec(("rows", "cols"), ("dtype",), _softmax_fwd_bytes, "bytes"),
     "softmax_bwd": OpSpec(("rows", "cols"), ("dtype",), _softmax_bwd_bytes, "bytes"),
     "cross_entropy_fwd": OpSpec(("tokens", "vocab"), (), _ce_fwd_bytes, "bytes"),
     "cross_entropy_bwd": OpSpec(("tokens", "vocab"), (), _ce_bwd_bytes, "bytes"),

@@ -220,9 +220,6 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             sources=acc.sources,
             param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras),
             step_ops=steps))
-    if host_action or cm.profile is not None:     # CPU host model: operands from DRAM, not L3
-        from pipesim.calibrate_host import blend_cold
-        out = blend_cold(s, out, cm, layer, emb, head)
     return out
 
 

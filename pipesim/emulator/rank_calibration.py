@@ -65,8 +65,7 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     for turn in range(world):
         dist.barrier()
         if turn == rank:
-            cold: list = []
-            ops = measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s, cold=cold)
+            ops = measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s)
             dispatch = measure_dispatch(s)
             action = measure_action(executor) if executor is not None else 0.0
     p2p = []
@@ -76,8 +75,7 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
             if op == "sendrecv":
                 p2p.append([nbytes, summarize(times)[0]])
     dist.barrier()
-    part = {"rank": rank, "measurements": [m.to_dict() for m in ops], "cold": [m.to_dict() for m in cold],
-            "notes": notes,
+    part = {"rank": rank, "measurements": [m.to_dict() for m in ops], "notes": notes,
             "dispatch": dispatch, "action_s": action, "p2p": p2p}
     if run_dir:
         with open(os.path.join(run_dir, f"rank{rank}.profile.json"), "w") as fh:
@@ -91,7 +89,6 @@ def merge_profiles(s, parts: list[dict], threads: int) -> dict:
     from pipesim.calibrate import device_info
     from pipesim.calibrate_host import host_model
     from pipesim.emulator.host import layout
-    from pipesim.calibrate import cache_bytes
     measurements = _mean_over_ranks([p["measurements"] for p in parts])
     dispatch = {k: statistics.fmean(p["dispatch"][k] for p in parts) for k in parts[0]["dispatch"]}
     action = statistics.fmean(p["action_s"] for p in parts)
@@ -102,8 +99,6 @@ def merge_profiles(s, parts: list[dict], threads: int) -> dict:
     p2p = [(b, statistics.fmean(v)) for b, v in sorted(pts.items())]
     info = device_info("cpu", threads)
     info["host"] = host_model(s, dispatch, action, p2p, layout(len(parts), threads))
-    info["host"]["cold"] = _mean_over_ranks([p.get("cold", []) for p in parts])
-    info["host"]["l3_bytes"] = cache_bytes(3)
     info["calibrated"] = "inside the emulator's ranks"
     notes = sorted({n for p in parts for n in p.get("notes", [])})
     if notes:
