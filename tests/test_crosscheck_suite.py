@@ -7,7 +7,7 @@ import os
 import pytest
 
 from pipesim.calibrate_host import fit_link, with_host_model
-from pipesim.commands.crosscheck import median_interval_pct, verdict
+from pipesim.commands.crosscheck import median_interval_pct, repeated_verdict, verdict
 from pipesim.emulator.suite import LAYOUTS, draw_case, flops_per_step, suite_cases, MAX_STEP_GFLOP
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -70,6 +70,14 @@ def test_verdict_passes_fails_or_refuses_by_error_and_spread():
     v = verdict(_cmp(8.0), noisy, 10)
     assert v["status"] == "not judged" and "uncertain" in v["message"]
     assert verdict(_cmp(3.0), _emu([1.0]), 10)["status"] == "not judged"
+
+
+def test_run_to_run_verdict_refuses_when_runs_disagree():
+    single = {"status": "pass"}
+    assert repeated_verdict([2.0, 3.0, 4.0], 10, single)["status"] == "pass"
+    assert repeated_verdict([-25.0, -22.0, -30.0], 10, single)["status"] == "fail"
+    v = repeated_verdict([-24.5, 6.7, -3.1], 10, single)          # the shape A runs
+    assert v["status"] == "not judged" and v["error_pct"] == -3.1 and v["spread_pct"] == pytest.approx(15.6)
 
 
 def test_alpha_beta_fit_recovers_latency_and_bandwidth():

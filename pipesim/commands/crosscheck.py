@@ -1,5 +1,5 @@
 """`pipesim crosscheck SCENARIO [--nproc N] [--profile P] [--calibrate-out P] [--steps K] [--warmup W]
-[--tolerance PCT] [--nice N] [--no-pin] [--scale S] [--set a.b=v] [--json OUT] [--plot OUT.png]`
+[--repeat R] [--tolerance PCT] [--nice N] [--no-pin] [--scale S] [--set a.b=v] [--json OUT] [--plot OUT.png]`
 `pipesim crosscheck --suite [--seed S] [--cases N] [--json OUT]`
 
 One scenario: emulate it with the op costs and the host model calibrated inside the ranks right
@@ -33,6 +33,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="shorter calibration budget per op")
     parser.add_argument("--steps", type=int, default=6, help="measured emulator steps (default 6; median)")
     parser.add_argument("--warmup", type=int, default=2, help="emulator warm-up steps (default 2)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="independent runs (calibration + emulation each); with 2 or more the verdict "
+                             "uses their spread (run to run) instead of the spread over steps")
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE_PCT,
                         help="step-time error judged acceptable, percent (default 10)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None)
@@ -68,15 +71,21 @@ def median_interval_pct(emu: dict, key: str = "step_time_uncontended_s") -> floa
 
 
 def verdict(c: dict, emu: dict, tolerance: float) -> dict:
-    """Judge the step-time error e against the tolerance t given the measurement's spread s
-    (median_interval_pct): pass when |e| + s <= t, fail when |e| - s > t, otherwise the spread
-    is too large to tell and the crosscheck refuses to judge. e is taken against the measured
+    """Judge the step-time error e against the tolerance t given the measurement's spread s (the
+    median's interval over the steps, median_interval_pct, and the calibration's drift between
+    before and after the steps, calibration_drift_pct): pass when |e| + s <= t, fail when
+    |e| - s > t, otherwise the spread is too large to tell and the crosscheck refuses to judge.
+    e is taken against the measured
     step with the time other processes took removed (results.contention) when the emulator
     recorded CPU times, else against the wall-clock step."""
     err = c["step"].get("step_time_uncontended_error_pct", c["step"]["step_time_error_pct"])
-    spread = median_interval_pct(emu)
+    steps = median_interval_pct(emu)
+    drift = c.get("calibration_drift_pct")
+    # independent uncertainties add in quadrature (GUM, JCGM 100:2008, Sec. 5.1.2)
+    spread = None if steps is None else (steps ** 2 + (drift or 0.0) ** 2) ** 0.5
     cont = contention(emu)
-    out = {"error_pct": err, "spread_pct": spread, "tolerance_pct": tolerance, "contention": cont,
+    out = {"error_pct": err, "spread_pct": spread, "step_spread_pct": steps, "drift_pct": drift,
+           "tolerance_pct": tolerance, "contention": cont,
            "steps": (emu.get("step_time_spread_s") or {}).get("n", 0)}
     if err is None or spread is None:
         out.update(status="not judged", message="not judged: fewer than 2 measured steps (use --steps 5 or more)")
@@ -88,10 +97,36 @@ def verdict(c: dict, emu: dict, tolerance: float) -> dict:
                                           f"is outside ±{tolerance:g} %")
     else:
         out.update(status="not judged",
-                   message=f"not judged: the measured step time is uncertain by ±{spread:.1f} % (steps vary; "
-                           f"wall/CPU time {cont or float('nan'):.2f}), too much to tell whether the "
+                   message=f"not judged: the measurement is uncertain by ±{spread:.1f} % (steps ±{steps:.1f} %, "
+                           f"op costs drifted ±{drift or 0.0:.1f} % during the run, wall/CPU time "
+                           f"{cont or float('nan'):.2f}), too much to tell whether the "
                            f"{err:+.1f} % error is within ±{tolerance:g} %; rerun on a quieter machine "
                            f"or with more --steps")
+    return out
+
+
+def _run_error(run) -> float:
+    st = run[2]["step"]
+    return st.get("step_time_uncontended_error_pct", st["step_time_error_pct"])
+
+
+def repeated_verdict(errors: list[float], tolerance: float, single: dict) -> dict:
+    """The verdict over independent runs: the median error against the run-to-run spread (half
+    the range of the errors), with the same rule as `verdict`."""
+    import statistics
+    err = statistics.median(errors)
+    spread = (max(errors) - min(errors)) / 2
+    out = dict(single, error_pct=err, spread_pct=spread, runs=len(errors), run_errors_pct=errors)
+    if abs(err) + spread <= tolerance:
+        out.update(status="pass", message=f"pass: median step error {err:+.1f} % over {len(errors)} runs "
+                                          f"(run to run ±{spread:.1f} %) is within ±{tolerance:g} %")
+    elif abs(err) - spread > tolerance:
+        out.update(status="fail", message=f"fail: median step error {err:+.1f} % over {len(errors)} runs "
+                                          f"(run to run ±{spread:.1f} %) is outside ±{tolerance:g} %")
+    else:
+        out.update(status="not judged",
+                   message=f"not judged: the step error varies by ±{spread:.1f} % from run to run, too much to "
+                           f"tell whether the median {err:+.1f} % is within ±{tolerance:g} %")
     return out
 
 
@@ -118,9 +153,11 @@ def crosscheck(scenario, *, overrides=(), scale=None, profile=None, calibrate_ou
         profile = calibrate_out or os.path.join(emu.get("run_dir") or tempfile.mkdtemp(), "profile.json")
         with open(profile, "w") as fh:
             json.dump(emu.pop("profile"), fh, indent=1)
+    drift = calibration_drift_pct(s, emu, profile)
     s = prepare(s, [f"costs.profile={os.path.abspath(profile)}"])
     sim = simulate(s).to_dict()
     c = compare(sim, emu)
+    c["calibration_drift_pct"] = drift
     if emu.get("step_time_uncontended_s"):
         from pipesim.compare import err_pct
         c["step"]["step_time_uncontended_s"] = emu["step_time_uncontended_s"]
@@ -128,6 +165,23 @@ def crosscheck(scenario, *, overrides=(), scale=None, profile=None, calibrate_ou
     c["verdict"] = verdict(c, emu, tolerance)
     c["profile"] = os.path.abspath(profile)
     return sim, emu, c
+
+
+def calibration_drift_pct(s, emu: dict, profile: str) -> float | None:
+    """Half the difference of the step times predicted from the calibration before and the one
+    after the timed steps, percent of their mean: how far the machine's op costs moved while the
+    steps ran (the two profiles are written beside `profile`). None without both."""
+    if "profile_before" not in emu or "profile_after" not in emu:
+        return None
+    from pipesim import simulate
+    from pipesim.emulator import prepare
+    t = []
+    for when in ("before", "after"):
+        path = os.path.splitext(profile)[0] + f".{when}.json"
+        with open(path, "w") as fh:
+            json.dump(emu.pop(f"profile_{when}"), fh, indent=1)
+        t.append(simulate(prepare(s, [f"costs.profile={os.path.abspath(path)}"])).to_dict()["step_time_s"])
+    return 100.0 * abs(t[0] - t[1]) / (t[0] + t[1])
 
 
 def calibrate_for(s, out_path: str, quick: bool = False, device: str = "cpu", progress=None) -> str:
@@ -160,10 +214,16 @@ def run(args) -> int:
         raise ScenarioError(f"{s.source}: --nproc {args.nproc} but tensor({s.parallel.tensor})*pipeline("
                             f"{s.parallel.pipeline})*data({s.parallel.data}) = {s.num_gpus}")
     load0 = os.getloadavg()
-    sim, emu, c = crosscheck(s, profile=args.profile, calibrate_out=args.calibrate_out, quick=args.quick,
-                             steps=args.steps, warmup=args.warmup, backend=backend, timeout=args.timeout,
-                             nice=args.nice, pin=not args.no_pin, tolerance=args.tolerance)
+    runs = []
+    for _ in range(max(1, args.repeat)):
+        runs.append(crosscheck(s, profile=args.profile, calibrate_out=args.calibrate_out, quick=args.quick,
+                               steps=args.steps, warmup=args.warmup, backend=backend, timeout=args.timeout,
+                               nice=args.nice, pin=not args.no_pin, tolerance=args.tolerance))
+    sim, emu, c = runs[len(runs) // 2] if len(runs) < 3 else sorted(runs, key=_run_error)[len(runs) // 2]
     print(format_table(c))
+    if len(runs) > 1:
+        c["verdict"] = repeated_verdict([_run_error(r) for r in runs], args.tolerance, c["verdict"])
+        print("\nrun-to-run: step errors " + ", ".join(f"{_run_error(r):+.1f} %" for r in runs))
     v = c["verdict"]
     load1 = os.getloadavg()
     st = c["step"]
@@ -171,9 +231,11 @@ def run(args) -> int:
         print(f"\nstep time without the time other processes took (wall / wall-to-CPU ratio per step): "
               f"measured {st['step_time_uncontended_s'] * 1e3:.3f} ms, predicted "
               f"{st['step_time_predicted_s'] * 1e3:.3f} ms, error {st['step_time_uncontended_error_pct']:+.1f} %")
-    print(f"measurement: median of {v['steps']} steps, wall/CPU time of compute "
-          f"{v['contention'] or float('nan'):.3f}, load average {load0[0]:.2f} -> {load1[0]:.2f} on "
-          f"{os.cpu_count()} CPUs; profile {c['profile']}")
+    drift = v.get("drift_pct")
+    print(f"measurement: median of {v['steps']} steps (±{v.get('step_spread_pct') or float('nan'):.1f} %), "
+          f"op costs drifted ±{drift if drift is not None else float('nan'):.1f} % between the calibrations "
+          f"before and after them, wall/CPU time of compute {v['contention'] or float('nan'):.3f}, load "
+          f"average {load0[0]:.2f} -> {load1[0]:.2f} on {os.cpu_count()} CPUs; profile {c['profile']}")
     print(v["message"])
     if args.json_out:
         with open(args.json_out, "w") as fh:

@@ -137,9 +137,13 @@ def merge(run_dir: str, nproc: int, cfg: dict) -> dict:
     out["run_dir"] = run_dir
     if cfg.get("calibrate"):
         from pipesim.emulator.rank_calibration import merge_profiles, read_parts
-        parts = read_parts(run_dir, nproc)
-        if len(parts) == nproc:
-            out["profile"] = merge_profiles(s, parts, int(cfg.get("threads", 1)))
+        threads = int(cfg.get("threads", 1))
+        before, after = read_parts(run_dir, nproc, "before"), read_parts(run_dir, nproc, "after")
+        if len(before) == nproc:
+            out["profile"] = merge_profiles(s, before + (after if len(after) == nproc else []), threads, nproc)
+            if len(after) == nproc:     # each moment on its own: how far the costs drifted meanwhile
+                out["profile_before"] = merge_profiles(s, before, threads, nproc)
+                out["profile_after"] = merge_profiles(s, after, threads, nproc)
     return out
 
 

@@ -142,10 +142,15 @@ def run_worker(cfg: dict) -> dict:
     counter.set_static("optimizer", opt.nbytes())
     rec.offset = _clock_offset(rt.rank)
     ex = Executor(rt)
-    if cfg.get("calibrate"):      # op and host costs, in this process, right before the timed steps
+    calibrate = None
+    if cfg.get("calibrate"):      # op and host costs, in this process, before and after the timed steps
+        from functools import partial
+
         from pipesim.emulator.rank_calibration import DEFAULT_BUDGET_S, calibrate_in_rank
-        calibrate_in_rank(s, rt.rank, dist.get_world_size(), float(cfg["calibrate"].get("budget_s", DEFAULT_BUDGET_S)),
-                          executor=ex, run_dir=cfg.get("run_dir"), status=rec.status)
+        calibrate = partial(calibrate_in_rank, s, rt.rank, dist.get_world_size(),
+                            float(cfg["calibrate"].get("budget_s", DEFAULT_BUDGET_S)), executor=ex,
+                            run_dir=cfg.get("run_dir"), status=rec.status)
+        calibrate(when="before")
     steps, warmup = int(cfg.get("steps", 3)), int(cfg.get("warmup", 1))
     seed = int(cfg.get("seed", 0))
     cuda = rt.device.type == "cuda"
@@ -188,6 +193,8 @@ def run_worker(cfg: dict) -> dict:
         step_losses.append(list(rt.losses))
         rec.flush_file()
         rt.recorder.status.set(step, "STEP", "done")
+    if calibrate is not None and steps:
+        calibrate(when="after")
     result = {"rank": rt.rank, "coords": rt.coords, "stages": sorted(rt.stages), "losses": step_losses,
               "quant_errors": list(rt.quant_errors), "peak_memory_bytes": counter.peak,
               "static": dict(counter.static), "params": sum(p.numel() for p in all_params)}
