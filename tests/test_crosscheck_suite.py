@@ -135,3 +135,17 @@ def test_crosscheck_calibrates_inside_the_ranks(tmp_path):
     assert {m["op"] for m in prof["measurements"]} >= {"gemm", "bmm", "softmax_fwd", "cross_entropy_fwd"}
     assert c["verdict"]["status"] in ("pass", "fail", "not judged") and c["verdict"]["steps"] == 2
     assert emu["step_time_uncontended_s"] > 0 and all(st["contention"] for st in emu["steps"])
+
+
+@pytest.mark.slow
+def test_calibrate_cli_inside_emulator_ranks(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from pipesim.cli import main
+    out = tmp_path / "cpu.json"
+    assert main(["calibrate", "--device", "cpu", "--scenario", TINY, "--nproc", "2", "--quick",
+                 "--out", str(out)]) == 0
+    assert "inside 2 ranks" in capsys.readouterr().out
+    prof = json.loads(out.read_text())
+    host = prof["device"]["host"]
+    assert host["layout"]["ranks"] == 2 and host["layout"]["threads_per_rank"] == 1 and host["layout"]["cores"] >= 1
+    assert host["action_s"] > 0 and host["kernel_launch_s"] > 0 and "p2p" in host

@@ -48,14 +48,11 @@ def add_arguments(parser) -> None:
 
 
 def contention(emu: dict) -> float | None:
-    """Mean wall / thread-CPU time of the measured compute actions: 1.0 when the ranks had their
-    cores to themselves; 1.2 means others took a sixth of the time."""
-    pairs = [(e["end"] - e["start"], e["args"]["cpu_s"]) for e in emu.get("events", [])
-             if e.get("stream") == "compute" and e["kind"] in ("F", "B", "I", "W")
-             and (e.get("args") or {}).get("cpu_s", 0) > 1e-4]
-    if not pairs:
-        return None
-    return sum(w for w, _ in pairs) / sum(c for _, c in pairs)
+    """Median over the measured steps of wall / thread-CPU time of the compute actions
+    (results.contention): 1.0 when the ranks had their cores to themselves."""
+    import statistics
+    xs = [st["contention"] for st in emu.get("steps", []) if st.get("contention")]
+    return statistics.median(xs) if xs else None
 
 
 def median_interval_pct(emu: dict, key: str = "step_time_uncontended_s") -> float | None:
