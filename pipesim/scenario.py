@@ -223,6 +223,8 @@ class TrainingConfig:
     fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8"] = field(
         "tensorwise", doc="FP8 scaling recipe (precision fp8): per-tensor current or delayed scaling, "
                           "128-element blocks, or MXFP8 (32-element blocks, Blackwell)")
+    grad_reduce_in_fp32: bool = field(False, doc="accumulate and reduce gradients in fp32 (Megatron-LM's default "
+                                                 "for bf16 parameters: arguments.py, accumulate_allreduce_grads_in_fp32)")
     overlap_tp_comm: bool = field(False, doc="overlap tensor-parallel collectives with the GEMMs "
                                              "(Megatron --tp-comm-overlap)")
     overlap_param_gather: bool = field(False, doc="overlap the distributed optimizer's parameter all-gather "

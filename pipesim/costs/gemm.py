@@ -18,7 +18,6 @@ fastest tile per shape, as the min does.
 from __future__ import annotations
 
 import math
-
 from functools import lru_cache
 
 from pipesim.presets.gpus import SPLIT_K, SPLIT_K_EFFICIENCY, TILE_FILL_K, TILES
@@ -26,9 +25,12 @@ from pipesim.presets.gpus import SPLIT_K, SPLIT_K_EFFICIENCY, TILE_FILL_K, TILES
 BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
-def _raw_time(m: float, n: float, k: float, batch: float, sms: int, per_sm: float, fill_per_sm: float) -> float:
-    """Fastest tile / split-K choice: whole waves of tiles plus one pipeline fill per SM
-    (persistent kernels prefetch the next tile during the previous epilogue)."""
+def _raw_time(m: float, n: float, k: float, batch: float, sms: int, per_sm: float, fill_per_sm: float,
+              persistent: bool = True) -> float:
+    """Fastest tile / split-K choice: whole waves of tiles plus the pipeline fill -- once per SM
+    for persistent kernels (Hopper/Blackwell warp-specialized GEMMs prefetch the next tile during
+    the previous epilogue: CUTLASS 3 "persistent" kernel schedules), once per wave otherwise
+    (Volta/Ampere kernels launch one CTA per tile)."""
     best = math.inf
     for (tm, tn), tile_eff in TILES:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * math.ceil(batch)
@@ -38,23 +40,26 @@ def _raw_time(m: float, n: float, k: float, batch: float, sms: int, per_sm: floa
             eff = tile_eff * (SPLIT_K_EFFICIENCY if split > 1 else 1.0)
             waves = math.ceil(tiles * split / sms)
             kk = math.ceil(k / split)
-            t = 2 * tm * tn * (waves * kk / per_sm + TILE_FILL_K / fill_per_sm) / eff
+            fills = 1 if persistent else waves
+            t = 2 * tm * tn * (waves * kk / per_sm + fills * TILE_FILL_K / fill_per_sm) / eff
             best = min(best, t)
     return best
 
 
 @lru_cache(maxsize=4096)
 def gemm_compute_time(m: float, n: float, k: float, batch: float, sms: int, mamf: float, fill_rate: float,
-                      best_shape: tuple) -> float:
+                      best_shape: tuple, persistent: bool = True) -> float:
     """Seconds of tensor-core work for `batch` GEMMs of M x N x K. `mamf` is the published
     achievable FLOP/s of the dtype, measured at `best_shape` (M, N, K): the per-SM rate is set
     so that the model returns exactly `mamf` there. `fill_rate` (FLOP/s) times the pipeline fill."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     bm, bn, bk = best_shape
-    nominal = _raw_time(bm, bn, bk, 1, sms, mamf / sms, fill_rate / sms)
+    nominal = _raw_time(bm, bn, bk, 1, sms, mamf / sms, fill_rate / sms, persistent)
     scale = nominal / (2 * bm * bn * bk / mamf)     # >= 1: losses the model sees at the best shape
-    return _raw_time(m, n, k, batch, sms, mamf * scale / sms, fill_rate * scale / sms)
+    t = _raw_time(m, n, k, batch, sms, mamf * scale / sms, fill_rate * scale / sms, persistent)
+    # the MAMF is the best any shape reached: no shape runs faster
+    return max(t, 2 * m * n * k * batch / mamf)
 
 
 def gemm_bytes(m: float, n: float, k: float, dtype: str, batch: float = 1, out_bytes: int = 2) -> float:

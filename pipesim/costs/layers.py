@@ -19,6 +19,14 @@ from pipesim.scenario import Scenario
 
 MASK_BYTES = 1   # dropout masks are stored as bytes (Korthikanti et al. 2022, Sec. 4.1)
 FP32 = 4
+# Vocab-parallel cross-entropy as Megatron-LM runs it, pass by pass over the V/t logits of each
+# token (megatron/core/tensor_parallel/cross_entropy.py, called on logits.float() by
+# GPTModel.compute_language_model_loss), bytes per logit. Forward: cast to fp32 (2 read + 4
+# written), row max (4), subtract the max (4 + 4), exp in place (4 + 4), row sum (4), divide
+# in place to keep the softmax (4 + 4) = 38. Backward: scale the saved softmax by the loss
+# gradient in place (4 + 4), cast the fp32 gradient back to 16 bits (4 + 2) = 14.
+CE_FWD_BYTES = 38
+CE_BWD_BYTES = 14
 
 
 @dataclass(frozen=True)
@@ -268,7 +276,7 @@ def head_ops(s: Scenario) -> list[Op]:
     logits = T * sh.v / tp.size
     loss_comm = (Comm("all_reduce", 2 * T * FP32, "tp", tp.size),) if tp.size > 1 else ()
     ce = dict(tokens=int(T), vocab=int(sh.v / tp.size))
-    ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * (e + FP32), 2 * logits * FP32,
+    ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * CE_FWD_BYTES, logits * CE_BWD_BYTES,
                   saved_bytes=logits * FP32, comm_fwd=loss_comm,
                   measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
     return ops

@@ -67,7 +67,7 @@ class CostModel:
         if measured is not None:
             seconds, source = measured
         elif self.curve is not None and op.flash:
-            batch_heads, seq, _, causal = op.flash
+            _, seq, _, causal = op.flash
             compute = flops / (attention_tflops(self.curve, seq, causal, phase) * 1e12)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and gemms:
@@ -85,7 +85,7 @@ class CostModel:
         dt = dtype if dtype in c["mamf_tflops"] else "bf16"
         shape = c["best_shape"].get(dt) or c["best_shape"]["bf16"]
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
-                                    c["mamf_tflops"]["fp16"] * 1e12, tuple(shape))
+                                    c["mamf_tflops"]["fp16"] * 1e12, tuple(shape), c["persistent"])
         return max(compute, gemm_bytes(m, n, k, dt, batch) / self._mem_rate)
 
     def with_launch(self, kernel_seconds: float, op: Op, phase: str) -> float:

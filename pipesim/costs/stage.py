@@ -144,6 +144,20 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, f
     return t, checkpoint, saved_all
 
 
+def costed_layer_ops(s: Scenario) -> list[Op]:
+    """The ops of one layer as they run: under FP8, plus the cast op of every FP8 GEMM."""
+    layer = layer_ops(s)
+    tr = s.training
+    if tr.precision != "fp8":
+        return layer
+    if tr.fp8_recipe == "mxfp8" and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
+        from pipesim.errors import ScenarioError
+        raise ScenarioError(f"{s.source}: training.fp8_recipe: mxfp8 needs Blackwell tensor cores "
+                            f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
+                            f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
+    return layer + cast_ops(layer, tr.fp8_recipe)
+
+
 def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     """Costs of every model stage (pipeline * virtual_stages of them), per micro-batch."""
     if s.model.arch != "transformer":
@@ -151,18 +165,15 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
+<<<<<<< HEAD
     # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
     from pipesim.calibrate_host import action_seconds
     host_action = action_seconds(cm.profile)
     layer = layer_ops(s)
+=======
+    layer = costed_layer_ops(s)
+>>>>>>> main
     tr = s.training
-    if tr.precision == "fp8":
-        if tr.fp8_recipe == "mxfp8" and (cm.curve is None or s.system.gpu.kernel_curve not in BLACKWELL_CURVES):
-            from pipesim.errors import ScenarioError
-            raise ScenarioError(f"{s.source}: training.fp8_recipe: mxfp8 needs Blackwell tensor cores "
-                                f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
-                                f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
-        layer = layer + cast_ops(layer, tr.fp8_recipe)
     emb, head = embedding_ops(s), head_ops(s)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
     sh = shapes_of(s)
@@ -188,6 +199,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         acc.add(s, cm, extras, 1)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         static = static_memory(params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
+        if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
+            static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
         if fp8_params:
             # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
@@ -199,7 +212,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             o.flops_fwd + o.flops_bwd for o in extras)
         local_params = params / (s.parallel.data if tr.zero_stage >= 1 else 1)
         opt_step = cm.memory_time(local_params * ADAM_BYTES_PER_PARAM)
-        elem = 4 if tr.precision in ("fp32", "tf32") else 2
+        elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)       # gradient bytes per parameter
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         out.append(StageCosts(
             stage=k, layers=n_layers, has_embedding=first, has_head=last,
@@ -221,6 +234,11 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras),
             step_ops=steps))
     return out
+
+
+def elem_of(tr) -> int:
+    """Bytes of a 16/32-bit weight or gradient element (FP8 training keeps BF16 weights)."""
+    return 4 if tr.precision in ("fp32", "tf32") else 2
 
 
 def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_params: float,
