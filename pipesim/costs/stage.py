@@ -165,14 +165,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
-<<<<<<< HEAD
     # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
     from pipesim.calibrate_host import action_seconds
     host_action = action_seconds(cm.profile)
-    layer = layer_ops(s)
-=======
     layer = costed_layer_ops(s)
->>>>>>> main
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
