@@ -25,7 +25,7 @@ from pipesim.emulator.recorder import Status
 from pipesim.errors import PipesimError
 
 POLL_S = 0.05
-STARTUP_S = 120.0      # a rank that has not even written its first status (imports) gets this long
+STARTUP_S = 120.0      # a rank still starting (imports) or calibrating gets this long
 # After a failure, how long the others get to exit by themselves after SIGTERM (a rank whose main
 # thread is inside a gloo wait cannot run its handler, and gets SIGKILL); its recorder writes per
 # step, so little is lost.
@@ -232,7 +232,8 @@ def launch(cfg: dict, nproc: int, timeout: float = 60.0, run_dir: str | None = N
                 break
             st = _status(run_dir, nproc)
             seqs = [s.get("seq") if s else None for s in st]
-            starting = any(x is None or x.get("action") == "INIT" for x in st)
+            # start-up and the in-rank calibration (seconds without a status update) get STARTUP_S
+            starting = any(x is None or str(x.get("action")).startswith(("INIT", "CALIBRATE")) for x in st)
             limit = max(timeout, STARTUP_S) if starting else timeout
             if seqs != last_seq:
                 last_seq, last_change = seqs, time.monotonic()
