@@ -59,10 +59,10 @@ _B200 = dict(name="B200", peak_tflops_fp16=2250, peak_tflops_bf16=2250, peak_tfl
 # the rack (50 GB/s).
 _GB200 = dict(_B200, name="GB200", peak_tflops_fp16=2500, peak_tflops_bf16=2500, peak_tflops_tf32=1250,
               peak_tflops_fp8=5000, memory_GiB=186 * 1e9 / 2**30, kernel_curve="gb200")
-# NVIDIA GB300 NVL72 datasheet (2025): Blackwell Ultra, FP8 dense 5 PF, BF16 dense 2.5 PF, FP32 75
-# TF per GPU (360 PF FP8 sparse rack / 72 / 2 ... same as GB200 above FP4), HBM3e 8 TB/s, 20 TB per
-# 72 GPUs (288 GB); NVLink 5 domain of 72; ConnectX-8 SuperNIC 800 Gb/s per GPU (100 GB/s).
-# 160 SMs (NVIDIA technical blog "Inside NVIDIA Blackwell Ultra", 2025).
+# NVIDIA GB300 NVL72 datasheet (2025): Blackwell Ultra keeps GB200's dense FP8 (5 PF) and BF16
+# (2.5 PF) per GPU (its gains are in FP4), FP32 75 TF; HBM3e 8 TB/s, 20 TB per 72 GPUs (288 GB);
+# one NVLink 5 domain of 72; ConnectX-8 SuperNIC 800 Gb/s per GPU (100 GB/s). 160 SMs (NVIDIA
+# technical blog "Inside NVIDIA Blackwell Ultra", 2025).
 _GB300 = dict(_GB200, name="GB300", peak_tflops_fp32=75, vector_tflops_fp32=75, memory_GiB=288 * 1e9 / 2**30,
               kernel_curve="gb300", sms=160)
 _PCIE3 = dict(bandwidth_GBps=15.75, latency_us=5.0, efficiency=_LINK_EFF)
