@@ -40,10 +40,11 @@ def measure_action(executor, reps: int = ACTION_REPS) -> float:
 
 
 def message_sizes(s) -> list[int]:
-    """Ping-pong sizes: small (latency), the stage-to-stage activation and 4x it (bandwidth)."""
+    """Ping-pong sizes: small (latency), the stage-to-stage activation, 4x it and 4 MiB (so
+    that the bandwidth term is resolved for small models too)."""
     elem = 4 if s.training.precision == "fp32" else 2
     act = s.model.seq_length * s.training.micro_batch_size * s.model.hidden_size * elem
-    return sorted({4096, act, 4 * act})
+    return sorted({4096, act, 4 * act, 4 * 2**20})
 
 
 def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET_S, executor=None,
