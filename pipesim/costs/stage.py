@@ -168,6 +168,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
+    # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
+    from pipesim.calibrate_host import action_seconds
+    host_action = action_seconds(cm.profile)
     layer = costed_layer_ops(s)
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
@@ -212,10 +215,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         out.append(StageCosts(
             stage=k, layers=n_layers, has_embedding=first, has_head=last,
-            forward=acc.fwd + acc.tp_fwd,
-            backward=acc.bwd + acc.tp_bwd + recompute,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute,
-            weight_grad=acc.wgrad,
+            forward=acc.fwd + acc.tp_fwd + host_action,
+            backward=acc.bwd + acc.tp_bwd + recompute + host_action,
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + host_action,
+            weight_grad=acc.wgrad + host_action,
             recompute=recompute,
             tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,
             tp_bytes_fwd=acc.tp_bytes_fwd, tp_bytes_bwd=acc.tp_bytes_bwd,
