@@ -51,6 +51,12 @@ class StageCosts:
     flops: float              # model FLOPs per micro-batch on this GPU (fwd + bwd, no recompute)
     sources: dict = field(default_factory=dict)   # cost source -> seconds attributed
     param_tensors: int = 0    # parameter tensors held (ZeRO-3 gathers them one collective each)
+    ep_comm_fwd: float = 0.0  # MoE all-to-all (dispatch + combine) seconds inside F (pipesim/costs/moe.py)
+    ep_comm_bwd: float = 0.0  # ... inside B (and I)
+    ep_bytes_fwd: float = 0.0
+    ep_bytes_bwd: float = 0.0
+    moe_layers: int = 0
+    expert_params: float = 0.0   # of `params`: routed-expert parameters (sharded by EP·ETP)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources")}
@@ -138,6 +144,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     emb, head = embedding_ops(s), head_ops(s)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
     sh = shapes_of(s)
+    moe = moe_stage_parts(s, cm, sh) if s.model.is_moe else None
     tr = s.training
     n_stages = s.num_model_stages
     bits = tr.activation_compression_bits
@@ -153,26 +160,50 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     else:
         q_time = dq_time = 0.0
     out = []
-    for k, n_layers in enumerate(s.layers_per_stage()):
+    first_layer = 0
+    for k, stage_layers in enumerate(s.layers_per_stage()):
         first, last = k == 0, k == n_stages - 1
+        n_layers, n_moe = stage_layers, 0
+        if moe is not None:
+            from pipesim.costs.moe import layer_split
+            n_layers, n_moe = layer_split(s, first_layer, stage_layers)
+        first_layer += stage_layers
         acc = _Acc()
         acc.add(s, cm, layer, n_layers)
         extras = (emb if first else []) + (head if last else [])
         acc.add(s, cm, extras, 1)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
-        static = static_memory(params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
         activation = n_layers * rc_saved + sum(o.saved_bytes for o in extras)
         recompute = n_layers * rc_time
         flops = n_layers * sum(o.flops_fwd + o.flops_bwd for o in layer) + sum(
             o.flops_fwd + o.flops_bwd for o in extras)
-        local_params = params / (s.parallel.data if tr.zero_stage >= 1 else 1)
+        ep = _MoEStage()
+        if n_moe:
+            acc.add(s, cm, moe.ops, n_moe)
+            params += n_moe * sum(o.params for o in moe.ops)
+            activation += n_moe * moe.saved
+            recompute += n_moe * moe.recompute
+            flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)
+            ep = _MoEStage(n_moe * moe.a2a.fwd, n_moe * moe.a2a.bwd, n_moe * moe.a2a.bytes_fwd,
+                           n_moe * moe.a2a.bytes_bwd, n_moe * moe.expert_params)
+            rc_working = max(rc_working, moe.working)
+        dense_params = params - ep.params
+        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
+        local_params = dense_params / (s.parallel.data if tr.zero_stage >= 1 else 1)
+        if ep.params:
+            from pipesim.costs.moe_parallel import expert_data_size
+            edp = expert_data_size(s)
+            static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp))
+            local_params += ep.params / (edp if tr.zero_stage >= 1 else 1)
         opt_step = cm.memory_time(local_params * ADAM_BYTES_PER_PARAM)
         elem = 4 if tr.precision == "fp32" else 2
+        grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
+        n_layers += n_moe
         out.append(StageCosts(
             stage=k, layers=n_layers, has_embedding=first, has_head=last,
-            forward=acc.fwd + acc.tp_fwd,
-            backward=acc.bwd + acc.tp_bwd + recompute,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute,
+            forward=acc.fwd + acc.tp_fwd + ep.fwd,
+            backward=acc.bwd + acc.tp_bwd + recompute + ep.bwd,
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd,
             weight_grad=acc.wgrad,
             recompute=recompute,
             tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,
@@ -180,10 +211,28 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             send_bytes=0.0 if last else send_bytes,
             grad_send_bytes=0.0 if first else elems * sh.e,
             quantize=0.0 if last else q_time, dequantize=0.0 if first else dq_time,
-            params=params, static=static, grad_bytes=params * elem,
+            params=params, static=static, grad_bytes=grad_bytes,
             activation_bytes=activation,
             recompute_working_bytes=rc_working if n_layers else 0.0,
             optimizer_step=opt_step, flops=flops,
             sources=acc.sources,
-            param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras)))
+            param_tensors=(n_layers - n_moe) * sum(o.param_tensors for o in layer)
+            + n_moe * sum(o.param_tensors for o in (moe.ops if moe else ())) + sum(o.param_tensors for o in extras),
+            ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
+            moe_layers=n_moe, expert_params=ep.params))
     return out
+
+
+@dataclass(frozen=True)
+class _MoEStage:
+    fwd: float = 0.0
+    bwd: float = 0.0
+    bytes_fwd: float = 0.0
+    bytes_bwd: float = 0.0
+    params: float = 0.0
+
+
+def moe_stage_parts(s: Scenario, cm: CostModel, sh):
+    """One MoE layer's ops, all-to-all, recompute and expert parameters (pipesim/costs/moe.py)."""
+    from pipesim.costs.moe import MoELayerCosts
+    return MoELayerCosts.build(s, cm, sh, layer_recompute)
