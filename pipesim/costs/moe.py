@@ -125,7 +125,7 @@ def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int
     per = dict(m=int(rows / groups), k=int(k), n=int(n), dtype=dtype)
     return Op(name, "matmul", flops, 2 * flops, a + w + b + c, c + 2 * a + 2 * (w + b),
               saved_bytes=saved_input, params=groups * (k * n + (n if bias else 0)), dgrad_fraction=0.5,
-              param_tensors=groups * (2 if bias else 1),
+              param_tensors=2 if bias else 1,      # one grouped weight (and bias) tensor
               measure_fwd=(("gemm", per),) * groups,
               measure_bwd=(("gemm", dict(m=per["m"], k=per["n"], n=per["k"], dtype=dtype)),
                            ("gemm", dict(m=per["k"], k=per["m"], n=per["n"], dtype=dtype))) * groups)

@@ -79,7 +79,8 @@ CNNS = {
     "amoebanet-d": dict(arch="cnn", cnn="amoebanet-d"),
 }
 
-_MOE = dict(_LLAMA, seq_length=4096)
+# No dropout: every config below has attention_dropout 0.0 and no hidden dropout.
+_MOE = dict(_LLAMA, seq_length=4096, dropout=False)
 
 # Mixture-of-experts models (pipesim/costs/moe.py, docs/MOE.md). Shapes from each released
 # Hugging Face config.json; seq_length 4096 is the pre-training context of DeepSeek-V3 (arXiv

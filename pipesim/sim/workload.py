@@ -54,11 +54,14 @@ class Step:
 
 class Cost:
     """What a (stage, kind) costs on one rank: seconds, bytes, memory deltas, route."""
-    __slots__ = ("dur", "tp", "nbytes", "extra", "mem0", "mem1", "port", "buf_alloc", "buf_free")
+    __slots__ = ("dur", "tp", "nbytes", "extra", "mem0", "mem1", "port", "buf_alloc", "buf_free", "a2a",
+                 "a2a_exposed")
 
-    def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port=""):
+    def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port="", a2a=0.0):
         self.dur = dur          # compute seconds (after the speed factor) or wire seconds of a send
         self.tp = tp            # blocking TP communication inside `dur`
+        self.a2a = a2a          # MoE all-to-all inside `dur` (pipesim/sim/a2a_overlap.py)
+        self.a2a_exposed = a2a  # ... of it on the critical path (all of it unless overlapped)
         self.nbytes = nbytes    # bytes sent (SEND) or received (RECV)
         self.extra = extra      # quantize seconds before a SEND / dequantize after a RECV
         self.mem0 = mem0        # (category, delta) when a compute op starts
@@ -274,14 +277,17 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             rcw = c.recompute_working_bytes if rc_on else 0.0
             keep = (lambda *xs: tuple(x for x in xs if x[1]))
             rc0 = keep(("recompute", rcw)) if not explicit_r else ()
-            # TP time is communication: not scaled by the GPU's speed
-            table[st * NKINDS + 0] = Cost((c.forward - c.tp_comm_fwd) / speed + c.tp_comm_fwd, c.tp_comm_fwd,
-                                          mem0=keep(("activations", act)))
-            table[st * NKINDS + 1] = Cost((c.backward - c.tp_comm_bwd) / speed + c.tp_comm_bwd - rc, c.tp_comm_bwd,
-                                          mem0=rc0, mem1=keep(("activations", -act), ("recompute", -rcw)))
-            table[st * NKINDS + 2] = Cost((c.input_grad - c.tp_comm_bwd) / speed + c.tp_comm_bwd - rc,
+            # TP and EP (all-to-all) time is communication: not scaled by the GPU's speed
+            cf, cb = c.tp_comm_fwd + c.ep_comm_fwd, c.tp_comm_bwd + c.ep_comm_bwd
+            table[st * NKINDS + 0] = Cost((c.forward - cf) / speed + cf, c.tp_comm_fwd,
+                                          mem0=keep(("activations", act)), a2a=c.ep_comm_fwd)
+            table[st * NKINDS + 1] = Cost((c.backward - cb) / speed + cb - rc, c.tp_comm_bwd,
+                                          mem0=rc0, mem1=keep(("activations", -act), ("recompute", -rcw)),
+                                          a2a=c.ep_comm_bwd)
+            table[st * NKINDS + 2] = Cost((c.input_grad - cb) / speed + cb - rc,
                                           c.tp_comm_bwd, mem0=rc0,
-                                          mem1=keep(("activations", -(act - act * wf)), ("recompute", -rcw)))
+                                          mem1=keep(("activations", -(act - act * wf)), ("recompute", -rcw)),
+                                          a2a=c.ep_comm_bwd)
             table[st * NKINDS + 3] = Cost(c.weight_grad / speed, mem1=keep(("activations", -act * wf)))
             table[st * NKINDS + 4] = Cost(c.recompute / speed, mem0=keep(("recompute", rcw)))
             if st + 1 < len(costs):
@@ -313,10 +319,14 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             speed = rep_speed if rep_speed is not None else speed_of(s, members)
             key = (pp, speed)
             if key not in cache:
-                cache[key] = cost_table(pp, speed)
+                cache[key] = (steps[pp], cost_table(pp, speed))
+                if tr.moe_a2a_overlap:
+                    from pipesim.sim.a2a_overlap import pair_row
+                    cache[key] = pair_row(*cache[key])
+            row, table = cache[key]
             gid = len(gangs)
             gang_at[(dp, pp)] = gid
-            gangs.append(Gang(gid, pp, dp, members, speed, steps[pp], cache[key], static,
+            gangs.append(Gang(gid, pp, dp, members, speed, row, table, static,
                               sum(costs[k].optimizer_step for k in chunks) / speed))
     return Workload(
         scenario=s, plan=plan, steps=steps, mode=mode, gangs=gangs, gang_at=gang_at, p2p=p2p, dp_group=dp_group,
