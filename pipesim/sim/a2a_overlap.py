@@ -13,10 +13,13 @@ all-to-all is T_pair - (C_F + C_B).
 Pairing is a rewrite of a rank's lowered plan: an F followed by a B or I of another micro-batch,
 with only sends/receives between them, becomes one step "FB"; the receives between them move
 before it, the sends after it (both micro-batches' inputs must be there before the fused step
-starts, as in Megatron's combined step). Pairing F-then-B only (never B-then-F) keeps the plan
-deadlock free for 1F1B, interleaved 1F1B and DualPipeV: the gradient a pair waits for never
-depends on the forward it holds back. DualPipeV writes its overlapped pairs exactly this way
-(pipesim/schedules/dualpipe.py).
+starts, as in Megatron's combined step). In 1F1B and interleaved 1F1B the gradient such a pair
+waits for never depends on the forward it holds back, so the plan stays deadlock free. A B
+followed by an F pairs only when no receive lies between them (without pipelining: every step
+of a single stage). DualPipeV writes its overlapped pairs as F then B (pipesim/schedules/dualpipe.py).
+Holding a forward's send back until the paired backward ends lengthens the pipeline's critical
+path: with plain (non-interleaved) 1F1B and several stages the simulated step can get longer,
+which is why Megatron-Core runs the combined 1F1B on interleaved schedules.
 """
 from __future__ import annotations
 
@@ -45,30 +48,51 @@ def _pair_step(f: Step, b: Step, key: int) -> Step:
 
 
 def pair_row(row: tuple, table: list) -> tuple[tuple, list]:
-    """Fuse F->B/I pairs of a rank's lowered plan; returns the new row and its cost table
-    (the original table plus one entry per distinct fused pair of stages)."""
+    """Fuse F->B/I pairs (and B/I->F pairs with no receive between them) of a rank's lowered
+    plan; returns the new row and its cost table (the original table plus one entry per distinct
+    fused pair of stages)."""
     out, table, keys = [], list(table), {}
-    i, n = 0, len(row)
+    n = len(row)
+
+    def next_compute(i: int) -> int:
+        j = i + 1
+        while j < n and not row[j].compute:
+            j += 1
+        return j
+
+    def pairable(i: int) -> int | None:
+        """Index of the step op i fuses with, or None."""
+        a, j = row[i], next_compute(i)
+        if j >= n or row[j].mb == a.mb or table[a.key].a2a + table[row[j].key].a2a <= 0:
+            return None
+        b = row[j]
+        if a.kind == "F" and b.kind in ("B", "I"):
+            return j
+        # B then F: only with no receive between (the fused step then waits on nobody it did not
+        # wait on before, so no cycle can form) and when that F has no B of its own to pair with.
+        if (a.kind in ("B", "I") and b.kind == "F" and not any(x.kind.startswith("RECV") for x in row[i + 1:j])
+                and pairable(j) is None):
+            return j
+        return None
+
+    i = 0
     while i < n:
-        op = row[i]
-        if op.kind == "F":
-            j = i + 1
-            while j < n and not row[j].compute:
-                j += 1
-            if j < n and row[j].kind in ("B", "I") and row[j].mb != op.mb and table[op.key].a2a + table[row[j].key].a2a > 0:
-                b = row[j]
-                mid = row[i + 1:j]
-                pk = (op.key, b.key)
-                if pk not in keys:
-                    keys[pk] = len(table)
-                    table.append(pair_cost(table[op.key], table[b.key]))
-                out += [x for x in mid if x.kind.startswith("RECV")]
-                out.append(_pair_step(op, b, keys[pk]))
-                out += [x for x in mid if not x.kind.startswith("RECV")]
-                i = j + 1
-                continue
-        out.append(op)
-        i += 1
+        j = pairable(i) if row[i].kind in ("F", "B", "I") else None
+        if j is None:
+            out.append(row[i])
+            i += 1
+            continue
+        a, b = row[i], row[j]
+        f, bw = (a, b) if a.kind == "F" else (b, a)
+        pk = (f.key, bw.key)
+        if pk not in keys:
+            keys[pk] = len(table)
+            table.append(pair_cost(table[f.key], table[bw.key]))
+        mid = row[i + 1:j]
+        out += [x for x in mid if x.kind.startswith("RECV")]
+        out.append(_pair_step(f, bw, keys[pk]))
+        out += [x for x in mid if not x.kind.startswith("RECV")]
+        i = j + 1
     return tuple(out), table
 
 
