@@ -202,7 +202,12 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     wire = max(intra / intra_link.bandwidth, inter / inter_link.bandwidth if inter else 0.0)
     one = alpha + lam * wire + etp_s
     sent = 2 * (intra + inter)
-    return A2ACost(2 * one, 2 * one, sent, sent, intra, inter)
+    # The alltoall dispatcher first exchanges the copies per expert (Megatron-Core
+    # MoEAlltoAllTokenDispatcher preprocess: an all-to-all of E/EP counts per peer), a
+    # latency-bound all-to-all in the forward; DeepEP's fused kernel computes its layout inside.
+    counts = (ep - 1) * (inter_link.latency if islands > 1 else intra_link.latency) \
+        if tr.moe_dispatcher == "alltoall" else 0.0
+    return A2ACost(2 * one + counts, 2 * one, sent, sent, intra, inter)
 
 
 def _comb(n: int, k: int) -> float:
