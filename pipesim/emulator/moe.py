@@ -355,35 +355,35 @@ def run(ep: int, pp: int = 1, cfg: TinyMoE = TinyMoE(), out_dir: str | None = No
     return {"loss": loss, "grads": grads, "events": events, "config": asdict(cfg), "ep": ep, "pp": pp}
 
 
-# ---- crosscheck: the same tiny model in the simulator ---------------------------------------
-CPU_SYSTEM = os.path.join(os.path.dirname(__file__), "..", "..", "scenarios", "emulator", "cpu_system.yaml")
+# ---- crosscheck: the same model in the simulator ---------------------------------------------
+def config_of(s) -> TinyMoE:
+    """The emulated model of an MoE scenario; the emulator supports EP folded onto data
+    parallelism (tensor 1, data = expert), GPipe, one micro-batch size."""
+    from pipesim.errors import ScenarioError
+    m, par, tr = s.model, s.parallel, s.training
+    problems = [f"{what} ({got})" for what, got, ok in (
+        ("tensor must be 1", par.tensor, par.tensor == 1), ("data must equal expert", f"{par.data} vs {par.expert}",
+                                                            par.data == par.expert),
+        ("schedule must be gpipe", tr.schedule, tr.schedule == "gpipe"),
+        ("virtual_stages must be 1", par.virtual_stages, par.virtual_stages == 1),
+        ("every layer MoE", m.num_moe_layers, m.num_moe_layers == m.num_layers)) if not ok]
+    if problems:
+        raise ScenarioError(f"{s.source}: the MoE emulator runs EP folded onto data with GPipe: " + "; ".join(problems))
+    return TinyMoE(vocab=m.vocab_size, hidden=m.hidden_size, heads=m.num_attention_heads, layers=m.num_layers,
+                   experts=m.num_experts, top_k=m.moe_top_k, ffn=m.moe_ffn, seq=m.seq_length,
+                   micro_batch=tr.micro_batch_size, microbatches=s.num_microbatches, dtype="float32")
 
 
-def scenario_of(cfg: TinyMoE, ep: int, pp: int, system: str | None = None) -> dict:
-    """The pipesim scenario of TinyMoE on ep·pp CPU ranks (GPipe; EP folded onto data)."""
-    return {"model": {"name": "tiny-moe", "num_layers": cfg.layers, "hidden_size": cfg.hidden,
-                      "num_attention_heads": cfg.heads, "seq_length": cfg.seq, "vocab_size": cfg.vocab,
-                      "activation": "swiglu", "norm": "rmsnorm", "position": "learned", "tied_embeddings": False,
-                      "bias": False, "dropout": False, "num_experts": cfg.experts, "moe_top_k": cfg.top_k,
-                      "moe_ffn_hidden_size": cfg.ffn, "ffn_hidden_size": cfg.ffn},
-            "system": {"preset": os.path.abspath(system or CPU_SYSTEM), "gpus_per_node": ep * pp},
-            "parallel": {"tensor": 1, "pipeline": pp, "data": ep, "expert": ep},
-            "training": {"micro_batch_size": cfg.micro_batch, "global_batch_size": cfg.micro_batch * cfg.microbatches * ep,
-                         "schedule": "gpipe", "precision": "fp32", "attention": "flash", "moe_routing": "balanced",
-                         "moe_dispatcher": "alltoall"}}
-
-
-def crosscheck(ep: int, pp: int = 1, cfg: TinyMoE | None = None, system: str | None = None) -> dict:
-    """Emulate (float32) and simulate the tiny MoE model; per action mean seconds, measured vs
+def crosscheck_scenario(s) -> dict:
+    """Emulate (float32) and simulate an MoE scenario; per action mean seconds, measured vs
     simulated: F and B per stage, one all-to-all (dispatch or combine), the step."""
     from statistics import mean
 
-    from pipesim import load_scenario
     from pipesim.costs import stage_costs
     from pipesim.sim import simulate
-    cfg = cfg or TinyMoE(dtype="float32")
+    cfg = config_of(s)
+    ep, pp = s.parallel.expert, s.parallel.pipeline
     measured = run(ep, pp, cfg)["events"]
-    s = load_scenario(scenario_of(cfg, ep, pp, system))
     costs = stage_costs(s)
     sim = simulate(s, trace=False).to_dict()
     rows = []
@@ -394,8 +394,9 @@ def crosscheck(ep: int, pp: int = 1, cfg: TinyMoE | None = None, system: str | N
             rows.append({"action": f"{kind} stage {k}", "measured_s": mean(got), "simulated_s": sec})
         a2a = [e["end"] - e["start"] for e in measured if e["kind"] == "A2A" and e["rank"] in ranks
                and e["label"].startswith(("dispatch", "combine")) and not e["label"].endswith("_bwd")]
-        one = costs[k].ep_comm_fwd / max(1, 2 * costs[k].moe_layers)
-        rows.append({"action": f"A2A stage {k}", "measured_s": mean(a2a), "simulated_s": one})
+        if ep > 1:
+            one = costs[k].ep_comm_bwd / max(1, 2 * costs[k].moe_layers)    # one dispatch or combine
+            rows.append({"action": f"A2A stage {k}", "measured_s": mean(a2a), "simulated_s": one})
     step = max(e["end"] - e["start"] for e in measured if e["kind"] == "STEP")
     rows.append({"action": "step", "measured_s": step, "simulated_s": sim["step_time_s"]})
     for r in rows:
