@@ -236,6 +236,7 @@ class MoELayerCosts:
     a2a: A2ACost
     expert_params: float      # routed-expert parameters per GPU
     grad_ratio: float         # expert-gradient bytes -> equivalent data-parallel bytes
+    gather_ratio: float       # expert-weight all-gather bytes (ZeRO) -> equivalent data-parallel bytes
 
     @classmethod
     def build(cls, s: Scenario, cm, sh: Shapes, layer_recompute) -> "MoELayerCosts":
@@ -245,19 +246,27 @@ class MoELayerCosts:
         a2a = a2a_costs(s, sh)
         if s.training.recompute == "full":       # the recomputed forward dispatches again
             rc_time += a2a.fwd
-        return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s))
+        return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s),
+                   edp_ratio(s, "all_gather", "ring"))      # ZeRO-3 gathers are rings (engine.py)
+
+
+def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:
+    """Expert weights and gradients are gathered / reduced over the expert-data-parallel group
+    (EDP = t·d / (EP·ETP)), dense ones over data parallelism. The engine runs one stream of
+    such collectives over the DP group, so expert bytes enter it scaled by t_EDP / t_DP of one
+    gradient bucket (same α-β formulas and algorithm as the engine uses for that collective);
+    0 when EDP is 1 (nothing to exchange)."""
+    from pipesim.costs.topology import placement
+    from pipesim.costs.moe_parallel import expert_data_size
+    if expert_data_size(s) <= 1:
+        return 0.0
+    bucket = s.training.grad_bucket_MB * 1e6
+    algorithm = algorithm or s.parallel.collective
+    dense = collective_time(kind, bucket, placement(s, "dp"), algorithm)
+    if dense <= 0:
+        return 1.0
+    return collective_time(kind, bucket, expert_placement(s, "edp"), algorithm) / dense
 
 
 def grad_ratio(s: Scenario) -> float:
-    """Expert gradients are reduced over the expert-data-parallel group (EDP = t·d / (EP·ETP)),
-    dense ones over data parallelism. The engine reduces one stream of buckets over the DP group,
-    so expert bytes enter it scaled by t_EDP / t_DP for one bucket (same α-β formulas)."""
-    from pipesim.costs.topology import placement
-    from pipesim.costs.moe_parallel import expert_data_size
-    tr = s.training
-    kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
-    bucket = tr.grad_bucket_MB * 1e6
-    dense = collective_time(kind, bucket, placement(s, "dp"), s.parallel.collective)
-    if dense <= 0 or expert_data_size(s) <= 1:
-        return 0.0 if expert_data_size(s) <= 1 else 1.0
-    return collective_time(kind, bucket, expert_placement(s, "edp"), s.parallel.collective) / dense
+    return edp_ratio(s, "reduce_scatter" if s.training.zero_stage >= 1 else "all_reduce")

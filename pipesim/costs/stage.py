@@ -57,6 +57,8 @@ class StageCosts:
     ep_bytes_bwd: float = 0.0
     moe_layers: int = 0
     expert_params: float = 0.0   # of `params`: routed-expert parameters (sharded by EP·ETP)
+    gather_params: float | None = None   # data-parallel-equivalent parameters of ZeRO weight
+                                         # all-gathers (experts gather over EDP); None = params
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources")}
@@ -219,7 +221,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             param_tensors=(n_layers - n_moe) * sum(o.param_tensors for o in layer)
             + n_moe * sum(o.param_tensors for o in (moe.ops if moe else ())) + sum(o.param_tensors for o in extras),
             ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
-            moe_layers=n_moe, expert_params=ep.params))
+            moe_layers=n_moe, expert_params=ep.params,
+            gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None))
     return out
 
 

@@ -332,7 +332,8 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         scenario=s, plan=plan, steps=steps, mode=mode, gangs=gangs, gang_at=gang_at, p2p=p2p, dp_group=dp_group,
         dp_size=len(dps), stage_costs=costs, buckets=buckets, grad_kind=grad_kind,
         zero_stage=tr.zero_stage, overlap_grad_reduce=tr.overlap_grad_reduce,
-        weights_full={c.stage: c.params * elem for c in costs},
+        weights_full={c.stage: (c.params if getattr(c, "gather_params", None) is None else c.gather_params) * elem
+                      for c in costs},
         gather_tensors={c.stage: max(1, c.param_tensors) for c in costs},
         gather_layers={c.stage: max(1, c.layers) for c in costs},
         act_bytes={c.stage: c.activation_bytes for c in costs},
