@@ -181,3 +181,30 @@ def test_pair_cost_formula():
     c = pair_cost(f, b)
     assert c.dur == 6.0 and c.a2a_exposed == pytest.approx(6.0 - 1.0)
     assert math.isclose(pair_cost(Cost(2.0), Cost(3.0)).dur, 5.0)
+
+
+def test_ep_stays_inside_a_larger_nvlink_island():
+    """EP 16 over two 8-GPU nodes crosses the network; in one 16-GPU island it does not."""
+    kw = dict(parallel={"expert": 16, "tensor": 1, "data": 16},
+              model={"preset": "llama2-7b", "num_layers": 4, "num_experts": 16, "moe_top_k": 2, "seq_length": 1024})
+    two = a2a_costs(*_s_sh(moe(nodes=2, **kw)))
+    s = load_scenario({"model": kw["model"], "system": {"preset": "dgx-h100", "gpus_per_node": 16},
+                       "parallel": {**kw["parallel"], "sequence_parallel": True},
+                       "training": {"global_batch_size": 64, "attention": "flash"}})
+    one = a2a_costs(s, shapes_of(s))
+    assert two.inter_bytes > 0 and one.inter_bytes == 0 and one.fwd < two.fwd
+
+
+def test_moezoo_cases_convert_and_flag_context_parallelism():
+    from pipesim.whatif.validation_moe import (embedding_aware_split, load_moe_cases, moe_case_scenario,
+                                               run_moe_suite)
+    cases = {c["id"]: c for c in load_moe_cases()}
+    assert len(cases) == 9
+    sc = moe_case_scenario(cases["moezoo-qwen3-235b-deepep-ep32-pp8-a2a-overlap"])
+    assert sc["parallel"]["expert"] == 32 and sc["training"]["moe_a2a_overlap"] is True
+    assert sum(sc["parallel"]["layers_per_stage"]) == 94 and len(sc["parallel"]["layers_per_stage"]) == 32
+    assert embedding_aware_split(94, 96)[0] == 0 and embedding_aware_split(94, 96)[-1] == 0
+    results = run_moe_suite(evaluator=lambda s, mode: {"step_time_s": 10.0})
+    by = {r.id: r for r in results}
+    assert "context parallelism" in by["moezoo-qwen3-235b-longseq-32k"].note
+    assert by["moezoo-qwen3-235b-deepep-ep32-pp8"].error_pct == pytest.approx(100 * (10 / 19.7 - 1))
