@@ -180,6 +180,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         flops = n_layers * sum(o.flops_fwd + o.flops_bwd for o in layer) + sum(
             o.flops_fwd + o.flops_bwd for o in extras)
         ep = _MoEStage()
+        working = rc_working
         if n_moe:
             acc.add(s, cm, moe.ops, n_moe)
             params += n_moe * sum(o.params for o in moe.ops)
@@ -188,7 +189,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)
             ep = _MoEStage(n_moe * moe.a2a.fwd, n_moe * moe.a2a.bwd, n_moe * moe.a2a.bytes_fwd,
                            n_moe * moe.a2a.bytes_bwd, n_moe * moe.expert_params)
-            rc_working = max(rc_working, moe.working)
+            working = max(working, moe.working)
         dense_params = params - ep.params
         static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
         local_params = dense_params / (s.parallel.data if tr.zero_stage >= 1 else 1)
@@ -215,7 +216,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             quantize=0.0 if last else q_time, dequantize=0.0 if first else dq_time,
             params=params, static=static, grad_bytes=grad_bytes,
             activation_bytes=activation,
-            recompute_working_bytes=rc_working if n_layers else 0.0,
+            recompute_working_bytes=working if n_layers else 0.0,
             optimizer_step=opt_step, flops=flops,
             sources=acc.sources,
             param_tensors=(n_layers - n_moe) * sum(o.param_tensors for o in layer)
