@@ -171,16 +171,18 @@ def test_a2a_overlap_plain_1f1b_pipeline_runs():
 
 
 def test_pair_cost_formula():
+    """Four slots: max(F_att, B_com) + max(F_dis, B_moe) + max(F_moe, B_dis) + max(F_com, B_att)."""
     from pipesim.sim.a2a_overlap import pair_cost
     from pipesim.sim.workload import Cost
-    f, b = Cost(3.0, a2a=1.0), Cost(5.0, a2a=2.0)
+    f = Cost(3.0, a2a=1.0, moe_block=1.2)           # F: attention 0.8, MoE 1.2, dispatch = combine 0.5
+    b = Cost(5.0, a2a=1.0, moe_block=2.5)           # B: attention 1.5, MoE 2.5, 0.5 + 0.5
     c = pair_cost(f, b)
-    assert c.dur == max(2 + 3, 1 + 2, 3, 5) == 5.0
-    assert c.a2a_exposed == 0.0
-    f, b = Cost(3.0, a2a=2.5), Cost(4.0, a2a=3.5)          # communication bound
+    assert c.dur == pytest.approx(max(0.8, 0.5) + max(0.5, 2.5) + max(1.2, 0.5) + max(0.5, 1.5))
+    assert c.a2a_exposed == pytest.approx(0.0)
+    f, b = Cost(3.0, a2a=2.0, moe_block=0.6), Cost(4.0, a2a=2.0, moe_block=1.0)   # transfer bound
     c = pair_cost(f, b)
-    assert c.dur == 6.0 and c.a2a_exposed == pytest.approx(6.0 - 1.0)
-    assert math.isclose(pair_cost(Cost(2.0), Cost(3.0)).dur, 5.0)
+    assert c.dur == pytest.approx(1.0 + 1.0 + 1.0 + 1.0) and c.a2a_exposed == pytest.approx(4.0 - 3.0)
+    assert math.isclose(pair_cost(Cost(2.0), Cost(3.0)).dur, 5.0)      # nothing to hide: the sum
 
 
 def test_ep_stays_inside_a_larger_nvlink_island():

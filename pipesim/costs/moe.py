@@ -237,6 +237,8 @@ class MoELayerCosts:
     expert_params: float      # routed-expert parameters per GPU
     grad_ratio: float         # expert-gradient bytes -> equivalent data-parallel bytes
     gather_ratio: float       # expert-weight all-gather bytes (ZeRO) -> equivalent data-parallel bytes
+    block_fwd: float = 0.0    # compute seconds of the MoE block (router .. shared experts), forward
+    block_bwd: float = 0.0    # ... backward
 
     @classmethod
     def build(cls, s: Scenario, cm, sh: Shapes, layer_recompute) -> "MoELayerCosts":
@@ -246,8 +248,10 @@ class MoELayerCosts:
         a2a = a2a_costs(s, sh)
         if s.training.recompute == "full":       # the recomputed forward dispatches again
             rc_time += a2a.fwd
+        block = ops[[o.name for o in ops].index("router"):]
         return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s),
-                   edp_ratio(s, "all_gather", "ring"))      # ZeRO-3 gathers are rings (engine.py)
+                   edp_ratio(s, "all_gather", "ring"),       # ZeRO-3 gathers are rings (engine.py)
+                   sum(cm.time(o, "fwd").seconds for o in block), sum(cm.time(o, "bwd").seconds for o in block))
 
 
 def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:

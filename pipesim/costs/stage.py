@@ -59,6 +59,8 @@ class StageCosts:
     expert_params: float = 0.0   # of `params`: routed-expert parameters (sharded by EP·ETP)
     gather_params: float | None = None   # data-parallel-equivalent parameters of ZeRO weight
                                          # all-gathers (experts gather over EDP); None = params
+    moe_block_fwd: float = 0.0   # compute seconds of the MoE blocks (router .. unpermute) inside F
+    moe_block_bwd: float = 0.0   # ... inside B (the A2A overlap pairs them with attention, a2a_overlap.py)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources")}
@@ -188,7 +190,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             recompute += n_moe * moe.recompute
             flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)
             ep = _MoEStage(n_moe * moe.a2a.fwd, n_moe * moe.a2a.bwd, n_moe * moe.a2a.bytes_fwd,
-                           n_moe * moe.a2a.bytes_bwd, n_moe * moe.expert_params)
+                           n_moe * moe.a2a.bytes_bwd, n_moe * moe.expert_params,
+                           n_moe * moe.block_fwd, n_moe * moe.block_bwd)
             working = max(working, moe.working)
         dense_params = params - ep.params
         static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
@@ -222,7 +225,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             param_tensors=(n_layers - n_moe) * sum(o.param_tensors for o in layer)
             + n_moe * sum(o.param_tensors for o in (moe.ops if moe else ())) + sum(o.param_tensors for o in extras),
             ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
-            moe_layers=n_moe, expert_params=ep.params,
+            moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None))
     return out
 
@@ -234,6 +237,8 @@ class _MoEStage:
     bytes_fwd: float = 0.0
     bytes_bwd: float = 0.0
     params: float = 0.0
+    block_fwd: float = 0.0
+    block_bwd: float = 0.0
 
 
 def moe_stage_parts(s: Scenario, cm: CostModel, sh):

@@ -3,12 +3,15 @@
 Megatron-Core's 1F1B A2A overlap (--overlap-moe-expert-parallel-comm; "combined 1F1B") and
 DeepSeek's DualPipe (DeepSeek-V3 report, arXiv 2412.19437, Sec. 3.2.1, Fig. 4) run the forward of
 one micro-batch together with the backward of another: layer by layer, the dispatch/combine
-all-to-all of one runs on a communication stream while the other computes. For such a pair with
-compute C_F, C_B and all-to-all A_F, A_B (each micro-batch still alternates its own compute and
-communication), two streams give
-    T_pair = max(C_F + C_B, A_F + A_B, C_F + A_F, C_B + A_B)
-(the compute stream, the communication stream, and each micro-batch's own chain); the exposed
-all-to-all is T_pair - (C_F + C_B).
+all-to-all of one runs on a communication stream while the other computes. Each layer's forward
+is attention (F_att) -> dispatch (F_dis) -> MoE block (F_moe) -> combine (F_com), its backward
+combine (B_com) -> MoE block (B_moe) -> dispatch (B_dis) -> attention (B_att); DeepSeek-V3's
+schedule (arXiv 2412.19437, Sec. 3.2.1, Fig. 4; the same pairing in Megatron-Core's combined
+1F1B) overlaps them in four slots, each as long as the longer of its compute and its transfer:
+    T_pair = max(F_att, B_com) + max(F_dis, B_moe) + max(F_moe, B_dis) + max(F_com, B_att)
+Over a pair of chunks the slots are summed over their layers: attention = everything that is not
+an MoE block (dense layers, embedding, head included), dispatch = combine = half the chunk's
+all-to-all. The exposed all-to-all is T_pair - (C_F + C_B).
 
 Pairing is a rewrite of a rank's lowered plan: an F followed by a B or I of another micro-batch,
 with only sends/receives between them, becomes one step "FB"; the receives between them move
@@ -31,7 +34,9 @@ PAIR_KIND = "FB"
 def pair_cost(f: Cost, b: Cost) -> Cost:
     """The fused step's cost: durations as above, memory deltas of both, TP time of both."""
     cf, cb = f.dur - f.a2a, b.dur - b.a2a
-    dur = max(cf + cb, f.a2a + b.a2a, f.dur, b.dur)
+    f_att, b_att = cf - f.moe_block, cb - b.moe_block
+    dur = (max(f_att, b.a2a / 2) + max(f.a2a / 2, b.moe_block) + max(f.moe_block, b.a2a / 2)
+           + max(f.a2a / 2, b_att))
     c = Cost(dur, f.tp + b.tp, mem0=f.mem0 + b.mem0, mem1=f.mem1 + b.mem1)
     c.a2a = f.a2a + b.a2a
     c.a2a_exposed = dur - (cf + cb)
