@@ -47,8 +47,9 @@ def load_factor(s: Scenario, sh: Shapes | None = None) -> float:
     (Blom 1958, "Statistical Estimates and Transformed Beta-Variables", Ch. 6).
     Default c = 0.25: DeepSeek's Loss-Free Balancing paper (Wang et al. 2024, arXiv 2408.15664,
     Table 1) reports MaxVio = max load / mean − 1 ≈ 0.72 for an auxiliary-loss-balanced 64-expert
-    model; a max over 64 experts of 1 + c·z(64) = 1.72 gives c = 0.72 / 2.42 ≈ 0.3; 0.25 is the
-    conservative rounding (see docs/MOE.md; not fitted to any validation case).
+    model; a max over 64 experts of 1 + c·z(64) = 1.72 gives c = 0.72 / 2.34 ≈ 0.3; 0.25 is the
+    conservative rounding (see docs/MOE.md; not fitted to any validation case; the 0.72 is quoted
+    from memory of the paper and should be re-checked against it).
     capacity — each expert keeps at most moe_capacity_factor × its mean load, so a rank's load is
     at most that factor: λ = min(λ_dropless, moe_capacity_factor) (GShard Sec. 2.2 capacity).
     """
