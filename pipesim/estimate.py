@@ -2,9 +2,9 @@
 layer (and the embedding / LM head), with totals over the depth and a model-level summary."""
 from __future__ import annotations
 
-from pipesim.costs.layers import embedding_ops, head_ops, layer_ops
+from pipesim.costs.layers import embedding_ops, head_ops
 from pipesim.costs.ops import Op
-from pipesim.costs.stage import comm_seconds, cost_model_for, stage_costs
+from pipesim.costs.stage import comm_seconds, cost_model_for, costed_layer_ops, stage_costs
 from pipesim.costs.summary import iteration_flops, layer_counts, total_params
 from pipesim.scenario import Scenario
 
@@ -45,7 +45,7 @@ def estimate(s: Scenario) -> dict:
     """Rows per op, per-layer and depth totals, and the model summary (all SI units)."""
     cm = cost_model_for(s)
     # MoE models: the table shows an MoE layer; the depth totals add dense and MoE layers
-    kinds = {moe: [op_row(s, cm, op, "layer") for op in layer_ops(s, moe)] for moe, _ in layer_counts(s)}
+    kinds = {moe: [op_row(s, cm, op, "layer") for op in costed_layer_ops(s, moe)] for moe, _ in layer_counts(s)}
     layer = kinds[s.model.is_moe]
     extras = ([op_row(s, cm, op, "embedding") for op in embedding_ops(s)]
               + [op_row(s, cm, op, "head") for op in head_ops(s)])

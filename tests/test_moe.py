@@ -144,7 +144,7 @@ def test_model_flops_do_not_count_imbalance():
 
 
 @pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 1, 1, 4), ("interleaved", 2, 2, 8), ("interleaved", 4, 2, 8),
-                                            ("dualpipe-v", 4, 2, 8), ("interleaved", 2, 4, 6)])
+                                            ("dualpipe-v", 4, 2, 16), ("interleaved", 2, 4, 6)])
 def test_a2a_overlap_hides_comm_without_deadlock(schedule, p, v, m):
     kw = dict(model={"preset": "llama2-7b", "num_layers": 8, "num_experts": 16, "moe_top_k": 4, "seq_length": 1024},
               nodes=2 * p, parallel={"expert": 16, "tensor": 1, "pipeline": p, "virtual_stages": v})

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from pipesim.costs.collectives import Link, collective_time
-from pipesim.costs.layers import Shapes, matmul, vector
+from pipesim.costs.layers import Shapes, high_precision, matmul, vector
 from pipesim.costs.moe_parallel import expert_placement
 from pipesim.costs.ops import Op
 from pipesim.scenario import Scenario
@@ -89,10 +89,13 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
     ops: list[Op] = []
     # Router: a replicated [h x E] gating GEMM on the local tokens; scores kept in fp32 for the
     # softmax/sigmoid + top-k (Megatron-Core --moe-router-dtype fp32).
+    rdt = high_precision(dtype)                 # the router stays in 16/32-bit under FP8
     ops.append(Op("router", "matmul", 2 * T_loc * sh.h * E, 4 * T_loc * sh.h * E,
                   (T_loc * sh.h + sh.h * E) * e + T_loc * E * FP32, (2 * T_loc * sh.h + 2 * sh.h * E) * e,
                   saved_bytes=T_loc * sh.h * e, params=sh.h * E + (E if m.bias else 0), dgrad_fraction=0.5,
-                  param_tensors=1, measure_fwd=(("gemm", dict(m=int(T_loc), k=sh.h, n=E, dtype=dtype)),)))
+                  param_tensors=1, measure_fwd=(("gemm", dict(m=int(T_loc), k=sh.h, n=E, dtype=rdt)),),
+                  gemms_fwd=((1, T_loc, E, sh.h, rdt),),
+                  gemms_bwd=((1, T_loc, sh.h, E, rdt), (1, sh.h, E, T_loc, rdt))))
     ops.append(Op("router_topk", "vector", 8 * T_loc * E, 4 * T_loc * E, 2 * T_loc * E * FP32,
                   3 * T_loc * E * FP32, saved_bytes=T_loc * k * (FP32 + 8)))
     # permute (local, T_loc·k copies) and the post-dispatch sort by local expert (rows copies):
@@ -124,9 +127,14 @@ def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int
     a, w, c = rows * k * e, groups * k * n * e, rows * n * e
     b = groups * n * e if bias else 0.0
     per = dict(m=int(rows / groups), k=int(k), n=int(n), dtype=dtype)
+    m_e = rows / groups
     return Op(name, "matmul", flops, 2 * flops, a + w + b + c, c + 2 * a + 2 * (w + b),
               saved_bytes=saved_input, params=groups * (k * n + (n if bias else 0)), dgrad_fraction=0.5,
               param_tensors=2 if bias else 1,      # one grouped weight (and bias) tensor
+              # the GEMM curve (pipesim/costs/gemm.py) times `groups` GEMMs of the per-expert shape,
+              # (batch, M, N, K): forward Y = X W, input grad dX = dY W^T, weight grad dW = X^T dY
+              gemms_fwd=((groups, m_e, n, k, dtype),),
+              gemms_bwd=((groups, m_e, k, n, dtype), (groups, k, n, m_e, dtype)),
               measure_fwd=(("gemm", per),) * groups,
               measure_bwd=(("gemm", dict(m=per["m"], k=per["n"], n=per["k"], dtype=dtype)),
                            ("gemm", dict(m=per["k"], k=per["m"], n=per["n"], dtype=dtype))) * groups)
@@ -243,8 +251,8 @@ class MoELayerCosts:
 
     @classmethod
     def build(cls, s: Scenario, cm, sh: Shapes, layer_recompute) -> "MoELayerCosts":
-        from pipesim.costs.layers import layer_ops
-        ops = layer_ops(s, moe=True)
+        from pipesim.costs.stage import costed_layer_ops
+        ops = costed_layer_ops(s, moe=True)
         rc_time, saved, working = layer_recompute(s, cm, ops)
         a2a = a2a_costs(s, sh)
         if s.training.recompute == "full":       # the recomputed forward dispatches again

@@ -22,9 +22,9 @@ def expert_data_size(s: Scenario) -> int:
 
 
 def island_size(s: Scenario) -> int:
-    """GPUs that share one NVLink fabric. A system with an NVLink domain larger than a node
-    (GB200 NVL72) declares `nvlink_domain_gpus`; otherwise the island is the node."""
-    return getattr(s.system, "nvlink_domain_gpus", None) or s.system.gpus_per_node
+    """GPUs that share one NVLink fabric: the node, or `system.nvlink_domain` when the NVLink
+    domain spans several trays (GB200/GB300 NVL72: 72)."""
+    return s.system.island
 
 
 def _stage_rank(s: Scenario, index: int, pp: int = 0) -> int:
