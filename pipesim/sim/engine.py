@@ -25,6 +25,7 @@ from simpy.events import NORMAL
 
 from pipesim.errors import PlanError
 from pipesim.report import RankTimeline
+from pipesim.sim.a2a_overlap import exposed_a2a
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.workload import Workload, collective_seconds
@@ -211,10 +212,12 @@ class Engine:
             yield timeout(sec)
             compute.append((start, env._now, name))
             self.record(gid, "compute", name, -1, -1, start, env._now)
-        # the distributed optimizer's parameter all-gather, unless overlapped with the next
-        # step's forward (Megatron --overlap-param-gather)
-        if w.zero_stage in (1, 2) and self.dp_n > 1 and not w.scenario.training.overlap_param_gather:
-            self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages)))
+        # the distributed optimizer's parameter all-gather; with Megatron's --overlap-param-gather
+        # it runs bucket by bucket under the next step's first forward, so only what outlasts
+        # that forward (the rank's chunks, one micro-batch) is exposed
+        if w.zero_stage in (1, 2) and self.dp_n > 1:
+            hide = g.first_forward_s if w.scenario.training.overlap_param_gather else 0.0
+            self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages), hide))
             yield from self._drain(gid)
         self.put(gid, ("stop",))
         tl.end = env._now
@@ -276,8 +279,10 @@ class Engine:
                 self.record(g.id, "dp", "ZERO_GATHER", st, -1, start, end, nbytes)
                 ev.succeed()
             elif typ == "allgather":
-                nbytes = job[1]
-                sec = collective_seconds(w, "all_gather", nbytes, g.pp)
+                nbytes, hide = job[1], job[2]
+                sec = max(0.0, collective_seconds(w, "all_gather", nbytes, g.pp) - hide)
+                if sec <= 0:
+                    continue
                 start, end = yield from self._collective(g, ("params", g.pp), sec)
                 tl.comm.setdefault("ZERO_ALLGATHER", []).append((start, end))
                 self.record(g.id, "dp", "ZERO_ALLGATHER", -1, -1, start, end, nbytes)
@@ -359,6 +364,7 @@ class Engine:
                 per_row[id(g.table)] = work_of(g.steps, g.table)
             tl.work, tl.tp_s = per_row[id(g.table)]
             tl.work = {k: list(v) for k, v in tl.work.items()}
+            tl.a2a_s = exposed_a2a(g.steps, g.table)
             mem.finish(self.trace)
             tl.peak_memory = mem.peak
             tl.peak_by_category = dict(mem.peak_by)
