@@ -362,8 +362,9 @@ def headline(why: dict, report) -> list[str]:
                      f"({worst[1] / d['step_time_s'] * 100:.1f} % of the step)")
     for i, sug in enumerate(why["suggestions"][:3]):
         lines.append(f"{'suggestion' if i == 0 else '':14s} {sug['title']}: simulated step {sug['step_time_s'] * 1e3:.1f} ms "
-                     f"({sug['speedup']:.2f}x), bubble {_pct(sug['bubble_fraction'])}, peak memory "
-                     f"{sug['peak_memory_bytes'] / 2**30:.2f} of {d['memory_capacity_bytes'] / 2**30:.2f} GiB - {sug['how']}")
+                     f"({sug['speedup']:.2f}x faster), bubble {_pct(sug['bubble_fraction'])}, peak memory "
+                     f"{sug['peak_memory_bytes'] / 2**30:.2f} of {d['memory_capacity_bytes'] / 2**30:.2f} GiB")
+        lines.append(f"{'':14s}   {sug['how']}")
     if not why["suggestions"] and why["suggested"]:
         lines.append("suggestion     none of the candidate changes shortens the step by 2 % or more")
     return lines
