@@ -113,7 +113,12 @@ def load_text(text: str, source: str):
     if len(text) > MAX_BYTES:
         raise ScenarioError(f"{source}: {len(text) / 2**20:.0f} MB is too large for a scenario "
                             f"(at most {MAX_BYTES // 2**20} MB)")
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as exc:          # a control character: position, no mark
+        line = text.count("\n", 0, exc.position) + 1
+        raise ScenarioError(f"{source}: YAML syntax error at line {line}: unacceptable character "
+                            f"#x{exc.character if isinstance(exc.character, int) else ord(exc.character):04x}") from None
     try:
         node = loader.get_single_node()
         if node is None:
