@@ -23,6 +23,22 @@ def add_arguments(p) -> None:
     p.add_argument("--write-scenarios", metavar="DIR", help="also write each case as a scenario YAML")
 
 
+def _counted(evaluator, progress, suites, cases_path):
+    """`evaluator` that advances the progress bar once per case evaluated (display only)."""
+    from pipesim.whatif.validation import SUITES, load_cases
+    names = set(suites or SUITES)
+    total = sum(1 for c in load_cases(cases_path) if c.suite in names)
+    done = [0]
+
+    def evaluate(*a, **kw):
+        try:
+            return evaluator(*a, **kw)
+        finally:
+            done[0] += 1
+            progress(min(done[0], total), max(total, done[0]))
+    return evaluate
+
+
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
     from pipesim.whatif.evaluate import simulate_report
@@ -52,7 +68,10 @@ def run(args) -> int:
         zero3 = functools.partial(zero3_per_tensor_report, alpha=args.zero3_alpha_us * 1e-6)
         plain = evaluator
         evaluator = lambda s, mode: zero3(s, mode) if s.training.zero_stage >= 3 else plain(s, mode)  # noqa: E731
-    results = run_suite(suites or None, evaluator=evaluator, path=args.cases, efficiency=args.efficiency)
+    from pipesim.progress import bar
+    with bar("validating") as progress:
+        results = run_suite(suites or None, evaluator=_counted(evaluator, progress, suites, args.cases),
+                            path=args.cases, efficiency=args.efficiency)
     print(f"engine: {args.engine}; GPU efficiencies: {args.efficiency}\n")
     print(format_results(results))
     if args.plot:
