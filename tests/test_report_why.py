@@ -122,3 +122,13 @@ def test_report_html_renders_in_headless_chromium(tmp_path, capsys):
     assert set(counts) == {"fig-timeline", "fig-memory", "fig-stages", "fig-ranks"}
     assert counts["fig-memory"] == 4 and counts["fig-timeline"] >= 4 and all(counts.values())
     assert bars > 20                          # the ops were drawn, not just the axes
+
+
+def test_sweep_writes_into_the_report_folder(tmp_path, capsys):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("training.micro_batch_size: [2, 4]\n")
+    out = tmp_path / "rep"
+    assert main(["sweep", str(GPT2), "--grid", str(grid), "--jobs", "1", "--no-progress", "--dir", str(out)]) == 0
+    rows = (out / "sweep.csv").read_text().splitlines()
+    assert len(rows) == 3 and "micro_batch_size" in rows[0]
+    assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
