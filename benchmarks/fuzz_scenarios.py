@@ -45,7 +45,8 @@ SET_VALUES = ["1e-9", "1e30", "1.0e+30", "{}", "[]", "x", "", "-3", "0", "100000
               "{preset: {}}", "9" * 5000, "null", "true"]
 KNOWN_SECTIONS = ("model", "system", "parallel", "training", "costs")
 NO_FILES = ["--no-files"]
-NAMED = re.compile(r"(\b(model|system|parallel|training|costs)\b|line \d+|--set|--json|--out)")
+# "FILE: section.key...: what" or "FILE: unknown: unknown section", a line number, or the --set key
+NAMED = re.compile(r": (model|system|parallel|training|costs)\b[^ ]*: |memory_GiB is |: \S+: unknown section|line \d+|--set \S+: ")
 
 
 def seeds() -> list[Path]:

@@ -77,9 +77,9 @@ def read_yaml(path: Path) -> dict:
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read ({exc.strerror})") from None
     if data is None:
-        raise ScenarioError(f"{path}: file is empty; expected sections {', '.join(SECTIONS)}")
+        raise ScenarioError(f"{path}: line 1: the file is empty; expected sections {', '.join(SECTIONS)}")
     if not isinstance(data, dict):
-        raise ScenarioError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}, "
+        raise ScenarioError(f"{path}: line 1: expected a mapping with sections {', '.join(SECTIONS)}, "
                             f"got {type(data).__name__}")
     return data
 

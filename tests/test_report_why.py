@@ -110,8 +110,8 @@ def test_report_html_renders_in_headless_chromium(tmp_path, capsys):
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("request", lambda r: requests.append(r.url))
-            page.goto((out / "report.html").as_uri())
-            page.wait_for_selector("#fig-ranks .main-svg", timeout=30_000)
+            page.goto((out / "report.html").as_uri(), timeout=300_000)   # slow on a loaded machine
+            page.wait_for_selector("#fig-ranks .main-svg", timeout=300_000)
             counts = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.js-plotly-plot')]
                 .map(d => [d.id, d.querySelectorAll('.barlayer .trace, .scatterlayer .trace').length]))""")
             bars = page.evaluate("() => document.querySelectorAll('#fig-timeline .barlayer path').length")
