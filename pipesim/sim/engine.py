@@ -203,12 +203,17 @@ class Engine:
             for st in tl.stages:
                 self.put(gid, ("grad", st, env._now, 0.0))
         yield from self._drain(gid)
-        if g.optimizer_s > 0:
+        # per-step fixed ops (embedding all-reduce, grad norm, optimizer, FP8 weight cast)
+        for name, sec in (g.step_ops or (("OPTIMIZER", g.optimizer_s),)):
+            if sec <= 0:
+                continue
             start = env._now
-            yield timeout(g.optimizer_s)
-            compute.append((start, env._now, "OPTIMIZER"))
-            self.record(gid, "compute", "OPTIMIZER", -1, -1, start, env._now)
-        if w.zero_stage in (1, 2) and self.dp_n > 1:
+            yield timeout(sec)
+            compute.append((start, env._now, name))
+            self.record(gid, "compute", name, -1, -1, start, env._now)
+        # the distributed optimizer's parameter all-gather, unless overlapped with the next
+        # step's forward (Megatron --overlap-param-gather)
+        if w.zero_stage in (1, 2) and self.dp_n > 1 and not w.scenario.training.overlap_param_gather:
             self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages)))
             yield from self._drain(gid)
         self.put(gid, ("stop",))
