@@ -251,7 +251,7 @@ def partition_split(s) -> tuple[list[int], str] | None:
     return list(lps), cmd
 
 
-def candidates(s, report, why: dict) -> list[tuple[str, dict, str]]:
+def candidates(s, report) -> list[tuple[str, dict, str]]:
     """(title, changes, how) to simulate, most promising first."""
     tr, par = s.training, s.parallel
     out = []
@@ -282,13 +282,13 @@ def candidates(s, report, why: dict) -> list[tuple[str, dict, str]]:
     return out
 
 
-def suggestions(s, report, why: dict, mode: str, budget_s: float = SUGGESTION_BUDGET_S) -> list[dict]:
+def suggestions(s, report, mode: str, budget_s: float = SUGGESTION_BUDGET_S) -> list[dict]:
     from pipesim.errors import PipesimError
     from pipesim.sim import simulate
     step0 = report.data["step_time_s"]
     out = []
     t0 = time.perf_counter()
-    for title, changes, how in candidates(s, report, why):
+    for title, changes, how in candidates(s, report):
         if time.perf_counter() - t0 > budget_s:
             break
         try:
@@ -319,7 +319,7 @@ def explain(report, s, *, mode: str = "representative", suggest: bool = True) ->
     last = max(report.data["ranks"], key=lambda r: r.get("end_s", 0.0)) if report.data["ranks"] else None
     why["last_rank"] = last["rank"] if last else None
     why["suggested"] = suggest
-    why["suggestions"] = suggestions(s, report, why, mode) if suggest else []
+    why["suggestions"] = suggestions(s, report, mode) if suggest else []
     return why
 
 

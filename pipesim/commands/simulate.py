@@ -101,8 +101,7 @@ def run(args) -> int:
             paths = write_folder(out, rep, s, why, headline, events=args.events)
         print(f"\nwrote {out}/ ({', '.join(p.name for p in paths)}); open {paths[-1]} in a browser")
     if args.json:
-        from pathlib import Path as _P
-        write_json(_P(args.json), report_dict(rep, why, args.events and not args.no_trace_in_json))
+        write_json(Path(args.json), report_dict(rep, why, args.events and not args.no_trace_in_json))
         written.append(args.json)
     if args.trace:
         from pipesim.perfetto import write_trace
