@@ -20,7 +20,6 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 # communication in BF16 and casts only GEMM operands (Micikevicius et al. 2022, "FP8 Formats
 # for Deep Learning", Sec. 4; Transformer Engine); TF32 tensors are stored as FP32.
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
-FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +89,6 @@ class GPUSpec:
                                             "launch); false for synchronous hosts (CPU eager): kernel + launch")
     kernel_curve: Optional[str] = field(None, doc="published kernel curves of this GPU (pipesim/presets/gpus.py: "
                                                   "a100, h100, h800, h200, b200, gb200, gb300, v100)")
-    sms: Optional[int] = field(None, doc="streaming multiprocessors (informational; the curve has its own)")
     matmul_efficiency: Optional[float] = field(None, doc="explicit override: a flat achievable fraction of "
                                                         "matrix peak for every matmul instead of the kernel curves")
     vector_efficiency: float = field(0.8, doc="achievable fraction of vector peak")
@@ -223,6 +221,8 @@ class TrainingConfig:
     fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8"] = field(
         "tensorwise", doc="FP8 scaling recipe (precision fp8): per-tensor current or delayed scaling, "
                           "128-element blocks, or MXFP8 (32-element blocks, Blackwell)")
+    grad_reduce_in_fp32: bool = field(False, doc="accumulate and reduce gradients in fp32 (Megatron-LM's default "
+                                                 "for bf16 parameters: arguments.py, accumulate_allreduce_grads_in_fp32)")
     overlap_tp_comm: bool = field(False, doc="overlap tensor-parallel collectives with the GEMMs "
                                              "(Megatron --tp-comm-overlap)")
     overlap_param_gather: bool = field(False, doc="overlap the distributed optimizer's parameter all-gather "

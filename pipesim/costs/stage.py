@@ -21,6 +21,9 @@ from pipesim.scenario import Scenario
 # and the half-precision weight (4*3*2 + 2 + 2 bytes); memory bound (Rajbhandari et al. 2020 Sec. 3.1
 # for the state sizes).
 ADAM_BYTES_PER_PARAM = 28.0
+# SGD with momentum: read master (or fp32 weight), gradient, momentum; write master, momentum and
+# the half-precision weight: 4 + 2 + 4 + 4 + 4 + 2 = 20 bytes (fp32 training: 4·5 = 20 as well).
+OPTIMIZER_BYTES_PER_PARAM = {"adam": ADAM_BYTES_PER_PARAM, "sgd": 20.0}
 QUANT_GROUP = 128        # elements per quantization scale (pipesim.kernels.quantize default)
 
 
@@ -144,6 +147,20 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, f
     return t, checkpoint, saved_all
 
 
+def costed_layer_ops(s: Scenario) -> list[Op]:
+    """The ops of one layer as they run: under FP8, plus the cast op of every FP8 GEMM."""
+    layer = layer_ops(s)
+    tr = s.training
+    if tr.precision != "fp8":
+        return layer
+    if tr.fp8_recipe == "mxfp8" and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
+        from pipesim.errors import ScenarioError
+        raise ScenarioError(f"{s.source}: training.fp8_recipe: mxfp8 needs Blackwell tensor cores "
+                            f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
+                            f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
+    return layer + cast_ops(layer, tr.fp8_recipe)
+
+
 def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     """Costs of every model stage (pipeline * virtual_stages of them), per micro-batch."""
     if s.model.arch != "transformer":
@@ -151,15 +168,11 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
-    layer = layer_ops(s)
+    # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
+    from pipesim.calibrate_host import action_seconds
+    host_action = action_seconds(cm.profile)
+    layer = costed_layer_ops(s)
     tr = s.training
-    if tr.precision == "fp8":
-        if tr.fp8_recipe == "mxfp8" and (cm.curve is None or s.system.gpu.kernel_curve not in BLACKWELL_CURVES):
-            from pipesim.errors import ScenarioError
-            raise ScenarioError(f"{s.source}: training.fp8_recipe: mxfp8 needs Blackwell tensor cores "
-                                f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
-                                f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
-        layer = layer + cast_ops(layer, tr.fp8_recipe)
     emb, head = embedding_ops(s), head_ops(s)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
     sh = shapes_of(s)
@@ -185,6 +198,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         acc.add(s, cm, extras, 1)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         static = static_memory(params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
+        if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
+            static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
         if fp8_params:
             # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
@@ -195,15 +210,15 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         flops = n_layers * sum(o.flops_fwd + o.flops_bwd for o in layer) + sum(
             o.flops_fwd + o.flops_bwd for o in extras)
         local_params = params / (s.parallel.data if tr.zero_stage >= 1 else 1)
-        opt_step = cm.memory_time(local_params * ADAM_BYTES_PER_PARAM)
-        elem = 4 if tr.precision in ("fp32", "tf32") else 2
+        opt_step = cm.memory_time(local_params * OPTIMIZER_BYTES_PER_PARAM[tr.optimizer])
+        elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)       # gradient bytes per parameter
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         out.append(StageCosts(
             stage=k, layers=n_layers, has_embedding=first, has_head=last,
-            forward=acc.fwd + acc.tp_fwd,
-            backward=acc.bwd + acc.tp_bwd + recompute,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute,
-            weight_grad=acc.wgrad,
+            forward=acc.fwd + acc.tp_fwd + host_action,
+            backward=acc.bwd + acc.tp_bwd + recompute + host_action,
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + host_action,
+            weight_grad=acc.wgrad + host_action,
             recompute=recompute,
             tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,
             tp_bytes_fwd=acc.tp_bytes_fwd, tp_bytes_bwd=acc.tp_bytes_bwd,
@@ -218,6 +233,11 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras),
             step_ops=steps))
     return out
+
+
+def elem_of(tr) -> int:
+    """Bytes of a 16/32-bit weight or gradient element (FP8 training keeps BF16 weights)."""
+    return 4 if tr.precision in ("fp32", "tf32") else 2
 
 
 def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_params: float,

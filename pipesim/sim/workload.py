@@ -103,6 +103,7 @@ class Gang:
     static: dict              # weights / gradients / optimizer bytes per GPU
     optimizer_s: float
     step_ops: tuple = ()      # per-step fixed work after the drain: (timeline name, seconds)
+    first_forward_s: float = 0.0   # forward of one micro-batch over its chunks (hides param gathers)
 
 
 @dataclass
@@ -333,7 +334,8 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             gang_at[(dp, pp)] = gid
             gangs.append(Gang(gid, pp, dp, members, speed, steps[pp], cache[key], static,
                               sum(costs[k].optimizer_step for k in chunks) / speed,
-                              merge_step_ops([costs[k].step_ops for k in chunks], speed)))
+                              merge_step_ops([costs[k].step_ops for k in chunks], speed),
+                              sum(costs[k].forward for k in chunks) / speed))
     return Workload(
         scenario=s, plan=plan, steps=steps, mode=mode, gangs=gangs, gang_at=gang_at, p2p=p2p, dp_group=dp_group,
         dp_size=len(dps), stage_costs=costs, buckets=buckets, grad_kind=grad_kind,

@@ -21,8 +21,9 @@ from pipesim.errors import ScenarioError
 # BF16 peak); no activation recompute (Megatron's default); no interleaving (not stated).
 # Implied by the stated flags: --tp-comm-overlap needs sequence parallelism and Transformer
 # Engine (flash/cuDNN attention); --overlap-param-gather needs the distributed optimizer
-# (ZeRO-1). Model: GPT with a 4h GeLU MLP, LayerNorm, biases, untied output layer and dropout
-# 0.1 (Megatron defaults); the label matches: 1.7B = 24·12·2048² + 2·131072·2048.
+# (ZeRO-1). Gradients accumulate and reduce in fp32 (Megatron-LM arguments.py: "bfloat16 requires
+# gradient accumulation and all-reduce to be done in fp32"). Model: GPT with a 4h GeLU MLP,
+# LayerNorm, biases, untied output layer and dropout 0.1 (Megatron defaults); the label matches: 1.7B = 24·12·2048² + 2·131072·2048.
 MCORE_MICRO_BATCH = 1
 
 
@@ -41,7 +42,7 @@ def mcore_scenario(case) -> dict:
         "training": {"micro_batch_size": MCORE_MICRO_BATCH, "global_batch_size": int(par["global_batch"]),
                      "schedule": "1f1b", "recompute": "none", "precision": "bf16", "attention": "flash",
                      "zero_stage": 1, "overlap_grad_reduce": True, "overlap_param_gather": True,
-                     "overlap_tp_comm": tp > 1},
+                     "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": True},
     }
 
 
@@ -52,11 +53,12 @@ def mcore_scenario(case) -> dict:
 # MLP (4h), LayerNorm, RoPE, no biases, untied, vocab 256000, no dropout (Nemotron3Config8B:
 # 32 x 4096, 32 heads; Nemotron 22B: 40 x 6144, 48 heads; Nemotron4Config340B: 96 x 18432, 96
 # heads, 8 KV groups, FFN 73728). Llama: pipesim's llama presets (Touvron et al. 2023; Dubey
-# et al. 2024).
+# et al. 2024) without dropout (NeMo's Llama configs: hidden_dropout = attention_dropout = 0).
 # Settings NeMo's 24.07 performance recipes use (stated in the summary or its recipes): FP8 with
 # Transformer Engine delayed scaling (fp8_hybrid, amax history), sequence parallelism with TP,
 # TP communication overlap, the distributed optimizer with overlapped grad reduce and param
-# gather, flash (cuDNN) attention, no recompute.
+# gather and fp32 gradient reduction (Megatron-Core's default for bf16 parameters), flash (cuDNN)
+# attention, no recompute.
 _GPT3 = dict(activation="gelu", norm="layernorm", position="learned", tied_embeddings=True, bias=True,
              dropout=True, vocab_size=50304)
 _NEMOTRON = dict(activation="relu", norm="layernorm", position="rotary", tied_embeddings=False, bias=False,
@@ -65,11 +67,11 @@ NEMO_MODELS = {
     "GPT3-5B": dict(_GPT3, num_layers=24, hidden_size=4096, num_attention_heads=32),
     "GPT3-20B": dict(_GPT3, num_layers=44, hidden_size=6144, num_attention_heads=48),
     "GPT3-175B": dict(_GPT3, num_layers=96, hidden_size=12288, num_attention_heads=96),
-    "LLAMA2-7B": {"preset": "llama2-7b"},
-    "LLAMA2-13B": {"preset": "llama2-13b"},
-    "LLAMA2-70B": {"preset": "llama2-70b"},
-    "LLAMA3-8B": {"preset": "llama3-8b"},
-    "LLAMA3-70B": {"preset": "llama3-70b"},
+    "LLAMA2-7B": {"preset": "llama2-7b", "dropout": False},
+    "LLAMA2-13B": {"preset": "llama2-13b", "dropout": False},
+    "LLAMA2-70B": {"preset": "llama2-70b", "dropout": False},
+    "LLAMA3-8B": {"preset": "llama3-8b", "dropout": False},
+    "LLAMA3-70B": {"preset": "llama3-70b", "dropout": False},
     "Nemotron-8B": dict(_NEMOTRON, num_layers=32, hidden_size=4096, num_attention_heads=32),
     "Nemotron-22B": dict(_NEMOTRON, num_layers=40, hidden_size=6144, num_attention_heads=48),
     "Nemotron-340B": dict(_NEMOTRON, num_layers=96, hidden_size=18432, num_attention_heads=96, num_kv_heads=8,
@@ -96,7 +98,8 @@ def nemo_scenario(case) -> dict:
         "training": {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                      "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": "fp8",
                      "fp8_recipe": "delayed", "attention": "flash", "zero_stage": 1,
-                     "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_tp_comm": tp > 1},
+                     "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_tp_comm": tp > 1,
+                     "grad_reduce_in_fp32": True},
     }
 
 
