@@ -203,9 +203,9 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if m.arch == "cnn":
         _check_cnn(s, loader)
         return
-    if m.hidden_size % m.num_attention_heads:
+    if m.hidden_size % m.num_attention_heads and m.kv_channels is None and m.attention_variant == "gqa":
         loader.fail("model", f"hidden_size({m.hidden_size}) is not divisible by num_attention_heads"
-                    f"({m.num_attention_heads})")
+                    f"({m.num_attention_heads}); give model.kv_channels for a separate head dimension")
     if m.num_attention_heads % m.kv_heads:
         loader.fail("model", f"num_attention_heads({m.num_attention_heads}) is not divisible by "
                     f"num_kv_heads({m.kv_heads})")
@@ -247,6 +247,8 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
             loader.fail("training.schedule", f"schedule CSV not found: {tr.schedule}")
     else:
         _check_schedule_name(s, loader)
+    from pipesim.costs.moe_parallel import check_moe
+    check_moe(s, loader)
     if s.costs.profile is not None and not Path(s.costs.profile).exists():
         loader.fail("costs.profile", f"profile not found: {s.costs.profile}")
 

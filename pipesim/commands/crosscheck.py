@@ -206,6 +206,9 @@ def run(args) -> int:
     if not args.scenario:
         raise ScenarioError("pipesim crosscheck: give a SCENARIO, or --suite")
     backend = _backend(args)
+    from pipesim.scenario_load import load_scenario
+    if load_scenario(args.scenario, args.overrides).model.is_moe:     # MoE: pipesim/emulator/moe.py
+        return _run_moe(args)
     s = prepare(args.scenario, args.overrides, args.scale)
     if args.nproc is not None and args.nproc != s.num_gpus:
         raise ScenarioError(f"{s.source}: --nproc {args.nproc} but tensor({s.parallel.tensor})*pipeline("
@@ -241,4 +244,15 @@ def run(args) -> int:
     if args.plot:
         plot(sim, emu, args.plot, title=os.path.basename(args.scenario))
         print(f"wrote {args.plot}")
+    return 0
+
+
+def _run_moe(args) -> int:
+    from pipesim.emulator.moe import crosscheck_scenario, format_crosscheck
+    from pipesim.scenario_load import load_scenario
+    result = crosscheck_scenario(load_scenario(args.scenario, args.overrides))
+    print(format_crosscheck(result))
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump(result, fh)
     return 0

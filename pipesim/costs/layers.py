@@ -120,8 +120,10 @@ def vector(name: str, elements: float, sh: Shapes, flops_per_elem: tuple[float, 
               saved_bytes=saved_bytes, params=params, measure_fwd=measure_fwd, measure_bwd=measure_bwd)
 
 
-def layer_ops(s: Scenario) -> list[Op]:
-    """The ops of one transformer layer (pre-norm GPT/Llama block; BERT's post-norm costs the same)."""
+def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
+    """The ops of one transformer layer (pre-norm GPT/Llama block; BERT's post-norm costs the same).
+    moe: the MLP is a mixture-of-experts block (pipesim/costs/moe.py); MLA attention replaces the
+    q/k/v projections and the attention core (pipesim/costs/mla.py)."""
     sh = shapes_of(s)
     m, tr = s.model, s.training
     e, tp = sh.e, sh.tp
@@ -145,8 +147,10 @@ def layer_ops(s: Scenario) -> list[Op]:
             return None
         return vector(name, elements, sh, (1, 1), saved_bytes=elements * MASK_BYTES, mask=True)
 
-    qkv_out = sh.h + 2 * sh.g * sh.d
+    q_dim = sh.a * sh.d                          # = h unless the head dim is set (kv_channels)
+    qkv_out = q_dim + 2 * sh.g * sh.d
     ops.append(norm("ln1"))
+    attn_start = len(ops)
     ops.append(matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype,
                       bias=m.bias))
     flash = tr.attention == "flash"
@@ -192,11 +196,15 @@ def layer_ops(s: Scenario) -> list[Op]:
                       measure_fwd=(("bmm", dict(bm, m=s_, n=d_, k=s_)),) if core else (),
                       measure_bwd=(("bmm", dict(bm, m=s_, n=s_, k=d_)), ("bmm", dict(bm, m=s_, n=d_, k=s_)))
                       if core else ()))
-    ops.append(matmul("proj", T, sh.h, sh.h, sh, "row", saved_input=T * sh.h * e / tp.size, dtype=dtype,
+    ops.append(matmul("proj", T, q_dim, sh.h, sh, "row", saved_input=T * q_dim * e / tp.size, dtype=dtype,
                       bias=m.bias))
+    if m.attention_variant == "mla":
+        from pipesim.costs.mla import mla_attention_ops
+        ops[attn_start:] = mla_attention_ops(s, sh)
     ops += [o for o in (dropout("dropout1", tok * sh.h),) if o]
     ops.append(vector("residual1", tok * sh.h, sh, (1, 0), reads=2, writes=1))
     ops.append(norm("ln2"))
+    mlp_start = len(ops)
     gated = m.activation == "swiglu"
     ffn_out = sh.f * (2 if gated else 1)
     ops.append(matmul("fc1", T, sh.h, ffn_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype,
@@ -208,6 +216,9 @@ def layer_ops(s: Scenario) -> list[Op]:
                       measure_fwd=(("gelu_fwd", shape),) if not gated else (),
                       measure_bwd=(("gelu_bwd", shape),) if not gated else ()))
     ops.append(matmul("fc2", T, sh.f, sh.h, sh, "row", saved_input=act_elems * e, dtype=dtype, bias=m.bias))
+    if moe:
+        from pipesim.costs.moe import moe_block_ops
+        ops[mlp_start:] = moe_block_ops(s, sh)
     ops += [o for o in (dropout("dropout2", tok * sh.h),) if o]
     ops.append(vector("residual2", tok * sh.h, sh, (1, 0), reads=2, writes=1))
     return ops

@@ -21,6 +21,10 @@ class StaticMemory:
     def total(self) -> float:
         return self.weights + self.gradients + self.optimizer
 
+    def plus(self, other: "StaticMemory") -> "StaticMemory":
+        return StaticMemory(self.weights + other.weights, self.gradients + other.gradients,
+                            self.optimizer + other.optimizer)
+
 
 def optimizer_bytes_per_param(optimizer: str, precision: str) -> float:
     mixed = precision not in ("fp32", "tf32")          # TF32 trains on fp32 weights

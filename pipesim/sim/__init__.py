@@ -43,6 +43,9 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
     extras = {"mode": mode, "simulated_ranks": len(w.gangs),
               "plan": w.plan.name, "memory_model": "activations freed at B; I frees "
               f"{1 - w.w_fraction:.3f} of them, W the rest (Qi et al. 2024 Table 1)"}
+    if scenario.model.is_moe:
+        from pipesim.sim.a2a_overlap import moe_summary
+        extras["moe"] = moe_summary(w, eng.tl)
     return build_report(scenario, timelines, stage_costs=w.stage_costs, extras=extras,
                         events=events, memory=memory, copies=copies)
 
