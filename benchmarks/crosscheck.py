@@ -60,7 +60,7 @@ def main(argv=None) -> int:
 
     from pipesim import simulate
     from pipesim.commands.crosscheck import calibrate_for
-    from pipesim.compare import compare, format_table
+    from pipesim.report.compare import compare, format_table
     from pipesim.emulator import emulate, prepare
 
     load0 = os.getloadavg()

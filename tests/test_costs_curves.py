@@ -11,7 +11,7 @@ from pipesim.costs.gemm import gemm_compute_time
 from pipesim.errors import ScenarioError
 from pipesim.presets.gpus import KERNEL_CURVES
 from pipesim.presets.systems import SYSTEMS
-from pipesim.scenario_load import load_scenario
+from pipesim.scenario.load import load_scenario
 
 H100 = KERNEL_CURVES["h100"]
 

@@ -8,7 +8,7 @@ from pipesim.costs.roofline import CostModel
 from pipesim.costs.stage import stage_costs
 from pipesim.costs.summary import iteration_flops, megatron_flops, total_params
 from pipesim.presets.models import MODELS
-from pipesim.scenario_load import load_scenario
+from pipesim.scenario.load import load_scenario
 
 
 def scenario(model="gpt2-small", **parallel):

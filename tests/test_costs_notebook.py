@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.estimate import estimate
-from pipesim.scenario_load import load_scenario
+from pipesim.report.estimate import estimate
+from pipesim.scenario.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pipesim.calibrate_host import fit_link, with_host_model
+from pipesim.calibrate.host import fit_link, with_host_model
 from pipesim.commands.crosscheck import median_interval_pct, repeated_verdict, verdict
 from pipesim.emulator.suite import LAYOUTS, draw_case, flops_per_step, suite_cases, MAX_STEP_GFLOP
 

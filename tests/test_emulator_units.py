@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pipesim.compare import compare, err_pct, format_table  # noqa: E402
+from pipesim.report.compare import compare, err_pct, format_table  # noqa: E402
 from pipesim.emulator import prepare  # noqa: E402
 from pipesim.emulator.layers import Linear, WeightGradStore  # noqa: E402
 from pipesim.emulator.memory import MemoryCounter  # noqa: E402
@@ -12,7 +12,7 @@ from pipesim.emulator.reference import _unshard  # noqa: E402
 from pipesim.emulator.results import align  # noqa: E402
 from pipesim.emulator.scale import parse_scale, scale_scenario  # noqa: E402
 from pipesim.errors import PipesimError  # noqa: E402
-from pipesim.trace import MemorySample, TraceEvent  # noqa: E402
+from pipesim.report.trace import MemorySample, TraceEvent  # noqa: E402
 
 import os  # noqa: E402
 

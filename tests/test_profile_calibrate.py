@@ -58,7 +58,7 @@ def _tiny():
 
 
 def test_scenario_plan_has_every_required_measurement():
-    from pipesim.calibrate import plan
+    from pipesim.calibrate.run import plan
     from pipesim.costs import required_measurements
     s = _tiny()
     items, notes = plan("cpu", s)
@@ -91,7 +91,7 @@ def test_one_profile_entry_moves_the_stage_costs():
 
 
 def test_calibrated_tiny_scenario_gives_measured_stage_costs(tmp_path):
-    from pipesim.calibrate import calibrate
+    from pipesim.calibrate.run import calibrate
     from pipesim.costs import stage_costs
     s = _tiny()
     profile = calibrate("cpu", scenario=s, quick=True, comm=False)

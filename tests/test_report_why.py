@@ -8,7 +8,7 @@ import pytest
 
 import pipesim
 from pipesim.cli import main
-from pipesim.explain import critical_path, explain
+from pipesim.report.explain import critical_path, explain
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT2 = ROOT / "scenarios" / "gpt2-small-4gpu.yaml"

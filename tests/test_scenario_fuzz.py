@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pipesim.costs import stage_costs
 from pipesim.errors import ScenarioError
-from pipesim.scenario_load import load_scenario
+from pipesim.scenario.load import load_scenario
 
 BASE = {
     "model": {"preset": "gpt2-small", "num_layers": 4, "seq_length": 128},

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from pipesim.errors import ScenarioError
-from pipesim.scenario_load import load_scenario, scenario_to_dict
+from pipesim.scenario.load import load_scenario, scenario_to_dict
 
 BASE = {"model": "llama2-7b", "system": {"preset": "dgx-h100", "num_nodes": 2},
         "parallel": {"tensor": 8, "pipeline": 2}, "training": {"global_batch_size": 64}}
@@ -32,7 +32,7 @@ def test_frozen_and_keyword_only():
     s = load_scenario(BASE)
     with pytest.raises(Exception):
         s.parallel.tensor = 2
-    from pipesim.scenario import LinkSpec
+    from pipesim.scenario.config import LinkSpec
     with pytest.raises(TypeError):
         LinkSpec(1e9)
 

@@ -7,8 +7,8 @@ import pytest
 import pipesim
 from pipesim.cli import main
 from pipesim.costs.summary import iteration_flops
-from pipesim.perfetto import read_trace, to_chrome, write_trace
-from pipesim.report import report_from_events
+from pipesim.report.perfetto import read_trace, to_chrome, write_trace
+from pipesim.report.metrics import report_from_events
 from _sim_helpers import tiny, uniform
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +130,7 @@ def test_cli_bad_scenario_is_one_line(tmp_path, capsys):
 
 
 def test_interval_measures():
-    from pipesim.report import measure, minus
+    from pipesim.report.metrics import measure, minus
     assert measure([(5, 6), (0, 2), (1, 3)]) == 4
     assert measure([]) == 0
     assert minus([(0, 4)], [(1, 2), (3, 5)]) == 2

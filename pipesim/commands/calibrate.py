@@ -1,7 +1,7 @@
 """`pipesim calibrate [--device cuda|cpu] [--scenario S [--grid]] [--quick] [--threads N] [--no-comm]
 [--nproc N [--nice K]] --out traces/NAME.json`: measure op costs on this device into a cost profile
-(format: pipesim.costs.profile; what and how: pipesim.calibrate). With --nproc, on CPU, inside N
-emulator ranks with the host model (pipesim.emulator.rank_calibration, pipesim.calibrate_host)."""
+(format: pipesim.costs.profile; what and how: pipesim.calibrate.run). With --nproc, on CPU, inside N
+emulator ranks with the host model (pipesim.emulator.rank_calibration, pipesim.calibrate.host)."""
 from __future__ import annotations
 
 import sys
@@ -65,7 +65,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pipesim.calibrate import calibrate
+    from pipesim.calibrate.run import calibrate
     from pipesim.errors import ProfileError
 
     if args.threads < 1:

@@ -13,7 +13,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pipesim.compare import compare, format_table, load_report, plot
+    from pipesim.report.compare import compare, format_table, load_report, plot
     from pipesim.errors import PipesimError
     sim, emu = load_report(args.simulated), load_report(args.measured)
     c = compare(sim, emu)

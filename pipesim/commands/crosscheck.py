@@ -132,7 +132,7 @@ def crosscheck(scenario, *, overrides=(), scale=None, profile=None, calibrate_ou
                tolerance=DEFAULT_TOLERANCE_PCT, progress=None):
     """Returns (simulated report dict, measured result dict, comparison dict with "verdict")."""
     from pipesim import simulate
-    from pipesim.compare import compare
+    from pipesim.report.compare import compare
     from pipesim.emulator import emulate, prepare
     from pipesim.emulator.rank_calibration import DEFAULT_BUDGET_S
     s = prepare(scenario, overrides, scale)
@@ -156,7 +156,7 @@ def crosscheck(scenario, *, overrides=(), scale=None, profile=None, calibrate_ou
     c = compare(sim, emu)
     c["calibration_drift_pct"] = drift
     if emu.get("step_time_uncontended_s"):
-        from pipesim.compare import err_pct
+        from pipesim.report.compare import err_pct
         c["step"]["step_time_uncontended_s"] = emu["step_time_uncontended_s"]
         c["step"]["step_time_uncontended_error_pct"] = err_pct(sim["step_time_s"], emu["step_time_uncontended_s"])
     c["verdict"] = verdict(c, emu, tolerance)
@@ -183,7 +183,7 @@ def calibration_drift_pct(s, emu: dict, profile: str) -> float | None:
 
 def calibrate_for(s, out_path: str, quick: bool = False, device: str = "cpu", progress=None) -> str:
     """A separate calibration process (the CUDA path, and benchmarks that reuse one profile)."""
-    from pipesim.calibrate import calibrate
+    from pipesim.calibrate.run import calibrate
     profile = calibrate(device, scenario=s, quick=quick, threads=1, comm=True, progress=progress)
     profile.save(out_path)
     return out_path
@@ -191,7 +191,7 @@ def calibrate_for(s, out_path: str, quick: bool = False, device: str = "cpu", pr
 
 def run(args) -> int:
     from pipesim.commands.emulate import _backend
-    from pipesim.compare import format_table, plot
+    from pipesim.report.compare import format_table, plot
     from pipesim.emulator import prepare
     from pipesim.errors import ScenarioError
     if args.suite:
@@ -206,7 +206,7 @@ def run(args) -> int:
     if not args.scenario:
         raise ScenarioError("pipesim crosscheck: give a SCENARIO, or --suite")
     backend = _backend(args)
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     if load_scenario(args.scenario, args.overrides).model.is_moe:     # MoE: pipesim/emulator/moe.py
         return _run_moe(args)
     s = prepare(args.scenario, args.overrides, args.scale)
@@ -249,7 +249,7 @@ def run(args) -> int:
 
 def _run_moe(args) -> int:
     from pipesim.emulator.moe import crosscheck_scenario, format_crosscheck
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     result = crosscheck_scenario(load_scenario(args.scenario, args.overrides))
     print(format_crosscheck(result))
     if args.json_out:

@@ -55,8 +55,8 @@ def write_outputs(result: dict, args) -> None:
         except OSError as exc:
             raise PipesimError(f"{args.json_out}: cannot write the report: {exc.strerror}") from None
     if args.trace:
-        from pipesim.perfetto import write_trace
-        from pipesim.trace import MemorySample, TraceEvent
+        from pipesim.report.perfetto import write_trace
+        from pipesim.report.trace import MemorySample, TraceEvent
         write_trace(args.trace, [TraceEvent.from_dict(e) for e in result.get("events", [])],
                     [MemorySample.from_dict(m) for m in result.get("memory", [])], name="pipesim emulator")
 

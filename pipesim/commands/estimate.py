@@ -5,9 +5,9 @@ import csv
 import json
 import textwrap
 
-from pipesim.estimate import COLUMNS, estimate
-from pipesim.scenario_load import load_scenario
-from pipesim.table import format_table
+from pipesim.report.estimate import COLUMNS, estimate
+from pipesim.scenario.load import load_scenario
+from pipesim.report.table import format_table
 
 SHOWN = [("op", "op", 1), ("flops_fwd", "fwd TFLOP", 1e-12), ("flops_bwd", "bwd TFLOP", 1e-12),
          ("saved_bytes", "saved MB", 1e-6), ("weight_bytes", "weights MB", 1e-6),

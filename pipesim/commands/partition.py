@@ -119,7 +119,7 @@ def write_scenario(src, report: dict, path: Path) -> None:
 
     import yaml
 
-    from pipesim.scenario_load import build_scenario
+    from pipesim.scenario.load import build_scenario
     if src.scenario is None:
         raise PipesimError("--scenario-out needs a scenario source (a transformer YAML)")
     lps = report.get("layers_per_stage")

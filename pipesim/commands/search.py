@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
-    from pipesim.progress import Bar
+    from pipesim.commands.progress import Bar
     from pipesim.whatif.evaluate import simulate_report
     from pipesim.whatif.search import SearchSpace, describe, search
     from pipesim.whatif.sweep import read_base
@@ -74,7 +74,7 @@ def run(args) -> int:
         print(line)
     print(f"\nbest layout: {describe(res.best)}")
     if not args.no_files:
-        from pipesim.report_files import default_dir, make_dir
+        from pipesim.report.folder import default_dir, make_dir
         from pipesim.whatif.table import write_csv
         path = make_dir(args.dir or default_dir(args.scenario)) / "search.csv"
         write_csv(path, res.finalists)

@@ -75,8 +75,8 @@ def summary(rep, scenario) -> str:
 
 def run(args) -> int:
     from pipesim import load_scenario
-    from pipesim.progress import status
-    from pipesim.report_files import default_dir, report_dict, write_json
+    from pipesim.commands.progress import status
+    from pipesim.report.folder import default_dir, report_dict, write_json
     s = load_scenario(args.scenario, args.overrides)
     files = not args.no_files
     want_trace = bool(files or not args.no_why or args.trace or args.plot or args.memory_plot or args.events)
@@ -84,7 +84,7 @@ def run(args) -> int:
         rep = _simulate(s, args.mode, want_trace)
     why, headline = None, []
     if not args.no_why:
-        from pipesim.explain import explain, headline as why_lines
+        from pipesim.report.explain import explain, headline as why_lines
         with status("explaining: counterfactual and suggested layouts"):
             why = explain(rep, s, mode=args.mode)
         headline = why_lines(why, rep)
@@ -95,7 +95,7 @@ def run(args) -> int:
             print("  " + line)
     written = []
     if files:
-        from pipesim.report_files import write_folder
+        from pipesim.report.folder import write_folder
         out = args.out or default_dir(args.scenario)
         with status(f"writing {out}/"):
             paths = write_folder(out, rep, s, why, headline, events=args.events)
@@ -104,16 +104,16 @@ def run(args) -> int:
         write_json(Path(args.json), report_dict(rep, why, args.events and not args.no_trace_in_json))
         written.append(args.json)
     if args.trace:
-        from pipesim.perfetto import write_trace
+        from pipesim.report.perfetto import write_trace
         write_trace(args.trace, rep.events, rep.memory)
         written.append(args.trace)
     if args.plot:
-        from pipesim.plots import plot_timeline
+        from pipesim.report.plots import plot_timeline
         plot_timeline(rep.events, args.plot, f"{Path(args.scenario).name}: {rep.data['plan']}, "
                       f"step {rep.data['step_time_s'] * 1e3:.1f} ms")
         written.append(args.plot)
     if args.memory_plot:
-        from pipesim.plots import plot_memory
+        from pipesim.report.plots import plot_memory
         plot_memory(rep.memory, args.memory_plot, f"{Path(args.scenario).name}: memory per rank",
                     capacity=rep.data["memory_capacity_bytes"])
         written.append(args.memory_plot)
@@ -133,7 +133,7 @@ def run(args) -> int:
 def _simulate(s, mode: str, trace: bool):
     """simulate(), with a schedule's P/M/V constraint error restated with the scenario keys."""
     from pipesim import simulate
-    from pipesim.scenario_load import schedule_error
+    from pipesim.scenario.load import schedule_error
     try:
         return simulate(s, mode=mode, trace=trace)
     except PipesimError as exc:

@@ -30,7 +30,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
-    from pipesim.progress import Bar
+    from pipesim.commands.progress import Bar
     from pipesim.whatif.evaluate import count_status, simulate_report
     from pipesim.whatif.sweep import run_sweep
     from pipesim.whatif.table import format_table, rank, write_csv
@@ -65,7 +65,7 @@ def run(args) -> int:
               f"micro-batch {b['micro_batch_size']} {b['schedule']} -> {b['throughput_samples_per_s']:.2f} samples/s")
     csvs, plots = [args.out] if args.out else [], [args.plot] if args.plot else []
     if not args.no_files:
-        from pipesim.report_files import default_dir, make_dir
+        from pipesim.report.folder import default_dir, make_dir
         folder = make_dir(args.dir or default_dir(args.scenario))
         csvs.append(str(folder / "sweep.csv"))
         plots.append(str(folder / "sweep.png"))

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pipesim.costs.collectives import collective_time, p2p_time
 from pipesim.costs.layers import Shapes, flash_attention
 from pipesim.costs.ops import Op
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 PREFIX = "attention.cp"
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.tensor_parallel import TensorSplit, tensor_split
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 MASK_BYTES = 1   # dropout masks are stored as bytes (Korthikanti et al. 2022, Sec. 4.1)
 FP32 = 4

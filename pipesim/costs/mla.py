@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from pipesim.costs.layers import Shapes, flash_attention, matmul, vector
 from pipesim.costs.ops import Op
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 
 def mla_attention_ops(s: Scenario, sh: Shapes) -> list[Op]:

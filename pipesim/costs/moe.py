@@ -25,7 +25,7 @@ from pipesim.costs.collectives import Link, collective_time
 from pipesim.costs.layers import Shapes, high_precision, matmul, vector
 from pipesim.costs.moe_parallel import expert_placement
 from pipesim.costs.ops import Op
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 FP32 = 4
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pipesim.costs.collectives import GroupPlacement
 from pipesim.costs.topology import links, rank_of
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 
 def expert_data_size(s: Scenario) -> int:

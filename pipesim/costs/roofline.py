@@ -20,7 +20,7 @@ from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
 from pipesim.costs.ops import Op
 from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve
-from pipesim.scenario import GPUSpec
+from pipesim.scenario.config import GPUSpec
 
 
 @dataclass(frozen=True)

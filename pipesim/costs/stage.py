@@ -16,7 +16,7 @@ from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Op
 from pipesim.costs.roofline import CostModel
 from pipesim.costs.topology import placement, stage_link
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 # Adam update traffic per parameter: read fp32 master, m, v and the gradient, write master, m, v
 # and the half-precision weight (4*3*2 + 2 + 2 bytes); memory bound (Rajbhandari et al. 2020 Sec. 3.1
@@ -188,7 +188,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
     # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
-    from pipesim.calibrate_host import action_seconds
+    from pipesim.calibrate.host import action_seconds
     host_action = action_seconds(cm.profile)
     layer = costed_layer_ops(s)
     tr = s.training

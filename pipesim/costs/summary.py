@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 
 def total_params(s: Scenario) -> float:

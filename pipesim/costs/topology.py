@@ -6,7 +6,7 @@ import math
 
 from pipesim.costs.collectives import GroupPlacement, Link
 from pipesim.costs.tensor_parallel import tensor_split
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 
 def dim_sizes(s: Scenario) -> dict[str, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 def prepare(scenario, overrides=(), scale=None):
     """Load (a path, dict or Scenario), apply --set overrides and --scale; returns a Scenario."""
     from pipesim.emulator.scale import scale_scenario
-    from pipesim.scenario_load import load_scenario, scenario_to_dict
+    from pipesim.scenario.load import load_scenario, scenario_to_dict
     if hasattr(scenario, "model"):
         s = load_scenario(scenario_to_dict(scenario), overrides) if overrides else scenario
     else:
@@ -28,7 +28,7 @@ def prepare(scenario, overrides=(), scale=None):
 
 def config_for(s, *, steps=3, warmup=1, backend="gloo", seed=0, threads=1, dump_grads=False, nice=0,
                pin=False, calibrate=None) -> dict:
-    from pipesim.scenario_load import scenario_to_dict
+    from pipesim.scenario.load import scenario_to_dict
     from pipesim.emulator.scale import _drop_none
     return {"scenario": _drop_none(scenario_to_dict(s)), "steps": steps, "warmup": warmup, "backend": backend,
             "seed": seed, "threads": threads, "dump_grads": dump_grads, "nice": nice, "pin": pin,

@@ -52,7 +52,7 @@ def free_port() -> int:
 START_METHODS = ("forkserver", "subprocess")
 _PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "pipesim.emulator.entry",
             "pipesim.emulator.worker", "pipesim.emulator.executor", "pipesim.emulator.model",
-            "pipesim.scenario_load", "pipesim.schedules"]
+            "pipesim.scenario.load", "pipesim.schedules"]
 
 
 class _Forked:

@@ -56,9 +56,9 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     import torch
     import torch.distributed as dist
 
-    from pipesim.calibrate import measure_ops, plan
-    from pipesim.calibrate_comm import summarize, time_comm
-    from pipesim.calibrate_host import measure_dispatch
+    from pipesim.calibrate.run import measure_ops, plan
+    from pipesim.calibrate.comm import summarize, time_comm
+    from pipesim.calibrate.host import measure_dispatch
     if status is not None:
         status.set(-1, f"CALIBRATE_{when.upper()}", "run")
     items, notes = plan("cpu", s)
@@ -89,8 +89,8 @@ def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
     """One profile (pipesim.costs.profile format, as a dict) from the parts of `nproc` ranks (one
     or more calibrations each): per (op, shape) the mean of the medians; the host model from the
     means."""
-    from pipesim.calibrate import device_info
-    from pipesim.calibrate_host import host_model
+    from pipesim.calibrate.run import device_info
+    from pipesim.calibrate.host import host_model
     from pipesim.emulator.host import layout
     measurements = _mean_over_ranks([p["measurements"] for p in parts])
     dispatch = {k: statistics.fmean(p["dispatch"][k] for p in parts) for k in parts[0]["dispatch"]}

@@ -9,7 +9,7 @@ import mmap
 import os
 import time
 
-from pipesim.trace import MemorySample, TraceEvent
+from pipesim.report.trace import MemorySample, TraceEvent
 
 STATUS_BYTES = 256
 ACTIVE: dict = {}     # this process's Recorder under "recorder", for the stop/failure paths

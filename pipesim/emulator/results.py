@@ -1,4 +1,4 @@
-"""Turn the ranks' recordings into the simulator's report (pipesim/report.py), one per measured
+"""Turn the ranks' recordings into the simulator's report (pipesim/report/metrics.py), one per measured
 step, plus the spread over steps.
 
 Alignment: every step starts at a barrier; a step's origin is the earliest barrier exit over the
@@ -14,7 +14,7 @@ import os
 import statistics
 from dataclasses import replace
 
-from pipesim.trace import MemorySample, TraceEvent
+from pipesim.report.trace import MemorySample, TraceEvent
 
 
 def align(events, memory, metas) -> tuple[dict, dict, dict]:
@@ -56,7 +56,7 @@ def contention(events) -> float | None:
 
 
 def step_report(scenario, events, memory, peaks: dict | None = None):
-    from pipesim.report import report_from_events
+    from pipesim.report.metrics import report_from_events
     rep = report_from_events(scenario, events, memory)
     if peaks:   # the counters' true peaks (a backward's transient can peak between two samples)
         for r in rep.data["ranks"]:
@@ -114,7 +114,7 @@ def summarize(scenario, events, memory, metas, results: list[dict] | None = None
 def merge(run_dir: str, nproc: int, cfg: dict) -> dict:
     """Read every rank's files in `run_dir` (complete or partial) and summarize them."""
     from pipesim.emulator.recorder import read_jsonl
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     events, memory, metas, results, errors = [], [], [], [], []
     for r in range(nproc):
         e, m, meta = read_jsonl(os.path.join(run_dir, f"rank{r}.jsonl"))

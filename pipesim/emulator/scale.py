@@ -45,7 +45,7 @@ def scale_scenario(s, spec: str | None):
     factors = parse_scale(spec)
     if not factors:
         return s
-    from pipesim.scenario_load import load_scenario, scenario_to_dict
+    from pipesim.scenario.load import load_scenario, scenario_to_dict
     raw = scenario_to_dict(s)
     m = raw["model"]
     T = s.parallel.tensor

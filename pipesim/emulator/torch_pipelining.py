@@ -35,7 +35,7 @@ def run_torch_pipelining(cfg: dict) -> dict:
     from pipesim.emulator.optim import Optimizer, attach_grad_buffer, unique_params
     from pipesim.emulator.recorder import Status
     from pipesim.errors import ScenarioError
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
 
     from pipesim.emulator.host import pin_to_core, raise_priority
     raise_priority(int(cfg.get("nice", 0)))

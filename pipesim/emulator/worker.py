@@ -42,7 +42,7 @@ def _setup(cfg: dict):
     from pipesim.emulator.memory import MemoryCounter
     from pipesim.emulator.model import DTYPES, build_stages, check_supported
     from pipesim.emulator.recorder import ACTIVE, Recorder, Status
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     s = load_scenario(cfg["scenario"])

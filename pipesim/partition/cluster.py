@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pipesim.costs.collectives import Link, p2p_time
 from pipesim.errors import ScenarioError
-from pipesim.scenario import GPUSpec, SystemConfig
+from pipesim.scenario.config import GPUSpec, SystemConfig
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def cluster_from_system(system: SystemConfig, slot_width: int = 1) -> Cluster:
 def load_system(preset: str, overrides: dict | None = None) -> SystemConfig:
     """A SystemConfig from a preset name of pipesim/presets/systems.py (plus field overrides)."""
     from pipesim.presets.systems import SYSTEMS
-    from pipesim.schema import Loader, merge
+    from pipesim.scenario.schema import Loader, merge
     if preset not in SYSTEMS:
         raise ScenarioError(f"--system {preset}: unknown system preset; known: {', '.join(sorted(SYSTEMS))}")
     raw = merge(dict(SYSTEMS[preset], name=preset), overrides or {})

@@ -87,9 +87,9 @@ def load_for_partition(path: str, overrides) -> tuple:
 
     from pipesim.errors import ScenarioError
     from pipesim.presets.systems import SYSTEMS
-    from pipesim.scenario import SystemConfig
-    from pipesim.scenario_load import apply_override, build_scenario, read_yaml, resolve_preset
-    from pipesim.schema import Loader
+    from pipesim.scenario.config import SystemConfig
+    from pipesim.scenario.load import apply_override, build_scenario, read_yaml, resolve_preset
+    from pipesim.scenario.schema import Loader
     file = Path(path)
     raw = read_yaml(file)
     for text in overrides:

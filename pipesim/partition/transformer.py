@@ -13,7 +13,7 @@ from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.stage import comm_seconds, cost_model_for, layer_recompute
 from pipesim.errors import PipesimError
 from pipesim.partition.graph import Graph, Node
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 TOKEN_ID_BYTES = 8      # int64 token ids (what a data loader hands the first stage)
 LOSS_BYTES = 4          # the head ends in the scalar fp32 loss

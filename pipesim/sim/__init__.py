@@ -12,7 +12,7 @@ from dataclasses import replace
 def simulate(scenario, mode: str = "representative", trace: bool = True, stage_costs=None, plan=None):
     """Simulate one step. `trace=False` skips building TraceEvents/MemorySamples (sweeps);
     `stage_costs` / `plan` override the cost model's StageCosts and the scenario's schedule."""
-    from pipesim.report import build_report
+    from pipesim.report.metrics import build_report
     from pipesim.sim.engine import Engine
     from pipesim.sim.workload import build
 
@@ -27,7 +27,7 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
     timelines = [replace(tl, rank=ids[g.id][0]) for g, tl in zip(w.gangs, eng.tl)]
     copies = {ids[g.id][0]: ids[g.id] for g in w.gangs}
     if trace:
-        from pipesim.trace import MemorySample, TraceEvent
+        from pipesim.report.trace import MemorySample, TraceEvent
         pp_rank = {g.id: g.pp for g in w.gangs}
         for gid, stream, kind, stage, mb, start, end, nbytes, args in eng.events:
             args = dict(args, pp=pp_rank[gid])

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from simpy.events import NORMAL
 
 from pipesim.errors import PlanError
-from pipesim.report import RankTimeline
+from pipesim.report.metrics import RankTimeline
 from pipesim.sim.a2a_overlap import exposed_a2a
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all

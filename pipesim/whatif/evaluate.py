@@ -71,7 +71,7 @@ def screened_oom(s) -> dict | None:
 def evaluate_one(item: Prepared, evaluator: Callable, mode: str, screen: bool = False) -> dict:
     row = {"index": item.index, **item.values}
     if item.scenario is None and item.raw is not None:
-        from pipesim.scenario_load import load_scenario
+        from pipesim.scenario.load import load_scenario
         try:
             item = Prepared(item.index, item.values, scenario=load_scenario(item.raw))
         except PipesimError as exc:

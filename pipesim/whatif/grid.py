@@ -115,7 +115,7 @@ def read_grid(path_or_dict, source: str | None = None) -> Grid:
 
 
 def check_key(src: str, where: str, key) -> None:
-    from pipesim.scenario_load import SECTIONS
+    from pipesim.scenario.load import SECTIONS
     if not isinstance(key, str) or "." not in key:
         raise ScenarioError(f"{src}: {where}: expected a dotted scenario key like parallel.tensor")
     if key.split(".")[0] not in SECTIONS:
@@ -181,7 +181,7 @@ def expand_values(src: str, key: str, spec) -> list:
 def base_for(raw: dict, grid: Grid) -> dict:
     """The base scenario dict for the sweep: fixed overrides applied; `parallel.data` dropped when
     the grid changes the layout but not data (so each variant derives it)."""
-    from pipesim.scenario_load import apply_override
+    from pipesim.scenario.load import apply_override
     raw = dict(raw)
     swept = grid.columns
     changes_layout = any(k in swept or k in grid.fixed for k in LAYOUT_KEYS)
@@ -215,7 +215,7 @@ class Prepared:
 
 def prepare(raw: dict, grid: Grid, source: str = "<scenario>") -> list[Prepared]:
     """Load every variant; impossible ones keep their loader message as the pruning reason."""
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     base = base_for(raw, grid)
     out = []
     for i, values in enumerate(grid.variants()):

@@ -85,7 +85,7 @@ def divisors(n: int) -> list[int]:
 def probe_scenario(base: dict, gpus: int):
     """The model and system of a search, loaded on a layout that always exists (pure data
     parallel, one sample per GPU)."""
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     return load_scenario({**base, "parallel": {"tensor": 1, "pipeline": 1},
                           "training": dict(base["training"], global_batch_size=gpus, micro_batch_size=1,
                                            schedule="1f1b")})
@@ -94,7 +94,7 @@ def probe_scenario(base: dict, gpus: int):
 def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[dict]:
     """Scenario dicts for every combination worth loading (cheap arithmetic filters only; the
     loader gives the reason for anything else)."""
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     space = space or SearchSpace()
     base = dict(raw)
     base["system"] = system_for(raw["system"], gpus)
@@ -136,7 +136,7 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
 def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: int = 16,
            evaluator: Callable = simulate_report, screen: Callable = analytic_report, jobs: int = 1,
            progress=None) -> SearchResult:
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     cands = candidates(raw, gpus, space)
     result = SearchResult(gpus=gpus, considered=len(cands))
     items = [Prepared(i, {}, raw=c) for i, c in enumerate(cands)]

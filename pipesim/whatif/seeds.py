@@ -80,7 +80,7 @@ def read_measured(path) -> list[dict]:
 
 def seed002_predict(K: int, M: int, checkpoint: bool, evaluator=None) -> dict:
     """pipesim's prediction for one (K, M, checkpoint) cell of seed 002."""
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     from pipesim.whatif.evaluate import simulate_report
     evaluator = evaluator or simulate_report
     s = load_scenario(SEEDS_DIR / "002_gpt2_v100.yaml",
@@ -180,7 +180,7 @@ def seed004_scenario(model: str, mode: str, gpus: int, batch: int, chunks, bits:
 
 
 def seed004_predict(model: str, mode: str, gpus: int, batch: int, chunks, bits: int = 16) -> dict:
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     from pipesim.sim import simulate
     s = load_scenario(seed004_scenario(model, mode, gpus, batch, chunks, bits))
     costs = None
@@ -227,7 +227,7 @@ def seed004_compression() -> list[dict]:
     fp32): one chunk's activation [8, 128, 768] at `bits` per element."""
     from pipesim.costs.collectives import p2p_time
     from pipesim.costs.topology import stage_link
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     out, base = [], None
     for bits in (16, 12, 8, 4):
         s = load_scenario(seed004_scenario("roberta-base", "pp", 2, 32, 4, bits))

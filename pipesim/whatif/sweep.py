@@ -17,7 +17,7 @@ class SweepResult:
 
 
 def read_base(path_or_dict) -> tuple[dict, str]:
-    from pipesim.scenario_load import read_yaml
+    from pipesim.scenario.load import read_yaml
     if isinstance(path_or_dict, dict):
         return dict(path_or_dict), "<dict>"
     path = Path(path_or_dict)

@@ -175,7 +175,7 @@ class Result:
 
 
 def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Result:
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     try:
         s = load_scenario(case_scenario(case, efficiency))
         rep = evaluator(s, "representative")
@@ -441,7 +441,7 @@ NCCL_MESSAGE = 4 * 2**30
 def collective_results(path=None) -> list[dict]:
     from pipesim.costs.collectives import collective_time
     from pipesim.costs.topology import placement
-    from pipesim.scenario_load import load_scenario
+    from pipesim.scenario.load import load_scenario
     path = Path(path or DEFAULT_FILE)
     data = yaml.safe_load(path.read_text())
     out = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import json
 
-from pipesim.plots import COLORS
+from pipesim.report.plots import COLORS
 
 MAX_BARS = 30_000          # timeline bars drawn (the trace.json keeps every event)
 STREAM_ORDER = ("compute", "send", "recv", "dp", "comm")

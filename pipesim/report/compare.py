@@ -180,9 +180,9 @@ def format_table(c: dict) -> str:
 
 
 def plot(sim: dict, emu: dict, path: str, title: str = "") -> None:
-    """Side-by-side timeline PNG: simulated above, measured below (pipesim.plots)."""
-    from pipesim.plots import plot_compare
-    from pipesim.trace import TraceEvent
+    """Side-by-side timeline PNG: simulated above, measured below (pipesim.report.plots)."""
+    from pipesim.report.plots import plot_compare
+    from pipesim.report.trace import TraceEvent
 
     def evs(d):
         return [TraceEvent.from_dict(e) for e in d.get("events", [])]

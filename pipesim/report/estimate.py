@@ -6,7 +6,7 @@ from pipesim.costs.layers import embedding_ops, head_ops
 from pipesim.costs.ops import Op
 from pipesim.costs.stage import comm_seconds, cost_model_for, costed_layer_ops, stage_costs
 from pipesim.costs.summary import iteration_flops, layer_counts, total_params
-from pipesim.scenario import Scenario
+from pipesim.scenario.config import Scenario
 
 COLUMNS = ["block", "op", "kind", "flops_fwd", "flops_bwd", "saved_bytes", "weight_bytes", "weight_grad_bytes",
            "bytes_fwd", "bytes_bwd", "t_comp_fwd_s", "t_mem_fwd_s", "t_comp_bwd_s", "t_mem_bwd_s",

@@ -47,9 +47,9 @@ def report_dict(rep, why: dict | None, events: bool) -> dict:
 
 def write_folder(out, rep, scenario, why: dict | None, headline: list[str], *, events: bool = False) -> list[Path]:
     """Write the five files into `out`; returns their paths."""
-    from pipesim.html_report import render
-    from pipesim.perfetto import write_trace
-    from pipesim.plots import plot_memory, plot_timeline
+    from pipesim.report.html import render
+    from pipesim.report.perfetto import write_trace
+    from pipesim.report.plots import plot_memory, plot_timeline
     out = make_dir(out)
     d = rep.data
     name = Path(str(scenario.source)).name

@@ -19,7 +19,7 @@ from typing import Callable
 
 from pipesim.costs.profile import (OPS, CostProfile, Measurement, normalize_shape,
                                    throughput_fields)
-from pipesim.calibrate_comm import measure_comm, summarize
+from pipesim.calibrate.comm import measure_comm, summarize
 from pipesim.errors import ProfileError
 
 Progress = Callable[[int, int, str], None]
@@ -335,7 +335,7 @@ def measure_ops(items, device: str, quick: bool, notes: list, progress: Progress
     """Time every (op, shape) of `items` on this device in this process (its current torch
     thread count); an op that cannot run here is a note, not a failure."""
     import torch
-    from pipesim.calibrate_ops import make_runner
+    from pipesim.calibrate.ops import make_runner
     total = total or len(items)
     out: list[Measurement] = []
     budget = budget_s if budget_s is not None else CPU_BUDGET_S[0 if quick else 1]

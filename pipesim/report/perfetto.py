@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from pipesim.errors import PipesimError
-from pipesim.trace import STREAMS, MemorySample, TraceEvent
+from pipesim.report.trace import STREAMS, MemorySample, TraceEvent
 
 US = 1e6
 COLORS = {"F": "thread_state_running", "B": "rail_response", "I": "rail_animation", "W": "rail_idle",

@@ -1,14 +1,14 @@
 """The scenario: frozen, typed, keyword-only dataclasses with SI units inside.
 
 File keys carry units (`memory_GiB`, `bandwidth_GBps`, `latency_us`); the dataclass fields hold
-bytes, bytes/s, seconds and FLOP/s. See pipesim/scenario_load.py for reading files.
+bytes, bytes/s, seconds and FLOP/s. See pipesim/scenario/load.py for reading files.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from pipesim.schema import field
+from pipesim.scenario.schema import field
 
 GiB = 2**30
 TFLOPS = 1e12

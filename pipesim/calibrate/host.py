@@ -146,7 +146,7 @@ def with_host_model(s):
     if s.costs.profile is None:
         return s
     from pipesim.costs.profile import load_profile
-    from pipesim.scenario_load import load_scenario, scenario_to_dict
+    from pipesim.scenario.load import load_scenario, scenario_to_dict
     host = host_of(load_profile(s.costs.profile))
     if not host:
         return s

@@ -10,10 +10,10 @@ from typing import Iterable
 from pipesim.errors import ScenarioError
 from pipesim.presets.models import MODELS
 from pipesim.presets.systems import SYSTEMS
-from pipesim.scenario import (CostsConfig, ModelConfig, ParallelConfig, Scenario, SystemConfig,
+from pipesim.scenario.config import (CostsConfig, ModelConfig, ParallelConfig, Scenario, SystemConfig,
                               TrainingConfig)
-from pipesim.safe_yaml import load_text
-from pipesim.schema import Loader, merge
+from pipesim.scenario.safe_yaml import load_text
+from pipesim.scenario.schema import Loader, merge
 
 SECTIONS = {"model": ModelConfig, "system": SystemConfig, "parallel": ParallelConfig,
             "training": TrainingConfig, "costs": CostsConfig}

@@ -131,7 +131,7 @@ def block_seconds(s) -> dict:
     """F+B seconds per micro-batch of one layer, the embedding and the LM head (estimate's rows)."""
     if s.model.arch != "transformer":
         return {}
-    from pipesim.estimate import estimate
+    from pipesim.report.estimate import estimate
     out: dict = {}
     for r in estimate(s)["rows"]:
         out[r["block"]] = out.get(r["block"], 0.0) + r["t_fwd_s"] + r["t_bwd_s"]
@@ -211,7 +211,7 @@ def tp_by_rank(report) -> dict:
 
 def variant(s, changes: dict):
     """The scenario with `changes` ({"parallel.layers_per_stage": [...], ...}) applied, validated."""
-    from pipesim.scenario_load import load_scenario, scenario_to_dict
+    from pipesim.scenario.load import load_scenario, scenario_to_dict
     raw = scenario_to_dict(s)
     for key, value in changes.items():
         section, name = key.split(".", 1)

@@ -1,0 +1,1 @@
+"""The scenario layer: typed config dataclasses, strict loading, presets' merge, safe YAML."""
