@@ -9,15 +9,26 @@ from __future__ import annotations
 from dataclasses import replace
 
 
-def simulate(scenario, mode: str = "representative", trace: bool = True, stage_costs=None, plan=None):
+def simulate(scenario, mode: str = "representative", trace: bool = True, stage_costs=None, plan=None,
+             engine_choice: str = "auto"):
     """Simulate one step. `trace=False` skips building TraceEvents/MemorySamples (sweeps);
-    `stage_costs` / `plan` override the cost model's StageCosts and the scenario's schedule."""
+    `stage_costs` / `plan` override the cost model's StageCosts and the scenario's schedule.
+    `engine_choice`: "auto" times the step by the action DAG (sim/dag.py) where that is exact and
+    with the SimPy engine otherwise; "simpy" always runs the engine. The report's `engine` says
+    which ran ("dag" | "simpy")."""
     from pipesim.report import build_report
+    from pipesim.sim import dag
     from pipesim.sim.engine import Engine
     from pipesim.sim.workload import build
 
     w = build(scenario, mode, stage_costs, plan)
-    eng = Engine(w, trace).run()
+    eng, engine = None, "simpy"
+    why = dag.applies(w, trace) if engine_choice != "simpy" else "engine='simpy' requested"
+    if why is None:
+        eng = dag.DagRun(w).run()          # None on a deadlock: the engine reports it
+        engine = "dag" if eng is not None else "simpy"
+    if eng is None:
+        eng = Engine(w, trace).run()
     events, memory = [], []
     if mode == "representative":
         ids = {g.id: [g.pp] for g in w.gangs}
@@ -40,7 +51,7 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
         for g, mem in zip(w.gangs, eng.mem):
             for rank in ids[g.id]:
                 memory += [MemorySample(rank, t, total, cats, 0) for t, total, cats in mem.samples]
-    extras = {"mode": mode, "simulated_ranks": len(w.gangs),
+    extras = {"mode": mode, "simulated_ranks": len(w.gangs), "engine": engine,
               "plan": w.plan.name, "memory_model": "activations freed at B; I frees "
               f"{1 - w.w_fraction:.3f} of them, W the rest (Qi et al. 2024 Table 1)"}
     return build_report(scenario, timelines, stage_costs=w.stage_costs, extras=extras,

@@ -306,8 +306,10 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         static = dict(weights=sum(costs[k].static.weights for k in chunks),
                       gradients=sum(costs[k].static.gradients for k in chunks),
                       optimizer=sum(costs[k].static.optimizer for k in chunks))
-        rep_speed = speed_of(s, [rank_of(s, tp=t, dp=d, pp=pp) for d in range(D)
-                                 for t in range(s.parallel.tensor)]) if mode == "representative" else None
+        rep_speed = None
+        if mode == "representative":
+            rep_speed = speed_of(s, [rank_of(s, tp=t, dp=d, pp=pp) for d in range(D) for t in range(s.parallel.tensor)]
+                                 ) if s.system.heterogeneity.rank_speed else 1.0
         for dp in dps:
             members = gang_members(s, dp, pp)
             speed = rep_speed if rep_speed is not None else speed_of(s, members)
