@@ -44,6 +44,24 @@ def applies(w: Workload, trace: bool) -> str | None:
     return None
 
 
+COMPUTE, SEND, RECV = 0, 1, 2
+_COMPACT: dict = {}     # id(steps row) -> (row, its ops as tuples)
+
+
+def compact(steps) -> list:
+    """A plan row as (code, cost key, kind, stage, grad_last, message key, peer) tuples, built once
+    per cached plan: tuple unpacking is the cheapest per-action read in the pass."""
+    hit = _COMPACT.get(id(steps))
+    if hit is not None and hit[0] is steps:
+        return hit[1]
+    out = [(COMPUTE if op.compute else SEND if op.kind in ("SEND_F", "SEND_B") else RECV,
+            op.key, op.kind, op.stage, op.grad_last, op.rkey, op.peer) for op in steps]
+    if len(_COMPACT) > 4096:
+        _COMPACT.clear()
+    _COMPACT[id(steps)] = (steps, out)
+    return out
+
+
 class DPStream:
     """One rank's data-parallel stream, advanced lazily: a FIFO of gradient jobs whose bucket
     reservations are issued in time order (engine.py `_grad_reduce` with one member)."""
@@ -93,7 +111,10 @@ class DPStream:
                     break
                 start = req if req > free else free
                 free = t = start + sec
-                ivs.append((start, t))
+                if ivs and ivs[-1][1] == start:   # back-to-back buckets: one interval, same union
+                    ivs[-1] = (ivs[-1][0], t)
+                else:
+                    ivs.append((start, t))
                 b += 1
             port.free_at = free
             self.t, self.b = t, b
@@ -151,10 +172,10 @@ class DagRun:
         """Run rank `gid` until it ends or waits for a message not yet sent; returns the ranks
         its sends unblocked."""
         g = self.w.gangs[gid]
-        ops, table = g.steps, g.table
+        ops, table = compact(g.steps), g.table
         tl, mlog = self.tl[gid], self.mem[gid].log
         compute, recv = tl.compute, tl.recv
-        p2p = tl.comm.setdefault("P2P", [])
+        p2p = tl.comm["P2P"]
         idx, t, recv_buffer, dp, peers = st
         box = boxes[gid]
         my_ports = ports[gid]
@@ -163,49 +184,51 @@ class DagRun:
         woke = []
         n_ops = len(ops)
         while idx < n_ops:
-            op = ops[idx]
-            c = table[op.key]
-            if op.compute:
+            code, key, kind, stage, grad_last, rkey, peer = ops[idx]
+            c = table[key]
+            if code == COMPUTE:
                 start = t
                 if c.mem0:
                     mlog.append((start, c.mem0))
-                if op.grad_last and overlap:
-                    dp.put(op.stage, start, c.dur)
+                if grad_last and overlap:
+                    dp.put(stage, start, c.dur)
                 t = start + c.dur
-                compute.append((start, t, op.kind))
+                compute.append((start, t, kind))
                 if c.mem1:
                     mlog.append((t, c.mem1))
                 if recv_buffer:
                     mlog.append((t, (("buffers", -recv_buffer),)))
                     recv_buffer = 0.0
-            elif op.kind == "SEND_F" or op.kind == "SEND_B":
+            elif code == SEND:
                 if c.extra:
                     start = t
                     t = start + c.extra
                     compute.append((start, t, "QUANTIZE"))
                 port = my_ports[c.port]
-                if port is dp_port:
+                if port is dp_port and (dp.cur is not None or dp.jobs):
                     dp.advance(t)         # buckets requested before now reserve first
-                wire, end = port.reserve(t, c.dur)
-                dst = peers[op.peer]
-                boxes[dst][op.rkey] = (wire, end)
-                waiter = blocked.pop((dst, op.rkey), None)
-                if waiter is not None:
-                    woke.append(waiter)
+                free = port.free_at
+                wire = t if t > free else free
+                end = port.free_at = wire + c.dur
+                dst = peers[peer]
+                boxes[dst][rkey] = (wire, end)
+                if blocked:
+                    waiter = blocked.pop((dst, rkey), None)
+                    if waiter is not None:
+                        woke.append(waiter)
                 if c.nbytes:
                     mlog.append((t, c.buf_alloc))
                     mlog.append((end, c.buf_free))
                 p2p.append((wire, end))
             else:
-                posted = box.pop(op.rkey, None)
+                posted = box.pop(rkey, None)
                 if posted is None:            # message not sent yet: park this rank
-                    blocked[(gid, op.rkey)] = gid
+                    blocked[(gid, rkey)] = gid
                     break
                 wire, arrived = posted
-                reached = t
+                recv.append((t, arrived if arrived > t else t, wire, kind))
                 if arrived > t:
                     t = arrived
-                recv.append((reached, t, wire, op.kind))
                 if c.nbytes:
                     mlog.append((t, c.buf_alloc))
                     recv_buffer += c.nbytes
