@@ -16,6 +16,10 @@ def add_arguments(p) -> None:
     p.add_argument("--mode", choices=["representative", "full"], default="representative",
                    help="simulator mode (default representative)")
     p.add_argument("--top", type=int, default=10, help="rows in the ranked table (default 10)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run configurations as Ray tasks instead of local processes: no ADDRESS starts a "
+                        "local Ray (or joins RAY_ADDRESS), 'auto' joins this machine's cluster, "
+                        "ray://HEAD:10001 a remote one (needs pipesim[cluster])")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-screen", action="store_true",
                    help="simulate every layout, also those the closed form puts >10 %% over the GPU memory "
@@ -36,7 +40,8 @@ def run(args) -> int:
     bar = None if args.no_progress else ProgressBar(sys.stderr, label="sweep")
     t0 = time.perf_counter()
     result = run_sweep(args.scenario, args.grid, evaluator=evaluator, mode=args.mode, jobs=args.jobs,
-                       progress=bar, screen=args.engine == "sim" and not args.no_screen)
+                       progress=bar, screen=args.engine == "sim" and not args.no_screen,
+                       use_ray=args.ray is not None, ray_address=args.ray or None)
     elapsed = time.perf_counter() - t0
     rows, swept = result.rows, result.grid.columns
     counts = count_status(rows)
