@@ -5,7 +5,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from pipesim.whatif.evaluate import simulate_report, task_groups  # noqa: E402
-from pipesim.whatif.search import search  # noqa: E402
+from pipesim.whatif.search import SearchSpace, search  # noqa: E402
 from pipesim.whatif.sweep import run_sweep  # noqa: E402
 from pipesim.whatif.table import rank  # noqa: E402
 
@@ -41,8 +41,9 @@ def test_sweep_rows_identical_to_process_pool(local_ray):
 def test_search_ranking_identical_to_process_pool(local_ray):
     base = {"model": {"preset": "gpt2-small"}, "system": {"preset": "dgx-a100-80gb"},
             "training": {"micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"}}
-    a = search(base, 8, finalists=4, jobs=2)
-    b = search(base, 8, finalists=4, use_ray=True)
+    space = SearchSpace(tensor=(1, 2), pipeline=(2, 4), micro_batch=(1, 2), zero=(0, 1), compression=(16,))
+    a = search(base, 8, space, finalists=4, jobs=2)
+    b = search(base, 8, space, finalists=4, use_ray=True)
     assert a.best is not None
     key = lambda res: [(r["tensor"], r["pipeline"], r["schedule"], r["micro_batch_size"], r["recompute"],
                         r["zero_stage"], r["throughput_samples_per_s"]) for r in res.finalists]

@@ -22,8 +22,6 @@ from collections import Counter, deque
 from contextlib import contextmanager
 from heapq import heappush
 
-from simpy.events import NORMAL, Event
-
 from pipesim.errors import PlanError
 from pipesim.report import RankTimeline
 from pipesim.sim.memory import MemoryTracker
@@ -79,13 +77,16 @@ def work_of(steps, table) -> tuple[dict, float]:
 # stream's wake-ups use a priority after NORMAL, so at any instant every rank action (its sends'
 # port reservations included) precedes that rank's DP bucket reservations: a deterministic rule the
 # DAG fast path (sim/dag.py) reproduces without an event queue.
+# simpy is imported by Engine() only, so the DAG path (which shares summarize) never loads it.
+NORMAL = 1                  # simpy.events.NORMAL (checked in Engine.__init__)
 DP_PRIORITY = NORMAL + 1
+_Event = None               # simpy.events.Event, bound by Engine.__init__
 
 
-def at(env, t: float, priority: int = NORMAL) -> Event:
+def at(env, t: float, priority: int = NORMAL):
     """An event firing at absolute time `t` (a Timeout would land on now + (t - now), which can
     differ from t in the last bit; messages and buckets are due at exact times)."""
-    ev = Event(env)
+    ev = _Event(env)
     ev._ok = True
     ev._value = None
     heappush(env._queue, (t, priority, next(env._eid), ev))
@@ -107,7 +108,11 @@ def summarize(w: Workload, tls, mems, trace: bool) -> None:
 
 class Engine:
     def __init__(self, w: Workload, trace: bool = False):
+        global _Event
         import simpy
+        from simpy.events import NORMAL as SIMPY_NORMAL, Event
+        assert SIMPY_NORMAL == NORMAL, "simpy changed its priority constants"
+        _Event = Event
         self.w = w
         self.trace = trace
         self.env = simpy.Environment()
