@@ -2,9 +2,9 @@
 layer (and the embedding / LM head), with totals over the depth and a model-level summary."""
 from __future__ import annotations
 
-from pipesim.costs.layers import embedding_ops, head_ops, layer_ops
+from pipesim.costs.layers import embedding_ops, head_ops
 from pipesim.costs.ops import Op
-from pipesim.costs.stage import comm_seconds, cost_model_for, stage_costs
+from pipesim.costs.stage import comm_seconds, cost_model_for, costed_layer_ops, stage_costs
 from pipesim.costs.summary import iteration_flops, total_params
 from pipesim.scenario import Scenario
 
@@ -44,7 +44,7 @@ def op_row(s: Scenario, cm, op: Op, block: str) -> dict:
 def estimate(s: Scenario) -> dict:
     """Rows per op, per-layer and depth totals, and the model summary (all SI units)."""
     cm = cost_model_for(s)
-    layer = [op_row(s, cm, op, "layer") for op in layer_ops(s)]
+    layer = [op_row(s, cm, op, "layer") for op in costed_layer_ops(s)]
     extras = ([op_row(s, cm, op, "embedding") for op in embedding_ops(s)]
               + [op_row(s, cm, op, "head") for op in head_ops(s)])
     per_layer = {k: sum(r[k] for r in layer) for k in TOTALS}

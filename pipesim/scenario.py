@@ -15,8 +15,12 @@ TFLOPS = 1e12
 GBps = 1e9
 US = 1e-6
 
-Precision = Literal["fp32", "fp16", "bf16", "fp8"]
-BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+# Bytes per activation/gradient element. FP8 training keeps activations, gradients and
+# communication in BF16 and casts only GEMM operands (Micikevicius et al. 2022, "FP8 Formats
+# for Deep Learning", Sec. 4; Transformer Engine); TF32 tensors are stored as FP32.
+BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
+FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,14 +88,18 @@ class GPUSpec:
                                  doc="fixed host cost per launched kernel / eager op, microseconds")
     launch_overlaps: bool = field(True, doc="launches are asynchronous (GPU): an op takes max(kernel, "
                                             "launch); false for synchronous hosts (CPU eager): kernel + launch")
-    matmul_efficiency: float = field(0.8, doc="achievable fraction of matrix peak")
+    kernel_curve: Optional[str] = field(None, doc="published kernel curves of this GPU (pipesim/presets/gpus.py: "
+                                                  "a100, h100, h800, h200, b200, gb200, gb300, v100)")
+    sms: Optional[int] = field(None, doc="streaming multiprocessors (informational; the curve has its own)")
+    matmul_efficiency: Optional[float] = field(None, doc="explicit override: a flat achievable fraction of "
+                                                        "matrix peak for every matmul instead of the kernel curves")
     vector_efficiency: float = field(0.8, doc="achievable fraction of vector peak")
     memory_efficiency: float = field(0.85, doc="achievable fraction of HBM bandwidth")
 
     def __post_init__(self):
         for name in ("matmul_efficiency", "vector_efficiency", "memory_efficiency"):
             v = getattr(self, name)
-            if not 0 < v <= 1:
+            if v is not None and not 0 < v <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
         for name in ("peak_fp16", "peak_fp32", "hbm_bandwidth", "memory"):
             if getattr(self, name) <= 0:
@@ -100,12 +108,13 @@ class GPUSpec:
     def matrix_peak(self, precision: str) -> float:
         """Dense matrix FLOP/s for `precision` (fp32 math uses the FP32 peak, not TF32)."""
         table = {"fp16": self.peak_fp16, "bf16": self.peak_bf16 or self.peak_fp16,
-                 "fp32": self.peak_fp32, "fp8": self.peak_fp8 or self.peak_bf16 or self.peak_fp16}
+                 "fp32": self.peak_fp32, "tf32": self.peak_tf32 or self.peak_fp32,
+                 "fp8": self.peak_fp8 or self.peak_bf16 or self.peak_fp16}
         return table[precision]
 
     def vector_peak(self, precision: str) -> float:
         fp32 = self.vector_fp32 or self.peak_fp32
-        if precision == "fp32":
+        if precision in ("fp32", "tf32"):
             return fp32
         return self.vector_fp16 or fp32
 
@@ -146,7 +155,9 @@ class Heterogeneity:
 class SystemConfig:
     name: str = field("custom")
     num_nodes: int = field(1, doc="nodes")
-    gpus_per_node: int = field(8, doc="GPUs per node (NVLink island size)")
+    gpus_per_node: int = field(8, doc="GPUs per node (tray / server)")
+    nvlink_domain: Optional[int] = field(None, doc="GPUs sharing one NVLink fabric (default: a node); "
+                                                   "NVL72 racks: 72 GPUs spanning 18 trays")
     gpu: GPUSpec = field(doc="the GPU")
     intra_node: LinkSpec = field(doc="link between GPUs of a node")
     inter_node: LinkSpec = field(doc="link between nodes (per GPU)")
@@ -155,6 +166,18 @@ class SystemConfig:
     def __post_init__(self):
         if self.num_nodes < 1 or self.gpus_per_node < 1:
             raise ValueError("num_nodes and gpus_per_node must be at least 1")
+        d = self.nvlink_domain
+        if d is not None:
+            n = self.num_nodes * self.gpus_per_node
+            if d < 1 or d % self.gpus_per_node or (n >= d and n % d):
+                raise ValueError(f"nvlink_domain must be a multiple of gpus_per_node that divides the GPU count: "
+                                 f"nvlink_domain {d}, gpus_per_node {self.gpus_per_node}, num_nodes({self.num_nodes})"
+                                 f"·gpus_per_node({self.gpus_per_node}) = {n} GPUs")
+
+    @property
+    def island(self) -> int:
+        """GPUs reachable over NVLink from one GPU (a node unless the NVLink domain spans trays)."""
+        return min(self.nvlink_domain or self.gpus_per_node, self.num_gpus)
 
     @property
     def num_gpus(self) -> int:
@@ -197,6 +220,15 @@ class TrainingConfig:
     attention: Literal["eager", "flash"] = field("eager", doc="attention kernel (flash keeps no s x s scores)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
+    fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8"] = field(
+        "tensorwise", doc="FP8 scaling recipe (precision fp8): per-tensor current or delayed scaling, "
+                          "128-element blocks, or MXFP8 (32-element blocks, Blackwell)")
+    grad_reduce_in_fp32: bool = field(False, doc="accumulate and reduce gradients in fp32 (Megatron-LM's default "
+                                                 "for bf16 parameters: arguments.py, accumulate_allreduce_grads_in_fp32)")
+    overlap_tp_comm: bool = field(False, doc="overlap tensor-parallel collectives with the GEMMs "
+                                             "(Megatron --tp-comm-overlap)")
+    overlap_param_gather: bool = field(False, doc="overlap the distributed optimizer's parameter all-gather "
+                                                  "with the next step's forward (Megatron --overlap-param-gather)")
 
     def __post_init__(self):
         if self.micro_batch_size < 1 or self.global_batch_size < 1:

@@ -48,7 +48,8 @@ def uniform(s, f=1.0, b=2.0, i=None, w=None, send=0.0, grad_send=None, act=1.0, 
             grad_send_bytes=0.0 if first else (send if grad_send is None else grad_send),
             quantize=0.0 if last else q, dequantize=0.0 if first else dq, static=StaticMemory(*static),
             grad_bytes=grad_bytes, activation_bytes=act, recompute_working_bytes=rc_working,
-            optimizer_step=opt, params=c.params if params is None else params))
+            optimizer_step=opt, step_ops=(("OPTIMIZER", opt),) if opt else (),
+            params=c.params if params is None else params))
     return out
 
 

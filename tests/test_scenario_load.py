@@ -88,7 +88,7 @@ def test_sections_from_files():
 
 
 def test_cnn_model_sections():
-    from pipesim.costs import stage_costs
+    from pipesim.model_stages import stage_costs_for as stage_costs
     base = {"model": {"preset": "resnet50", "image_input": "imagenet"}, "system": "gtx-1080ti",
             "parallel": {"pipeline": 2, "data": 2}, "training": {"global_batch_size": 64, "micro_batch_size": 8,
                                                                  "precision": "fp32"}}

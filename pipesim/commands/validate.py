@@ -12,9 +12,10 @@ def add_arguments(p) -> None:
     p.add_argument("--cases", help="published cases YAML (default scenarios/validation/published.yaml)")
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
                    help="sim = SimPy simulator (default); analytic = closed-form screening model")
-    p.add_argument("--efficiency", choices=["preset", "proposed"], default="preset",
-                   help="GPU efficiencies: the system presets' (default) or the proposed set per GPU "
-                        "(pipesim/whatif/validation.py EFFICIENCY_SETS)")
+    p.add_argument("--efficiency", choices=["preset"], default="preset",
+                   help="GPU efficiencies: the system presets' kernel curves (no fitted scalars)")
+    p.add_argument("--jobs", type=int, default=2, metavar="N",
+                   help="cases simulated in parallel (process pool; default 2, 1 = in process)")
     p.add_argument("--zero3-alpha-us", type=float, metavar="US",
                    help="diagnosis: time ZeRO-3 cases with the per-parameter-tensor collective model "
                         "(closed form, ring latency US microseconds per hop); see docs/WHATIF.md")
@@ -52,7 +53,8 @@ def run(args) -> int:
         zero3 = functools.partial(zero3_per_tensor_report, alpha=args.zero3_alpha_us * 1e-6)
         plain = evaluator
         evaluator = lambda s, mode: zero3(s, mode) if s.training.zero_stage >= 3 else plain(s, mode)  # noqa: E731
-    results = run_suite(suites or None, evaluator=evaluator, path=args.cases, efficiency=args.efficiency)
+    custom = args.engine != "sim" or args.zero3_alpha_us is not None
+    results = _run_with_progress(run_suite, suites or None, None if not custom else evaluator, args)
     print(f"engine: {args.engine}; GPU efficiencies: {args.efficiency}\n")
     print(format_results(results))
     if args.plot:
@@ -60,7 +62,9 @@ def run(args) -> int:
         plot_validation(results, args.plot)
         print(f"wrote {args.plot}")
     if args.json:
-        out = {suite: {"mape_pct": mape(rs), "target_pct": SUITES[suite][1],
+        from pipesim.whatif.validation import max_error, mean_signed
+        out = {suite: {"mape_pct": mape(rs), "max_abs_pct": max_error(rs), "mean_signed_pct": mean_signed(rs),
+                       "target_pct": SUITES[suite][1],
                        "cases": [{"id": r.case.id, "published_tflops": r.case.target, "predicted_tflops": r.predicted,
                                   "error_pct": r.error_pct, "step_time_s": r.step_time_s, "note": r.note,
                                   "source": r.case.source} for r in rs]}
@@ -69,3 +73,19 @@ def run(args) -> int:
             json.dump(out, fh, indent=1)
         print(f"wrote {args.json}")
     return 0
+
+
+def _run_with_progress(run_suite, suites, evaluator, args):
+    """The suite with a rich progress bar on stderr (cases finish out of order with --jobs)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    console = Console(stderr=True)
+    with Progress(TextColumn("validate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=console, transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def progress(done, total, case_id):
+            bar.update(task, completed=done, total=total, description=case_id)
+
+        return run_suite(suites, evaluator=evaluator, path=args.cases, efficiency=args.efficiency,
+                         jobs=max(1, args.jobs), progress=progress)

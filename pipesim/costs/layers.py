@@ -19,6 +19,14 @@ from pipesim.scenario import Scenario
 
 MASK_BYTES = 1   # dropout masks are stored as bytes (Korthikanti et al. 2022, Sec. 4.1)
 FP32 = 4
+# Vocab-parallel cross-entropy as Megatron-LM runs it, pass by pass over the V/t logits of each
+# token (megatron/core/tensor_parallel/cross_entropy.py, called on logits.float() by
+# GPTModel.compute_language_model_loss), bytes per logit. Forward: cast to fp32 (2 read + 4
+# written), row max (4), subtract the max (4 + 4), exp in place (4 + 4), row sum (4), divide
+# in place to keep the softmax (4 + 4) = 38. Backward: scale the saved softmax by the loss
+# gradient in place (4 + 4), cast the fp32 gradient back to 16 bits (4 + 2) = 14.
+CE_FWD_BYTES = 38
+CE_BWD_BYTES = 14
 
 
 @dataclass(frozen=True)
@@ -60,12 +68,17 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
     params = k * n / wdiv + (n / _n_div(sh, role) if bias else 0)
     m_loc, k_loc, n_loc = tokens / sh.tp.token_div, k / _k_div(sh, role), n / _n_div(sh, role)
     shape = dict(m=int(m_loc), k=int(k_loc), n=int(n_loc), dtype=dtype)
+    # 1D TP (with or without sequence parallelism) multiplies all tokens: SP gathers them first
+    m_gemm = tokens if sh.tp.mode == "1d" else m_loc
     b_loc = (n / _n_div(sh, role)) * e if bias else 0.0       # bias read (and its gradient)
     return Op(name, "matmul", flops, 2 * flops, a_loc + w_loc + b_loc + c_loc,
               c_loc + 2 * a_loc + 2 * (w_loc + b_loc),
               saved_bytes=saved_input, params=params, comm_fwd=fwd, comm_bwd=bwd, dgrad_fraction=0.5,
               param_tensors=2 if bias else 1,
               measure_fwd=(("gemm", shape),),
+              # forward Y = X W; input grad dX = dY W^T (M x K, over N); weight grad dW = X^T dY (K x N, over M)
+              gemms_fwd=((1, m_gemm, n_loc, k_loc, dtype),),
+              gemms_bwd=((1, m_gemm, k_loc, n_loc, dtype), (1, k_loc, n_loc, m_gemm, dtype)),
               measure_bwd=(("gemm", dict(m=shape["m"], k=shape["n"], n=shape["k"], dtype=dtype)),
                            ("gemm", dict(m=shape["k"], k=shape["m"], n=shape["n"], dtype=dtype))))
 
@@ -137,9 +150,14 @@ def layer_ops(s: Scenario) -> list[Op]:
         ops.append(flash_attention(sh, heads, kv, dtype, m.causal))
     else:
         qk_saved = sh.b * sh.s * (heads + kv) * sh.d * e / (tp.size // hd if tp.mode != "1d" else 1)
+        # batched GEMMs, one per (sample, head): scores[s, s] = Q[s, d] K^T; backward dQ, dK (K = s)
+        nb = scores / (sh.s * sh.s) if sh.s else 0.0
+        adt = high_precision(dtype)
         ops.append(Op("logits", "matmul", 2 * scores * sh.d, 4 * scores * sh.d,
                       qk_saved + scores * e, scores * e + 2 * qk_saved, saved_bytes=qk_saved,
-                      dgrad_fraction=1.0, attention_core=True))
+                      dgrad_fraction=1.0, attention_core=True,
+                      gemms_fwd=((nb, sh.s, sh.s, sh.d, adt),),
+                      gemms_bwd=((nb, sh.s, sh.d, sh.s, adt), (nb, sh.s, sh.d, sh.s, adt))))
         sm = vector("softmax", scores, sh, (5, 4), saved_bytes=scores * e)
         sm = replace(sm, selective_dropped_bytes=scores * e)
         ops.append(replace(sm, attention_core=True))
@@ -153,7 +171,10 @@ def layer_ops(s: Scenario) -> list[Op]:
         ops.append(Op("attend", "matmul", 2 * scores * sh.d, 4 * scores * sh.d,
                       scores * e + 2 * v_saved, 2 * scores * e + 3 * v_saved,
                       saved_bytes=probs + v_saved, dgrad_fraction=1.0,
-                      selective_dropped_bytes=probs))
+                      selective_dropped_bytes=probs,
+                      # context[s, d] = P[s, s] V; backward dP = dC V^T (K = d), dV = P^T dC (K = s)
+                      gemms_fwd=((nb, sh.s, sh.d, sh.s, adt),),
+                      gemms_bwd=((nb, sh.s, sh.s, sh.d, adt), (nb, sh.s, sh.d, sh.s, adt))))
     ops.append(matmul("proj", T, sh.h, sh.h, sh, "row", saved_input=T * sh.h * e / tp.size, dtype=dtype,
                       bias=m.bias))
     ops += [o for o in (dropout("dropout1", tok * sh.h),) if o]
@@ -175,6 +196,13 @@ def layer_ops(s: Scenario) -> list[Op]:
     return ops
 
 
+def high_precision(precision: str) -> str:
+    """Ops that stay in BF16 under FP8 training: dot-product attention and the output layer
+    (Transformer Engine runs only its Linear GEMMs in FP8; Megatron-Core keeps the output layer
+    and attention in BF16 by default -- NVIDIA TE docs, "Using FP8 with Transformer Engine")."""
+    return "bf16" if precision == "fp8" else precision
+
+
 def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: bool) -> Op:
     """Fused attention (Dao et al. 2022, "FlashAttention", Sec. 3.1 and Thm. 2): forward = the two
     matmuls (4 b a s^2 d FLOPs); backward recomputes the scores and runs four matmuls
@@ -188,7 +216,8 @@ def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: boo
     shape = dict(batch=b, heads=int(heads), seq=s_, head_dim=d, causal=causal, dtype=dtype)
     return Op("attention", "matmul", fwd, 2.5 * fwd, qkvo, 2 * qkvo + b * heads * s_ * FP32,
               saved_bytes=saved, dgrad_fraction=1.0,
-              measure_fwd=(("attention_fwd", shape),), measure_bwd=(("attention_bwd", shape),))
+              measure_fwd=(("attention_fwd", shape),), measure_bwd=(("attention_bwd", shape),),
+              flash=(b * heads, s_, d, causal))
 
 
 def embedding_ops(s: Scenario) -> list[Op]:
@@ -222,13 +251,13 @@ def head_ops(s: Scenario) -> list[Op]:
                           measure_fwd=(("layer_norm_fwd", shape),), measure_bwd=(("layer_norm_bwd", shape),)),
                    param_tensors=2 if m.norm == "layernorm" else 1)]
     head = matmul("lm_head", T, sh.h, sh.v, sh, "column", saved_input=tok * sh.h * e,
-                  dtype=s.training.precision, bias=False)
+                  dtype=high_precision(s.training.precision), bias=False)
     shares_embedding = m.tied_embeddings and s.parallel.pipeline == 1
     if shares_embedding:
         head = replace(head, params=0.0)
     ops.append(head)
     logits = T * sh.v / tp.size
     loss_comm = (Comm("all_reduce", 2 * T * FP32, "tp", tp.size),) if tp.size > 1 else ()
-    ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * (e + FP32), 2 * logits * FP32,
+    ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * CE_FWD_BYTES, logits * CE_BWD_BYTES,
                   saved_bytes=logits * FP32, comm_fwd=loss_comm))
     return ops

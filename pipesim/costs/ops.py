@@ -33,6 +33,9 @@ class Op:
     recompute (Korthikanti et al. 2022, Sec. 4.2); selective_dropped_bytes: the saved bytes that
     selective recompute does not keep (the s x s score tensors).
     measure_*: profile lookups (op key, shape) that replace the roofline when measured.
+    gemms_*: the GEMMs the op runs, (batch, M, N, K, dtype), timed by the GEMM curve
+    (pipesim/costs/gemm.py); flash: (batch·heads, seq, head_dim, causal) of a fused attention,
+    timed by the attention table (pipesim/costs/flash.py).
     """
     name: str
     kind: str
@@ -50,3 +53,6 @@ class Op:
     param_tensors: int = 0       # parameter tensors (weight, bias, ...): ZeRO-3 gathers each one
     measure_fwd: tuple = field(default=(), compare=False)
     measure_bwd: tuple = field(default=(), compare=False)
+    gemms_fwd: tuple = field(default=(), compare=False)
+    gemms_bwd: tuple = field(default=(), compare=False)
+    flash: tuple = field(default=(), compare=False)

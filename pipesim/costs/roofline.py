@@ -1,16 +1,25 @@
-"""Time of one op: a measured profile where it has the op, else the roofline.
+"""Time of one op, from the best source available, and where it came from:
+
+  "measured" / "interpolated"  a calibrated profile (costs.profile) has the op or its curve
+  "gemm-curve"                 GEMMs by shape: tile/wave quantisation over the SMs up to the
+                               published achievable peak (pipesim/costs/gemm.py)
+  "attention-table"            fused attention from published kernel tables (costs/flash.py)
+  "memory-roofline"            memory-bound ops at the achievable HBM bandwidth
+  "roofline"                   flat roofline: an explicit `gpu.matmul_efficiency` override, or a
+                               GPU without kernel curves
+  "fitted"                     a profile's fitted achieved throughput (ops it did not measure)
 
 Roofline (Williams, Waterman & Patterson 2009, "Roofline", Eq. 1):
     t = max(FLOPs / (peak · efficiency), bytes / (bandwidth · efficiency))
-with the matrix (tensor-core) peak for matmuls and the vector peak for everything else, at the
-scenario's precision. A profile's fitted achieved throughput replaces peak·efficiency when the
-op itself was not measured.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipesim.costs.flash import attention_tflops
+from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
 from pipesim.costs.ops import Op
+from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve
 from pipesim.scenario import GPUSpec
 
 
@@ -19,7 +28,7 @@ class OpTime:
     compute: float       # seconds at the compute roof
     memory: float        # seconds at the memory roof
     seconds: float       # the time used
-    source: str          # "roofline" | "measured" | "interpolated" | "fitted"
+    source: str          # see the module docstring
 
     @property
     def bound(self) -> str:
@@ -31,11 +40,17 @@ class CostModel:
 
     def __init__(self, gpu: GPUSpec, precision: str, profile=None):
         self.gpu, self.precision, self.profile = gpu, precision, profile
-        self._matmul_rate = gpu.matrix_peak(precision) * gpu.matmul_efficiency
+        # the kernel curves apply unless the user pinned a flat matmul efficiency
+        self.curve = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
+        flat = gpu.matmul_efficiency if gpu.matmul_efficiency is not None else GENERIC_MATMUL_EFFICIENCY
+        self._matmul_rate = gpu.matrix_peak(precision) * flat
         self._vector_rate = gpu.vector_peak(precision) * gpu.vector_efficiency
         self._mem_rate = gpu.hbm_bandwidth * gpu.memory_efficiency
+        self._fitted = False
         if profile is not None:
-            self._matmul_rate = profile.achieved("matmul") or self._matmul_rate
+            achieved = profile.achieved("matmul")
+            if achieved:
+                self._matmul_rate, self.curve, self._fitted = achieved, None, True
             self._mem_rate = profile.achieved("memory") or self._mem_rate
 
     def roofline(self, flops: float, nbytes: float, kind: str) -> tuple[float, float]:
@@ -48,11 +63,30 @@ class CostModel:
         nbytes = op.bytes_fwd if phase == "fwd" else op.bytes_bwd
         compute, memory = self.roofline(flops, nbytes, op.kind)
         measured = self._measured(op.measure_fwd if phase == "fwd" else op.measure_bwd)
+        gemms = op.gemms_fwd if phase == "fwd" else op.gemms_bwd
         if measured is not None:
             seconds, source = measured
+        elif self.curve is not None and op.flash:
+            batch_heads, seq, _, causal = op.flash
+            compute = flops / (attention_tflops(self.curve, seq, causal, phase) * 1e12)
+            seconds, source = max(compute, memory), "attention-table"
+        elif self.curve is not None and gemms:
+            compute = sum(self.gemm_time(*g) for g in gemms)
+            seconds, source = max(compute, memory), "gemm-curve"
+        elif self.curve is not None and op.kind == "vector":
+            seconds, source = max(compute, memory), "memory-roofline"
         else:
-            seconds, source = max(compute, memory), ("fitted" if self.profile is not None else "roofline")
+            seconds, source = max(compute, memory), ("fitted" if self._fitted else "roofline")
         return OpTime(compute, memory, self.with_launch(seconds, op, phase), source)
+
+    def gemm_time(self, batch: float, m: float, n: float, k: float, dtype: str) -> float:
+        """One (batched) GEMM on the GPU's curve: max(tile/wave compute time, memory roof)."""
+        c = self.curve
+        dt = dtype if dtype in c["mamf_tflops"] else "bf16"
+        shape = c["best_shape"].get(dt) or c["best_shape"]["bf16"]
+        compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
+                                    c["mamf_tflops"]["fp16"] * 1e12, tuple(shape), c["persistent"])
+        return max(compute, gemm_bytes(m, n, k, dt, batch) / self._mem_rate)
 
     def with_launch(self, kernel_seconds: float, op: Op, phase: str) -> float:
         """Each op launches one kernel forward and, with weights, two backward (input and weight

@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pipesim.costs.collectives import collective_time
+from pipesim.costs.collectives import collective_time, p2p_time
+from pipesim.costs.fp8 import BLACKWELL_CURVES, FP8_WEIGHT_COPY_BYTES, cast_ops, weight_cast_bytes
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Op
 from pipesim.costs.roofline import CostModel
-from pipesim.costs.topology import placement
+from pipesim.costs.topology import placement, stage_link
 from pipesim.scenario import Scenario
 
 # Adam update traffic per parameter: read fp32 master, m, v and the gradient, write master, m, v
@@ -51,9 +52,13 @@ class StageCosts:
     flops: float              # model FLOPs per micro-batch on this GPU (fwd + bwd, no recompute)
     sources: dict = field(default_factory=dict)   # cost source -> seconds attributed
     param_tensors: int = 0    # parameter tensors held (ZeRO-3 gathers them one collective each)
+    # per-step fixed work after the last backward, in order, as (timeline name, seconds); the
+    # optimizer step is `optimizer_step` above and is listed here too
+    step_ops: tuple = ()
 
     def as_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources")}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources", "step_ops")}
+        out["step_ops"] = {name: sec for name, sec in self.step_ops}
         out.update(weights_bytes=self.static.weights, grads_bytes=self.static.gradients,
                    optimizer_bytes=self.static.optimizer, sources=dict(self.sources))
         return out
@@ -98,10 +103,21 @@ class _Acc:
             self.wgrad += times * b.seconds * (1 - op.dgrad_fraction)
             for src, sec in ((f.source, f.seconds), (b.source, b.seconds)):
                 self.sources[src] = self.sources.get(src, 0.0) + times * sec
-            self.tp_fwd += times * comm_seconds(s, op.comm_fwd)
-            self.tp_bwd += times * comm_seconds(s, op.comm_bwd)
+            self.tp_fwd += times * exposed_tp(s, comm_seconds(s, op.comm_fwd), f.seconds, op.gemms_fwd)
+            self.tp_bwd += times * exposed_tp(s, comm_seconds(s, op.comm_bwd), b.seconds, op.gemms_bwd)
             self.tp_bytes_fwd += times * sum(c.total_bytes for c in op.comm_fwd)
             self.tp_bytes_bwd += times * sum(c.total_bytes for c in op.comm_bwd)
+
+
+def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:
+    """TP communication left on the critical path. Without overlap: all of it. With
+    `training.overlap_tp_comm` (Megatron --tp-comm-overlap, Transformer Engine userbuffers) the
+    all-gather / reduce-scatter is split into tp chunks pipelined with the GEMM that consumes or
+    produces them (Wang et al. 2022, "Overlap Communication with Dependent Computation via
+    Decomposition", Sec. 3): the first chunk, and whatever outlasts the GEMM, stay exposed."""
+    if comm <= 0 or not s.training.overlap_tp_comm or not gemms:
+        return comm
+    return comm / s.parallel.tensor + max(0.0, comm - gemm)
 
 
 def comm_seconds(s: Scenario, comms) -> float:
@@ -128,17 +144,32 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, f
     return t, checkpoint, saved_all
 
 
+def costed_layer_ops(s: Scenario) -> list[Op]:
+    """The ops of one layer as they run: under FP8, plus the cast op of every FP8 GEMM."""
+    layer = layer_ops(s)
+    tr = s.training
+    if tr.precision != "fp8":
+        return layer
+    if tr.fp8_recipe == "mxfp8" and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
+        from pipesim.errors import ScenarioError
+        raise ScenarioError(f"{s.source}: training.fp8_recipe: mxfp8 needs Blackwell tensor cores "
+                            f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
+                            f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
+    return layer + cast_ops(layer, tr.fp8_recipe)
+
+
 def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     """Costs of every model stage (pipeline * virtual_stages of them), per micro-batch."""
-    if s.model.arch == "cnn":
-        from pipesim.partition.cnn_stages import cnn_stage_costs_for
-        return cnn_stage_costs_for(s)
+    if s.model.arch != "transformer":
+        from pipesim.errors import ScenarioError
+        raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
+                            "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
-    layer = layer_ops(s)
+    layer = costed_layer_ops(s)
+    tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
     sh = shapes_of(s)
-    tr = s.training
     n_stages = s.num_model_stages
     bits = tr.activation_compression_bits
     # Activations sent between stages: with tensor parallelism each GPU sends its 1/t slice
@@ -161,13 +192,21 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         acc.add(s, cm, extras, 1)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         static = static_memory(params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
+        if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
+            static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
+        fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
+        if fp8_params:
+            # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
+            static = StaticMemory(static.weights + fp8_params * FP8_WEIGHT_COPY_BYTES, static.gradients,
+                                  static.optimizer)
         activation = n_layers * rc_saved + sum(o.saved_bytes for o in extras)
         recompute = n_layers * rc_time
         flops = n_layers * sum(o.flops_fwd + o.flops_bwd for o in layer) + sum(
             o.flops_fwd + o.flops_bwd for o in extras)
         local_params = params / (s.parallel.data if tr.zero_stage >= 1 else 1)
         opt_step = cm.memory_time(local_params * ADAM_BYTES_PER_PARAM)
-        elem = 4 if tr.precision == "fp32" else 2
+        elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)       # gradient bytes per parameter
+        steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         out.append(StageCosts(
             stage=k, layers=n_layers, has_embedding=first, has_head=last,
             forward=acc.fwd + acc.tp_fwd,
@@ -185,5 +224,39 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             recompute_working_bytes=rc_working if n_layers else 0.0,
             optimizer_step=opt_step, flops=flops,
             sources=acc.sources,
-            param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras)))
+            param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras),
+            step_ops=steps))
     return out
+
+
+def elem_of(tr) -> int:
+    """Bytes of a 16/32-bit weight or gradient element (FP8 training keeps BF16 weights)."""
+    return 4 if tr.precision in ("fp32", "tf32") else 2
+
+
+def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_params: float,
+                   fp8_params: float, elem: int, opt_step: float) -> tuple:
+    """The per-step work after the last backward of a stage, in the order Megatron-LM runs it
+    (megatron/core/optimizer: finalize_model_grads, then clip_grad_norm, then step):
+      EMBED_GRAD_AR   tied input/output embedding: first and last pipeline stage all-reduce the
+                      embedding gradient (Shoeybi et al. 2019 Sec. 3; Narayanan et al. SC'21 Sec. 4)
+      GRAD_NORM       gradient clipping: a multi-tensor L2 norm over the local gradients (memory
+                      bound) and a scalar all-reduce over the tensor, pipeline and data groups
+      OPTIMIZER       Adam over the local (ZeRO-sharded) parameters, memory bound
+      FP8_WEIGHT_CAST the FP8 weight copies re-cast after the update (precision fp8)"""
+    tr, par = s.training, s.parallel
+    out = []
+    last = s.num_model_stages - 1
+    if s.model.tied_embeddings and par.pipeline > 1 and stage in (0, last):
+        sh = shapes_of(s)
+        emb = sh.v * sh.h / sh.tp.weight_div * elem
+        # an all-reduce of 2 members is one exchange of the buffer each way: α + B β
+        out.append(("EMBED_GRAD_AR", p2p_time(emb, stage_link(s, 0, par.pipeline - 1))))
+    if tr.optimizer == "adam":
+        grads = local_params * elem
+        scalar = sum(collective_time("all_reduce", 4.0, placement(s, g), par.collective) for g in ("tp", "pp", "dp"))
+        out.append(("GRAD_NORM", cm.memory_time(grads) + scalar))
+    out.append(("OPTIMIZER", opt_step))
+    if fp8_params:      # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not
+        out.append(("FP8_WEIGHT_CAST", cm.memory_time(weight_cast_bytes(fp8_params, tr.fp8_recipe))))
+    return tuple((name, sec) for name, sec in out if sec > 0)

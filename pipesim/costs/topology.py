@@ -36,6 +36,11 @@ def node_of(s: Scenario, rank: int) -> int:
     return rank // s.system.gpus_per_node
 
 
+def island_of(s: Scenario, rank: int) -> int:
+    """NVLink domain of a rank: its node, or a rack-wide domain (NVL72) spanning several trays."""
+    return rank // s.system.island
+
+
 def links(s: Scenario, node: int | None = None) -> tuple[Link, Link]:
     """Effective (intra, inter) links; `node` applies a per-node inter-node override."""
     sysc = s.system
@@ -61,7 +66,7 @@ def group_stride_size(s: Scenario, group: str) -> tuple[int, int]:
 def placement(s: Scenario, group: str) -> GroupPlacement:
     """Placement of a communicator (assumed the same for every instance of the group)."""
     stride, size = group_stride_size(s, group)
-    gpn = s.system.gpus_per_node
+    gpn = s.system.island          # GPUs on one NVLink fabric: "intra" below means NVLink
     per_node = 1 if stride >= gpn else min(size, math.ceil(gpn / stride))
     intra, inter = links(s)
     return GroupPlacement(size=size, per_node=per_node, intra=intra, inter=inter)
@@ -69,7 +74,7 @@ def placement(s: Scenario, group: str) -> GroupPlacement:
 
 def p2p_link(s: Scenario, src: int, dst: int) -> Link:
     intra, inter = links(s, node_of(s, src))
-    if node_of(s, src) == node_of(s, dst):
+    if island_of(s, src) == island_of(s, dst):
         return intra
     _, inter_dst = links(s, node_of(s, dst))
     return Link(min(inter.bandwidth, inter_dst.bandwidth), inter.latency)

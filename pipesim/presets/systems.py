@@ -6,37 +6,35 @@ Bandwidths are per GPU, per direction. Efficiencies are the achievable fractions
 pipesim assumes by default (documented in docs/COSTS.md); they can be overridden per scenario.
 """
 
-# Default achievable fractions. matmul: large GEMMs reach ~75-85 % of dense peak on A100/H100
-# (NVIDIA cuBLAS/Megatron measurements; Narayanan et al. SC'21 report 44-52 % of peak end to end
-# incl. all non-GEMM work). memory: STREAM-like copies reach ~85-90 % of HBM peak.
+# Default achievable fractions. Matmuls and attention have no scalar: they follow the per-GPU
+# kernel curves named by `kernel_curve` (pipesim/presets/gpus.py, from published kernel
+# benchmarks); `matmul_efficiency` stays available as an explicit user override only.
+# memory: STREAM-like copies reach ~85-90 % of HBM peak (McCalpin STREAM; NVIDIA nvbandwidth /
+# BabelStream results on A100/H100 reach 85-92 %), so 0.85.
 # network: NCCL bus bandwidth reaches ~80 % of link peak (nccl-tests).
 # kernel_launch_us: fixed cost per launched kernel; CUDA launches take ~4-5 us end to end
 # (NVIDIA CUDA C++ Best Practices Guide, "kernel launch overhead"; Lustig & Martonosi measure
 # 4-8 us), which dominates small ops such as CIFAR-sized convolutions.
-_EFF = dict(matmul_efficiency=0.80, vector_efficiency=0.80, memory_efficiency=0.85, kernel_launch_us=5.0)
+_EFF = dict(vector_efficiency=0.80, memory_efficiency=0.85, kernel_launch_us=5.0)
 _LINK_EFF = 0.80
 
 # NVIDIA A100 Tensor Core GPU datasheet (2021): FP16/BF16 tensor 312 TF dense, TF32 156, FP32 19.5,
 # FP16 non-tensor 78; HBM2 1,555 GB/s (40 GB) / HBM2e 2,039 GB/s (80 GB); NVLink 3 600 GB/s total
 # (300 GB/s per direction). DGX A100 user guide: 8 GPUs, 8x 200 Gb/s HDR IB (25 GB/s per GPU).
-# matmul_efficiency 0.65 (A100) and 0.70 (V100): the one efficiency per GPU that fits Megatron-LM
-# SC'21 Table 1 (fitted there, 2.8 % MAPE; out of sample Table 2's PTD-P rows land within -0.5 to
-# -5.8 %); it folds in what a layer loses beyond one large GEMM (smaller GEMMs, fused kernels).
-# See docs/WHATIF.md, "validation". H100 has no published case in the suite yet: it keeps 0.80.
 _A100 = dict(name="A100-SXM4", peak_tflops_fp16=312, peak_tflops_bf16=312, peak_tflops_tf32=156,
              peak_tflops_fp32=19.5, peak_tflops_fp8=312, vector_tflops_fp32=19.5, vector_tflops_fp16=78,
-             **dict(_EFF, matmul_efficiency=0.65))
+             kernel_curve="a100", sms=108, **_EFF)
 # NVIDIA H100 datasheet (SXM5): BF16/FP16 tensor 989 TF dense, FP8 1,979, TF32 494, FP32 67,
 # FP16 non-tensor 134 (Hopper whitepaper Table 1); HBM3 3.35 TB/s, 80 GB; NVLink 4 900 GB/s total.
 # DGX H100: 8x 400 Gb/s NDR (50 GB/s per GPU). H200 datasheet: same compute, 141 GB HBM3e 4.8 TB/s.
 _H100 = dict(name="H100-SXM5", peak_tflops_fp16=989, peak_tflops_bf16=989, peak_tflops_tf32=494,
              peak_tflops_fp32=67, peak_tflops_fp8=1979, vector_tflops_fp32=67, vector_tflops_fp16=134,
-             **_EFF)
+             kernel_curve="h100", sms=132, **_EFF)
 # NVIDIA V100 datasheet (SXM2): FP16 tensor 125 TF, FP32 15.7, FP16 non-tensor 31.4; HBM2 900 GB/s;
 # NVLink 2: 6 links x 25 GB/s per direction = 150 GB/s. DGX-1: 4x 100 Gb/s EDR IB per 8 GPUs.
 _V100 = dict(name="V100-SXM2", peak_tflops_fp16=125, peak_tflops_bf16=15.7, peak_tflops_tf32=15.7,
              peak_tflops_fp32=15.7, peak_tflops_fp8=125, vector_tflops_fp32=15.7, vector_tflops_fp16=31.4,
-             **dict(_EFF, matmul_efficiency=0.70))
+             kernel_curve="v100", sms=80, **_EFF)
 # Pascal consumer cards (NVIDIA GeForce GTX 1070 / 1080 Ti specifications; GP104/GP102 FP16 runs at
 # 1/64 of FP32, so fp16 training uses FP32 math in practice). Boost clocks: 1070 1920 cores x
 # 1.683 GHz x 2 = 6.46 TF, 256 GB/s GDDR5, 8 GB; 1080 Ti 3584 x 1.582 x 2 = 11.3 TF, 484 GB/s, 11 GB.
@@ -47,8 +45,35 @@ _GTX1070 = dict(name="GTX-1070", peak_tflops_fp16=6.46, peak_tflops_bf16=6.46, p
 _GTX1080TI = dict(_GTX1070, name="GTX-1080Ti", peak_tflops_fp16=11.3, peak_tflops_bf16=11.3, peak_tflops_tf32=11.3,
                   peak_tflops_fp32=11.3, peak_tflops_fp8=11.3, vector_tflops_fp32=11.3, vector_tflops_fp16=11.3,
                   hbm_bandwidth_GBps=484, memory_GiB=11)
+# NVIDIA DGX B200 datasheet (2024): per GPU FP8 dense 4.5 PF (72 PF sparse / 8 GPUs / 2), FP16/
+# BF16 dense 2.25 PF, TF32 dense 1.1 PF, FP32 80 TF (Blackwell datasheet); HBM3e 8 TB/s, 180 GB
+# (1,440 GB per 8 GPUs); NVLink 5 1.8 TB/s total (900 GB/s per direction); 8x 400 Gb/s
+# ConnectX-7 (50 GB/s per GPU). 148 SMs (Blackwell architecture technical brief).
+_B200 = dict(name="B200", peak_tflops_fp16=2250, peak_tflops_bf16=2250, peak_tflops_tf32=1100,
+             peak_tflops_fp32=80, peak_tflops_fp8=4500, vector_tflops_fp32=80, vector_tflops_fp16=160,
+             hbm_bandwidth_GBps=8000, memory_GiB=180 * 1e9 / 2**30, kernel_curve="b200", sms=148, **_EFF)
+# NVIDIA GB200 NVL72 datasheet (2024): 72 Blackwell GPUs, FP8 dense 5 PF, FP16/BF16 dense 2.5 PF,
+# TF32 dense 1.25 PF (the 360/180/90 PF sparse rack figures / 72 / 2), FP32 80 TF per GPU; HBM3e
+# 8 TB/s, 13.4 TB per 72 GPUs (186 GB); one NVLink 5 domain of 72 GPUs at 1.8 TB/s per GPU
+# (900 GB/s per direction) across 18 compute trays of 4 GPUs; ConnectX-7 400 Gb/s per GPU out of
+# the rack (50 GB/s).
+_GB200 = dict(_B200, name="GB200", peak_tflops_fp16=2500, peak_tflops_bf16=2500, peak_tflops_tf32=1250,
+              peak_tflops_fp8=5000, memory_GiB=186 * 1e9 / 2**30, kernel_curve="gb200")
+# NVIDIA GB300 NVL72 datasheet (2025): Blackwell Ultra, FP8 dense 5 PF, BF16 dense 2.5 PF, FP32 75
+# TF per GPU (360 PF FP8 sparse rack / 72 / 2 ... same as GB200 above FP4), HBM3e 8 TB/s, 20 TB per
+# 72 GPUs (288 GB); NVLink 5 domain of 72; ConnectX-8 SuperNIC 800 Gb/s per GPU (100 GB/s).
+# 160 SMs (NVIDIA technical blog "Inside NVIDIA Blackwell Ultra", 2025).
+_GB300 = dict(_GB200, name="GB300", peak_tflops_fp32=75, vector_tflops_fp32=75, memory_GiB=288 * 1e9 / 2**30,
+              kernel_curve="gb300", sms=160)
 _PCIE3 = dict(bandwidth_GBps=15.75, latency_us=5.0, efficiency=_LINK_EFF)
 _10GBE = dict(bandwidth_GBps=1.25, latency_us=20.0, efficiency=_LINK_EFF)
+
+
+def _nvl72(gpu: dict, nic_GBps: float) -> dict:
+    """A GB200/GB300 NVL72 rack: 18 trays of 4 GPUs, one 72-GPU NVLink domain spanning them."""
+    return dict(num_nodes=18, gpus_per_node=4, nvlink_domain=72, gpu=gpu,
+                intra_node=dict(bandwidth_GBps=900, latency_us=2.0, efficiency=_LINK_EFF),
+                inter_node=dict(bandwidth_GBps=nic_GBps, latency_us=5.0, efficiency=_LINK_EFF))
 
 
 def _dgx(gpu: dict, nvlink_GBps: float, nic_GBps: float, nvlink_latency_us: float = 2.0) -> dict:
@@ -65,7 +90,16 @@ SYSTEMS: dict[str, dict] = {
     "dgx-a100-40gb": _dgx(dict(_A100, name="A100-SXM4-40GB", hbm_bandwidth_GBps=1555, memory_GiB=40), 300, 25),
     "dgx-a100-80gb": _dgx(dict(_A100, name="A100-SXM4-80GB", hbm_bandwidth_GBps=2039, memory_GiB=80), 300, 25),
     "dgx-h100": _dgx(dict(_H100, hbm_bandwidth_GBps=3350, memory_GiB=80), 450, 50),
-    "dgx-h200": _dgx(dict(_H100, name="H200-SXM", hbm_bandwidth_GBps=4800, memory_GiB=141), 450, 50),
+    "dgx-h200": _dgx(dict(_H100, name="H200-SXM", hbm_bandwidth_GBps=4800, memory_GiB=141, kernel_curve="h200"),
+                     450, 50),
+    # NVIDIA H800 SXM5 (China export part): H100 SXM compute and HBM3, NVLink cut to 400 GB/s total
+    # (200 per direction); HGX H800 nodes with 8x 400 Gb/s NICs (DeepSeek-V3 technical report
+    # 2024, Sec. 3.1: 8 GPUs per node on NVLink/NVSwitch, InfiniBand 50 GB/s per GPU).
+    "hgx-h800": _dgx(dict(_H100, name="H800-SXM5", hbm_bandwidth_GBps=3350, memory_GiB=80, kernel_curve="h800"),
+                     200, 50),
+    "dgx-b200": _dgx(_B200, 900, 50),
+    "gb200-nvl72": _nvl72(_GB200, 50),
+    "gb300-nvl72": _nvl72(_GB300, 100),
     # The seed 003 notebook's A100-like system: 312 TF fp16 matrix, 19.5/78 TF fp32/fp16 vector,
     # 1555 GB/s HBM, NVLink 600 GB/s, IB 100 GB/s, NVLink islands of 4. The notebook divides bytes
     # by these figures directly, so efficiencies are 1 and latencies 0 here.

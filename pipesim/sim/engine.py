@@ -256,13 +256,20 @@ class Engine:
             for st in tl.stages:
                 self.put(gid, ("grad", st, env._now, 0.0))
         yield from self._drain(gid)
-        if g.optimizer_s > 0:
+        # per-step fixed ops (embedding all-reduce, grad norm, optimizer, FP8 weight cast)
+        for name, sec in (g.step_ops or (("OPTIMIZER", g.optimizer_s),)):
+            if sec <= 0:
+                continue
             start = env._now
-            yield timeout(g.optimizer_s)
-            compute.append((start, env._now, "OPTIMIZER"))
-            self.record(gid, "compute", "OPTIMIZER", -1, -1, start, env._now)
+            yield timeout(sec)
+            compute.append((start, env._now, name))
+            self.record(gid, "compute", name, -1, -1, start, env._now)
+        # the distributed optimizer's parameter all-gather; with Megatron's --overlap-param-gather
+        # it runs bucket by bucket under the next step's first forward, so only what outlasts
+        # that forward (the rank's chunks, one micro-batch) is exposed
         if w.zero_stage in (1, 2) and self.dp_n > 1:
-            self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages)))
+            hide = g.first_forward_s if w.scenario.training.overlap_param_gather else 0.0
+            self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages), hide))
             yield from self._drain(gid)
         self.put(gid, ("stop",))
         tl.end = env._now
@@ -324,8 +331,10 @@ class Engine:
                 self.record(g.id, "dp", "ZERO_GATHER", st, -1, start, end, nbytes)
                 ev.succeed()
             elif typ == "allgather":
-                nbytes = job[1]
-                sec = collective_seconds(w, "all_gather", nbytes, g.pp)
+                nbytes, hide = job[1], job[2]
+                sec = max(0.0, collective_seconds(w, "all_gather", nbytes, g.pp) - hide)
+                if sec <= 0:
+                    continue
                 start, end = yield from self._collective(g, ("params", g.pp), sec)
                 tl.comm.setdefault("ZERO_ALLGATHER", []).append((start, end))
                 self.record(g.id, "dp", "ZERO_ALLGATHER", -1, -1, start, end, nbytes)

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from pipesim.costs.collectives import GroupPlacement, Link, collective_time, p2p_time
 from pipesim.costs.topology import links as topology_links
-from pipesim.costs.topology import node_of, p2p_link, placement, rank_of
+from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.errors import PlanError, ScenarioError
 
 # Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Table 1: a transformer layer's
@@ -108,6 +108,8 @@ class Gang:
     table: list               # Cost per Step.key
     static: dict              # weights / gradients / optimizer bytes per GPU
     optimizer_s: float
+    step_ops: tuple = ()      # per-step fixed work after the drain: (timeline name, seconds)
+    first_forward_s: float = 0.0   # forward of one micro-batch over its chunks (hides param gathers)
 
 
 @dataclass
@@ -134,6 +136,16 @@ class Workload:
     rc_working: dict          # stage -> recompute working bytes
     explicit_r: bool
     cache: dict = field(default_factory=dict)   # memoised collective times
+
+
+def merge_step_ops(per_chunk, speed: float) -> tuple:
+    """A rank's per-step fixed ops over its model chunks, summed by name in first-seen order;
+    communication (all-reduces) is not scaled by the GPU's speed, the rest is."""
+    total: dict = {}
+    for ops in per_chunk:
+        for name, sec in ops:
+            total[name] = total.get(name, 0.0) + (sec if name.endswith("_AR") else sec / speed)
+    return tuple(total.items())
 
 
 def _min_link(ls) -> Link:
@@ -164,7 +176,7 @@ def pp_link(s, src_pp: int, dst_pp: int, dps) -> tuple[Link, str]:
         for t in range(s.parallel.tensor):
             a, b = rank_of(s, tp=t, dp=dp, pp=src_pp), rank_of(s, tp=t, dp=dp, pp=dst_pp)
             ls.append(p2p_link(s, a, b))
-            inter = inter or node_of(s, a) != node_of(s, b)
+            inter = inter or island_of(s, a) != island_of(s, b)
     return _min_link(ls), ("inter" if inter else "intra")
 
 
@@ -183,6 +195,10 @@ def dp_placement(s, pp: int) -> tuple[GroupPlacement, str]:
 
 def w_fraction(s) -> float:
     m = s.model
+    if m.arch != "transformer" or m.hidden_size <= 0:
+        # the zero-bubble activation split is a transformer-layer formula; a CNN keeps its
+        # activations until the weight gradient (no I/W split of its activations is modelled)
+        return 1.0
     # flash attention keeps no s x s scores, so the 5as^2b term vanishes
     scores = 0.0 if s.training.attention == "flash" else (
         ZB_MB_SCORES * m.num_attention_heads * m.seq_length / m.hidden_size)
@@ -243,7 +259,7 @@ def _generated(name, P, M, V, hints):
 
 
 def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
-    from pipesim.costs import stage_costs
+    from pipesim.model_stages import stage_costs_for as stage_costs
     from pipesim.schedules import lower
     if mode not in ("representative", "full"):
         raise ScenarioError(f"simulation mode must be 'representative' or 'full', got {mode!r}")
@@ -276,7 +292,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
     for c in costs:
         n = max(1, math.ceil(c.grad_bytes / bucket)) if c.grad_bytes > 0 else 0
         buckets[c.stage] = [c.grad_bytes / n] * n if n else []
-    elem = 4 if tr.precision == "fp32" else 2
+    elem = 4 if tr.precision in ("fp32", "tf32") else 2
     wf = w_fraction(s)
     rc_on = tr.recompute != "none"
 
@@ -335,12 +351,17 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             gid = len(gangs)
             gang_at[(dp, pp)] = gid
             gangs.append(Gang(gid, pp, dp, members, speed, steps[pp], cache[key], static,
-                              sum(costs[k].optimizer_step for k in chunks) / speed))
+                              sum(costs[k].optimizer_step for k in chunks) / speed,
+                              merge_step_ops([costs[k].step_ops for k in chunks], speed),
+                              sum(costs[k].forward for k in chunks) / speed))
     return Workload(
         scenario=s, plan=plan, steps=steps, mode=mode, gangs=gangs, gang_at=gang_at, p2p=p2p, dp_group=dp_group,
         dp_size=len(dps), stage_costs=costs, buckets=buckets, grad_kind=grad_kind,
         zero_stage=tr.zero_stage, overlap_grad_reduce=tr.overlap_grad_reduce,
-        weights_full={c.stage: c.params * elem for c in costs},
+        # ZeRO-3 gathers the compute copy: FP8 under fp8 (FP8 parameter all-gather, Transformer
+        # Engine fp8_model_init / torchao float8 FSDP2), else 16- or 32-bit
+        weights_full={c.stage: c.params * (1 if tr.precision == "fp8" and tr.zero_stage >= 3 else elem)
+                      for c in costs},
         gather_tensors={c.stage: max(1, c.param_tensors) for c in costs},
         gather_layers={c.stage: max(1, c.layers) for c in costs},
         act_bytes={c.stage: c.activation_bytes for c in costs},

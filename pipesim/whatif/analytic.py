@@ -8,7 +8,7 @@ step = M · T_rank + bubble + pipeline fill/drain p2p + exposed DP/ZeRO communic
 from __future__ import annotations
 
 from pipesim.costs.collectives import collective_time, p2p_time
-from pipesim.costs.stage import stage_costs
+from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
 

@@ -1,0 +1,86 @@
+"""Predicted vs published kernel throughput for the cost model's curves (pipesim/costs/gemm.py,
+flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve was made.
+
+    .venv/bin/python benchmarks/kernel_curves.py
+
+1. GEMM, H100 BF16: the OpenXLA default GEMM performance table (tensorflow/tensorflow
+   third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h, sm_90, "bf16xbf16->bf16";
+   25 of its shapes, batch b of M x N x K) -- the table the tile constants were chosen on.
+2. GEMM, the MAMF best shapes of every GPU (S. Bekman, ml-engineering, "Maximum Achievable Matmul
+   FLOPS comparison table"): the curve is scaled to return the MAMF there.
+3. Attention, H100: the FlashAttention-3 paper's cuDNN bars (Shah et al. 2024, Fig. 5) are the
+   table itself; the FA3 kernel's own bars (same figure) and pytorch/benchmark PR #2391's FA3
+   forward runs (batch x seq = 16k, 16 heads, head dim 128) are independent measurements.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+from pipesim.costs.flash import attention_tflops
+from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
+from pipesim.presets.gpus import KERNEL_CURVES
+
+XLA = "OpenXLA matmul_interpolator_data.h (sm_90)"
+# (batch, M, N, K, published bf16 TFLOP/s)
+XLA_H100_BF16 = [
+    (1, 1024, 2048, 256, 139.5), (2, 256, 2048, 2048, 332.2), (1, 256, 2048, 256, 41.8), (1, 4096, 512, 512, 238.8),
+    (4, 4096, 256, 2048, 588.7), (2, 1024, 2048, 1024, 493.4), (1, 256, 2048, 4096, 285.9),
+    (4, 1024, 2048, 2048, 712.7), (1, 4096, 1024, 512, 343.7), (1, 2048, 2048, 2048, 632.0),
+    (1, 4096, 4096, 256, 392.2), (2, 2048, 4096, 1024, 678.7), (2, 4096, 4096, 2048, 763.0),
+    (1, 4096, 4096, 4096, 783.3), (1, 512, 4096, 1024, 373.3), (1, 4096, 2048, 512, 447.0),
+    (1, 2048, 1024, 2048, 523.3), (1, 1024, 1024, 2048, 350.0), (1, 256, 4096, 2048, 324.6),
+    (2, 4096, 2048, 4096, 783.2), (1, 4096, 512, 1024, 370.8), (1, 1024, 2048, 2048, 524.3),
+    (1, 256, 1024, 4096, 172.3), (1, 256, 512, 4096, 91.7), (1, 512, 256, 512, 21.8),
+]
+H100_HBM, MEMORY_EFFICIENCY, LAUNCH = 3.35e12, 0.85, 5e-6     # dgx-h100 preset values
+
+# FA3 paper Fig. 5, FlashAttention-3 bars (H100, head dim 128): fwd non-causal, fwd causal, bwd
+SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+FA3_KERNEL = {("fwd", False): (467, 565, 625, 638, 646, 648), ("fwd", True): (292, 423, 521, 579, 602, 616),
+              ("bwd", False): (316, 424, 501, 542, 559, 561)}
+# pytorch/benchmark PR #2391 (2024), `run_benchmark.py triton --op flash_attention`, flash_v3 column
+TORCHBENCH_FA3_FWD = (430.3, 517.1, 565.5, 590.2, 614.2, 620.7)
+
+
+def gemm_tflops(curve: dict, b: int, m: int, n: int, k: int, dtype: str = "bf16") -> float:
+    t = gemm_compute_time(m, n, k, b, curve["sms"], curve["mamf_tflops"][dtype] * 1e12,
+                          curve["mamf_tflops"]["fp16"] * 1e12, tuple(curve["best_shape"][dtype]), curve["persistent"])
+    t = max(t, gemm_bytes(m, n, k, dtype, b) / (H100_HBM * MEMORY_EFFICIENCY), LAUNCH)
+    return 2 * b * m * n * k / t / 1e12
+
+
+def main() -> None:
+    h100 = KERNEL_CURVES["h100"]
+    print(f"1. GEMM on H100, BF16, vs {XLA} (kernel launch {LAUNCH * 1e6:.0f} us as the floor)")
+    print(f"   {'b':>2} {'M':>6} {'N':>6} {'K':>6} {'published':>10} {'pipesim':>8} {'err %':>7}")
+    logs = []
+    for b, m, n, k, pub in XLA_H100_BF16:
+        pred = gemm_tflops(h100, b, m, n, k)
+        logs.append(math.log(pred / pub))
+        print(f"   {b:>2} {m:>6} {n:>6} {k:>6} {pub:>10.1f} {pred:>8.1f} {100 * (pred / pub - 1):>+7.1f}")
+    print(f"   mean |log error| {100 * statistics.mean(abs(x) for x in logs):.1f} %, "
+          f"mean log error {100 * statistics.mean(logs):+.1f} %")
+    big = [x for x, (b, m, n, k, _) in zip(logs, XLA_H100_BF16) if b * m * n * k >= 2048 ** 3]
+    print(f"   shapes >= 2048^3 of work: mean log error {100 * statistics.mean(big):+.1f} % ({len(big)} shapes)\n")
+
+    print("2. GEMM at each GPU's MAMF best shape (ml-engineering MAMF table): the curve's anchor")
+    print(f"   {'GPU':>6} {'dtype':>5} {'shape':>20} {'MAMF':>8} {'pipesim':>8}")
+    for name, c in KERNEL_CURVES.items():
+        for dtype, shape in c["best_shape"].items():
+            pred = gemm_tflops(c, 1, *shape, dtype=dtype)
+            print(f"   {name:>6} {dtype:>5} {'x'.join(map(str, shape)):>20} {c['mamf_tflops'][dtype]:>8.1f} {pred:>8.1f}")
+    print()
+
+    print("3. Attention on H100, head dim 128 (pipesim's table = the FA3 paper's cuDNN bars)")
+    print(f"   {'seq':>6} {'phase':>10} {'pipesim':>8} {'FA3 kernel':>11} {'torchbench FA3':>15}")
+    for i, seq in enumerate(SEQ):
+        for (phase, causal), fa3 in FA3_KERNEL.items():
+            pred = attention_tflops(h100, seq, causal, phase)
+            tb = f"{TORCHBENCH_FA3_FWD[i]:>15.1f}" if (phase, causal) == ("fwd", False) else f"{'-':>15}"
+            label = phase + (" causal" if causal else "")
+            print(f"   {seq:>6} {label:>10} {pred:>8.0f} {fa3[i]:>11} {tb}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Fused (flash) attention time from published kernel tables, by sequence length.
+
+FLOPs follow the FlashAttention papers' convention (Dao 2023, FlashAttention-2, Sec. 4.1):
+forward 4·b·heads·s²·d (half when causal), backward 2.5x the forward. The achieved TFLOP/s at a
+sequence length is interpolated (log-linear in s, clamped at the table ends) in the GPU's table
+(pipesim/presets/gpus.py: cuDNN / FlashAttention-2 measurements of the FlashAttention-3 paper,
+Fig. 5, head dim 128). The backward table is non-causal; a causal backward keeps the forward's
+causal/non-causal ratio at that length (the same masked blocks are skipped).
+"""
+from __future__ import annotations
+
+import math
+
+
+def _interp(table, seq: float) -> float:
+    pts = sorted(table)
+    if seq <= pts[0][0]:
+        return float(pts[0][1])
+    if seq >= pts[-1][0]:
+        return float(pts[-1][1])
+    for (s0, v0), (s1, v1) in zip(pts, pts[1:]):
+        if s0 <= seq <= s1:
+            w = (math.log(seq) - math.log(s0)) / (math.log(s1) - math.log(s0))
+            return v0 + w * (v1 - v0)
+    raise AssertionError("unreachable")
+
+
+def attention_tflops(curve: dict, seq: float, causal: bool, phase: str) -> float:
+    """Achieved TFLOP/s of the fused attention kernel on this GPU."""
+    table, scale = curve["attention"], curve["attention_scale"]
+    if phase == "fwd":
+        return scale * _interp(table["fwd_causal" if causal else "fwd"], seq)
+    bwd = _interp(table["bwd"], seq)
+    if causal:
+        bwd *= _interp(table["fwd_causal"], seq) / _interp(table["fwd"], seq)
+    return scale * bwd

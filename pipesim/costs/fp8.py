@@ -1,0 +1,45 @@
+"""FP8 training as real ops: the casts around every FP8 GEMM, memory bound, per recipe.
+
+Transformer Engine runs each Linear's GEMMs in FP8 and everything else in BF16 (NVIDIA TE docs,
+"Using FP8 with Transformer Engine"). Per GEMM input it launches a fused cast(+transpose) kernel:
+read the BF16 tensor once, write the FP8 copy row-wise (forward GEMM) and column-wise (the
+transposed operand the weight-gradient GEMM needs on Hopper, whose FP8 tensor cores take only
+the TN layout). Bytes per element of the BF16 tensor cast, by recipe:
+
+  delayed     scale from the amax history: one pass, 2 read + 1 + 1 written            = 4
+  tensorwise  current scaling: an amax pass first (2 read), then the cast pass          = 6
+  blockwise   128-element block scales computed in the cast pass; row- and column-wise
+              copies carry one fp32 scale per 128 elements each (the project's quantize
+              kernel, pipesim/kernels/quantize: fp32 absmax scale per group of 128)     = 4 + 8/128
+  mxfp8       32-element blocks with 1-byte E8M0 scales, row- and column-wise (OCP
+              Microscaling Formats MX v1.0 spec, Sec. 5.3)                              = 4 + 2/32
+
+Forward casts the GEMM input X; backward casts the output gradient dY. Weights are cast once per
+step (TE caches the FP8 weight across micro-batches): `weight_cast_bytes` per parameter.
+"""
+from __future__ import annotations
+
+
+from pipesim.costs.ops import Op
+
+CAST_BYTES = {"delayed": 4.0, "tensorwise": 6.0, "blockwise": 4.0 + 8 / 128, "mxfp8": 4.0 + 2 / 32}
+# The weight copy: read BF16 once, write FP8 row- and column-wise (same recipes as above).
+FP8_WEIGHT_COPY_BYTES = 2.0      # per parameter held: the FP8 copy and its transpose
+BLACKWELL_CURVES = ("b200", "gb200", "gb300")
+
+
+def cast_ops(ops: list[Op], recipe: str) -> list[Op]:
+    """One cast op per FP8 GEMM op: forward casts X (M x K), backward casts dY (M x N)."""
+    per = CAST_BYTES[recipe]
+    out = []
+    for op in ops:
+        if not op.gemms_fwd or op.gemms_fwd[0][4] != "fp8":
+            continue
+        _, m, n, k, _ = op.gemms_fwd[0]
+        out.append(Op(f"{op.name}_fp8_cast", "vector", m * k, m * n, m * k * per, m * n * per))
+    return out
+
+
+def weight_cast_bytes(gemm_params: float, recipe: str) -> float:
+    """Per step: every FP8 weight re-cast after the optimizer update."""
+    return gemm_params * CAST_BYTES[recipe]

@@ -1,0 +1,114 @@
+"""Per-GPU kernel curves: what published kernel benchmarks measured, by GPU architecture.
+
+A system preset's GPU names its curve with `gpu.kernel_curve`. The cost model (pipesim/costs/
+gemm.py, flash.py) turns these into op times; nothing here was fitted on a validation case
+(scenarios/validation/published.yaml): every number is a kernel benchmark or a datasheet figure,
+with its source on the line above.
+
+Fields:
+  persistent      GEMM kernels are persistent (Hopper/Blackwell, CUTLASS 3 warp-specialized: the
+                  pipeline fill is paid once per SM) or launch a CTA per tile (Volta/Ampere: once
+                  per wave)
+  best_shape      the M x N x K at which the MAMF was measured, per dtype: the GEMM model is scaled
+                  so that it returns exactly the MAMF there
+  sms             streaming multiprocessors (wave quantisation of GEMM tiles)
+  mamf_tflops     Maximum Achievable Matmul FLOPS per dtype: the best large-GEMM throughput a
+                  brute-force shape search measured (the asymptote of the GEMM curve)
+  attention       FlashAttention/cuDNN fused attention TFLOP/s by sequence length (head dim 128):
+                  {"fwd": ..., "fwd_causal": ..., "bwd": ...}, each ((seq, TFLOP/s), ...)
+  attention_scale multiplies the attention table when it was measured on another GPU (documented
+                  per entry); 1 for a table measured on this GPU
+"""
+from __future__ import annotations
+
+# Maximum Achievable Matmul FLOPS (mamf-finder.py, mean of 100 iterations after 50 warm-up, best
+# shape of a brute-force search): S. Bekman, "Machine Learning Engineering",
+# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (BF16 and FP8
+# e4m3 tables; stas00/ml-engineering, 2025). TF32 runs the tensor cores at half the BF16 rate
+# (A100/H100/B200 datasheets: TF32 dense = BF16 dense / 2), so its MAMF is taken as BF16 / 2.
+# FP32 (CUDA-core SGEMM) has no MAMF row: the generic 0.80 x the datasheet FP32 peak (A100 19.5,
+# H100 67, B200/GB200 80, B300 75 TFLOP/s).
+
+# FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608), Fig. 5 (H100 80GB SXM5, head dim
+# 128, batch x seq = 16k tokens, hidden 2048): cuDNN fused attention, which Transformer Engine
+# uses on Hopper (Megatron-Core / NeMo). Forward non-causal, forward causal (causal FLOPs counted
+# as half), backward non-causal; TFLOP/s at seq 512, 1k, 2k, 4k, 8k, 16k.
+_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+_H100_CUDNN = {
+    "fwd": tuple(zip(_SEQ, (497, 574, 617, 609, 600, 595))),
+    "fwd_causal": tuple(zip(_SEQ, (315, 410, 484, 518, 529, 539))),
+    "bwd": tuple(zip(_SEQ, (305, 408, 465, 499, 518, 516))),
+}
+# FlashAttention-2 on the same H100 (same figure): the kernel A100-era stacks run.
+_H100_FA2 = {
+    "fwd": tuple(zip(_SEQ, (309, 350, 362, 368, 370, 370))),
+    "fwd_causal": tuple(zip(_SEQ, (191, 260, 298, 319, 333, 335))),
+    "bwd": tuple(zip(_SEQ, (214, 260, 291, 310, 318, 322))),
+}
+
+KERNEL_CURVES: dict[str, dict] = {
+    # V100: 80 SMs (Volta whitepaper Table 1). The MAMF table has no V100 row: the generic
+    # MAMF/peak of 0.80 (below) times the 125 TFLOP/s FP16 tensor peak. No BF16/TF32/FP8 tensor
+    # cores: those run at the FP32 rate. No published V100 FA2 table: the H100 FA2 curve scaled
+    # by the MAMF ratio 100 / 794.5.
+    "v100": dict(persistent=False, sms=80, best_shape=dict(bf16=(4096, 4096, 4096)), mamf_tflops=dict(fp16=100.0, bf16=12.5, tf32=12.5, fp32=12.6, fp8=100.0),
+                 attention=_H100_FA2, attention_scale=100.0 / 794.5),
+    # A100 SXM: 108 SMs (A100 whitepaper Table 1); MAMF BF16 271.2 (table above; FP16 runs on
+    # the same tensor cores at the same rate). No FP8 tensor cores: FP8 runs as BF16.
+    # Attention: FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) Sec. 4.1: 50-73 % of the
+    # A100 peak; the H100 FA2 curve scaled to A100 by the MAMF ratio 271.2 / 794.5 reaches
+    # 0.341 x 370 = 126 TFLOP/s forward -- below FA2's published A100 forward (up to 230), so
+    # the A100 entry scales the curve to FA2's A100 plateau instead: 230 / 370.
+    "a100": dict(persistent=False, sms=108, best_shape=dict(bf16=(1024, 10240, 5120)), mamf_tflops=dict(fp16=271.2, bf16=271.2, tf32=135.6, fp32=19.5 * 0.8, fp8=271.2),
+                 attention=_H100_FA2, attention_scale=230.0 / 370.0),
+    # H100 SXM5: 132 SMs (Hopper whitepaper Table 2). MAMF BF16 794.5, FP8 1402.6.
+    "h100": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
+                 attention=_H100_CUDNN, attention_scale=1.0),
+    # H800: the H100 SXM die (132 SMs, same tensor cores) with NVLink cut to 400 GB/s; same curves.
+    "h800": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
+                 attention=_H100_CUDNN, attention_scale=1.0),
+    # H200 SXM: the H100 die with HBM3e; MAMF table: BF16 "H200 is the same" as H100, FP8 1453.4.
+    "h200": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1280, 4096, 12032)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1453.4),
+                 attention=_H100_CUDNN, attention_scale=1.0),
+    # B200: 148 SMs (NVIDIA Blackwell architecture technical brief); MAMF BF16 1745.0, FP8
+    # 3432.5. No published per-sequence cuDNN table yet: the H100 cuDNN curve scaled by the BF16
+    # MAMF ratio 1745.0 / 794.5 (attention is tensor-core bound like the GEMMs).
+    "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072)), mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5),
+                 attention=_H100_CUDNN, attention_scale=1745.0 / 794.5),
+    # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
+    "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536)), mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6),
+                  attention=_H100_CUDNN, attention_scale=1822.0 / 794.5),
+    # B300 / GB300 (Blackwell Ultra): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025); MAMF
+    # B300 SXM BF16 1769.0, FP8 3353.3 (no GB300 row: the B300 row is used).
+    "gb300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168)), mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3),
+                  attention=_H100_CUDNN, attention_scale=1769.0 / 794.5),
+}
+
+# A GPU without a curve (a custom `gpu:` block) gets a flat matmul efficiency: 0.80, the median
+# MAMF / dense peak of the NVIDIA rows of the MAMF table above (A100 0.87, H100 0.80, B200 0.78,
+# GB200 0.73).
+GENERIC_MATMUL_EFFICIENCY = 0.80
+
+# GEMM tile model constants, chosen on the OpenXLA default GEMM performance table for H100
+# (sm_90, bf16; tensorflow/tensorflow third_party/xla/xla/service/gpu/model/
+# matmul_interpolator_data.h, 25 shapes from 256 to 4096, listed with the model's predictions in
+# benchmarks/kernel_curves.py): a kernel benchmark, never a training run. The four constants
+# below minimise the mean |log error| (9 %, mean signed +0.3 %) over a small grid of values.
+# TILE_FILL_K: the pipeline fill of a persistent GEMM kernel (first K-slices loaded before the
+# tensor cores start; later tiles prefetch during the previous epilogue, so it is paid once per
+# SM), in K-elements of BF16 tile work; a fixed count of pipeline stages, so it is timed at the
+# BF16 rate for every dtype.
+TILE_FILL_K = 640
+# Output tiles cuBLAS/CUTLASS choose between (M x N) and their per-SM throughput relative to the
+# largest (smaller tiles reuse each loaded operand less). CUTLASS 3 Hopper tile shapes:
+# NVIDIA/cutlass include/cutlass/gemm/collective/builders/sm90_gmma_builder.inl.
+TILES = (((128, 256), 1.0), ((256, 128), 1.0), ((128, 128), 0.6), ((64, 128), 0.3))
+# split-K factors cuBLAS uses when M x N has too few tiles to fill the SMs (cuBLASLt
+# CUBLASLT_ALGO_CONFIG_SPLITK_NUM), with the throughput they keep after the fp32 partial-sum
+# reduction.
+SPLIT_K = (1, 2, 4, 8)
+SPLIT_K_EFFICIENCY = 0.9
+
+
+def curve(name: str | None) -> dict | None:
+    return KERNEL_CURVES.get(name) if name else None
