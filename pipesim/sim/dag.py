@@ -241,8 +241,8 @@ class DagRun:
         return woke
 
     def _finish(self, gid, st) -> None:
-        """End of step (engine.py `rank` after its plan): drain the DP stream, optimizer, ZeRO-1/2
-        all-gather of the updated weights."""
+        """End of step (engine.py `rank` after its plan): drain the DP stream, the per-step fixed
+        ops (optimizer, ...), the ZeRO-1/2 all-gather of the updated weights."""
         w, g, tl = self.w, self.w.gangs[gid], self.tl[gid]
         t, dp = st[1], st[3]
         tl.pipe_end = t
@@ -252,14 +252,18 @@ class DagRun:
         dp.advance()
         if dp.t > t:
             t = dp.t
-        if g.optimizer_s > 0:
+        for name, sec in (g.step_ops or (("OPTIMIZER", g.optimizer_s),)):   # per-step fixed ops
+            if sec <= 0:
+                continue
             start = t
-            t = start + g.optimizer_s
-            tl.compute.append((start, t, "OPTIMIZER"))
+            t = start + sec
+            tl.compute.append((start, t, name))
         if w.zero_stage in (1, 2) and w.scenario.parallel.data > 1:
+            hide = g.first_forward_s if w.scenario.training.overlap_param_gather else 0.0
             nbytes = sum(w.weights_full[s] for s in tl.stages)
-            sec = collective_seconds(w, "all_gather", nbytes, g.pp)
-            start, end = dp.port.reserve(t, sec)
-            tl.comm.setdefault("ZERO_ALLGATHER", []).append((start, end))
-            t = end
+            sec = max(0.0, collective_seconds(w, "all_gather", nbytes, g.pp) - hide)
+            if sec > 0:
+                start, end = dp.port.reserve(t, sec)
+                tl.comm.setdefault("ZERO_ALLGATHER", []).append((start, end))
+                t = end
         tl.end = t
