@@ -9,7 +9,9 @@ the worker its plan family is sent to), the sweep default (memory screen), the c
 (--warm, or by default at the end) one process over every configuration twice: cold, then warm
 with every plan cached (targets: cold >= 30, warm >= 100 configurations per CPU-second). The
 `engine` column says how many were timed by the DAG path and how many by the SimPy engine.
---band prints the closed form's throughput error against the simulator per schedule (the band
+--search [--ray] times `pipesim search` over >= 100,000 layouts of GPT-3 175B on 4096 H100s
+(target <= 10 minutes on 2 cores) and, with --ray, runs it again as Ray tasks and compares the
+rankings. --band prints the closed form's throughput error against the simulator per schedule (the band
 `pipesim search` keeps candidates within, whatif/search.py ERROR_BAND). Configurations per
 CPU-second do not depend on other load much; wall rates do.
 """
@@ -108,6 +110,42 @@ def error_band() -> None:
         print(f"   {name:12s} {len(v):4d} layouts  lowest {v[0]:+.4f}  median {v[len(v) // 2]:+.4f}  highest {v[-1]:+.4f}")
 
 
+SEARCH_BASE = {"model": {"preset": "gpt3-175b"}, "system": {"preset": "dgx-h100"},
+               "training": {"micro_batch_size": 1, "global_batch_size": 1536, "precision": "bf16"}}
+
+
+def search_space():
+    """The default axes plus knobs a user would also search (each a scenario key)."""
+    from pipesim.whatif.search import SearchSpace
+    return SearchSpace(micro_batch=(1, 2, 4, 8, 16), extra={
+        "training.precision": ("bf16", "fp8"), "parallel.sequence_parallel": (True, False),
+        "training.overlap_grad_reduce": (True, False), "training.overlap_param_gather": (True, False)})
+
+
+def big_search(jobs: int, ray: bool) -> None:
+    from pipesim.whatif.search import candidates, search
+    gpus = 4096
+    n = len(candidates(SEARCH_BASE, gpus, search_space()))
+    print(f"search: GPT-3 175B on {gpus} H100, {n:,} layouts, {jobs} processes, load average {os.getloadavg()[0]:.1f}")
+    runs = [("process pool", dict(jobs=jobs))] + ([("Ray", dict(use_ray=True))] if ray else [])
+    keys = []
+    for label, kw in runs:
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        res = search(SEARCH_BASE, gpus, search_space(), **kw)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        print(f"   {label:12s} {wall:6.1f} s wall ({wall / 60:.1f} min; target <= 10), {cpu:6.1f} s CPU of this "
+              f"process and its pool: " + " -> ".join(f"{k} {v:,}" for k, v in res.stages.items()))
+        best = res.best
+        print(f"   {'':12s} best: tensor {best['tensor']} pipeline {best['pipeline']} {best['schedule']} "
+              f"v={best['virtual_stages']} mb {best['micro_batch_size']} recompute {best['recompute']} "
+              f"ZeRO-{best['zero_stage']}: {best['throughput_samples_per_s']:.2f} samples/s")
+        keys.append([(r["tensor"], r["pipeline"], r["schedule"], r["virtual_stages"], r["micro_batch_size"],
+                      r["recompute"], r["zero_stage"], r["throughput_samples_per_s"]) for r in res.finalists])
+    if ray:
+        print(f"   Ray ranking {'identical to' if keys[0] == keys[1] else 'DIFFERS from'} the process pool's "
+              f"({len(keys[0])} finalists)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
@@ -116,6 +154,8 @@ def main() -> int:
     ap.add_argument("--warm", action="store_true",
                     help="only the cold vs warm plan-cache comparison (every configuration twice, 1 process)")
     ap.add_argument("--band", action="store_true", help="only the closed form's error band per schedule")
+    ap.add_argument("--search", action="store_true", help="only the >= 100,000-layout search")
+    ap.add_argument("--ray", action="store_true", help="with --search: also on Ray, rankings compared")
     args = ap.parse_args()
     from pipesim.whatif.analytic import analytic_report
     from pipesim.whatif.evaluate import count_status, simulate_report
@@ -125,6 +165,9 @@ def main() -> int:
         return 0
     if args.band:
         error_band()
+        return 0
+    if args.search:
+        big_search(args.jobs, args.ray)
         return 0
 
     print(f"grid: {GRID.relative_to(ROOT)} on {SCENARIO.relative_to(ROOT)}; {args.jobs} processes; "
