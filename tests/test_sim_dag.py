@@ -57,7 +57,7 @@ def test_port_sharing_is_exercised():
 
 @pytest.mark.parametrize("kw, why", [
     (dict(data=2, extra_training={"zero_stage": 3}), {}),
-    (dict(data=2), {"mode": "full"}),
+    (dict(data=2, heterogeneity={"rank_speed": {2: 0.6}}), {"mode": "full"}),    # unequal replicas
     (dict(), {"trace": True}),
 ])
 def test_engine_runs_where_the_dag_does_not_apply(kw, why):
@@ -76,3 +76,15 @@ def test_deadlock_still_reported_by_the_engine(tmp_path):
     s = tiny(P=2, M=2)
     with pytest.raises(PlanError, match="deadlock"):
         pipesim.simulate(s, trace=False, plan=plan)
+
+
+@pytest.mark.parametrize("variant", ["dp-overlap", "dp-after-zero1", "slow-links"])
+@pytest.mark.parametrize("name", ["1f1b", "zb-v", "interleaved"])
+def test_symmetric_full_mode_walks_one_replica_bit_equal(name, variant):
+    s = tiny(P=P, M=M, V=LAYOUTS[name], schedule=name, **{"data": 2, **VARIANTS[variant], **(
+        {"data": 3} if variant == "slow-links" else {})})
+    fast, ref = both(s, mode="full")
+    assert fast.engine == "dag" and ref.engine == "simpy" and len(fast.ranks) == s.num_gpus
+    a, b = fast.to_dict(include_trace=False), ref.to_dict(include_trace=False)
+    a.pop("engine"), b.pop("engine")
+    assert a == b

@@ -23,6 +23,7 @@ ports), trace events (trace=True), and anything an extension marks with `needs_e
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 from pipesim.report import RankTimeline
 from pipesim.sim.engine import summarize
@@ -37,8 +38,8 @@ def applies(w: Workload, trace: bool) -> str | None:
         return "trace events requested"
     if w.zero_stage == 3 and w.scenario.parallel.data > 1:
         return "ZeRO-3 weight gathers"
-    if w.mode == "full" and w.scenario.parallel.data > 1:
-        return "full mode with data-parallel collectives across simulated ranks"
+    if w.mode == "full" and w.scenario.parallel.data > 1 and not symmetric(w):
+        return "full mode with unequal data-parallel replicas (collectives join different timelines)"
     if getattr(w, "needs_engine", None):
         return w.needs_engine
     return None
@@ -60,6 +61,20 @@ def compact(steps) -> list:
         _COMPACT.clear()
     _COMPACT[id(steps)] = (steps, out)
     return out
+
+
+def symmetric(w: Workload) -> bool:
+    """Full mode whose data-parallel replicas are identical: every gang of a pipeline rank shares
+    one cost table (same speed, same links) and static memory. Then every DP collective sees
+    identical arrivals and identical port horizons on all its members, so each replica's timeline
+    is replica 0's, bit for bit (as the engine computes it), and only replica 0 is walked."""
+    first = {}
+    for g in w.gangs:
+        f = first.setdefault(g.pp, g)
+        if g.table is not f.table or g.speed != f.speed or g.static != f.static or \
+                g.step_ops != f.step_ops or g.optimizer_s != f.optimizer_s:
+            return False
+    return True
 
 
 class DPStream:
@@ -141,7 +156,8 @@ class DagRun:
         boxes = [{} for _ in range(n)]       # per rank: message key -> (wire start, arrival)
         ports = [{"intra": Port(), "inter": Port()} for _ in range(n)]
         state = [None] * n
-        for g in w.gangs:
+        walked = [g for g in w.gangs if g.dp == 0]      # all of them, except in symmetric full mode
+        for g in walked:
             tl = self.tl[g.id]
             tl.comm["P2P"] = []               # key order as the engine's
             dp_port = ports[g.id][w.dp_group[g.pp][1]]
@@ -149,7 +165,7 @@ class DagRun:
             peers = {q: w.gang_at[(g.dp, q)] for q in range(w.plan.num_ranks) if (g.dp, q) in w.gang_at}
             # [next op index, clock, receive buffer bytes, dp stream, peers]
             state[g.id] = [0, 0.0, 0.0, dp, peers]
-        pending = deque(range(n))
+        pending = deque(g.id for g in walked)
         blocked: dict = {}                    # (dst gang, message key) -> gang waiting for it
         done = 0
         while pending:
@@ -160,12 +176,19 @@ class DagRun:
             if state[gid][0] == len(w.gangs[gid].steps):
                 self._finish(gid, state[gid])
                 done += 1
-        if done < n:
+        if done < len(walked):
             return None
-        for tl in self.tl:
-            if not tl.comm.get("DP"):
-                tl.comm.pop("DP", None)
-        summarize(w, self.tl, self.mem, False)
+        for g in walked:
+            if not self.tl[g.id].comm.get("DP"):
+                self.tl[g.id].comm.pop("DP", None)
+        summarize(w, [self.tl[g.id] for g in walked], [self.mem[g.id] for g in walked], False, walked)
+        if len(walked) < n:                   # symmetric replicas: replica 0's timelines, shared
+            rep = {g.pp: g.id for g in walked}
+            for g in w.gangs:
+                if g.dp:
+                    src = self.tl[rep[g.pp]]
+                    self.tl[g.id] = replace(src, rank=g.id)
+                    self.mem[g.id] = self.mem[rep[g.pp]]
         return self
 
     def _advance(self, gid, st, boxes, ports, blocked) -> list:

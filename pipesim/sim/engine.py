@@ -93,10 +93,11 @@ def at(env, t: float, priority: int = NORMAL):
     return ev
 
 
-def summarize(w: Workload, tls, mems, trace: bool) -> None:
-    """Per rank after the run: work counters, TP seconds, memory peak (shared by sim/dag.py)."""
+def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
+    """Per rank after the run: work counters, TP seconds, memory peak (shared by sim/dag.py;
+    `gangs` = the gangs `tls` and `mems` belong to, default all)."""
     per_row: dict = {}
-    for g, tl, mem in zip(w.gangs, tls, mems):
+    for g, tl, mem in zip(gangs if gangs is not None else w.gangs, tls, mems):
         if id(g.table) not in per_row:
             per_row[id(g.table)] = work_of(g.steps, g.table)
         tl.work, tl.tp_s = per_row[id(g.table)]
