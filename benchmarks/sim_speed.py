@@ -196,6 +196,10 @@ def main(argv=None) -> int:
             r = pipesim.simulate(s, trace=False)
             print(f"   {label:38s} {sec:6.2f} s wall, {cpu:6.2f} s CPU [{rep.engine}]  step {rep.step_time_s:.4f} s "
                   f"(representative {r.step_time_s:.4f} s, {'equal' if r.step_time_s == rep.step_time_s else 'differs'})")
+            if s.num_gpus <= 4096:
+                sec, ref = timed(lambda: pipesim.simulate(s, mode="full", trace=False, engine_choice="simpy"))
+                print(f"   {'  same, SimPy engine forced':38s} {sec:6.2f} s wall, {LAST_CPU:6.2f} s CPU [{ref.engine}]  "
+                      f"step {ref.step_time_s:.4f} s ({'bit-equal' if ref.step_time_s == rep.step_time_s else 'DIFFERS'})")
 
     print("3. SimPy engine vs bare SimPy loop (same event count; target <= 2x)")
     cases = [("representative GPT-3 1f1b", gpt3(), "representative")]
