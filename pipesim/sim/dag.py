@@ -17,8 +17,10 @@ plan that leaves every rank blocked deadlocks: the SimPy engine is run to report
 The arithmetic is the engine's (end = start + duration, max of ready times), so step time, every
 timeline interval and the memory log are bit-identical to sim/engine.py (tests/test_sim_dag.py
 checks every schedule). Not covered here, and left to the engine: ZeRO-3 (weight gathers block
-compute on the DP stream), full mode with data > 1 (a collective joins many ranks' streams and
-ports), trace events (trace=True), and anything an extension marks with `needs_engine`.
+compute on the DP stream), full mode whose data-parallel replicas differ (a collective then joins
+different ranks' streams and ports; identical replicas are walked once, see `symmetric`), trace
+events (trace=True), and a workload an extension marks with a `needs_engine` reason (e.g. overlap
+the engine models and this pass does not).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from collections import deque
 from dataclasses import replace
 
 from pipesim.report import RankTimeline
-from pipesim.sim.engine import summarize
+from pipesim.sim.engine import row_memo, summarize
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
 from pipesim.sim.workload import Workload, collective_seconds
@@ -49,18 +51,15 @@ COMPUTE, SEND, RECV = 0, 1, 2
 _COMPACT: dict = {}     # id(steps row) -> (row, its ops as tuples)
 
 
+def _compact(steps) -> list:
+    return [(COMPUTE if op.compute else SEND if op.kind in ("SEND_F", "SEND_B") else RECV,
+             op.key, op.kind, op.stage, op.grad_last, op.rkey, op.peer) for op in steps]
+
+
 def compact(steps) -> list:
     """A plan row as (code, cost key, kind, stage, grad_last, message key, peer) tuples, built once
     per cached plan: tuple unpacking is the cheapest per-action read in the pass."""
-    hit = _COMPACT.get(id(steps))
-    if hit is not None and hit[0] is steps:
-        return hit[1]
-    out = [(COMPUTE if op.compute else SEND if op.kind in ("SEND_F", "SEND_B") else RECV,
-            op.key, op.kind, op.stage, op.grad_last, op.rkey, op.peer) for op in steps]
-    if len(_COMPACT) > 4096:
-        _COMPACT.clear()
-    _COMPACT[id(steps)] = (steps, out)
-    return out
+    return row_memo(_COMPACT, steps, _compact)
 
 
 def symmetric(w: Workload) -> bool:
@@ -72,7 +71,8 @@ def symmetric(w: Workload) -> bool:
     for g in w.gangs:
         f = first.setdefault(g.pp, g)
         if g.table is not f.table or g.speed != f.speed or g.static != f.static or \
-                g.step_ops != f.step_ops or g.optimizer_s != f.optimizer_s:
+                g.step_ops != f.step_ops or g.optimizer_s != f.optimizer_s or \
+                g.first_forward_s != f.first_forward_s:
             return False
     return True
 

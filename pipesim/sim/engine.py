@@ -42,22 +42,31 @@ def no_gc():
             gc.enable()
 
 
+def row_memo(cache: dict, steps, build):
+    """build(steps), memoised per plan row: rows live as long as their cached plan, so a value
+    derived from a row is computed once per plan, not once per simulation."""
+    hit = cache.get(id(steps))
+    if hit is not None and hit[0] is steps:
+        return hit[1]
+    if len(cache) > 4096:
+        cache.clear()
+    out = build(steps)
+    cache[id(steps)] = (steps, out)
+    return out
+
+
 _COUNTS: dict = {}      # id(steps row) -> (row, its (key, stage, kind, compute, count) list)
 
 
-def step_counts(steps) -> list:
-    """How often each (stage, kind) occurs in a plan row; rows are cached with their plan, so this
-    is counted once per plan, not once per simulation."""
-    hit = _COUNTS.get(id(steps))
-    if hit is not None and hit[0] is steps:
-        return hit[1]
+def _count(steps) -> list:
     counts = Counter(op.key for op in steps)
     kinds = {op.key: (op.stage, op.kind, op.compute) for op in steps}
-    out = [(key, *kinds[key], n) for key, n in counts.items()]
-    if len(_COUNTS) > 4096:
-        _COUNTS.clear()
-    _COUNTS[id(steps)] = (steps, out)
-    return out
+    return [(key, *kinds[key], n) for key, n in counts.items()]
+
+
+def step_counts(steps) -> list:
+    """How often each (stage, kind) occurs in a plan row."""
+    return row_memo(_COUNTS, steps, _count)
 
 
 def work_of(steps, table) -> tuple[dict, float]:
