@@ -122,6 +122,24 @@ def search_space():
         "training.overlap_grad_reduce": (True, False), "training.overlap_param_gather": (True, False)})
 
 
+def screen_rate(stride: int) -> None:
+    """CPU seconds per candidate of the search's closed-form screen (loading included), on every
+    `stride`-th layout of the big search, one process: for a machine too loaded to run it all."""
+    from pipesim.whatif.analytic import analytic_report
+    from pipesim.whatif.evaluate import evaluate_all
+    from pipesim.whatif.grid import Prepared
+    from pipesim.whatif.search import candidates
+    cands = candidates(SEARCH_BASE, 4096, search_space())
+    items = [Prepared(i, {}, raw=c) for i, c in enumerate(cands[::stride])]
+    c0 = time.process_time()
+    rows = evaluate_all(items, evaluator=analytic_report, jobs=1)
+    cpu = time.process_time() - c0
+    per = cpu / len(items)
+    print(f"screen: {len(items):,} of {len(cands):,} layouts (every {stride}th) in {cpu:.1f} CPU s = {per * 1e3:.2f} ms "
+          f"each ({sum(r['status'] in ('ok', 'oom') for r in rows):,} loadable); all {len(cands):,} on 2 cores: "
+          f"{per * len(cands) / 2 / 60:.1f} min (load average {os.getloadavg()[0]:.1f})")
+
+
 def big_search(jobs: int, ray: bool) -> None:
     from pipesim.whatif.search import candidates, search
     gpus = 4096
@@ -156,6 +174,8 @@ def main() -> int:
     ap.add_argument("--band", action="store_true", help="only the closed form's error band per schedule")
     ap.add_argument("--search", action="store_true", help="only the >= 100,000-layout search")
     ap.add_argument("--ray", action="store_true", help="with --search: also on Ray, rankings compared")
+    ap.add_argument("--screen-rate", type=int, metavar="STRIDE",
+                    help="only the search screen's CPU time per layout on every STRIDE-th layout")
     args = ap.parse_args()
     from pipesim.whatif.analytic import analytic_report
     from pipesim.whatif.evaluate import count_status, simulate_report
@@ -168,6 +188,9 @@ def main() -> int:
         return 0
     if args.search:
         big_search(args.jobs, args.ray)
+        return 0
+    if args.screen_rate:
+        screen_rate(args.screen_rate)
         return 0
 
     print(f"grid: {GRID.relative_to(ROOT)} on {SCENARIO.relative_to(ROOT)}; {args.jobs} processes; "

@@ -48,7 +48,7 @@ def row_memo(cache: dict, steps, build):
     hit = cache.get(id(steps))
     if hit is not None and hit[0] is steps:
         return hit[1]
-    if len(cache) > 4096:
+    if len(cache) > 65536:
         cache.clear()
     out = build(steps)
     cache[id(steps)] = (steps, out)

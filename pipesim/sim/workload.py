@@ -244,7 +244,7 @@ def load_plan(s, costs):
 COST_PLACED = {"zb-h1", "zbh1", "zb1p", "zb-h2", "zbh2", "zb2p", "zb-v", "zbv"}
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=2048)   # a sweep cycles through its plans: an LRU smaller than the set evicts each before reuse
 def _generated(name, P, M, V, hints):
     """Plans carry no durations, so one plan serves every cost model: cache them for sweeps."""
     from pipesim.schedules import generate, lower, validate
