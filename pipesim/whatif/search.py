@@ -7,8 +7,9 @@ stage costs, bubble formulas instead of events) - memory over the GPU's and slow
 (2) Simulate the `finalists` best-screened candidates, plus every other candidate that the closed
 form's measured error band (ERROR_BAND) cannot rule out of the top `finalists`, and rank them by
 simulated throughput; `SearchResult.stages` counts what each stage kept. The axes are the fields
-of SearchSpace plus `SearchSpace.extra` (any scenario key: context or expert parallelism, ...). The answer explains why the winner wins and what the runner-up loses on,
-from the per-component step-time breakdown.
+of SearchSpace plus `SearchSpace.extra` (any scenario key: context or expert parallelism, ...).
+The answer explains why the winner wins and what the runner-up loses on, from the per-component
+step-time breakdown.
 """
 from __future__ import annotations
 
