@@ -34,9 +34,10 @@ def contention(result: dict) -> float:
 
 def torch_reference(s, name, args):
     from pipesim.emulator import torch_pipelining
+    from pipesim.emulator.reference import torch_pipelining_run
     if not torch_pipelining.available():
         return None
-    return torch_pipelining.reference_run(s, name, steps=args.steps, warmup=args.warmup, nice=args.nice)
+    return torch_pipelining_run(s, name, steps=args.steps, warmup=args.warmup, nice=args.nice)
 
 
 def main(argv=None) -> int:
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
                     help="raise this process tree's CPU priority by N (needs root): on a shared machine the "
                          "ranks then lose less time to other processes; the contention column shows the effect")
     args = ap.parse_args(argv)
-    from pipesim.emulator.worker import raise_priority
+    from pipesim.emulator.host import raise_priority
     if args.nice and not raise_priority(args.nice):    # calibration runs in this process
         print("--nice needs root; running at normal priority", file=sys.stderr)
 

@@ -14,6 +14,7 @@ def load_scenario(path_or_dict, overrides=()):
 def simulate(scenario, **options):
     """Simulate one training step; `scenario` may be a Scenario, a dict or a path."""
     from pipesim.sim import simulate as _simulate
+    from pipesim.calibrate_host import with_host_model
     if not hasattr(scenario, "model"):
         scenario = load_scenario(scenario)
-    return _simulate(scenario, **options)
+    return _simulate(with_host_model(scenario), **options)

@@ -7,7 +7,8 @@ bandwidth (copy) and send/recv and all-reduce bandwidth between two local proces
 
 Timing: on CUDA, the Triton kernels of pipesim.kernels under triton.testing.do_bench (L2 flushed
 before every call); on CPU, the same ops in torch with torch.set_num_threads(threads) (one thread
-by default, as the CPU emulator gives each rank one thread), repeated until a time budget per op.
+by default, as the CPU emulator gives each rank one thread), repeated until a time budget per op,
+in thread CPU time (time_cpu).
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ _SHRINK_KEYS = {
     "layer_norm_fwd": ("rows",), "layer_norm_bwd": ("rows",), "gelu_fwd": ("numel",),
     "gelu_bwd": ("numel",), "mlp_fwd": ("tokens",), "mlp_bwd": ("tokens",),
     "quantize": ("numel",), "dequantize": ("numel",), "copy": ("bytes",),
+    "bmm": ("batch",), "softmax_fwd": ("rows",), "softmax_bwd": ("rows",), "bias_fwd": ("rows",),
+    "bias_bwd": ("rows",),
+    "cross_entropy_fwd": ("tokens",), "cross_entropy_bwd": ("tokens",),
 }
 
 
@@ -77,6 +81,18 @@ def default_grid(device: str, quick: bool = False) -> list[tuple[str, dict]]:
     for n in pick(qn):
         for bits in QUANT_BITS:
             grid += [("quantize", dict(numel=n, bits=bits)), ("dequantize", dict(numel=n, bits=bits))]
+    for seq in pick(seqs):      # eager attention: batched GEMMs and softmax over (batch x heads)
+        bh = 16 if gpu else 4
+        grid += [("bmm", dict(batch=bh, m=seq, n=seq, k=64, bias=True, dtype=dt)),
+                 ("bmm", dict(batch=bh, m=seq, n=64, k=seq, bias=False, dtype=dt)),
+                 ("softmax_fwd", dict(rows=bh * seq, cols=seq, dtype=dt)),
+                 ("softmax_bwd", dict(rows=bh * seq, cols=seq, dtype=dt))]
+    for r in pick(rows):
+        grid += [("bias_fwd", dict(rows=r, cols=4096 if gpu else 512, dtype=dt)),
+                 ("bias_bwd", dict(rows=r, cols=4096 if gpu else 512, dtype=dt))]
+    for tokens in pick(rows):
+        grid += [("cross_entropy_fwd", dict(tokens=tokens, vocab=32768 if gpu else 2048)),
+                 ("cross_entropy_bwd", dict(tokens=tokens, vocab=32768 if gpu else 2048))]
     copies = [1 << 20, 1 << 24, 1 << 28, 1 << 30] if gpu else [1 << 16, 1 << 20, 1 << 24]
     for n in pick(copies):
         grid.append(("copy", dict(bytes=n)))
@@ -210,31 +226,55 @@ def _cpu_seconds_per_work(op, shape, cache, max_call_s, make_runner) -> float:
     return cache[key]
 
 
-# Inside a model every op reads operands the previous ops evicted, so each timed CPU call starts
-# with cold caches: write a buffer larger than the last-level cache first, as triton's do_bench
-# flushes L2 on CUDA (a 256x256x768 GEMM measured ~18 % slower cold than hot on the build machine).
-EVICT_BYTES = 64 * 2**20
+# Inside a model every op reads operands that the ops just before it produced or that its stage
+# touches every micro-batch: pushed out of the core's private caches, mostly still in the shared
+# last-level cache. So before every timed CPU call, write 4x the private L2 (L1 and L2 then hold
+# none of the operands, L3 does), as triton's do_bench flushes L2 on CUDA. Flushing the L3 too
+# (every operand from DRAM) overestimated a 6-layer h=192 GPT by 35 % (forward) and 44 %
+# (backward) on the build machine at load 6; mixing L3-warm and DRAM-cold timings by the rank's
+# working set (1 - L3 share / working set) still overestimated its backward by 25 % and a GPipe
+# h=256 s=226 case by 16 %, against -12 % with L3-warm timings only (docs/EMULATOR.md).
 _evict_buffer = []
 
 
+def cache_bytes(level: int) -> int:
+    """Size of cpu0's cache of this level (Linux sysfs); 512 KiB (L2) / 32 MiB (L3) when unknown."""
+    import glob
+    for idx in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(idx + "/level") as fh:
+                lv = int(fh.read())
+            with open(idx + "/size") as fh:
+                text = fh.read().strip()
+        except (OSError, ValueError):
+            continue
+        if lv == level and text[:-1].isdigit():
+            return int(text[:-1]) * {"K": 2**10, "M": 2**20}.get(text[-1], 1)
+    return {2: 512 * 2**10, 3: 32 * 2**20}.get(level, 2**20)
+
+
 def evict_caches() -> None:
+    """Write 4x the private L2: the timed op's operands then come from L3."""
     import torch
     if not _evict_buffer:
-        _evict_buffer.append(torch.zeros(EVICT_BYTES // 4))
+        _evict_buffer.append(torch.zeros(cache_bytes(2)))      # 4 bytes per element: 4x L2
     _evict_buffer[0].add_(1.0)
 
 
 def time_cpu(fn, budget_s: float, min_n: int = 3, max_n: int = 100) -> list[float]:
-    """Seconds per call with cold caches: one warm-up, then repeat until min_n calls and
-    budget_s have passed."""
+    """Seconds per call with the private caches flushed: one warm-up, then repeat until min_n calls and
+    budget_s have passed. Timed in this thread's CPU time (CLOCK_THREAD_CPUTIME_ID): torch on
+    one thread runs an op entirely in the calling thread, so this is the op's own time, without
+    what other processes of a shared machine take from the core meanwhile (wall time would
+    include it, at whatever load the machine had at that moment)."""
     fn()
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < max_n and (len(times) < min_n or time.perf_counter() - start < budget_s):
         evict_caches()
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(time.thread_time() - t0)
     return times
 
 
@@ -265,7 +305,6 @@ def calibrate(device: str = "cpu", scenario=None, quick: bool = False, threads: 
         raise ProfileError(f"--device must be 'cpu' or 'cuda', got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ProfileError("--device cuda: no CUDA device is visible here; use --device cpu")
-    from pipesim.calibrate_ops import make_runner
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -273,42 +312,11 @@ def calibrate(device: str = "cpu", scenario=None, quick: bool = False, threads: 
         items, notes = plan(device, scenario, quick, grid)
         sizes = comm_sizes(device, quick) if comm else []
         total = len(items) + (1 if sizes else 0)
-        out: list[Measurement] = []
-        budget = CPU_BUDGET_S[0 if quick else 1]
-        max_call = CPU_MAX_CALL_S[0 if quick else 1]
-        rates: dict = {}  # (op, categorical keys) -> measured seconds per unit of work
-        done: set = set()
-        for i, (op, shape) in enumerate(items):
-            if device == "cpu":
-                spw = _cpu_seconds_per_work(op, shape, rates, max_call, make_runner)
-                small = shrink(op, shape, spw, max_call)
-                if small != shape:
-                    notes.append(f"{_label(op, shape)} measured at reduced size "
-                                 f"{_label(op, small).split(' ', 1)[1]}")
-                    shape = small
-            key = (op, tuple(sorted(shape.items())))
-            if key in done:
-                continue
-            done.add(key)
-            if progress:
-                progress(i, total, _label(op, shape))
-            fn = None
-            try:
-                fn, impl = make_runner(op, shape, device)
-                times = time_cuda(fn, quick) if device == "cuda" else time_cpu(fn, budget)
-            except Exception as exc:  # noqa: BLE001 - out of memory, dtype unsupported, a kernel
-                # that does not compile here: one op missing is a stated gap, not a failed run
-                notes.append(f"{_label(op, shape)} not measured: {str(exc).splitlines()[0][:120]}")
-                continue
-            finally:
-                fn = None
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-            out.append(measurement(op, shape, times, impl))
+        out = measure_ops(items, device, quick, notes, progress, total)
         if sizes:
             if progress:
                 progress(len(items), total, "sendrecv/allreduce between 2 processes")
-            rows, note = measure_comm(sizes, device, budget_s=budget, threads=threads)
+            rows, note = measure_comm(sizes, device, budget_s=CPU_BUDGET_S[0 if quick else 1], threads=threads)
             if note:
                 notes.append(note)
             out += [measurement(op, shape, times) for op, shape, times in rows]
@@ -320,6 +328,48 @@ def calibrate(device: str = "cpu", scenario=None, quick: bool = False, threads: 
     if notes:
         info["notes"] = notes
     return CostProfile(device=info, measurements=out, created=info["date"])
+
+
+def measure_ops(items, device: str, quick: bool, notes: list, progress: Progress | None = None,
+                total: int | None = None, budget_s: float | None = None) -> list[Measurement]:
+    """Time every (op, shape) of `items` on this device in this process (its current torch
+    thread count); an op that cannot run here is a note, not a failure."""
+    import torch
+    from pipesim.calibrate_ops import make_runner
+    total = total or len(items)
+    out: list[Measurement] = []
+    budget = budget_s if budget_s is not None else CPU_BUDGET_S[0 if quick else 1]
+    max_call = CPU_MAX_CALL_S[0 if quick else 1]
+    rates: dict = {}  # (op, categorical keys) -> measured seconds per unit of work
+    done: set = set()
+    for i, (op, shape) in enumerate(items):
+        if device == "cpu":
+            spw = _cpu_seconds_per_work(op, shape, rates, max_call, make_runner)
+            small = shrink(op, shape, spw, max_call)
+            if small != shape:
+                notes.append(f"{_label(op, shape)} measured at reduced size "
+                             f"{_label(op, small).split(' ', 1)[1]}")
+                shape = small
+        key = (op, tuple(sorted(shape.items())))
+        if key in done:
+            continue
+        done.add(key)
+        if progress:
+            progress(i, total, _label(op, shape))
+        fn = None
+        try:
+            fn, impl = make_runner(op, shape, device)
+            times = time_cuda(fn, quick) if device == "cuda" else time_cpu(fn, budget)
+        except Exception as exc:  # noqa: BLE001 - out of memory, dtype unsupported, a kernel
+            # that does not compile here: one op missing is a stated gap, not a failed run
+            notes.append(f"{_label(op, shape)} not measured: {str(exc).splitlines()[0][:120]}")
+            continue
+        finally:
+            fn = None
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        out.append(measurement(op, shape, times, impl))
+    return out
 
 
 def _label(op: str, shape: dict) -> str:

@@ -38,51 +38,61 @@ def _worker(rank, world, port, device, sizes, budget_s, threads, out):
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=60))
         dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
-        sync = torch.cuda.synchronize if cuda else (lambda: None)
-        peer = 1 - rank
-        results = []
-
-        def agree(n):  # rank 0 decides how many iterations; everyone follows
-            t = torch.tensor([n], dtype=torch.int64, device=dev)
-            dist.broadcast(t, 0)
-            return int(t.item())
-
-        for nbytes in sizes:
-            buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=dev)
-
-            def pingpong():
-                if rank == 0:
-                    dist.send(buf, peer)
-                    dist.recv(buf, peer)
-                elif rank == 1:
-                    dist.recv(buf, peer)
-                    dist.send(buf, peer)
-                sync()
-
-            def allreduce():
-                dist.all_reduce(buf)
-                sync()
-
-            for name, fn, scale in (("sendrecv", pingpong, 0.5), ("allreduce", allreduce, 1.0)):
-                dist.barrier()
-                t0 = time.perf_counter()
-                fn()  # warm-up (connection set-up, allocator)
-                n = agree(_iterations(time.perf_counter() - t0, budget_s))
-                times = []
-                for _ in range(n):
-                    dist.barrier()
-                    sync()
-                    t0 = time.perf_counter()
-                    fn()
-                    times.append((time.perf_counter() - t0) * scale)
-                if rank == 0:
-                    results.append((name, nbytes, times))
+        results = time_comm(rank, 1 - rank, sizes, budget_s, dev)
         dist.barrier()
         dist.destroy_process_group()
         if rank == 0:
             out.put(("ok", results))
     except Exception as exc:  # reported to the parent, which states the fallback
         out.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
+
+
+def time_comm(rank: int, peer: int, sizes, budget_s: float, dev, group=None) -> list:
+    """Inside an initialised process group: ping-pong between `rank` and `peer` and all-reduce
+    over `group` per size. Every rank of the group calls it; returns, on the lower rank of the
+    pair, [(op, bytes, [seconds...])] (one-way seconds for sendrecv), elsewhere []."""
+    import torch
+    import torch.distributed as dist
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    results = []
+    lead = rank < peer
+
+    def agree(n):  # the pair's lower rank decides how many iterations; everyone follows
+        t = torch.tensor([n], dtype=torch.int64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return int(t.item())
+
+    for nbytes in sizes:
+        buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=dev)
+
+        def pingpong():
+            if lead:
+                dist.send(buf, peer)
+                dist.recv(buf, peer)
+            else:
+                dist.recv(buf, peer)
+                dist.send(buf, peer)
+            sync()
+
+        def allreduce():
+            dist.all_reduce(buf, group=group)
+            sync()
+
+        for name, fn, scale in (("sendrecv", pingpong, 0.5), ("allreduce", allreduce, 1.0)):
+            dist.barrier(group=group)
+            t0 = time.perf_counter()
+            fn()  # warm-up (connection set-up, allocator)
+            n = agree(_iterations(time.perf_counter() - t0, budget_s) if lead else 0)
+            times = []
+            for _ in range(n):
+                dist.barrier(group=group)
+                sync()
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * scale)
+            if lead:
+                results.append((name, nbytes, times))
+    return results
 
 
 def measure_comm(sizes, device: str, budget_s: float = 0.3, threads: int = 1,

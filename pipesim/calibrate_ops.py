@@ -109,13 +109,14 @@ def _layer_norm_bwd(s, dev):
 def _gelu_fwd(s, dev):
     import torch
     x = torch.randn(s["numel"], device=dev, dtype=torch_dtype(s["dtype"]))
-    return (lambda: torch.nn.functional.gelu(x, approximate="tanh")), "torch"
+    # the exact (erf) GELU, as the emulator's model computes it (torch.nn.functional.gelu default)
+    return (lambda: torch.nn.functional.gelu(x)), "torch"
 
 
 def _gelu_bwd(s, dev):
     import torch
     x = torch.randn(s["numel"], device=dev, dtype=torch_dtype(s["dtype"]), requires_grad=True)
-    y = torch.nn.functional.gelu(x, approximate="tanh")
+    y = torch.nn.functional.gelu(x)
     dy = torch.randn_like(y)
     return (lambda: torch.autograd.grad(y, (x,), dy, retain_graph=True)), "torch"
 
@@ -182,10 +183,74 @@ def _copy(s, dev):
     return (lambda: dst.copy_(src)), "torch"
 
 
+def _bmm(s, dev):
+    import torch
+    dt = torch_dtype(s["dtype"])
+    a = torch.randn(s["batch"], s["m"], s["k"], device=dev, dtype=dt)
+    b = torch.randn(s["batch"], s["k"], s["n"], device=dev, dtype=dt)
+    if s["bias"]:      # the emulator's logits: baddbmm with the causal mask as a broadcast bias
+        bias = torch.zeros(s["m"], s["n"], device=dev, dtype=dt)
+        return (lambda: torch.baddbmm(bias, a, b, beta=1.0, alpha=0.125)), "torch"
+    return (lambda: torch.bmm(a, b)), "torch"
+
+
+def _bias_fwd(s, dev):
+    import torch
+    dt = torch_dtype(s["dtype"])
+    out = torch.empty(s["rows"], s["cols"], device=dev, dtype=dt)
+    bias = torch.randn(s["cols"], device=dev, dtype=dt)
+    return (lambda: out.copy_(bias.expand_as(out))), "torch"
+
+
+def _bias_bwd(s, dev):
+    import torch
+    dt = torch_dtype(s["dtype"])
+    gy = torch.randn(s["rows"], s["cols"], device=dev, dtype=dt)
+    grad = torch.zeros(s["cols"], device=dev, dtype=dt)
+    return (lambda: grad.add_(gy.sum(0))), "torch"
+
+
+def _softmax_fwd(s, dev):
+    import torch
+    x = torch.randn(s["rows"], s["cols"], device=dev, dtype=torch_dtype(s["dtype"]))
+    return (lambda: torch.softmax(x, dim=-1)), "torch"
+
+
+def _softmax_bwd(s, dev):
+    import torch
+    x = torch.randn(s["rows"], s["cols"], device=dev, dtype=torch_dtype(s["dtype"]), requires_grad=True)
+    y = torch.softmax(x, dim=-1)
+    dy = torch.randn_like(y)
+    return (lambda: torch.autograd.grad(y, (x,), dy, retain_graph=True)), "torch"
+
+
+def _ce_inputs(s, dev):
+    import torch
+    logits = torch.randn(s["tokens"], s["vocab"], device=dev, requires_grad=True)
+    target = torch.randint(0, s["vocab"], (s["tokens"],), device=dev)
+    return logits, target
+
+
+def _cross_entropy_fwd(s, dev):
+    import torch
+    logits, target = _ce_inputs(s, dev)
+    return (lambda: torch.nn.functional.cross_entropy(logits.detach(), target)), "torch"
+
+
+def _cross_entropy_bwd(s, dev):
+    import torch
+    logits, target = _ce_inputs(s, dev)
+    loss = torch.nn.functional.cross_entropy(logits, target)
+    return (lambda: torch.autograd.grad(loss, (logits,), retain_graph=True)), "torch"
+
+
 _BUILDERS = {
     "gemm": _gemm, "attention_fwd": _attention_fwd, "attention_bwd": _attention_bwd,
     "layer_norm_fwd": _layer_norm_fwd, "layer_norm_bwd": _layer_norm_bwd,
     "gelu_fwd": _gelu_fwd, "gelu_bwd": _gelu_bwd, "mlp_fwd": _mlp_fwd, "mlp_bwd": _mlp_bwd,
     "quantize": _quantize, "dequantize": _dequantize, "copy": _copy,
+    "bmm": _bmm, "softmax_fwd": _softmax_fwd, "softmax_bwd": _softmax_bwd,
+    "bias_fwd": _bias_fwd, "bias_bwd": _bias_bwd,
+    "cross_entropy_fwd": _cross_entropy_fwd, "cross_entropy_bwd": _cross_entropy_bwd,
 }
 COMPUTE_OPS = tuple(_BUILDERS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pipesim.costs.layers import embedding_ops, head_ops
 from pipesim.costs.ops import Op
 from pipesim.costs.stage import comm_seconds, cost_model_for, costed_layer_ops, stage_costs
-from pipesim.costs.summary import iteration_flops, total_params
+from pipesim.costs.summary import iteration_flops, layer_counts, total_params
 from pipesim.scenario import Scenario
 
 COLUMNS = ["block", "op", "kind", "flops_fwd", "flops_bwd", "saved_bytes", "weight_bytes", "weight_grad_bytes",
@@ -44,12 +44,14 @@ def op_row(s: Scenario, cm, op: Op, block: str) -> dict:
 def estimate(s: Scenario) -> dict:
     """Rows per op, per-layer and depth totals, and the model summary (all SI units)."""
     cm = cost_model_for(s)
-    layer = [op_row(s, cm, op, "layer") for op in costed_layer_ops(s)]
+    # MoE models: the table shows an MoE layer; the depth totals add dense and MoE layers
+    kinds = {moe: [op_row(s, cm, op, "layer") for op in costed_layer_ops(s, moe)] for moe, _ in layer_counts(s)}
+    layer = kinds[s.model.is_moe]
     extras = ([op_row(s, cm, op, "embedding") for op in embedding_ops(s)]
               + [op_row(s, cm, op, "head") for op in head_ops(s)])
     per_layer = {k: sum(r[k] for r in layer) for k in TOTALS}
     depth = s.model.num_layers
-    stack = {k: v * depth for k, v in per_layer.items()}
+    stack = {k: sum(n * sum(r[k] for r in kinds[moe]) for moe, n in layer_counts(s)) for k in TOTALS}
     stages = stage_costs(s)
     memory = {
         "weights_bytes": max(st.static.weights for st in stages),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PIPELINE_KINDS = frozenset(("F", "B", "I", "W", "R", "QUANTIZE", "DEQUANTIZE"))
+PIPELINE_KINDS = frozenset(("F", "B", "I", "W", "R", "FB", "QUANTIZE", "DEQUANTIZE"))
 COMM_KINDS = ("P2P", "DP", "ZERO_GATHER", "ZERO_ALLGATHER")
 
 
@@ -35,6 +35,7 @@ class RankTimeline:
     recv: list = field(default_factory=list)     # (reached, available, wire_start, kind)
     work: dict = field(default_factory=dict)     # (stage, kind) -> [count, seconds, bytes]
     tp_s: float = 0.0
+    a2a_s: float = 0.0                           # MoE all-to-all exposed on the compute stream
     pipe_end: float = 0.0
     end: float = 0.0
     peak_memory: float = 0.0
@@ -72,6 +73,8 @@ def rank_entry(tl: RankTimeline, span: float) -> dict:
     compute_iv = [(s, e) for s, e, _ in tl.compute]
     exposed = {"P2P": sum(max(0.0, av - max(reached, wire)) for reached, av, wire, _ in tl.recv),
                "TP": tl.tp_s}
+    if tl.a2a_s:
+        exposed["EP_A2A"] = tl.a2a_s
     for kind in COMM_KINDS[1:]:
         if tl.comm.get(kind):
             exposed[kind] = minus(tl.comm[kind], compute_iv)

@@ -20,7 +20,6 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 # communication in BF16 and casts only GEMM operands (Micikevicius et al. 2022, "FP8 Formats
 # for Deep Learning", Sec. 4; Transformer Engine); TF32 tensors are stored as FP32.
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
-FP8_RECIPES = ("tensorwise", "delayed", "blockwise", "mxfp8")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +47,23 @@ class ModelConfig:
     dropout: bool = field(True, doc="dropout layers present (their masks are saved activations)")
     extra_params: int = field(0, doc="parameters outside the layer stack not modelled (pooler, ...)")
     reference_params: Optional[float] = field(None, doc="published parameter count (for checks only)")
+    kv_channels: Optional[int] = field(None, doc="attention head dimension when not hidden/heads (Megatron "
+                                                 "--kv-channels; Qwen3, GPT-OSS)")
+    # Mixture of experts (pipesim/costs/moe.py). num_experts 0 = a dense model.
+    num_experts: int = field(0, doc="routed experts per MoE layer (0 = dense model)")
+    moe_top_k: int = field(2, doc="experts each token is routed to")
+    moe_ffn_hidden_size: Optional[int] = field(None, doc="inner width of one expert (default ffn_hidden_size)")
+    num_shared_experts: int = field(0, doc="always-active shared experts per MoE layer (DeepSeek)")
+    moe_layer_freq: int = field(1, doc="every k-th layer is MoE (1 = all layers)")
+    moe_first_dense_layers: int = field(0, doc="the first k layers are dense (DeepSeek-V3: 3)")
+    moe_router_score: Literal["softmax", "sigmoid"] = field("softmax", doc="router score function")
+    # Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1): low-rank q and kv.
+    attention_variant: Literal["gqa", "mla"] = field("gqa", doc="gqa (MHA/GQA/MQA) or mla")
+    q_lora_rank: Optional[int] = field(None, doc="MLA query compression rank (None = no q compression)")
+    kv_lora_rank: int = field(512, doc="MLA key/value compression rank")
+    qk_rope_head_dim: int = field(64, doc="MLA decoupled rotary dims per head")
+    qk_nope_head_dim: int = field(128, doc="MLA non-rotary q/k dims per head")
+    v_head_dim: int = field(128, doc="MLA value dims per head")
 
     def __post_init__(self):
         if self.arch == "cnn":
@@ -69,7 +85,25 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // max(1, self.num_attention_heads)
+        return self.kv_channels or self.hidden_size // max(1, self.num_attention_heads)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def moe_ffn(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Layer `index` (0-based) is MoE: past the dense prefix, every moe_layer_freq-th
+        (Megatron-Core --moe-layer-freq; DeepSeek-V3 first_k_dense_replace)."""
+        return (self.is_moe and index >= self.moe_first_dense_layers
+                and (index - self.moe_first_dense_layers) % self.moe_layer_freq == 0)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +124,6 @@ class GPUSpec:
                                             "launch); false for synchronous hosts (CPU eager): kernel + launch")
     kernel_curve: Optional[str] = field(None, doc="published kernel curves of this GPU (pipesim/presets/gpus.py: "
                                                   "a100, h100, h800, h200, b200, gb200, gb300, v100)")
-    sms: Optional[int] = field(None, doc="streaming multiprocessors (informational; the curve has its own)")
     matmul_efficiency: Optional[float] = field(None, doc="explicit override: a flat achievable fraction of "
                                                         "matrix peak for every matmul instead of the kernel curves")
     vector_efficiency: float = field(0.8, doc="achievable fraction of vector peak")
@@ -196,6 +229,8 @@ class ParallelConfig:
     rank_order: str = field("tp-dp-pp", doc="rank mapping, innermost first (Megatron: tp-dp-pp)")
     layers_per_stage: Optional[tuple[int, ...]] = field(None, doc="uneven layers per (virtual) stage")
     collective: Literal["ring", "tree", "hierarchical", "auto"] = field("auto", doc="collective algorithm")
+    expert: int = field(1, doc="expert-parallel size EP (MoE); experts are split over EP ranks")
+    expert_tensor: int = field(1, doc="expert tensor-parallel size ETP (each expert split over ETP ranks)")
 
     def __post_init__(self):
         for name in ("tensor", "pipeline", "virtual_stages", "tensor_depth"):
@@ -203,6 +238,9 @@ class ParallelConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.data is not None and self.data < 1:
             raise ValueError(f"data must be at least 1, got {self.data}")
+        for name in ("expert", "expert_tensor"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if sorted(self.rank_order.split("-")) != ["dp", "pp", "tp"]:
             raise ValueError(f"rank_order must order tp, dp and pp like 'tp-dp-pp', got {self.rank_order!r}")
 
@@ -220,6 +258,16 @@ class TrainingConfig:
     attention: Literal["eager", "flash"] = field("eager", doc="attention kernel (flash keeps no s x s scores)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
+    moe_routing: Literal["balanced", "dropless", "capacity"] = field(
+        "dropless", doc="balanced: uniform expert load; dropless: the most loaded EP rank sets the pace; "
+                        "capacity: tokens beyond moe_capacity_factor are dropped")
+    moe_capacity_factor: float = field(1.0, doc="expert capacity / mean load (moe_routing: capacity)")
+    moe_routing_skew: float = field(0.25, doc="coefficient of variation of expert popularity per "
+                                              "micro-batch (moe_routing: dropless; docs/MOE.md)")
+    moe_dispatcher: Literal["alltoall", "deepep"] = field("alltoall", doc="token dispatcher: NCCL "
+                                                          "all-to-all or a DeepEP-like fused kernel")
+    moe_a2a_overlap: bool = field(False, doc="hide one micro-batch's all-to-all under the paired "
+                                             "micro-batch's compute (1F1B A2A overlap, DualPipeV)")
     fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8"] = field(
         "tensorwise", doc="FP8 scaling recipe (precision fp8): per-tensor current or delayed scaling, "
                           "128-element blocks, or MXFP8 (32-element blocks, Blackwell)")
@@ -240,6 +288,10 @@ class TrainingConfig:
                              f"{self.activation_compression_bits}")
         if self.grad_bucket_MB <= 0:
             raise ValueError("grad_bucket_MB must be positive")
+        if self.moe_capacity_factor <= 0:
+            raise ValueError(f"moe_capacity_factor must be positive, got {self.moe_capacity_factor}")
+        if self.moe_routing_skew < 0:
+            raise ValueError(f"moe_routing_skew must not be negative, got {self.moe_routing_skew}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -71,3 +71,51 @@ def test_cli_reports_fault_in_one_line(tmp_path):
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "rank 1 raised InjectedFault" in lines[0] and "1F0" in lines[0]
     assert "Traceback" not in p.stderr
+
+
+def _alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_signal_to_launcher_stops_its_ranks_within_2s(tmp_path, sig):
+    import signal
+    from pipesim.emulator.recorder import Status
+    launcher = subprocess.Popen([sys.executable, "-m", "pipesim", "emulate", TINY, "--steps", "500",
+                                 "--warmup", "0", "--run-dir", str(tmp_path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:      # both ranks inside the measured steps
+            st = [Status.read(str(tmp_path / f"rank{r}.status")) for r in (0, 1)]
+            if all(s and s.get("step", -1) >= 1 for s in st):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the ranks never started")
+        pids = [s["pid"] for s in st]
+        assert len(pids) >= 2 and all(_alive(p) for p in pids)
+        launcher.send_signal(getattr(signal, sig))
+        time.sleep(2.0)
+        assert [p for p in pids if _alive(p)] == []
+        assert launcher.wait(timeout=10) != 0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+
+
+def test_timeout_ends_the_run_soon_after_the_hang(tmp_path, monkeypatch):
+    """--timeout 5: the run ends at most 2 s after the timeout has passed since the hang began
+    (start-up before the hang is not part of the bound)."""
+    from pipesim.emulator.recorder import Status
+    err, elapsed = run_with_fault(tmp_path, monkeypatch, "rank=0,action=0F0,mode=hang", timeout=5.0)
+    end = time.monotonic()
+    hung_since = Status.read(str(tmp_path / "rank0.status"))["t"]     # CLOCK_MONOTONIC, shared
+    assert "rank 0 made no progress for 5 s in action 0F0" in str(err)
+    assert 5.0 <= end - hung_since <= 7.0
+    assert workers_of(str(tmp_path)) == []

@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("torch")
 from pipesim.emulator import torch_pipelining  # noqa: E402
+from pipesim.emulator.reference import torch_pipelining_run  # noqa: E402
 
 if not torch_pipelining.available():
     pytest.skip("torch.distributed.pipelining is not available", allow_module_level=True)
@@ -18,7 +19,7 @@ TINY = os.path.join(os.path.dirname(__file__), "..", "scenarios", "emulator", "t
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_torch_pipelining_agrees_with_emulator(schedule):
-    ref = torch_pipelining.reference_run(TINY, schedule, steps=2, warmup=1)
+    ref = torch_pipelining_run(TINY, schedule, steps=2, warmup=1)
     ours = emulate(TINY, overrides=[f"training.schedule={schedule}"], steps=2, warmup=1)
     assert len(ref["loss_per_step"]) == 3
     assert ours["loss_per_step"] == pytest.approx(ref["loss_per_step"], rel=1e-5)

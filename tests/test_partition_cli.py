@@ -24,7 +24,8 @@ def test_scenario_report_and_json(tmp_path, capsys):
     assert r["stages"] == 4 and len(r["communication"]) == 4
     assert sum(r["layers_per_stage"]) == 12
     assert f"parallel.layers_per_stage: [{', '.join(map(str, r['layers_per_stage']))}]" in text
-    assert r["imbalance"]["sequential"]["forward"] >= 0.9
+    # the split balances F + B; the head's cross-entropy is forward-heavy (costs/layers.py)
+    assert r["imbalance"]["sequential"]["forward"] >= 0.75 and r["imbalance"]["stage_total"] >= 0.85
 
 
 def test_cnn_preset_with_real_timing(capsys):

@@ -88,3 +88,21 @@ def test_symmetric_full_mode_walks_one_replica_bit_equal(name, variant):
     a, b = fast.to_dict(include_trace=False), ref.to_dict(include_trace=False)
     a.pop("engine"), b.pop("engine")
     assert a == b
+
+
+@pytest.mark.parametrize("schedule, p, v", [("1f1b", 4, 1), ("interleaved", 2, 2)])
+def test_moe_a2a_overlap_plans_bit_equal(schedule, p, v):
+    """Issue 14's fused F+B steps ("FB") are compute steps like any other for the DAG pass."""
+    from pipesim import load_scenario
+    s = load_scenario({"model": {"preset": "llama2-7b", "num_layers": 8, "num_experts": 16, "moe_top_k": 4,
+                                 "seq_length": 1024},
+                       "system": {"preset": "dgx-h100", "num_nodes": 2 * p},
+                       "parallel": {"sequence_parallel": True, "expert": 16, "tensor": 1, "pipeline": p,
+                                    "virtual_stages": v},
+                       "training": {"global_batch_size": 8 * 16, "attention": "flash", "schedule": schedule,
+                                    "moe_a2a_overlap": True}})
+    fast, ref = both(s)
+    assert fast.engine == "dag" and fast.moe["a2a_exposed_s"] < fast.moe["a2a_total_s"]
+    a, b = fast.to_dict(include_trace=False), ref.to_dict(include_trace=False)
+    a.pop("engine"), b.pop("engine")
+    assert a == b

@@ -1,6 +1,7 @@
 """`pipesim calibrate [--device cuda|cpu] [--scenario S [--grid]] [--quick] [--threads N] [--no-comm]
---out traces/NAME.json`: measure op costs on this device into a cost profile
-(format: pipesim.costs.profile; what and how: pipesim.calibrate)."""
+[--nproc N [--nice K]] --out traces/NAME.json`: measure op costs on this device into a cost profile
+(format: pipesim.costs.profile; what and how: pipesim.calibrate). With --nproc, on CPU, inside N
+emulator ranks with the host model (pipesim.emulator.rank_calibration, pipesim.calibrate_host)."""
 from __future__ import annotations
 
 import sys
@@ -56,6 +57,10 @@ def add_arguments(parser) -> None:
                         help="CPU threads for torch (default 1, as the emulator uses per rank)")
     parser.add_argument("--no-comm", action="store_true",
                         help="skip the two-process send/recv and all-reduce measurements")
+    parser.add_argument("--nproc", type=int, default=None,
+                        help="--device cpu with --scenario: calibrate inside N emulator ranks (the "
+                             "scenario's process/thread layout, pinned, prioritised), with the host model")
+    parser.add_argument("--nice", type=int, default=20, help="with --nproc: raise the ranks' priority (root)")
     parser.add_argument("--out", required=True, help="profile JSON to write, e.g. traces/cpu.json")
 
 
@@ -73,6 +78,8 @@ def run(args) -> int:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         except ImportError:
             device = "cpu"
+    if args.nproc is not None:
+        return _run_in_ranks(args, device)
     scenario = None
     if args.scenario:
         try:
@@ -95,4 +102,34 @@ def run(args) -> int:
         value = profile.achieved(kind)
         if value is not None:
             print(f"  achieved {kind:9s} {value / scale:10.3f} {unit}")
+    return 0
+
+
+def _run_in_ranks(args, device: str) -> int:
+    """The op costs and the host model measured inside the emulator's ranks (rank_calibration)."""
+    import json
+
+    from pipesim.errors import ProfileError
+    if device != "cpu" or not args.scenario:
+        raise ProfileError("--nproc calibrates inside emulator ranks: it needs --device cpu and --scenario")
+    from pipesim.emulator import emulate
+    from pipesim.emulator.rank_calibration import DEFAULT_BUDGET_S
+    budget = DEFAULT_BUDGET_S / (2 if args.quick else 1)
+    res = emulate(args.scenario, nproc=args.nproc, steps=0, warmup=0, threads=args.threads, nice=args.nice,
+                  pin=True, calibrate={"budget_s": budget})
+    profile = res.get("profile")
+    if profile is None:
+        raise ProfileError(f"the ranks wrote no calibration (see {res.get('run_dir')})")
+    try:
+        with open(args.out, "w") as fh:
+            json.dump(profile, fh, indent=1)
+    except OSError as exc:
+        raise ProfileError(f"{args.out}: cannot write the profile: {exc.strerror}") from None
+    host = profile["device"]["host"]
+    lay = host["layout"]
+    print(f"wrote {args.out}: {len(profile['measurements'])} measurements inside {lay['ranks']} ranks on "
+          f"{lay['cores']} cores ({lay['threads_per_rank']} thread(s) each)")
+    print(f"  host: {host['kernel_launch_s'] * 1e6:.1f} us per launch, {host['action_s'] * 1e6:.1f} us per "
+          f"action" + (f", p2p {host['p2p']['latency_s'] * 1e6:.0f} us + {host['p2p']['bandwidth_Bps'] / 1e9:.2f} GB/s"
+                       if "p2p" in host else ""))
     return 0

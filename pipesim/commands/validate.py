@@ -7,7 +7,7 @@ import json
 def add_arguments(p) -> None:
     from pipesim.whatif.validation import SUITES
     p.add_argument("suites", nargs="*", metavar="SUITE",
-                   help=f"suites to run (default all published): {', '.join(SUITES)}, nccl; "
+                   help=f"suites to run (default all published): {', '.join(SUITES)}, nccl, moezoo-qwen3; "
                         "seed-002 / seed-004 print the seeds' side-by-side tables")
     p.add_argument("--cases", help="published cases YAML (default scenarios/validation/published.yaml)")
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
@@ -34,7 +34,14 @@ def run(args) -> int:
         print(f"wrote {len(files)} scenarios to {args.write_scenarios}")
     seeds = [s for s in args.suites if s.startswith("seed-")]
     want_nccl = not args.suites or "nccl" in args.suites
-    suites = [s for s in args.suites if not s.startswith("seed-") and s != "nccl"]
+    want_moe = not args.suites or "moezoo-qwen3" in args.suites
+    suites = [s for s in args.suites if not s.startswith("seed-") and s not in ("nccl", "moezoo-qwen3")]
+    if want_moe:
+        from pipesim.whatif.validation_moe import format_moe, run_moe_suite
+        print(format_moe(run_moe_suite(args.cases, evaluator=None if args.engine == "sim" else analytic_report))
+              + "\n")
+        if args.suites and not suites and not seeds and not want_nccl:
+            return 0
     if want_nccl:
         from pipesim.whatif.validation import collective_results, format_collectives
         print(format_collectives(collective_results(args.cases)) + "\n")

@@ -18,7 +18,6 @@ fastest tile per shape, as the min does.
 from __future__ import annotations
 
 import math
-
 from functools import lru_cache
 
 from pipesim.presets.gpus import SPLIT_K, SPLIT_K_EFFICIENCY, TILE_FILL_K, TILES

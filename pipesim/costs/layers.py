@@ -75,12 +75,16 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
               c_loc + 2 * a_loc + 2 * (w_loc + b_loc),
               saved_bytes=saved_input, params=params, comm_fwd=fwd, comm_bwd=bwd, dgrad_fraction=0.5,
               param_tensors=2 if bias else 1,
-              measure_fwd=(("gemm", shape),),
+              # with a bias, a CPU addmm first broadcasts the bias into Y, and the backward sums dY
+              # over the tokens for the bias gradient: one more pass over Y each way
+              measure_fwd=(("gemm", shape),) + ((("bias_fwd", dict(rows=shape["m"], cols=shape["n"], dtype=dtype)),)
+                                                if bias else ()),
               # forward Y = X W; input grad dX = dY W^T (M x K, over N); weight grad dW = X^T dY (K x N, over M)
               gemms_fwd=((1, m_gemm, n_loc, k_loc, dtype),),
               gemms_bwd=((1, m_gemm, k_loc, n_loc, dtype), (1, k_loc, n_loc, m_gemm, dtype)),
               measure_bwd=(("gemm", dict(m=shape["m"], k=shape["n"], n=shape["k"], dtype=dtype)),
-                           ("gemm", dict(m=shape["k"], k=shape["m"], n=shape["n"], dtype=dtype))))
+                           ("gemm", dict(m=shape["k"], k=shape["m"], n=shape["n"], dtype=dtype)))
+              + ((("bias_bwd", dict(rows=shape["m"], cols=shape["n"], dtype=dtype)),) if bias else ()))
 
 
 def _k_div(sh: Shapes, role: str) -> int:
@@ -116,8 +120,10 @@ def vector(name: str, elements: float, sh: Shapes, flops_per_elem: tuple[float, 
               saved_bytes=saved_bytes, params=params, measure_fwd=measure_fwd, measure_bwd=measure_bwd)
 
 
-def layer_ops(s: Scenario) -> list[Op]:
-    """The ops of one transformer layer (pre-norm GPT/Llama block; BERT's post-norm costs the same)."""
+def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
+    """The ops of one transformer layer (pre-norm GPT/Llama block; BERT's post-norm costs the same).
+    moe: the MLP is a mixture-of-experts block (pipesim/costs/moe.py); MLA attention replaces the
+    q/k/v projections and the attention core (pipesim/costs/mla.py)."""
     sh = shapes_of(s)
     m, tr = s.model, s.training
     e, tp = sh.e, sh.tp
@@ -141,8 +147,10 @@ def layer_ops(s: Scenario) -> list[Op]:
             return None
         return vector(name, elements, sh, (1, 1), saved_bytes=elements * MASK_BYTES, mask=True)
 
-    qkv_out = sh.h + 2 * sh.g * sh.d
+    q_dim = sh.a * sh.d                          # = h unless the head dim is set (kv_channels)
+    qkv_out = q_dim + 2 * sh.g * sh.d
     ops.append(norm("ln1"))
+    attn_start = len(ops)
     ops.append(matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype,
                       bias=m.bias))
     flash = tr.attention == "flash"
@@ -153,12 +161,22 @@ def layer_ops(s: Scenario) -> list[Op]:
         # batched GEMMs, one per (sample, head): scores[s, s] = Q[s, d] K^T; backward dQ, dK (K = s)
         nb = scores / (sh.s * sh.s) if sh.s else 0.0
         adt = high_precision(dtype)
+        # Profile lookups of the eager core (1D split: batch*heads independent matrices), as the
+        # CPU emulator runs it: logits = baddbmm(mask, Q, K^T); softmax over rows of s; attend = P V.
+        bm = dict(batch=int(sh.b * heads), dtype=dtype, bias=False)
+        core = tp.mode == "1d"
+        s_, d_ = sh.s, sh.d
         ops.append(Op("logits", "matmul", 2 * scores * sh.d, 4 * scores * sh.d,
                       qk_saved + scores * e, scores * e + 2 * qk_saved, saved_bytes=qk_saved,
                       dgrad_fraction=1.0, attention_core=True,
                       gemms_fwd=((nb, sh.s, sh.s, sh.d, adt),),
-                      gemms_bwd=((nb, sh.s, sh.d, sh.s, adt), (nb, sh.s, sh.d, sh.s, adt))))
-        sm = vector("softmax", scores, sh, (5, 4), saved_bytes=scores * e)
+                      gemms_bwd=((nb, sh.s, sh.d, sh.s, adt), (nb, sh.s, sh.d, sh.s, adt)),
+                      measure_fwd=(("bmm", dict(bm, m=s_, n=s_, k=d_, bias=bool(m.causal))),) if core else (),
+                      measure_bwd=(("bmm", dict(bm, m=s_, n=d_, k=s_)),) * 2 if core else ()))
+        rows = dict(rows=int(sh.b * heads * s_), cols=s_, dtype=dtype)
+        sm = vector("softmax", scores, sh, (5, 4), saved_bytes=scores * e,
+                    measure_fwd=(("softmax_fwd", rows),) if core else (),
+                    measure_bwd=(("softmax_bwd", rows),) if core else ())
         sm = replace(sm, selective_dropped_bytes=scores * e)
         ops.append(replace(sm, attention_core=True))
         dp = dropout("attn_dropout", scores)
@@ -174,12 +192,19 @@ def layer_ops(s: Scenario) -> list[Op]:
                       selective_dropped_bytes=probs,
                       # context[s, d] = P[s, s] V; backward dP = dC V^T (K = d), dV = P^T dC (K = s)
                       gemms_fwd=((nb, sh.s, sh.d, sh.s, adt),),
-                      gemms_bwd=((nb, sh.s, sh.s, sh.d, adt), (nb, sh.s, sh.d, sh.s, adt))))
-    ops.append(matmul("proj", T, sh.h, sh.h, sh, "row", saved_input=T * sh.h * e / tp.size, dtype=dtype,
+                      gemms_bwd=((nb, sh.s, sh.s, sh.d, adt), (nb, sh.s, sh.d, sh.s, adt)),
+                      measure_fwd=(("bmm", dict(bm, m=s_, n=d_, k=s_)),) if core else (),
+                      measure_bwd=(("bmm", dict(bm, m=s_, n=s_, k=d_)), ("bmm", dict(bm, m=s_, n=d_, k=s_)))
+                      if core else ()))
+    ops.append(matmul("proj", T, q_dim, sh.h, sh, "row", saved_input=T * q_dim * e / tp.size, dtype=dtype,
                       bias=m.bias))
+    if m.attention_variant == "mla":
+        from pipesim.costs.mla import mla_attention_ops
+        ops[attn_start:] = mla_attention_ops(s, sh)
     ops += [o for o in (dropout("dropout1", tok * sh.h),) if o]
     ops.append(vector("residual1", tok * sh.h, sh, (1, 0), reads=2, writes=1))
     ops.append(norm("ln2"))
+    mlp_start = len(ops)
     gated = m.activation == "swiglu"
     ffn_out = sh.f * (2 if gated else 1)
     ops.append(matmul("fc1", T, sh.h, ffn_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype,
@@ -191,6 +216,9 @@ def layer_ops(s: Scenario) -> list[Op]:
                       measure_fwd=(("gelu_fwd", shape),) if not gated else (),
                       measure_bwd=(("gelu_bwd", shape),) if not gated else ()))
     ops.append(matmul("fc2", T, sh.f, sh.h, sh, "row", saved_input=act_elems * e, dtype=dtype, bias=m.bias))
+    if moe:
+        from pipesim.costs.moe import moe_block_ops
+        ops[mlp_start:] = moe_block_ops(s, sh)
     ops += [o for o in (dropout("dropout2", tok * sh.h),) if o]
     ops.append(vector("residual2", tok * sh.h, sh, (1, 0), reads=2, writes=1))
     return ops
@@ -258,6 +286,8 @@ def head_ops(s: Scenario) -> list[Op]:
     ops.append(head)
     logits = T * sh.v / tp.size
     loss_comm = (Comm("all_reduce", 2 * T * FP32, "tp", tp.size),) if tp.size > 1 else ()
+    ce = dict(tokens=int(T), vocab=int(sh.v / tp.size))
     ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * CE_FWD_BYTES, logits * CE_BWD_BYTES,
-                  saved_bytes=logits * FP32, comm_fwd=loss_comm))
+                  saved_bytes=logits * FP32, comm_fwd=loss_comm,
+                  measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
     return ops

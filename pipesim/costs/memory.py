@@ -21,15 +21,19 @@ class StaticMemory:
     def total(self) -> float:
         return self.weights + self.gradients + self.optimizer
 
+    def plus(self, other: "StaticMemory") -> "StaticMemory":
+        return StaticMemory(self.weights + other.weights, self.gradients + other.gradients,
+                            self.optimizer + other.optimizer)
+
 
 def optimizer_bytes_per_param(optimizer: str, precision: str) -> float:
-    mixed = precision != "fp32"
+    mixed = precision not in ("fp32", "tf32")          # TF32 trains on fp32 weights
     states = 2 if optimizer == "adam" else 1          # Adam: m and v; SGD: momentum
     return 4 * states + (4 if mixed else 0)           # + fp32 master weights when mixed
 
 
 def static_memory(params: float, precision: str, optimizer: str, zero_stage: int, dp: int) -> StaticMemory:
-    elem = 4 if precision == "fp32" else 2
+    elem = 4 if precision in ("fp32", "tf32") else 2
     weights, grads = params * elem, params * elem
     opt = params * optimizer_bytes_per_param(optimizer, precision)
     if zero_stage >= 1:

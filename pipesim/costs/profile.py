@@ -124,6 +124,31 @@ def _allreduce_bus_bytes(s):
     return 2.0 * (n - 1) / n * s["bytes"] if n > 1 else float(s["bytes"])
 
 
+def _bmm_flops(s):
+    # Batched GEMM: 2·batch·m·n·k (Kaplan et al. 2020, Sec. 2.1, per matrix of the batch).
+    return 2.0 * s["batch"] * s["m"] * s["n"] * s["k"]
+
+
+def _softmax_fwd_bytes(s):
+    # Read the scores, write the probabilities (row max and sum stay in registers).
+    return 2.0 * s["rows"] * s["cols"] * _elem(s)
+
+
+def _softmax_bwd_bytes(s):
+    # Read the probabilities and their gradient, write the scores' gradient.
+    return 3.0 * s["rows"] * s["cols"] * _elem(s)
+
+
+def _ce_fwd_bytes(s):
+    # Read the logits, write the exponentials kept for the backward (fp32).
+    return 2.0 * s["tokens"] * s["vocab"] * 4
+
+
+def _ce_bwd_bytes(s):
+    # Read the kept softmax, write the logits' gradient (fp32).
+    return 2.0 * s["tokens"] * s["vocab"] * 4
+
+
 @dataclass(frozen=True)
 class OpSpec:
     numeric: tuple[str, ...]
@@ -147,6 +172,16 @@ OPS: dict[str, OpSpec] = {
     "quantize": OpSpec(("numel",), ("bits",), _quant_bytes, "bytes"),
     "dequantize": OpSpec(("numel",), ("bits",), _quant_bytes, "bytes"),
     "copy": OpSpec(("bytes",), (), _copy_bytes, "bytes"),
+    # eager attention's batched matmuls (bias: a broadcast [m, n] causal mask added, baddbmm),
+    # its softmax, and the LM head's cross-entropy
+    "bmm": OpSpec(("batch", "m", "n", "k"), ("bias", "dtype"), _bmm_flops, "flops"),
+    "softmax_fwd": OpSpec(("rows", "cols"), ("dtype",), _softmax_fwd_bytes, "bytes"),
+    # a linear layer's bias: broadcast into the output (forward), summed over rows (backward)
+    "bias_fwd": OpSpec(("rows", "cols"), ("dtype",), _softmax_fwd_bytes, "bytes"),
+    "bias_bwd": OpSpec(("rows", "cols"), ("dtype",), _softmax_fwd_bytes, "bytes"),
+    "softmax_bwd": OpSpec(("rows", "cols"), ("dtype",), _softmax_bwd_bytes, "bytes"),
+    "cross_entropy_fwd": OpSpec(("tokens", "vocab"), (), _ce_fwd_bytes, "bytes"),
+    "cross_entropy_bwd": OpSpec(("tokens", "vocab"), (), _ce_bwd_bytes, "bytes"),
     "sendrecv": OpSpec(("bytes",), (), _p2p_bytes, "bytes"),
     "allreduce": OpSpec(("bytes",), ("ranks",), _allreduce_bus_bytes, "bytes"),
 }
@@ -170,7 +205,7 @@ def normalize_shape(op: str, shape: dict) -> dict:
         if key == "dtype":
             value = str(value).lower()
             value = _DTYPE_ALIASES.get(value, value)
-        elif key == "causal":
+        elif key in ("causal", "bias"):
             value = bool(value)
         elif isinstance(value, float) and value.is_integer():
             value = int(value)

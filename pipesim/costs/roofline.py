@@ -67,7 +67,7 @@ class CostModel:
         if measured is not None:
             seconds, source = measured
         elif self.curve is not None and op.flash:
-            batch_heads, seq, _, causal = op.flash
+            _, seq, _, causal = op.flash
             compute = flops / (attention_tflops(self.curve, seq, causal, phase) * 1e12)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and gemms:

@@ -21,6 +21,9 @@ from pipesim.scenario import Scenario
 # and the half-precision weight (4*3*2 + 2 + 2 bytes); memory bound (Rajbhandari et al. 2020 Sec. 3.1
 # for the state sizes).
 ADAM_BYTES_PER_PARAM = 28.0
+# SGD with momentum: read master (or fp32 weight), gradient, momentum; write master, momentum and
+# the half-precision weight: 4 + 2 + 4 + 4 + 4 + 2 = 20 bytes (fp32 training: 4·5 = 20 as well).
+OPTIMIZER_BYTES_PER_PARAM = {"adam": ADAM_BYTES_PER_PARAM, "sgd": 20.0}
 QUANT_GROUP = 128        # elements per quantization scale (pipesim.kernels.quantize default)
 
 
@@ -55,6 +58,16 @@ class StageCosts:
     # per-step fixed work after the last backward, in order, as (timeline name, seconds); the
     # optimizer step is `optimizer_step` above and is listed here too
     step_ops: tuple = ()
+    ep_comm_fwd: float = 0.0  # MoE all-to-all (dispatch + combine) seconds inside F (pipesim/costs/moe.py)
+    ep_comm_bwd: float = 0.0  # ... inside B (and I)
+    ep_bytes_fwd: float = 0.0
+    ep_bytes_bwd: float = 0.0
+    moe_layers: int = 0
+    expert_params: float = 0.0   # of `params`: routed-expert parameters (sharded by EP·ETP)
+    gather_params: float | None = None   # data-parallel-equivalent parameters of ZeRO weight
+                                         # all-gathers (experts gather over EDP); None = params
+    moe_block_fwd: float = 0.0   # compute seconds of the MoE blocks (router .. unpermute) inside F
+    moe_block_bwd: float = 0.0   # ... inside B (the A2A overlap pairs them with attention, a2a_overlap.py)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources", "step_ops")}
@@ -144,9 +157,10 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, f
     return t, checkpoint, saved_all
 
 
-def costed_layer_ops(s: Scenario) -> list[Op]:
-    """The ops of one layer as they run: under FP8, plus the cast op of every FP8 GEMM."""
-    layer = layer_ops(s)
+def costed_layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
+    """The ops of one layer (an MoE layer with `moe`) as they run: under FP8, plus the cast op of
+    every FP8 GEMM."""
+    layer = layer_ops(s, moe)
     tr = s.training
     if tr.precision != "fp8":
         return layer
@@ -165,11 +179,15 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
+    # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
+    from pipesim.calibrate_host import action_seconds
+    host_action = action_seconds(cm.profile)
     layer = costed_layer_ops(s)
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
     sh = shapes_of(s)
+    moe = moe_stage_parts(s, cm, sh) if s.model.is_moe else None
     n_stages = s.num_model_stages
     bits = tr.activation_compression_bits
     # Activations sent between stages: with tensor parallelism each GPU sends its 1/t slice
@@ -184,49 +202,98 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     else:
         q_time = dq_time = 0.0
     out = []
-    for k, n_layers in enumerate(s.layers_per_stage()):
+    first_layer = 0
+    for k, stage_layers in enumerate(s.layers_per_stage()):
         first, last = k == 0, k == n_stages - 1
+        n_layers, n_moe = stage_layers, 0
+        if moe is not None:
+            from pipesim.costs.moe import layer_split
+            n_layers, n_moe = layer_split(s, first_layer, stage_layers)
+        first_layer += stage_layers
         acc = _Acc()
         acc.add(s, cm, layer, n_layers)
         extras = (emb if first else []) + (head if last else [])
         acc.add(s, cm, extras, 1)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
-        static = static_memory(params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
-        if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
-            static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
-        if fp8_params:
-            # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
-            static = StaticMemory(static.weights + fp8_params * FP8_WEIGHT_COPY_BYTES, static.gradients,
-                                  static.optimizer)
         activation = n_layers * rc_saved + sum(o.saved_bytes for o in extras)
         recompute = n_layers * rc_time
         flops = n_layers * sum(o.flops_fwd + o.flops_bwd for o in layer) + sum(
             o.flops_fwd + o.flops_bwd for o in extras)
-        local_params = params / (s.parallel.data if tr.zero_stage >= 1 else 1)
-        opt_step = cm.memory_time(local_params * ADAM_BYTES_PER_PARAM)
+        ep = _MoEStage()
+        working = rc_working
+        if n_moe:
+            acc.add(s, cm, moe.ops, n_moe)
+            params += n_moe * sum(o.params for o in moe.ops)
+            fp8_params += n_moe * sum(o.params for o in moe.ops if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
+            activation += n_moe * moe.saved
+            recompute += n_moe * moe.recompute
+            flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)
+            ep = _MoEStage(n_moe * moe.a2a.fwd, n_moe * moe.a2a.bwd, n_moe * moe.a2a.bytes_fwd,
+                           n_moe * moe.a2a.bytes_bwd, n_moe * moe.expert_params,
+                           n_moe * moe.block_fwd, n_moe * moe.block_bwd)
+            working = max(working, moe.working)
+        # routed-expert weights, gradients and optimizer states are sharded over expert-data
+        # parallelism, the dense ones over data parallelism (pipesim/costs/moe_parallel.py)
+        dense_params = params - ep.params
+        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
+        local_params = dense_params / (s.parallel.data if tr.zero_stage >= 1 else 1)
+        if ep.params:
+            from pipesim.costs.moe_parallel import expert_data_size
+            edp = expert_data_size(s)
+            static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp))
+            local_params += ep.params / (edp if tr.zero_stage >= 1 else 1)
+        if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
+            static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
+        if fp8_params:
+            # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
+            static = StaticMemory(static.weights + fp8_params * FP8_WEIGHT_COPY_BYTES, static.gradients,
+                                  static.optimizer)
+        opt_step = cm.memory_time(local_params * OPTIMIZER_BYTES_PER_PARAM[tr.optimizer])
         elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)       # gradient bytes per parameter
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
+        grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         out.append(StageCosts(
-            stage=k, layers=n_layers, has_embedding=first, has_head=last,
-            forward=acc.fwd + acc.tp_fwd,
-            backward=acc.bwd + acc.tp_bwd + recompute,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute,
-            weight_grad=acc.wgrad,
+            stage=k, layers=n_layers + n_moe, has_embedding=first, has_head=last,
+            forward=acc.fwd + acc.tp_fwd + ep.fwd + host_action,
+            backward=acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action,
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action,
+            weight_grad=acc.wgrad + host_action,
             recompute=recompute,
             tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,
             tp_bytes_fwd=acc.tp_bytes_fwd, tp_bytes_bwd=acc.tp_bytes_bwd,
             send_bytes=0.0 if last else send_bytes,
             grad_send_bytes=0.0 if first else elems * sh.e,
             quantize=0.0 if last else q_time, dequantize=0.0 if first else dq_time,
-            params=params, static=static, grad_bytes=params * elem,
+            params=params, static=static, grad_bytes=grad_bytes,
             activation_bytes=activation,
-            recompute_working_bytes=rc_working if n_layers else 0.0,
+            recompute_working_bytes=working if n_layers + n_moe else 0.0,
             optimizer_step=opt_step, flops=flops,
             sources=acc.sources,
-            param_tensors=n_layers * sum(o.param_tensors for o in layer) + sum(o.param_tensors for o in extras),
-            step_ops=steps))
+            param_tensors=n_layers * sum(o.param_tensors for o in layer)
+            + n_moe * sum(o.param_tensors for o in (moe.ops if moe else ())) + sum(o.param_tensors for o in extras),
+            step_ops=steps,
+            ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
+            moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
+            gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None))
     return out
+
+
+@dataclass(frozen=True)
+class _MoEStage:
+    fwd: float = 0.0
+    bwd: float = 0.0
+    bytes_fwd: float = 0.0
+    bytes_bwd: float = 0.0
+    params: float = 0.0
+    block_fwd: float = 0.0
+    block_bwd: float = 0.0
+
+
+def moe_stage_parts(s: Scenario, cm: CostModel, sh):
+    """One MoE layer's ops, all-to-all, recompute and expert parameters (pipesim/costs/moe.py)."""
+    from pipesim.costs.moe import MoELayerCosts
+    return MoELayerCosts.build(s, cm, sh, layer_recompute)
 
 
 def elem_of(tr) -> int:

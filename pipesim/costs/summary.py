@@ -10,17 +10,44 @@ def total_params(s: Scenario) -> float:
     tensor split they were divided by."""
     from dataclasses import replace
     unsharded = replace(s, parallel=replace(s.parallel, tensor=1, pipeline=1, data=1, sequence_parallel=False,
-                                            tensor_mode="1d", virtual_stages=1, layers_per_stage=None))
-    layer = sum(o.params for o in layer_ops(unsharded))
+                                            tensor_mode="1d", virtual_stages=1, layers_per_stage=None,
+                                            expert=1, expert_tensor=1))
     extras = sum(o.params for o in embedding_ops(unsharded) + head_ops(unsharded))
-    return s.model.num_layers * layer + extras
+    return sum(n * sum(o.params for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s)) + extras
+
+
+def layer_counts(s: Scenario) -> list[tuple[bool, int]]:
+    """[(is MoE, number of layers)] of the whole model."""
+    moe = s.model.num_moe_layers
+    return [(False, s.model.num_layers - moe)] + ([(True, moe)] if moe else [])
+
+
+def active_params(s: Scenario, input_embedding: bool = True) -> float:
+    """Parameters a token passes through: the routed experts count moe_top_k of num_experts.
+    input_embedding=False leaves out the embedding table (a lookup), as OpenAI's gpt-oss model
+    card counts active parameters."""
+    from pipesim.costs.moe import expert_params
+    from pipesim.costs.layers import shapes_of
+    total = total_params(s)
+    m = s.model
+    if m.is_moe:
+        from dataclasses import replace
+        one = replace(s, parallel=replace(s.parallel, tensor=1, sequence_parallel=False, expert=1, expert_tensor=1))
+        per_layer = expert_params(layer_ops(one, True))
+        total -= m.num_moe_layers * per_layer * (1 - m.moe_top_k / m.num_experts)
+    if not input_embedding:
+        sh = shapes_of(s)
+        total -= sh.v * sh.h
+    return total
 
 
 def iteration_flops(s: Scenario) -> float:
     """Model FLOPs per optimizer step (forward + backward, no recompute), whole cluster."""
     from dataclasses import replace
-    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, sequence_parallel=False, tensor_mode="1d"))
-    per_mb = (s.model.num_layers * sum(o.flops_fwd + o.flops_bwd for o in layer_ops(unsharded))
+    # model FLOPs: unsharded, with balanced routing (imbalance costs time, not model FLOPs)
+    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, sequence_parallel=False, tensor_mode="1d"),
+                        training=replace(s.training, moe_routing="balanced"))
+    per_mb = (sum(n * sum(o.flops_fwd + o.flops_bwd for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s))
               + sum(o.flops_fwd + o.flops_bwd for o in embedding_ops(unsharded) + head_ops(unsharded)))
     return per_mb * s.training.global_batch_size / s.training.micro_batch_size
 
@@ -37,7 +64,7 @@ def megatron_flops(s: Scenario, recompute: bool) -> float:
 
 def required_measurements(s: Scenario) -> list[tuple[str, dict]]:
     """The (op key, shape) lookups the cost model will ask a profile for, deduplicated."""
-    ops = layer_ops(s) + embedding_ops(s) + head_ops(s)
+    ops = [o for moe, _ in layer_counts(s) for o in layer_ops(s, moe)] + embedding_ops(s) + head_ops(s)
     seen, out = set(), []
     for op in ops:
         for key, shape in op.measure_fwd + op.measure_bwd:

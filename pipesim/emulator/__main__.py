@@ -10,7 +10,7 @@ import sys
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:
-        from pipesim.emulator.worker import worker_main
+        from pipesim.emulator.entry import worker_main
         with open(argv[1]) as fh:
             cfg = json.load(fh)
         return worker_main(cfg)

@@ -99,11 +99,7 @@ class Executor:
         # Saved-tensor accounting on CPU; on CUDA the allocator's statistics are used instead.
         with (contextlib.nullcontext() if rt.device.type == "cuda" else rt.counter.hooks()):
             for i, a in enumerate(self.row):
-                name = str(a)
-                rt.recorder.status.set(step, name, "run")
-                if rt.fault is not None:
-                    rt.fault.check(rt.rank, step, name)
-                getattr(self, "do_" + a.kind)(a)
+                self.run_action(step, a)
                 if self.overlap and self.last_grad_action.get(a.stage) == i and a.is_compute:
                     self._reduce_stage(a.stage, async_op=True)
         if rt.tp.sp:
@@ -118,23 +114,39 @@ class Executor:
             work.wait()
         rt.recorder.status.set(step, "SEND", "done")
 
+    def run_action(self, step: int, a, fn=None) -> None:
+        """One action: the executor's bookkeeping, then its do_ method (or `fn` as a compute
+        action, for rank_calibration.measure_action)."""
+        rt = self.rt
+        self._begin, self._cpu0 = rt.recorder.now(), time.thread_time()
+        name = str(a)
+        rt.recorder.status.set(step, name, "run")
+        if rt.fault is not None:
+            rt.fault.check(rt.rank, step, name)
+        if fn is None:
+            getattr(self, "do_" + a.kind)(a)
+        else:
+            self._compute(a, fn)
+
     # ---------------------------------------------------------------- compute
     def _compute(self, a, fn) -> None:
+        """A compute event spans the action from the executor taking it up to its memory sample
+        written: the executor's own cost per action is part of the action (on a CPU host it
+        runs on the same core, as the host model in calibrate_host.py counts it)."""
         rt, rec = self.rt, self.rt.recorder
-        cpu0 = time.thread_time()
-        start = rec.now()
         nbytes = fn()
-        end = rec.now()
-        # cpu_s: this thread's CPU time (on a shared CPU, wall minus cpu_s is time lost to others)
+        work_end = rec.now()
         if rec.cuda:      # NCCL collectives run asynchronously on the stream: no host timing
             rt.tp.log.clear()
         tp_s = sum(s1 - s0 for _, s0, s1, _ in rt.tp.log)
-        rec.event("compute", a.kind, a.stage, a.microbatch, start, end, nbytes or 0.0, tp=tp_s,
-                  cpu_s=time.thread_time() - cpu0)
         for phase, s0, s1, nb in rt.tp.log:
             rec.event("comm", "TP", a.stage, a.microbatch, s0, s1, nb, phase=phase, within=a.kind)
         rt.tp.log.clear()
-        rec.sample(end, *rt.memory_reading())
+        rec.sample(work_end, *rt.memory_reading())
+        end = work_end if rec.cuda else rec.now()
+        # cpu_s: this thread's CPU time (on a shared CPU, wall minus cpu_s is time lost to others)
+        rec.event("compute", a.kind, a.stage, a.microbatch, self._begin, end, nbytes or 0.0, tp=tp_s,
+                  cpu_s=time.thread_time() - self._cpu0)
 
     def _forward(self, a) -> None:
         key = (a.stage, a.microbatch)

@@ -2,10 +2,12 @@
 
 Each worker is `python -m pipesim.emulator --worker CONFIG` with torchrun's environment (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT = a free loopback port). Workers run
-in their own session and die with the launcher (PR_SET_PDEATHSIG). The launcher polls exit codes
-and each rank's status record: a rank that exits non-zero, or a run in which no rank makes
-progress for `timeout` seconds, stops every process (SIGTERM, then SIGKILL) and raises
-EmulationError naming the rank and the action it was in; the JSONL traces written so far stay.
+in their own session and die with the launcher (entry.worker_main: PR_SET_PDEATHSIG plus a
+watch on the launcher's pid). The launcher polls exit codes and each rank's status record: a rank
+that exits non-zero, or a run in which no rank makes progress for `timeout` seconds, stops every
+process (SIGTERM, then SIGKILL) and raises EmulationError naming the rank and the action it was
+in; the JSONL traces written so far stay. SIGTERM or SIGINT to the launcher stops the ranks the
+same way before the launcher itself ends.
 """
 from __future__ import annotations
 
@@ -18,12 +20,16 @@ import sys
 import tempfile
 import time
 
+from pipesim.emulator.entry import PARENT_ENV
 from pipesim.emulator.recorder import Status
 from pipesim.errors import PipesimError
 
 POLL_S = 0.05
-STARTUP_S = 120.0      # a rank that has not even written its first status (imports) gets this long
-GRACE_S = 1.0          # after a failure, how long the others get to exit by themselves
+STARTUP_S = 120.0      # a rank still starting (imports) or calibrating gets this long
+# After a failure, how long the others get to exit by themselves after SIGTERM (a rank whose main
+# thread is inside a gloo wait cannot run its handler, and gets SIGKILL); its recorder writes per
+# step, so little is lost.
+GRACE_S = 0.3
 
 
 class EmulationError(PipesimError):
@@ -44,8 +50,9 @@ def free_port() -> int:
 # and pipesim once (a launch then costs no interpreter start-up per rank); "subprocess" runs a
 # fresh `python -m pipesim.emulator --worker` per rank.
 START_METHODS = ("forkserver", "subprocess")
-_PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "pipesim.emulator.worker", "pipesim.emulator.executor",
-            "pipesim.emulator.model", "pipesim.scenario_load", "pipesim.schedules"]
+_PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "pipesim.emulator.entry",
+            "pipesim.emulator.worker", "pipesim.emulator.executor", "pipesim.emulator.model",
+            "pipesim.scenario_load", "pipesim.schedules"]
 
 
 class _Forked:
@@ -73,10 +80,19 @@ def _forked_child(cfg_path: str, env: dict, log_path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    from pipesim.emulator.worker import worker_main
+    from pipesim.emulator.entry import worker_main
     with open(cfg_path) as fh:
         cfg = json.load(fh)
     worker_main(cfg)
+
+
+def start_forkserver() -> None:
+    """Start the fork server now (it imports torch in its own process) so that its start-up
+    overlaps the caller's own work (loading the scenario, planning) instead of following it."""
+    import multiprocessing as mp
+    from multiprocessing import forkserver
+    mp.get_context("forkserver").set_forkserver_preload(_PRELOAD)
+    forkserver.ensure_running()
 
 
 def _start(method: str, cfg_path: str, env: dict, log_path: str):
@@ -129,6 +145,36 @@ def _stop(procs) -> None:
             p.wait()
 
 
+class _Signalled(BaseException):
+    """SIGTERM/SIGINT reached the launcher while it watched its ranks."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum, frame):
+    raise _Signalled(signum)
+
+
+def _catch_signals() -> dict:
+    """Turn SIGTERM/SIGINT into _Signalled so the ranks are stopped first (main thread only)."""
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, _raise_signalled) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _resend(signum: int, previous: dict) -> None:
+    """Restore the caller's handlers and deliver the signal again: the launcher ends as the
+    caller asked (KeyboardInterrupt for SIGINT, the default SIGTERM action or the caller's)."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    os.kill(os.getpid(), signum)
+
+
 def _status(run_dir: str, n: int) -> list[dict | None]:
     return [Status.read(os.path.join(run_dir, f"rank{r}.status")) for r in range(n)]
 
@@ -170,10 +216,11 @@ def launch(cfg: dict, nproc: int, timeout: float = 60.0, run_dir: str | None = N
     for r in range(nproc):
         env = dict(RANK=str(r), WORLD_SIZE=str(nproc), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=str(cfg.get("threads", 1)),
-                   GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
+                   GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"), **{PARENT_ENV: str(os.getpid())})
         procs.append(_start(start, cfg_path, env, os.path.join(run_dir, f"rank{r}.log")))
     error = None
     last_seq, last_change = [None] * nproc, time.monotonic()
+    previous = _catch_signals()
     try:
         while True:
             codes = [p.poll() for p in procs]
@@ -185,18 +232,23 @@ def launch(cfg: dict, nproc: int, timeout: float = 60.0, run_dir: str | None = N
                 break
             st = _status(run_dir, nproc)
             seqs = [s.get("seq") if s else None for s in st]
-            limit = timeout if all(x is not None for x in seqs) else max(timeout, STARTUP_S)
+            # start-up and the in-rank calibration (seconds without a status update) get STARTUP_S
+            starting = any(x is None or str(x.get("action")).startswith(("INIT", "CALIBRATE")) for x in st)
+            limit = max(timeout, STARTUP_S) if starting else timeout
             if seqs != last_seq:
                 last_seq, last_change = seqs, time.monotonic()
             elif time.monotonic() - last_change > limit:
                 error = _hang(st, limit)
                 break
             time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        error = "interrupted"
-        raise
+    except _Signalled as sig:
+        _stop(procs)
+        _resend(sig.signum, previous)
+        raise EmulationError(f"emulation stopped by signal {sig.signum}; partial traces in {run_dir}") from None
     finally:
         _stop(procs)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if error is not None:
             partial = merge(run_dir, nproc, cfg)
             raise EmulationError(f"emulation stopped: {error}; partial traces in {run_dir}", partial)

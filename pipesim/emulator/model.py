@@ -23,7 +23,8 @@ from pipesim.errors import ScenarioError
 
 DROPOUT_P = 0.1      # GPT-2/GPT-3 dropout rate (Radford et al. 2019; Brown et al. 2020, Sec. 2.3)
 INIT_STD = 0.02      # GPT-2 initialisation std (Radford et al. 2019, Sec. 2.3)
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+          "tf32": torch.float32}        # TF32: fp32 tensors (tensor-core math is a runtime setting)
 
 
 def full_tensor(seed: int, name: str, shape, kind: str = "normal") -> torch.Tensor:

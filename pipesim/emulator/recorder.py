@@ -12,6 +12,7 @@ import time
 from pipesim.trace import MemorySample, TraceEvent
 
 STATUS_BYTES = 256
+ACTIVE: dict = {}     # this process's Recorder under "recorder", for the stop/failure paths
 
 
 class Status:
@@ -25,6 +26,7 @@ class Status:
             self._mm = mmap.mmap(fd, STATUS_BYTES)
             os.close(fd)
         self.seq = 0
+        self.pid = os.getpid()
 
     def set(self, step: int, action: str, phase: str) -> None:
         if self._mm is None:
@@ -32,7 +34,7 @@ class Status:
         self.seq += 1
         # hand-formatted JSON (json.dumps costs more than the rest of the update)
         line = (f'{{"seq": {self.seq}, "step": {step}, "action": "{action}", "phase": "{phase}", '
-                f'"t": {time.monotonic()!r}}}').encode()[: STATUS_BYTES - 1]
+                f'"t": {time.monotonic()!r}, "pid": {self.pid}}}').encode()[: STATUS_BYTES - 1]
         self._mm[:STATUS_BYTES] = line.ljust(STATUS_BYTES, b" ")
 
     @staticmethod

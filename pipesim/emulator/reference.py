@@ -4,6 +4,8 @@
   no tensor or data parallelism: the loss and every parameter's gradient after one step.
 - `assemble_grads`: put the per-rank gradient dumps of an emulation back together (tensor-parallel
   shards concatenated per their split) for comparison with the single-process run.
+- `torch_pipelining_run`: the same model and batch under torch.distributed.pipelining's
+  ScheduleGPipe / Schedule1F1B on local processes (torch_pipelining.py runs inside each rank).
 """
 from __future__ import annotations
 
@@ -64,3 +66,29 @@ def assemble_grads(run_dir: str):
         ordered = [shards[r][0] for r in sorted(shards)]
         out[name] = _unshard(ordered, shards[min(shards)][1], tp)
     return (sum(losses) / len(losses) if losses else None), out
+
+
+def torch_pipelining_run(scenario, schedule: str, steps: int = 3, warmup: int = 1, timeout: float = 60.0,
+                         run_dir=None, seed: int = 0, nice: int = 0, pin: bool = False) -> dict:
+    """Run the torch reference on local processes; returns {step_time_s (median), step_times_s,
+    peak_memory_bytes per rank, loss_per_step}."""
+    import json
+    import statistics
+    import tempfile
+
+    from pipesim.emulator import config_for, prepare
+    from pipesim.emulator.launcher import launch
+    s = prepare(scenario, [f"training.schedule={schedule}"])
+    cfg = config_for(s, steps=steps, warmup=warmup, seed=seed, nice=nice, pin=pin)
+    cfg["mode"] = "torch_pipelining"
+    run_dir = run_dir or tempfile.mkdtemp(prefix="pipesim-torchpp-")
+    launch(cfg, s.num_gpus, timeout=timeout, run_dir=run_dir)
+    res = []
+    for r in range(s.num_gpus):
+        with open(os.path.join(run_dir, f"rank{r}.result.json")) as fh:
+            res.append(json.load(fh))
+    times = res[0]["step_times_s"]
+    last = res[-1]
+    return {"schedule": schedule, "step_time_s": statistics.median(times), "step_times_s": times,
+            "peak_memory_bytes": [r["peak_memory_bytes"] for r in res],
+            "loss_per_step": [sum(ls) / len(ls) for ls in last["losses"] if ls]}

@@ -4,7 +4,8 @@ step, plus the spread over steps.
 Alignment: every step starts at a barrier; a step's origin is the earliest barrier exit over the
 ranks (on the common clock), and each event of that step is shifted by it, so t = 0 is the
 start of the step as in the simulator. The report of the median step is the main report; the
-spread (mean, std, min, max of the step time) comes with it.
+spread (mean, std, min, max of the step time) comes with it, and, from each step's wall/CPU time
+ratio (`contention`), the step time with the time other processes took removed.
 """
 from __future__ import annotations
 
@@ -40,6 +41,20 @@ def align(events, memory, metas) -> tuple[dict, dict, dict]:
     return ev_by, mem_by, peaks
 
 
+def contention(events) -> float | None:
+    """Wall time / thread CPU time summed over the compute actions of one step (all ranks): 1.0
+    when the ranks had their cores to themselves; above 1 by the share other processes took.
+    Every action of the step is stretched by about this factor, waits included (they wait on
+    other ranks' stretched compute), so step / contention estimates the step on a quiet machine."""
+    wall = cpu = 0.0
+    for e in events:
+        c = e.args.get("cpu_s") if e.stream == "compute" and e.kind in ("F", "B", "I", "W") else None
+        if c:
+            wall += e.end - e.start
+            cpu += c
+    return wall / cpu if cpu > 0 else None
+
+
 def step_report(scenario, events, memory, peaks: dict | None = None):
     from pipesim.report import report_from_events
     rep = report_from_events(scenario, events, memory)
@@ -70,7 +85,13 @@ def summarize(scenario, events, memory, metas, results: list[dict] | None = None
                                      "median_step": median_step}
         out["steps"] = [{"step": k, "step_time_s": r.data["step_time_s"],
                          "peak_memory_bytes": r.data["peak_memory_bytes"],
-                         "bubble_fraction": r.data["bubble_fraction"]} for k, r in reports.items()]
+                         "bubble_fraction": r.data["bubble_fraction"],
+                         "contention": contention(ev_by[k])} for k, r in reports.items()]
+        un = [st["step_time_s"] / st["contention"] for st in out["steps"] if st["contention"]]
+        if un:
+            out["step_time_uncontended_s"] = statistics.median(un)
+            out["step_time_uncontended_spread_s"] = {"mean": statistics.fmean(un), "std": statistics.pstdev(un),
+                                                     "min": min(un), "max": max(un), "n": len(un)}
     else:
         out["events"] = [e.to_dict() for e in events]
         out["memory"] = [m.to_dict() for m in memory]
@@ -114,6 +135,15 @@ def merge(run_dir: str, nproc: int, cfg: dict) -> dict:
         return {"events": [e.to_dict() for e in events], "errors": errors}
     out = summarize(s, events, memory, metas, results, errors)
     out["run_dir"] = run_dir
+    if cfg.get("calibrate"):
+        from pipesim.emulator.rank_calibration import merge_profiles, read_parts
+        threads = int(cfg.get("threads", 1))
+        before, after = read_parts(run_dir, nproc, "before"), read_parts(run_dir, nproc, "after")
+        if len(before) == nproc:
+            out["profile"] = merge_profiles(s, before + (after if len(after) == nproc else []), threads, nproc)
+            if len(after) == nproc:     # each moment on its own: how far the costs drifted meanwhile
+                out["profile_before"] = merge_profiles(s, before, threads, nproc)
+                out["profile_after"] = merge_profiles(s, after, threads, nproc)
     return out
 
 

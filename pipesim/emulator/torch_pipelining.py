@@ -2,7 +2,8 @@
 run by torch.distributed.pipelining's ScheduleGPipe / Schedule1F1B, timed and memory-counted the
 way the emulator is, so step time, peak memory and loss can be put side by side.
 
-Started through the same launcher (cfg["mode"] = "torch_pipelining"); pipeline parallelism only.
+Started through the same launcher (cfg["mode"] = "torch_pipelining", see
+reference.torch_pipelining_run); pipeline parallelism only.
 """
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ def run_torch_pipelining(cfg: dict) -> dict:
     from pipesim.errors import ScenarioError
     from pipesim.scenario_load import load_scenario
 
-    from pipesim.emulator.worker import raise_priority
+    from pipesim.emulator.host import pin_to_core, raise_priority
     raise_priority(int(cfg.get("nice", 0)))
+    if cfg.get("pin"):
+        pin_to_core(int(os.environ["RANK"]))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     s = load_scenario(cfg["scenario"])
     P, M = s.parallel.pipeline, s.num_microbatches
@@ -132,28 +135,3 @@ def run_torch_pipelining(cfg: dict) -> dict:
     with open(os.path.join(cfg["run_dir"], f"rank{rank}.result.json"), "w") as fh:
         json.dump(result, fh)
     return result
-
-
-def reference_run(scenario, schedule: str, steps: int = 3, warmup: int = 1, timeout: float = 60.0,
-                  run_dir=None, seed: int = 0, nice: int = 0) -> dict:
-    """Run the torch reference on local processes; returns {step_time_s (median), step_times_s,
-    peak_memory_bytes per rank, loss_per_step}."""
-    import statistics
-    import tempfile
-
-    from pipesim.emulator import config_for, prepare
-    from pipesim.emulator.launcher import launch
-    s = prepare(scenario, [f"training.schedule={schedule}"])
-    cfg = config_for(s, steps=steps, warmup=warmup, seed=seed, nice=nice)
-    cfg["mode"] = "torch_pipelining"
-    run_dir = run_dir or tempfile.mkdtemp(prefix="pipesim-torchpp-")
-    launch(cfg, s.num_gpus, timeout=timeout, run_dir=run_dir)
-    res = []
-    for r in range(s.num_gpus):
-        with open(os.path.join(run_dir, f"rank{r}.result.json")) as fh:
-            res.append(json.load(fh))
-    times = res[0]["step_times_s"]
-    last = res[-1]
-    return {"schedule": schedule, "step_time_s": statistics.median(times), "step_times_s": times,
-            "peak_memory_bytes": [r["peak_memory_bytes"] for r in res],
-            "loss_per_step": [sum(ls) / len(ls) for ls in last["losses"] if ls]}

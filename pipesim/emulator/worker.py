@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import time
-import traceback
 from datetime import timedelta
 
 from pipesim.errors import ScenarioError
@@ -32,17 +30,6 @@ def plan_for(s):
     return lower(plan)
 
 
-def _deathsig() -> None:
-    """Die with the parent (Linux prctl PR_SET_PDEATHSIG): no orphans if the launcher is killed."""
-    try:
-        import ctypes
-        import signal
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
 def _setup(cfg: dict):
     import torch
     import torch.distributed as dist
@@ -54,7 +41,7 @@ def _setup(cfg: dict):
     from pipesim.emulator.layers import TPGroup, WeightGradStore
     from pipesim.emulator.memory import MemoryCounter
     from pipesim.emulator.model import DTYPES, build_stages, check_supported
-    from pipesim.emulator.recorder import Recorder, Status
+    from pipesim.emulator.recorder import ACTIVE, Recorder, Status
     from pipesim.scenario_load import load_scenario
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -103,26 +90,13 @@ def _setup(cfg: dict):
     path = os.path.join(run_dir, f"rank{rank}.jsonl") if run_dir else None
     rec = Recorder(rank, path, status, cuda=cuda)
     rec.base_args = {"pp": c["pp"]}
-    _ACTIVE["recorder"] = rec
+    ACTIVE["recorder"] = rec
     peer = {k: rank_of(s, tp=c["tp"], dp=c["dp"], pp=plan.rank_of(k)) for k in range(plan.num_stages)}
     from pipesim.emulator.faults import ENV, parse_fault
     rt = Runtime(scenario=s, rank=rank, coords=c, plan=plan, stages=stages, tp=tp, dp_group=dp_group,
                  store=store, counter=counter, recorder=rec, peer_rank=peer, dtype=dtype, device=device,
                  fault=parse_fault(os.environ.get(ENV)))
     return rt, builder
-
-
-_ACTIVE: dict = {}     # the recorder of this process, for the fault/termination paths
-
-
-def _on_term(signum, frame):
-    """The launcher stops a run with SIGTERM: keep what this rank recorded, then die."""
-    rec = _ACTIVE.get("recorder")
-    try:
-        if rec is not None:
-            rec.close()
-    finally:
-        os._exit(128 + signum)
 
 
 def _clock_offset(rank: int) -> float:
@@ -138,24 +112,6 @@ def _clock_offset(rank: int) -> float:
     return t - info[0][1]
 
 
-def raise_priority(n: int) -> bool:
-    """Lower this process's nice value by n (root only), also for its scheduler autogroup: with
-    CONFIG_SCHED_AUTOGROUP (on by default) each session competes as one group, so a process
-    nice value alone changes nothing against other sessions. For measuring on a shared machine."""
-    if not n:
-        return False
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, -abs(n))
-    except (PermissionError, OSError):
-        return False
-    try:
-        with open("/proc/self/autogroup", "w") as fh:
-            fh.write(str(-abs(n)))
-    except OSError:
-        pass
-    return True
-
-
 def run_worker(cfg: dict) -> dict:
     """Run one rank. Environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT."""
     import torch
@@ -165,7 +121,10 @@ def run_worker(cfg: dict) -> dict:
     from pipesim.emulator.executor import Executor
     from pipesim.emulator.optim import Optimizer, attach_grad_buffer, unique_params
 
+    from pipesim.emulator.host import pin_to_core, raise_priority
     raise_priority(int(cfg.get("nice", 0)))
+    if cfg.get("pin"):
+        pin_to_core(int(os.environ["RANK"]))
     rt, builder = _setup(cfg)
     s, rec, counter = rt.scenario, rt.recorder, rt.counter
     params_by_stage = {}
@@ -183,6 +142,15 @@ def run_worker(cfg: dict) -> dict:
     counter.set_static("optimizer", opt.nbytes())
     rec.offset = _clock_offset(rt.rank)
     ex = Executor(rt)
+    calibrate = None
+    if cfg.get("calibrate"):      # op and host costs, in this process, before and after the timed steps
+        from functools import partial
+
+        from pipesim.emulator.rank_calibration import DEFAULT_BUDGET_S, calibrate_in_rank
+        calibrate = partial(calibrate_in_rank, s, rt.rank, dist.get_world_size(),
+                            float(cfg["calibrate"].get("budget_s", DEFAULT_BUDGET_S)), executor=ex,
+                            run_dir=cfg.get("run_dir"), status=rec.status)
+        calibrate(when="before")
     steps, warmup = int(cfg.get("steps", 3)), int(cfg.get("warmup", 1))
     seed = int(cfg.get("seed", 0))
     cuda = rt.device.type == "cuda"
@@ -225,6 +193,8 @@ def run_worker(cfg: dict) -> dict:
         step_losses.append(list(rt.losses))
         rec.flush_file()
         rt.recorder.status.set(step, "STEP", "done")
+    if calibrate is not None and steps:
+        calibrate(when="after")
     result = {"rank": rt.rank, "coords": rt.coords, "stages": sorted(rt.stages), "losses": step_losses,
               "quant_errors": list(rt.quant_errors), "peak_memory_bytes": counter.peak,
               "static": dict(counter.static), "params": sum(p.numel() for p in all_params)}
@@ -248,46 +218,3 @@ def _dump_grads(cfg, rt, builder, params) -> None:
     torch.save({"grads": out, "losses": losses, "loss": loss, "coords": rt.coords,
                 "tp": rt.scenario.parallel.tensor},
                os.path.join(cfg["run_dir"], f"rank{rt.rank}.grads.pt"))
-
-
-def write_error(cfg: dict, exc: BaseException) -> None:
-    rec = _ACTIVE.get("recorder")
-    if rec is not None:
-        try:
-            rec.close()
-        except Exception:   # noqa: BLE001 - the error report matters more
-            pass
-    run_dir = cfg.get("run_dir")
-    rank = int(os.environ.get("RANK", -1))
-    from pipesim.emulator.recorder import Status
-    st = Status.read(os.path.join(run_dir, f"rank{rank}.status")) if run_dir else None
-    info = {"rank": rank, "type": type(exc).__name__, "message": next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), ""),
-            "action": (st or {}).get("action"), "step": (st or {}).get("step"),
-            "traceback": traceback.format_exc(limit=8)}
-    if run_dir:
-        with open(os.path.join(run_dir, f"rank{rank}.error.json"), "w") as fh:
-            json.dump(info, fh)
-    sys.stderr.write(f"pipesim emulator rank {rank}: {info['type']}: {info['message']} in action "
-                     f"{info['action']} (step {info['step']})\n{info['traceback']}")
-
-
-def worker_main(cfg: dict) -> int:
-    """Entry of a process started by the launcher: results go to files in cfg['run_dir']."""
-    _deathsig()
-    import signal
-    signal.signal(signal.SIGTERM, _on_term)
-    try:
-        if cfg.get("mode") == "torch_pipelining":
-            from pipesim.emulator.torch_pipelining import run_torch_pipelining
-            run_torch_pipelining(cfg)
-        else:
-            run_worker(cfg)
-    except BaseException as exc:   # report, then die without waiting on peers
-        write_error(cfg, exc)
-        sys.stderr.flush()
-        os._exit(1)
-    # Everything is on disk; skip interpreter and process-group teardown (seconds with gloo
-    # and torch loaded), which the launcher would otherwise wait for.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

@@ -79,4 +79,72 @@ CNNS = {
     "amoebanet-d": dict(arch="cnn", cnn="amoebanet-d"),
 }
 
-MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS}
+# No dropout: every config below has attention_dropout 0.0 and no hidden dropout.
+_MOE = dict(_LLAMA, seq_length=4096, dropout=False)
+
+# Mixture-of-experts models (pipesim/costs/moe.py, docs/MOE.md). Shapes from each released
+# Hugging Face config.json; seq_length 4096 is the pre-training context of DeepSeek-V3 (arXiv
+# 2412.19437 Sec. 4.2), Qwen3 (tech report arXiv 2505.09388 Sec. 3.1, stage 1) and gpt-oss
+# (initial_context_length) and the Megatron MoE model zoo's runs; Mixtral's is not published.
+MOE = {
+    # mistralai/Mixtral-8x7B-v0.1 config.json: hidden 4096, intermediate 14336, 32 layers, 32 heads,
+    # 8 kv heads, 8 local experts, 2 per token, vocab 32000, untied. Jiang et al. 2024, "Mixtral of
+    # Experts" (arXiv 2401.04088) Sec. 2: 47B total, 13B active; released checkpoint 46,702,792,704.
+    "mixtral-8x7b": dict(_MOE, num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                         ffn_hidden_size=14336, vocab_size=32000, num_experts=8, moe_top_k=2,
+                         reference_params=46_702_792_704),
+    # mistralai/Mixtral-8x22B-v0.1 config.json: hidden 6144, intermediate 16384, 56 layers, 48 heads,
+    # 8 kv heads, 8 experts, top-2, vocab 32768. Mistral AI, "Cheaper, Better, Faster, Stronger"
+    # (2024-04-17): 141B total, 39B active.
+    "mixtral-8x22b": dict(_MOE, num_layers=56, hidden_size=6144, num_attention_heads=48, num_kv_heads=8,
+                          ffn_hidden_size=16384, vocab_size=32768, num_experts=8, moe_top_k=2,
+                          reference_params=141e9),
+    # deepseek-ai/DeepSeek-V3 config.json: hidden 7168, 61 layers, 128 heads, MLA q_lora_rank 1536,
+    # kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128; dense
+    # intermediate 18432 for the first_k_dense_replace = 3 layers; 256 routed experts of
+    # moe_intermediate 2048, top-8, 1 shared expert, sigmoid scores; vocab 129280, untied.
+    # DeepSeek-V3 technical report (arXiv 2412.19437) Sec. 4.2: 671B total, 37B active (the 14B
+    # multi-token-prediction module is not counted).
+    "deepseek-v3": dict(_MOE, num_layers=61, hidden_size=7168, num_attention_heads=128, ffn_hidden_size=18432,
+                        vocab_size=129280, attention_variant="mla", q_lora_rank=1536, kv_lora_rank=512,
+                        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, num_experts=256,
+                        moe_top_k=8, moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3,
+                        moe_router_score="sigmoid", reference_params=671e9),
+    # Qwen/Qwen3-30B-A3B config.json: hidden 2048, 48 layers, 32 heads, 4 kv heads, head_dim 128,
+    # 128 experts of moe_intermediate 768, top-8, vocab 151936, untied. Model card: 30.5B total,
+    # 3.3B activated.
+    "qwen3-30b-a3b": dict(_MOE, num_layers=48, hidden_size=2048, num_attention_heads=32, num_kv_heads=4,
+                          kv_channels=128, ffn_hidden_size=6144, vocab_size=151936, num_experts=128, moe_top_k=8,
+                          moe_ffn_hidden_size=768, reference_params=30.5e9),
+    # Qwen/Qwen3-235B-A22B config.json: hidden 4096, 94 layers, 64 heads, 4 kv heads, head_dim 128,
+    # 128 experts of moe_intermediate 1536, top-8, vocab 151936, untied. Model card: 235B total,
+    # 22B activated.
+    "qwen3-235b-a22b": dict(_MOE, num_layers=94, hidden_size=4096, num_attention_heads=64, num_kv_heads=4,
+                            kv_channels=128, ffn_hidden_size=12288, vocab_size=151936, num_experts=128,
+                            moe_top_k=8, moe_ffn_hidden_size=1536, reference_params=235e9),
+    # openai/gpt-oss-120b config.json: 36 layers, hidden 2880, 64 heads of head_dim 64, 8 kv heads,
+    # 128 experts of intermediate 2880, 4 per token, attention/expert/router biases, vocab 201088,
+    # untied; layers alternate full and 128-token sliding-window attention. pipesim costs every
+    # layer as full causal attention (at 4k tokens the windowed half would cost less; the 64
+    # attention-sink scalars per layer are not counted). OpenAI gpt-oss model card (2025-08-05)
+    # Table 1: 116.83B total, 5.13B active per token.
+    "gpt-oss-120b": dict(_MOE, num_layers=36, hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
+                         kv_channels=64, ffn_hidden_size=2880, vocab_size=201088, num_experts=128, moe_top_k=4,
+                         bias=True, reference_params=116.83e9),
+}
+
+# Published active parameters per token: (count, counts the input embedding table, resolution
+# of the published figure). gpt-oss's card and DeepSeek-V3 leave the embedding table out (a
+# lookup; with it DeepSeek-V3 has 37.55B, without 36.63B, "37B"); Mixtral and Qwen3 count every
+# weight a token touches. Qwen's figures are truncated, not rounded (30.53B total -> "30.5B",
+# 3.35B active -> "3.3B", 22.19B -> "22B"), so their resolution is one unit of the last digit.
+ACTIVE_PARAMS = {
+    "mixtral-8x7b": (12.9e9, True, 0.05e9),
+    "mixtral-8x22b": (39e9, True, 0.5e9),
+    "deepseek-v3": (37e9, False, 0.5e9),
+    "qwen3-30b-a3b": (3.3e9, True, 0.1e9),
+    "qwen3-235b-a22b": (22e9, True, 0.5e9),
+    "gpt-oss-120b": (5.13e9, False, 0.005e9),
+}
+
+MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE}

@@ -23,18 +23,18 @@ _LINK_EFF = 0.80
 # (300 GB/s per direction). DGX A100 user guide: 8 GPUs, 8x 200 Gb/s HDR IB (25 GB/s per GPU).
 _A100 = dict(name="A100-SXM4", peak_tflops_fp16=312, peak_tflops_bf16=312, peak_tflops_tf32=156,
              peak_tflops_fp32=19.5, peak_tflops_fp8=312, vector_tflops_fp32=19.5, vector_tflops_fp16=78,
-             kernel_curve="a100", sms=108, **_EFF)
+             kernel_curve="a100", **_EFF)
 # NVIDIA H100 datasheet (SXM5): BF16/FP16 tensor 989 TF dense, FP8 1,979, TF32 494, FP32 67,
 # FP16 non-tensor 134 (Hopper whitepaper Table 1); HBM3 3.35 TB/s, 80 GB; NVLink 4 900 GB/s total.
 # DGX H100: 8x 400 Gb/s NDR (50 GB/s per GPU). H200 datasheet: same compute, 141 GB HBM3e 4.8 TB/s.
 _H100 = dict(name="H100-SXM5", peak_tflops_fp16=989, peak_tflops_bf16=989, peak_tflops_tf32=494,
              peak_tflops_fp32=67, peak_tflops_fp8=1979, vector_tflops_fp32=67, vector_tflops_fp16=134,
-             kernel_curve="h100", sms=132, **_EFF)
+             kernel_curve="h100", **_EFF)
 # NVIDIA V100 datasheet (SXM2): FP16 tensor 125 TF, FP32 15.7, FP16 non-tensor 31.4; HBM2 900 GB/s;
 # NVLink 2: 6 links x 25 GB/s per direction = 150 GB/s. DGX-1: 4x 100 Gb/s EDR IB per 8 GPUs.
 _V100 = dict(name="V100-SXM2", peak_tflops_fp16=125, peak_tflops_bf16=15.7, peak_tflops_tf32=15.7,
              peak_tflops_fp32=15.7, peak_tflops_fp8=125, vector_tflops_fp32=15.7, vector_tflops_fp16=31.4,
-             kernel_curve="v100", sms=80, **_EFF)
+             kernel_curve="v100", **_EFF)
 # Pascal consumer cards (NVIDIA GeForce GTX 1070 / 1080 Ti specifications; GP104/GP102 FP16 runs at
 # 1/64 of FP32, so fp16 training uses FP32 math in practice). Boost clocks: 1070 1920 cores x
 # 1.683 GHz x 2 = 6.46 TF, 256 GB/s GDDR5, 8 GB; 1080 Ti 3584 x 1.582 x 2 = 11.3 TF, 484 GB/s, 11 GB.
@@ -51,7 +51,7 @@ _GTX1080TI = dict(_GTX1070, name="GTX-1080Ti", peak_tflops_fp16=11.3, peak_tflop
 # ConnectX-7 (50 GB/s per GPU). 148 SMs (Blackwell architecture technical brief).
 _B200 = dict(name="B200", peak_tflops_fp16=2250, peak_tflops_bf16=2250, peak_tflops_tf32=1100,
              peak_tflops_fp32=80, peak_tflops_fp8=4500, vector_tflops_fp32=80, vector_tflops_fp16=160,
-             hbm_bandwidth_GBps=8000, memory_GiB=180 * 1e9 / 2**30, kernel_curve="b200", sms=148, **_EFF)
+             hbm_bandwidth_GBps=8000, memory_GiB=180 * 1e9 / 2**30, kernel_curve="b200", **_EFF)
 # NVIDIA GB200 NVL72 datasheet (2024): 72 Blackwell GPUs, FP8 dense 5 PF, FP16/BF16 dense 2.5 PF,
 # TF32 dense 1.25 PF (the 360/180/90 PF sparse rack figures / 72 / 2), FP32 80 TF per GPU; HBM3e
 # 8 TB/s, 13.4 TB per 72 GPUs (186 GB); one NVLink 5 domain of 72 GPUs at 1.8 TB/s per GPU
@@ -59,12 +59,12 @@ _B200 = dict(name="B200", peak_tflops_fp16=2250, peak_tflops_bf16=2250, peak_tfl
 # the rack (50 GB/s).
 _GB200 = dict(_B200, name="GB200", peak_tflops_fp16=2500, peak_tflops_bf16=2500, peak_tflops_tf32=1250,
               peak_tflops_fp8=5000, memory_GiB=186 * 1e9 / 2**30, kernel_curve="gb200")
-# NVIDIA GB300 NVL72 datasheet (2025): Blackwell Ultra, FP8 dense 5 PF, BF16 dense 2.5 PF, FP32 75
-# TF per GPU (360 PF FP8 sparse rack / 72 / 2 ... same as GB200 above FP4), HBM3e 8 TB/s, 20 TB per
-# 72 GPUs (288 GB); NVLink 5 domain of 72; ConnectX-8 SuperNIC 800 Gb/s per GPU (100 GB/s).
-# 160 SMs (NVIDIA technical blog "Inside NVIDIA Blackwell Ultra", 2025).
+# NVIDIA GB300 NVL72 datasheet (2025): Blackwell Ultra keeps GB200's dense FP8 (5 PF) and BF16
+# (2.5 PF) per GPU (its gains are in FP4), FP32 75 TF; HBM3e 8 TB/s, 20 TB per 72 GPUs (288 GB);
+# one NVLink 5 domain of 72; ConnectX-8 SuperNIC 800 Gb/s per GPU (100 GB/s). 160 SMs (NVIDIA
+# technical blog "Inside NVIDIA Blackwell Ultra", 2025).
 _GB300 = dict(_GB200, name="GB300", peak_tflops_fp32=75, vector_tflops_fp32=75, memory_GiB=288 * 1e9 / 2**30,
-              kernel_curve="gb300", sms=160)
+              kernel_curve="gb300")
 _PCIE3 = dict(bandwidth_GBps=15.75, latency_us=5.0, efficiency=_LINK_EFF)
 _10GBE = dict(bandwidth_GBps=1.25, latency_us=20.0, efficiency=_LINK_EFF)
 

@@ -1,8 +1,9 @@
 """pipesim.sim: simulate one training step of a scenario with SimPy.
 
-`simulate(scenario, mode="representative"|"full", trace=True|False, stage_costs=None, plan=None)`
+`simulate(scenario, mode="representative"|"full", trace=True|False, stage_costs=None, plan=None, engine_choice="auto")`
 -> Report. Modules: workload (scenario + plan -> timed ops per rank), network (ports, transfers,
-collectives), memory (per-rank memory timeline), engine (the SimPy processes).
+collectives), memory (per-rank memory timeline), dag (the exact event-free timing where it applies),
+engine (the SimPy processes, the reference).
 """
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
     extras = {"mode": mode, "simulated_ranks": len(w.gangs), "engine": engine,
               "plan": w.plan.name, "memory_model": "activations freed at B; I frees "
               f"{1 - w.w_fraction:.3f} of them, W the rest (Qi et al. 2024 Table 1)"}
+    if scenario.model.is_moe:
+        from pipesim.sim.a2a_overlap import moe_summary
+        extras["moe"] = moe_summary(w, eng.tl)
     return build_report(scenario, timelines, stage_costs=w.stage_costs, extras=extras,
                         events=events, memory=memory, copies=copies)
 

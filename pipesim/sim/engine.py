@@ -24,6 +24,7 @@ from heapq import heappush
 
 from pipesim.errors import PlanError
 from pipesim.report import RankTimeline
+from pipesim.sim.a2a_overlap import exposed_a2a
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.workload import Workload, collective_seconds
@@ -111,6 +112,7 @@ def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
             per_row[id(g.table)] = work_of(g.steps, g.table)
         tl.work, tl.tp_s = per_row[id(g.table)]
         tl.work = {k: list(v) for k, v in tl.work.items()}
+        tl.a2a_s = exposed_a2a(g.steps, g.table)
         mem.finish(trace)
         tl.peak_memory = mem.peak
         tl.peak_by_category = dict(mem.peak_by)

@@ -60,11 +60,16 @@ class Step:
 
 class Cost:
     """What a (stage, kind) costs on one rank: seconds, bytes, memory deltas, route."""
-    __slots__ = ("dur", "tp", "nbytes", "extra", "mem0", "mem1", "port", "buf_alloc", "buf_free")
+    __slots__ = ("dur", "tp", "nbytes", "extra", "mem0", "mem1", "port", "buf_alloc", "buf_free", "a2a",
+                 "a2a_exposed", "moe_block")
 
-    def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port=""):
+    def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port="", a2a=0.0,
+                 moe_block=0.0):
         self.dur = dur          # compute seconds (after the speed factor) or wire seconds of a send
         self.tp = tp            # blocking TP communication inside `dur`
+        self.a2a = a2a          # MoE all-to-all inside `dur` (pipesim/sim/a2a_overlap.py)
+        self.a2a_exposed = a2a  # ... of it on the critical path (all of it unless overlapped)
+        self.moe_block = moe_block   # compute seconds of its MoE blocks (the rest is attention etc.)
         self.nbytes = nbytes    # bytes sent (SEND) or received (RECV)
         self.extra = extra      # quantize seconds before a SEND / dequantize after a RECV
         self.mem0 = mem0        # (category, delta) when a compute op starts
@@ -306,14 +311,19 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             rcw = c.recompute_working_bytes if rc_on else 0.0
             keep = (lambda *xs: tuple(x for x in xs if x[1]))
             rc0 = keep(("recompute", rcw)) if not explicit_r else ()
-            # TP time is communication: not scaled by the GPU's speed
-            table[st * NKINDS + 0] = Cost((c.forward - c.tp_comm_fwd) / speed + c.tp_comm_fwd, c.tp_comm_fwd,
-                                          mem0=keep(("activations", act)))
-            table[st * NKINDS + 1] = Cost((c.backward - c.tp_comm_bwd) / speed + c.tp_comm_bwd - rc, c.tp_comm_bwd,
-                                          mem0=rc0, mem1=keep(("activations", -act), ("recompute", -rcw)))
-            table[st * NKINDS + 2] = Cost((c.input_grad - c.tp_comm_bwd) / speed + c.tp_comm_bwd - rc,
+            # TP and EP (all-to-all) time is communication: not scaled by the GPU's speed
+            cf, cb = c.tp_comm_fwd + c.ep_comm_fwd, c.tp_comm_bwd + c.ep_comm_bwd
+            table[st * NKINDS + 0] = Cost((c.forward - cf) / speed + cf, c.tp_comm_fwd,
+                                          mem0=keep(("activations", act)), a2a=c.ep_comm_fwd,
+                                          moe_block=c.moe_block_fwd / speed)
+            table[st * NKINDS + 1] = Cost((c.backward - cb) / speed + cb - rc, c.tp_comm_bwd,
+                                          mem0=rc0, mem1=keep(("activations", -act), ("recompute", -rcw)),
+                                          a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd / speed)
+            table[st * NKINDS + 2] = Cost((c.input_grad - cb) / speed + cb - rc,
                                           c.tp_comm_bwd, mem0=rc0,
-                                          mem1=keep(("activations", -(act - act * wf)), ("recompute", -rcw)))
+                                          mem1=keep(("activations", -(act - act * wf)), ("recompute", -rcw)),
+                                          a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd * (
+                                              c.input_grad / c.backward if c.backward else 1.0) / speed)
             table[st * NKINDS + 3] = Cost(c.weight_grad / speed, mem1=keep(("activations", -act * wf)))
             table[st * NKINDS + 4] = Cost(c.recompute / speed, mem0=keep(("recompute", rcw)))
             if st + 1 < len(costs):
@@ -347,10 +357,14 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             speed = rep_speed if rep_speed is not None else speed_of(s, members)
             key = (pp, speed)
             if key not in cache:
-                cache[key] = cost_table(pp, speed)
+                cache[key] = (steps[pp], cost_table(pp, speed))
+                if tr.moe_a2a_overlap:
+                    from pipesim.sim.a2a_overlap import pair_row
+                    cache[key] = pair_row(*cache[key])
+            row, table = cache[key]
             gid = len(gangs)
             gang_at[(dp, pp)] = gid
-            gangs.append(Gang(gid, pp, dp, members, speed, steps[pp], cache[key], static,
+            gangs.append(Gang(gid, pp, dp, members, speed, row, table, static,
                               sum(costs[k].optimizer_step for k in chunks) / speed,
                               merge_step_ops([costs[k].step_ops for k in chunks], speed),
                               sum(costs[k].forward for k in chunks) / speed))
@@ -359,8 +373,10 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         dp_size=len(dps), stage_costs=costs, buckets=buckets, grad_kind=grad_kind,
         zero_stage=tr.zero_stage, overlap_grad_reduce=tr.overlap_grad_reduce,
         # ZeRO-3 gathers the compute copy: FP8 under fp8 (FP8 parameter all-gather, Transformer
-        # Engine fp8_model_init / torchao float8 FSDP2), else 16- or 32-bit
-        weights_full={c.stage: c.params * (1 if tr.precision == "fp8" and tr.zero_stage >= 3 else elem)
+        # Engine fp8_model_init / torchao float8 FSDP2), else 16- or 32-bit; MoE experts gather
+        # over expert-data parallelism (gather_params: their data-parallel-equivalent count)
+        weights_full={c.stage: (c.params if getattr(c, "gather_params", None) is None else c.gather_params)
+                      * (1 if tr.precision == "fp8" and tr.zero_stage >= 3 else elem)
                       for c in costs},
         gather_tensors={c.stage: max(1, c.param_tensors) for c in costs},
         gather_layers={c.stage: max(1, c.layers) for c in costs},

@@ -330,28 +330,26 @@ def error_budget(r: Result) -> list[str]:
 
 
 def plot_validation(by_suite: dict[str, list[Result]], path) -> None:
-    """Predicted vs published TFLOP/s per GPU, one marker per suite, y = x and +-5 % / +-10 %."""
+    """Signed error of every case, one column per family (families compare different metrics:
+    TFLOP/s or tokens/s), with the ±5 % and ±10 % bands."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.2, 5.6))
-    lo, hi = math.inf, 0.0
-    for k, (suite, results) in enumerate(by_suite.items()):
-        pts = [(r.case.target, r.predicted) for r in results if r.predicted is not None]
-        if not pts:
-            continue
-        lo, hi = min(lo, *(min(p) for p in pts)), max(hi, *(max(p) for p in pts))
-        ax.scatter(*zip(*pts), s=22, marker="osd^"[k % 4], label=f"{suite} (MAPE {mape(results):.1f} %)")
-    if hi > 0:
-        xs = [lo * 0.9, hi * 1.1]
-        ax.plot(xs, xs, "k-", lw=1)
-        for f, style in ((0.05, ":"), (0.10, "--")):
-            ax.plot(xs, [x * (1 + f) for x in xs], "k" + style, lw=0.7)
-            ax.plot(xs, [x * (1 - f) for x in xs], "k" + style, lw=0.7, label=f"±{f:.0%}")
-    ax.set_xlabel("published TFLOP/s per GPU")
-    ax.set_ylabel("pipesim TFLOP/s per GPU (SC'21 Eq. 3)")
-    ax.set_title("validation: predicted vs published")
-    ax.legend(fontsize=7)
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
+    names = list(by_suite)
+    for k, suite in enumerate(names):
+        errs = [r.error_pct for r in by_suite[suite] if r.error_pct is not None]
+        xs = [k + 0.5 * (i / max(1, len(errs) - 1) - 0.5) for i in range(len(errs))]
+        ax.scatter(xs, errs, s=22, marker="osd^v"[k % 5], zorder=3,
+                   label=f"{suite}: MAPE {mape(by_suite[suite]):.1f} %, bias {mean_signed(by_suite[suite]):+.1f} %")
+    for f, style in ((5, ":"), (10, "--")):
+        for sign in (1, -1):
+            ax.axhline(sign * f, color="k", ls=style, lw=0.7)
+    ax.axhline(0, color="k", lw=1)
+    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_ylabel("pipesim vs published, % (+ = optimistic)")
+    ax.set_title("validation: signed error per case (dotted ±5 %, dashed ±10 %)")
+    ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,0 +1,168 @@
+"""The host model of a CPU "system": what an emulator rank pays on a shared CPU besides the ops'
+own arithmetic, measured inside the ranks under the emulator's process/thread layout and stored
+in the cost profile (device.host), then used by the simulator for CPU profiles.
+
+Terms (all measured, none fitted to a crosscheck result):
+- layout: cores vs ranks x torch threads; more ranks than cores time-share the cores, so each
+  rank computes at cores / (ranks x threads) of its speed (`heterogeneity.rank_speed`);
+- dispatch: eager PyTorch's host time per op (Python module call, dispatcher, autograd node,
+  the emulator's saved-tensor hooks), measured by running the scenario's own layer structure at
+  a negligible size (h = 8 per head, s = 4) so that only host time remains; per layer divided by
+  the launches the cost model counts, less one bare torch call (already inside every measured op
+  time), gives `gpu.kernel_launch_us` (launch_overlaps false: a CPU runs ops synchronously);
+- action: the executor's own cost per plan action (status record, trace event, memory sample),
+  from no-op actions run through the executor; added to each compute action;
+- p2p: gloo send/recv between two ranks (one-way time of a ping-pong, the OSU osu_latency
+  method) fitted to latency + bytes / bandwidth: the sender's copy into the socket, the wire
+  (loopback) and the receiver's copy out, i.e. both sides' costs (`intra_node`).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+TINY_DIM_PER_HEAD = 8
+TINY_SEQ = 4
+TINY_VOCAB = 32
+
+
+def tiny_overrides(s, layers_per_stage: int) -> list[str]:
+    """--set overrides giving the scenario's layer structure at negligible size on 2 stages."""
+    m = s.model
+    h = TINY_DIM_PER_HEAD * m.num_attention_heads
+    out = [f"model.hidden_size={h}", f"model.seq_length={TINY_SEQ}", f"model.vocab_size={TINY_VOCAB}",
+           f"model.num_layers={2 * layers_per_stage}", "training.micro_batch_size=1",
+           "parallel.tensor=1", "parallel.data=1", "parallel.pipeline=2", "parallel.virtual_stages=1",
+           "parallel.sequence_parallel=false", f"training.global_batch_size=2"]
+    if m.ffn_hidden_size is not None:
+        out.append(f"model.ffn_hidden_size={4 * h}")
+    return out
+
+
+def measure_dispatch(s, reps: int = 40) -> dict:
+    """Host seconds of the emulator's model at negligible size, in this process: per layer
+    (forward, backward), and the extra of the first stage (embedding) and the last (head + loss).
+    From 2-stage models of 1 and 3 layers per stage: per layer = difference / 2. The four
+    variants are run in turn and timed in thread CPU time (noise from other processes would
+    otherwise dominate a difference of small times); the median of `reps` rounds is kept."""
+    import torch
+
+    from pipesim.emulator import prepare
+    from pipesim.emulator.layers import TPGroup, WeightGradStore
+    from pipesim.emulator.memory import MemoryCounter
+    from pipesim.emulator.model import build_stages
+    from pipesim.emulator.optim import attach_grad_buffer, unique_params
+    variants = {}
+    for layers in (1, 3):
+        tiny = prepare(s, tiny_overrides(s, layers))
+        stages = build_stages(tiny, [0, 1], TPGroup(), WeightGradStore(), 0, torch.float32, False)[0]
+        for m in stages.values():
+            attach_grad_buffer(unique_params([m]))
+        for k, m in stages.items():
+            variants[(k, layers)] = (m, tiny.model.hidden_size)
+    tokens = torch.randint(0, TINY_VOCAB, (1, TINY_SEQ + 1))
+    counter = MemoryCounter()
+    times: dict = {key: ([], []) for key in variants}
+    clock = time.thread_time
+    for i in range(reps + 2):
+        for (k, layers), (m, h) in variants.items():
+            x = tokens[:, :-1] if k == 0 else torch.randn(TINY_SEQ, 1, h, requires_grad=True)
+            with counter.hooks():
+                t0 = clock()
+                y = m(x, tokens[:, 1:]) if k == 1 else m(x)
+                t1 = clock()
+                y.backward() if k == 1 else y.backward(torch.ones_like(y))
+                t2 = clock()
+            if i >= 2:
+                times[(k, layers)][0].append(t1 - t0)
+                times[(k, layers)][1].append(t2 - t1)
+    a, w = torch.randn(TINY_SEQ, 8), torch.randn(8, 8)
+    bare = []
+    for _ in range(200):
+        t0 = clock()
+        torch.mm(a, w)
+        bare.append(clock() - t0)
+    t = {key: (statistics.median(f), statistics.median(b)) for key, (f, b) in times.items()}
+    per_layer = [max(0.0, (t[(0, 3)][i] - t[(0, 1)][i] + t[(1, 3)][i] - t[(1, 1)][i]) / 4) for i in range(2)]
+    first = [max(0.0, t[(0, 1)][i] - per_layer[i]) for i in range(2)]
+    last = [max(0.0, t[(1, 1)][i] - per_layer[i]) for i in range(2)]
+    return {"layer_fwd_s": per_layer[0], "layer_bwd_s": per_layer[1], "first_fwd_s": first[0],
+            "first_bwd_s": first[1], "last_fwd_s": last[0], "last_bwd_s": last[1],
+            "bare_call_s": statistics.median(bare)}
+
+
+def launches_per_layer(s) -> int:
+    """Launches the cost model charges per layer, forward + backward (roofline.with_launch: one
+    per op forward, two backward for ops with weights)."""
+    from pipesim.costs.layers import layer_ops
+    ops = layer_ops(s)
+    return len(ops) + sum(2 if o.dgrad_fraction < 1 else 1 for o in ops)
+
+
+def fit_link(points) -> tuple[float, float] | None:
+    """(latency s, bandwidth bytes/s) of t = latency + bytes / bandwidth, least squares over
+    (bytes, seconds) points (Hockney's alpha-beta model). None with fewer than 2 sizes."""
+    xs = [float(b) for b, _ in points]
+    ys = [float(t) for _, t in points]
+    if len(set(xs)) < 2:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    if slope <= 0:
+        return None
+    return max(0.0, my - slope * mx), 1.0 / slope
+
+
+def host_model(s, dispatch: dict, action_s: float, p2p_points, layout: dict) -> dict:
+    """The device.host record of a profile from what the ranks measured."""
+    # A measured op's time already holds one bare call (the calibration times torch.mm etc. from
+    # Python); the launch term is the host time beyond it, so it is not counted twice.
+    per_layer = dispatch["layer_fwd_s"] + dispatch["layer_bwd_s"]
+    launch = max(0.0, per_layer / launches_per_layer(s) - dispatch.get("bare_call_s", 0.0))
+    out = {"layout": layout, "dispatch": dispatch, "action_s": action_s, "kernel_launch_s": launch}
+    link = fit_link(p2p_points)
+    if link is not None:
+        out["p2p"] = {"latency_s": link[0], "bandwidth_Bps": link[1],
+                      "points": [[b, t] for b, t in p2p_points]}
+    return out
+
+
+def host_of(profile) -> dict | None:
+    """The profile's host model, when it has one and was measured on a CPU."""
+    if profile is None or profile.device.get("kind") != "cpu":
+        return None
+    return profile.device.get("host")
+
+
+def action_seconds(profile) -> float:
+    """The executor's cost per compute action (0 without a CPU host model)."""
+    host = host_of(profile)
+    return float(host.get("action_s", 0.0)) if host else 0.0
+
+
+def with_host_model(s):
+    """The scenario with its system's host terms replaced by the profile's measured host model
+    (CPU profiles only; other scenarios come back unchanged)."""
+    if s.costs.profile is None:
+        return s
+    from pipesim.costs.profile import load_profile
+    from pipesim.scenario_load import load_scenario, scenario_to_dict
+    host = host_of(load_profile(s.costs.profile))
+    if not host:
+        return s
+    d = scenario_to_dict(s)
+    gpu = d["system"]["gpu"]
+    gpu["kernel_launch_us"] = host["kernel_launch_s"] * 1e6
+    gpu["launch_overlaps"] = False
+    if "p2p" in host:
+        link = {"bandwidth_GBps": host["p2p"]["bandwidth_Bps"] / 1e9,
+                "latency_us": host["p2p"]["latency_s"] * 1e6, "efficiency": 1.0}
+        d["system"]["intra_node"] = dict(link)
+        d["system"]["inter_node"] = dict(link)
+    lay = host.get("layout", {})
+    share = lay.get("cores", 1) / max(1, lay.get("ranks", 1) * lay.get("threads_per_rank", 1))
+    if share < 1.0:     # more runnable rank threads than cores: each rank gets its share
+        d["system"]["heterogeneity"]["rank_speed"] = {r: share for r in range(s.num_gpus)}
+    from dataclasses import replace
+    return replace(load_scenario(d), source=s.source)
+

@@ -1,0 +1,285 @@
+"""Mixture-of-experts layers as ops, their all-to-all, and routing imbalance.
+
+An MoE block (Shazeer et al. 2017; Lepikhin et al. 2021 "GShard", Sec. 2.2; Megatron-Core MoE with
+the alltoall token dispatcher) per micro-batch on one GPU:
+  router      gating GEMM [tokens x h] @ [h x E] + softmax/sigmoid + top-k
+  permute     copy each token once per chosen expert into expert order (memory bound)
+  dispatch    all-to-all over the EP group (+ all-gather over ETP)     -- a2a_costs()
+  experts     grouped GEMMs fc1 / activation / fc2 of the local experts, each with its own tokens
+  combine     all-to-all back (+ reduce-scatter over ETP)               -- a2a_costs()
+  unpermute   weight by the router probabilities and sum the k copies (memory bound)
+  shared      always-active shared experts: a dense tensor-parallel MLP (DeepSeek-V3)
+Shapes: a GPU holds T_loc = b·s / t tokens (sequence parallel); the EP·ETP ranks of a stage route
+EP·ETP·T_loc·k token copies to E experts, so a local expert's GEMM has M = λ·EP·ETP·T_loc·k / E rows
+(λ: load of the busiest EP rank over the mean, `load_factor`) and N = moe_ffn / ETP columns.
+The grouped GEMM is one op with one profile lookup per local expert (M x h x N each), so a
+shape-aware GEMM model costs the small-M expert GEMMs at their own efficiency.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from pipesim.costs.collectives import Link, collective_time
+from pipesim.costs.layers import Shapes, high_precision, matmul, vector
+from pipesim.costs.moe_parallel import expert_placement
+from pipesim.costs.ops import Op
+from pipesim.scenario import Scenario
+
+FP32 = 4
+
+
+def local_tokens(s: Scenario, sh: Shapes) -> float:
+    """Tokens a GPU routes per micro-batch: sequence parallelism shards them over the tensor group."""
+    return sh.tokens / sh.tp.token_div
+
+
+def load_factor(s: Scenario, sh: Shapes | None = None) -> float:
+    """λ = expected load of the busiest EP rank / mean load (1 = balanced).
+
+    dropless — stated model: expert e is picked with popularity w_e (mean 1, coefficient of
+    variation c = training.moe_routing_skew, independent per micro-batch) and, given w, its count
+    is Poisson(N w_e / E) for N routed token copies (multinomial routing, Poisson limit). An EP rank
+    holds E/EP experts; by the law of total variance its load has mean μ = N/EP and
+    CV² = 1/μ + c²·EP/E. The expected maximum of EP such loads is μ(1 + z·CV) with z the expected
+    maximum of EP standard normals, Blom's approximation z = Φ⁻¹((EP − 0.375)/(EP + 0.25))
+    (Blom 1958, "Statistical Estimates and Transformed Beta-Variables", Ch. 6).
+    Default c = 0.25: DeepSeek's Loss-Free Balancing paper (Wang et al. 2024, arXiv 2408.15664,
+    Table 1) reports MaxVio = max load / mean − 1 ≈ 0.72 for an auxiliary-loss-balanced 64-expert
+    model; a max over 64 experts of 1 + c·z(64) = 1.72 gives c = 0.72 / 2.34 ≈ 0.3; 0.25 is the
+    conservative rounding (see docs/MOE.md; not fitted to any validation case; the 0.72 is quoted
+    from memory of the paper and should be re-checked against it).
+    capacity — each expert keeps at most moe_capacity_factor × its mean load, so a rank's load is
+    at most that factor: λ = min(λ_dropless, moe_capacity_factor) (GShard Sec. 2.2 capacity).
+    """
+    m, tr, par = s.model, s.training, s.parallel
+    if tr.moe_routing == "balanced" or not m.is_moe:
+        return 1.0
+    if sh is None:
+        from pipesim.costs.layers import shapes_of
+        sh = shapes_of(s)
+    ep = par.expert
+    copies = local_tokens(s, sh) * m.moe_top_k * ep          # N routed copies in one EP group
+    mu = copies / ep
+    cv = math.sqrt(1.0 / mu + tr.moe_routing_skew ** 2 * ep / m.num_experts)
+    z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25)) if ep > 1 else 0.0
+    lam = 1.0 + z * cv
+    if tr.moe_routing == "capacity":
+        return min(lam, tr.moe_capacity_factor)
+    return lam
+
+
+def expert_rows(s: Scenario, sh: Shapes) -> float:
+    """Token rows a GPU feeds its local experts per micro-batch (busiest EP rank)."""
+    m, par = s.model, s.parallel
+    return load_factor(s, sh) * local_tokens(s, sh) * m.moe_top_k * par.expert_tensor
+
+
+def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
+    """The MoE block of one layer (the part after the second norm), per micro-batch per GPU."""
+    m, par, dtype = s.model, s.parallel, s.training.precision
+    e, E, k = sh.e, m.num_experts, m.moe_top_k
+    T_loc = local_tokens(s, sh)
+    local_experts = E // par.expert
+    et = par.expert_tensor
+    rows = expert_rows(s, sh)
+    gated = m.activation == "swiglu"
+    f_loc = m.moe_ffn / et
+    ops: list[Op] = []
+    # Router: a replicated [h x E] gating GEMM on the local tokens; scores kept in fp32 for the
+    # softmax/sigmoid + top-k (Megatron-Core --moe-router-dtype fp32).
+    rdt = high_precision(dtype)                 # the router stays in 16/32-bit under FP8
+    ops.append(Op("router", "matmul", 2 * T_loc * sh.h * E, 4 * T_loc * sh.h * E,
+                  (T_loc * sh.h + sh.h * E) * e + T_loc * E * FP32, (2 * T_loc * sh.h + 2 * sh.h * E) * e,
+                  saved_bytes=T_loc * sh.h * e, params=sh.h * E + (E if m.bias else 0), dgrad_fraction=0.5,
+                  param_tensors=1, measure_fwd=(("gemm", dict(m=int(T_loc), k=sh.h, n=E, dtype=rdt)),),
+                  gemms_fwd=((1, T_loc, E, sh.h, rdt),),
+                  gemms_bwd=((1, T_loc, sh.h, E, rdt), (1, sh.h, E, T_loc, rdt))))
+    ops.append(Op("router_topk", "vector", 8 * T_loc * E, 4 * T_loc * E, 2 * T_loc * E * FP32,
+                  3 * T_loc * E * FP32, saved_bytes=T_loc * k * (FP32 + 8)))
+    # permute (local, T_loc·k copies) and the post-dispatch sort by local expert (rows copies):
+    # read + write each copy once; backward is the inverse gather.
+    moved = (T_loc * k + rows) * sh.h * e
+    ops.append(Op("permute", "vector", 0.0, 0.0, 2 * moved, 2 * moved))
+    fc1_n = m.moe_ffn * (2 if gated else 1)
+    ops.append(grouped_gemm("expert_fc1", rows, sh.h, fc1_n / et, local_experts, e, dtype, m.bias,
+                            saved_input=rows * sh.h * e))
+    act = rows * f_loc
+    ops.append(vector("expert_act", act, sh, (8, 12), reads=2 if gated else 1,
+                      saved_bytes=act * e * (2 if gated else 1)))
+    ops.append(grouped_gemm("expert_fc2", rows, f_loc, sh.h, local_experts, e, dtype, m.bias,
+                            saved_input=act * e))
+    # unsort + unpermute: read the k weighted copies (and their probabilities), write one token
+    ops.append(Op("unpermute", "vector", 2 * T_loc * k * sh.h, 2 * T_loc * k * sh.h,
+                  moved + T_loc * sh.h * e, moved + 2 * T_loc * sh.h * e,
+                  saved_bytes=T_loc * k * sh.h * e))
+    if m.num_shared_experts:
+        ops += shared_expert_ops(s, sh, m.num_shared_experts * m.moe_ffn)
+    return ops
+
+
+def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int, dtype: str, bias: bool,
+                 saved_input: float) -> Op:
+    """`groups` experts, each [rows/groups x k] @ [k x n] (a grouped GEMM, Megatron-Core
+    --moe-grouped-gemm); 2mnk forward, 4mnk backward FLOPs (Kaplan et al. 2020, Sec. 2.1)."""
+    flops = 2 * rows * k * n
+    a, w, c = rows * k * e, groups * k * n * e, rows * n * e
+    b = groups * n * e if bias else 0.0
+    per = dict(m=int(rows / groups), k=int(k), n=int(n), dtype=dtype)
+    m_e = rows / groups
+    return Op(name, "matmul", flops, 2 * flops, a + w + b + c, c + 2 * a + 2 * (w + b),
+              saved_bytes=saved_input, params=groups * (k * n + (n if bias else 0)), dgrad_fraction=0.5,
+              param_tensors=2 if bias else 1,      # one grouped weight (and bias) tensor
+              # the GEMM curve (pipesim/costs/gemm.py) times `groups` GEMMs of the per-expert shape,
+              # (batch, M, N, K): forward Y = X W, input grad dX = dY W^T, weight grad dW = X^T dY
+              gemms_fwd=((groups, m_e, n, k, dtype),),
+              gemms_bwd=((groups, m_e, k, n, dtype), (groups, k, n, m_e, dtype)),
+              measure_fwd=(("gemm", per),) * groups,
+              measure_bwd=(("gemm", dict(m=per["m"], k=per["n"], n=per["k"], dtype=dtype)),
+                           ("gemm", dict(m=per["k"], k=per["m"], n=per["n"], dtype=dtype))) * groups)
+
+
+def shared_expert_ops(s: Scenario, sh: Shapes, f: int) -> list[Op]:
+    """Shared experts: one dense tensor-parallel MLP of width f (Megatron-Core shared_experts)."""
+    m, dtype = s.model, s.training.precision
+    e, tp, T = sh.e, sh.tp, sh.tokens
+    tok = T / tp.token_div
+    gated = m.activation == "swiglu"
+    act = T * f / tp.size
+    return [matmul("shared_fc1", T, sh.h, f * (2 if gated else 1), sh, "column", saved_input=tok * sh.h * e,
+                   dtype=dtype, bias=m.bias),
+            vector("shared_act", act, sh, (8, 12), reads=2 if gated else 1, saved_bytes=act * e * (2 if gated else 1)),
+            matmul("shared_fc2", T, f, sh.h, sh, "row", saved_input=act * e, dtype=dtype, bias=m.bias)]
+
+
+@dataclass(frozen=True)
+class A2ACost:
+    """Token-exchange time of one MoE layer per micro-batch on one GPU (dispatch + combine)."""
+    fwd: float            # seconds: dispatch + combine in the forward
+    bwd: float            # seconds: their gradients in the backward (same volumes, reversed)
+    bytes_fwd: float      # bytes a GPU sends in the forward (both all-to-alls, all links)
+    bytes_bwd: float
+    intra_bytes: float    # of one all-to-all: bytes over NVLink
+    inter_bytes: float    # ... over the inter-node (inter-island) network
+
+
+def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
+    """α-β cost of dispatch and combine over the EP group's placement on NVLink islands.
+
+    A GPU sends X = T_loc·k·h·e bytes (one copy per chosen expert), 1/EP of it to itself; with
+    `per` of the EP group's members on its island and EP − per elsewhere, routing spreads the
+    copies evenly (uniform top-k), so (per − 1)/EP·X crosses NVLink and (EP − per)/EP·X the
+    inter-node network. Both links run at once: t = max(intra/B_intra, inter/B_inter)·λ + latency,
+    with λ the busiest rank's receive excess (load_factor).
+    alltoall — NCCL all-to-all (pairwise exchange; Thakur, Rabenseifner & Gropp 2005 Sec. 4.5):
+      EP − 1 messages, each paying α of the slowest link used.
+    deepep — a DeepEP-like fused dispatcher (deepseek-ai/DeepEP README, "normal kernels"; DeepSeek-V3
+      arXiv 2412.19437 Sec. 3.2.2): a token crosses the inter-node network once per distinct remote
+      island among its k experts and is forwarded over NVLink there; one fused kernel, α per link.
+      Expected distinct remote islands (uniform top-k without replacement over E experts in n
+      islands of E/n): (n − 1)·(1 − C(E − E/n, k)/C(E, k)).
+    ETP > 1 adds an all-gather (dispatch) / reduce-scatter (combine) of the received tokens over
+    the ETP group (Megatron-Core alltoall dispatcher with expert tensor parallelism).
+    """
+    m, par, tr = s.model, s.parallel, s.training
+    ep, et = par.expert, par.expert_tensor
+    T_loc = local_tokens(s, sh)
+    X = T_loc * m.moe_top_k * sh.h * sh.e
+    lam = load_factor(s, sh)
+    etp_s = 0.0
+    if et > 1:
+        etp = expert_placement(s, "etp")
+        etp_s = collective_time("all_gather", lam * X * et, etp)
+    if ep <= 1:
+        return A2ACost(2 * etp_s, 2 * etp_s, 0.0, 0.0, 0.0, 0.0)
+    g = expert_placement(s, "ep")
+    per, islands = g.per_node, max(1, math.ceil(ep / g.per_node))
+    intra_link, inter_link = g.intra, g.inter
+    if tr.moe_dispatcher == "deepep" and islands > 1:
+        E = m.num_experts
+        miss = _comb(E - E // islands, m.moe_top_k) / _comb(E, m.moe_top_k)
+        inter = T_loc * sh.h * sh.e * (islands - 1) * (1 - miss)
+        intra = X * (ep - 1) / ep          # local copies plus the forwarding of received tokens
+        alpha = intra_link.latency + inter_link.latency
+    else:
+        intra = X * (per - 1) / ep
+        inter = X * (ep - per) / ep
+        slow: Link = inter_link if inter > 0 else intra_link
+        alpha = (ep - 1) * slow.latency if tr.moe_dispatcher == "alltoall" else (
+            intra_link.latency + (inter_link.latency if inter > 0 else 0.0))
+    wire = max(intra / intra_link.bandwidth, inter / inter_link.bandwidth if inter else 0.0)
+    one = alpha + lam * wire + etp_s
+    sent = 2 * (intra + inter)
+    # The alltoall dispatcher first exchanges the copies per expert (Megatron-Core
+    # MoEAlltoAllTokenDispatcher preprocess: an all-to-all of E/EP counts per peer), a
+    # latency-bound all-to-all in the forward; DeepEP's fused kernel computes its layout inside.
+    counts = (ep - 1) * (inter_link.latency if islands > 1 else intra_link.latency) \
+        if tr.moe_dispatcher == "alltoall" else 0.0
+    return A2ACost(2 * one + counts, 2 * one, sent, sent, intra, inter)
+
+
+def _comb(n: int, k: int) -> float:
+    return float(math.comb(n, k)) if 0 <= k <= n else 0.0
+
+
+def expert_params(ops: list[Op]) -> float:
+    """Parameters of `ops` (one layer, per GPU) that live in the routed experts (sharded by EP·ETP,
+    replicated over expert-data parallelism)."""
+    return sum(o.params for o in ops if o.name.startswith("expert_"))
+
+
+def layer_split(s: Scenario, first: int, count: int) -> tuple[int, int]:
+    """(dense, MoE) layers among layers first .. first+count-1."""
+    moe = sum(s.model.is_moe_layer(i) for i in range(first, first + count))
+    return count - moe, moe
+
+
+@dataclass(frozen=True)
+class MoELayerCosts:
+    """What one MoE layer adds per micro-batch on one GPU (stage_costs multiplies by its count)."""
+    ops: list
+    saved: float              # activation bytes kept after the recompute policy
+    recompute: float          # seconds re-run in the backward
+    working: float            # transient bytes of a recomputed layer
+    a2a: A2ACost
+    expert_params: float      # routed-expert parameters per GPU
+    grad_ratio: float         # expert-gradient bytes -> equivalent data-parallel bytes
+    gather_ratio: float       # expert-weight all-gather bytes (ZeRO) -> equivalent data-parallel bytes
+    block_fwd: float = 0.0    # compute seconds of the MoE block (router .. shared experts), forward
+    block_bwd: float = 0.0    # ... backward
+
+    @classmethod
+    def build(cls, s: Scenario, cm, sh: Shapes, layer_recompute) -> "MoELayerCosts":
+        from pipesim.costs.stage import costed_layer_ops
+        ops = costed_layer_ops(s, moe=True)
+        rc_time, saved, working = layer_recompute(s, cm, ops)
+        a2a = a2a_costs(s, sh)
+        if s.training.recompute == "full":       # the recomputed forward dispatches again
+            rc_time += a2a.fwd
+        block = ops[[o.name for o in ops].index("router"):]
+        return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s),
+                   edp_ratio(s, "all_gather", "ring"),       # ZeRO-3 gathers are rings (engine.py)
+                   sum(cm.time(o, "fwd").seconds for o in block), sum(cm.time(o, "bwd").seconds for o in block))
+
+
+def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:
+    """Expert weights and gradients are gathered / reduced over the expert-data-parallel group
+    (EDP = t·d / (EP·ETP)), dense ones over data parallelism. The engine runs one stream of
+    such collectives over the DP group, so expert bytes enter it scaled by t_EDP / t_DP of one
+    gradient bucket (same α-β formulas and algorithm as the engine uses for that collective);
+    0 when EDP is 1 (nothing to exchange)."""
+    from pipesim.costs.topology import placement
+    from pipesim.costs.moe_parallel import expert_data_size
+    if expert_data_size(s) <= 1:
+        return 0.0
+    bucket = s.training.grad_bucket_MB * 1e6
+    algorithm = algorithm or s.parallel.collective
+    dense = collective_time(kind, bucket, placement(s, "dp"), algorithm)
+    if dense <= 0:
+        return 1.0
+    return collective_time(kind, bucket, expert_placement(s, "edp"), algorithm) / dense
+
+
+def grad_ratio(s: Scenario) -> float:
+    return edp_ratio(s, "reduce_scatter" if s.training.zero_stage >= 1 else "all_reduce")

@@ -1,0 +1,136 @@
+"""Calibration inside the emulator's ranks: the op costs and the host model the simulator will
+use are measured by the same processes, pinned and prioritised the same way, with the other
+ranks calibrating on their cores at the same moment (shared L3 and memory bandwidth), right
+before the timed steps -- not by a separate process at another moment of a shared machine.
+
+Before the warm-up and again after the timed steps, every rank times the scenario's ops (pipesim.calibrate.measure_ops), its model's host
+time at a negligible size (calibrate_host.measure_dispatch) and the executor's cost per action,
+all in thread CPU time; then pairs of
+ranks (0-1, 2-3, ...) ping-pong activation-sized messages over gloo. Each writes
+rank{r}.profile.{before,after}.json; `merge_profiles` averages the ranks (and both moments) into
+one profile with the host model under device.host.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+DEFAULT_BUDGET_S = 0.1      # seconds of timed calls per op and rank
+ACTION_REPS = 200
+
+
+def measure_action(executor, reps: int = ACTION_REPS) -> float:
+    """Seconds the executor spends per compute action around the work itself (status record,
+    trace event, memory sample): no-op actions run through the same path, then discarded."""
+    from pipesim.schedules import Action
+    rec = executor.rt.recorder
+    keep, n_ev, n_mem = rec.keep, len(rec.events), len(rec.memory)
+    rec.keep = True
+    a = Action(executor.row[0].stage if executor.row else 0, "R", 0)
+    t0 = time.thread_time()
+    for _ in range(reps):
+        executor.run_action(-1, a, lambda: None)
+    dt = (time.thread_time() - t0) / reps
+    del rec.events[n_ev:], rec.memory[n_mem:]
+    rec._lines.clear()
+    rec.keep = keep
+    return dt
+
+
+def message_sizes(s) -> list[int]:
+    """Ping-pong sizes: small (latency), the stage-to-stage activation, 4x it and 4 MiB (so
+    that the bandwidth term is resolved for small models too)."""
+    elem = 4 if s.training.precision == "fp32" else 2
+    act = s.model.seq_length * s.training.micro_batch_size * s.model.hidden_size * elem
+    return sorted({4096, act, 4 * act, 4 * 2**20})
+
+
+def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET_S, executor=None,
+                      run_dir: str | None = None, status=None, when: str = "before") -> dict:
+    """Measure on this rank (every rank of the run calls it at the same point); returns the part
+    and writes it to run_dir/rank{rank}.profile.{when}.json. The worker calibrates before the
+    warm-up and again after the timed steps: on a shared machine the op costs drift, and the
+    two calibrations bound the drift over the timed steps."""
+    import torch
+    import torch.distributed as dist
+
+    from pipesim.calibrate import measure_ops, plan
+    from pipesim.calibrate_comm import summarize, time_comm
+    from pipesim.calibrate_host import measure_dispatch
+    if status is not None:
+        status.set(-1, f"CALIBRATE_{when.upper()}", "run")
+    items, notes = plan("cpu", s)
+    # All ranks at once, as during the steps: the others' work shares this core's last-level cache
+    # and memory bandwidth then too (the timer's flush touches only 4x a private L2).
+    # (Taking turns, one rank idle while the other timed its ops, predicted shape A's step 12 and
+    # 19 % short at load 12-15 against 12 and 5 % for all at once, measured back to back.)
+    dist.barrier()
+    ops = measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s)
+    dispatch = measure_dispatch(s)
+    action = measure_action(executor) if executor is not None else 0.0
+    p2p = []
+    if world % 2 == 0:
+        peer = rank + 1 if rank % 2 == 0 else rank - 1
+        for op, nbytes, times in time_comm(rank, peer, message_sizes(s), budget_s, torch.device("cpu")):
+            if op == "sendrecv":
+                p2p.append([nbytes, summarize(times)[0]])
+    dist.barrier()
+    part = {"rank": rank, "measurements": [m.to_dict() for m in ops], "notes": notes,
+            "dispatch": dispatch, "action_s": action, "p2p": p2p}
+    if run_dir:
+        with open(os.path.join(run_dir, f"rank{rank}.profile.{when}.json"), "w") as fh:
+            json.dump(part, fh)
+    return part
+
+
+def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
+    """One profile (pipesim.costs.profile format, as a dict) from the parts of `nproc` ranks (one
+    or more calibrations each): per (op, shape) the mean of the medians; the host model from the
+    means."""
+    from pipesim.calibrate import device_info
+    from pipesim.calibrate_host import host_model
+    from pipesim.emulator.host import layout
+    measurements = _mean_over_ranks([p["measurements"] for p in parts])
+    dispatch = {k: statistics.fmean(p["dispatch"][k] for p in parts) for k in parts[0]["dispatch"]}
+    action = statistics.fmean(p["action_s"] for p in parts)
+    pts: dict = {}
+    for p in parts:
+        for nbytes, sec in p["p2p"]:
+            pts.setdefault(nbytes, []).append(sec)
+    p2p = [(b, statistics.fmean(v)) for b, v in sorted(pts.items())]
+    info = device_info("cpu", threads)
+    info["host"] = host_model(s, dispatch, action, p2p, layout(nproc, threads))
+    info["calibrated"] = "inside the emulator's ranks"
+    notes = sorted({n for p in parts for n in p.get("notes", [])})
+    if notes:
+        info["notes"] = notes
+    return {"version": 1, "device": info, "created": info["date"], "measurements": measurements}
+
+
+def _mean_over_ranks(lists) -> list[dict]:
+    """Per (op, shape): the mean of the ranks' medians, the widest p10-p90, all samples."""
+    by_key: dict = {}
+    for ms in lists:
+        for m in ms:
+            by_key.setdefault((m["op"], json.dumps(m["shape"], sort_keys=True)), []).append(m)
+    out = []
+    for ms in by_key.values():
+        m = dict(ms[0])
+        m["median_s"] = statistics.fmean(x["median_s"] for x in ms)
+        m["p10_s"] = min(x["p10_s"] for x in ms)
+        m["p90_s"] = max(x["p90_s"] for x in ms)
+        m["n"] = sum(x["n"] for x in ms)
+        out.append(m)
+    return out
+
+
+def read_parts(run_dir: str, nproc: int, when: str = "before") -> list[dict]:
+    parts = []
+    for r in range(nproc):
+        path = os.path.join(run_dir, f"rank{r}.profile.{when}.json")
+        if os.path.exists(path):
+            with open(path) as fh:
+                parts.append(json.load(fh))
+    return parts
