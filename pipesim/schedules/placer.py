@@ -61,6 +61,8 @@ def place(
         wfull = pwl is not None and len(wq) > pwl[r]
         pb = 1 if last[r] == bkind else 0
         pf = 1 if last[r] == "F" else 0
+        t = free[r]
+        tmin = None
         for s in local[r]:
             m = next_b[s]
             if m < next_f[s] and not wfull:
@@ -70,19 +72,23 @@ def place(
                     ready = None if e is None else (e if e > ready else ready)
                 if ready is not None:
                     cands.append((ready, ((pb + 1) * S + S - 1 - s) * M + m, bkind, s, m))
+                    if tmin is None or ready < tmin:
+                        tmin = ready
             m = next_f[s]
             if m < M and inflight[r] < inflight_limit[r]:
                 ready = end_f[s - 1][m] if s > 0 else 0.0
                 if ready is not None:
                     cands.append((ready, ((pf + 1) * S + S - 1 - s) * M + m, "F", s, m))
+                    if tmin is None or ready < tmin:
+                        tmin = ready
         if wq:
             w = wq[0]
-            cands.append((end_b[w.stage][w.microbatch], ((0 if wfull else 3) * S + S - 1) * M + w.microbatch,
-                          "W", w.stage, w.microbatch))
-        if not cands:
+            ready = end_b[w.stage][w.microbatch]
+            cands.append((ready, ((0 if wfull else 3) * S + S - 1) * M + w.microbatch, "W", w.stage, w.microbatch))
+            if tmin is None or ready < tmin:
+                tmin = ready
+        if tmin is None:
             return None
-        t = free[r]
-        tmin = min(c[0] for c in cands)
         if tmin > t:
             t = tmin
         pick = None
