@@ -14,6 +14,7 @@ def _ints(text: str) -> tuple:
 
 
 def add_arguments(p) -> None:
+    from pipesim.whatif.cluster import add_ray_argument
     p.add_argument("scenario", help="scenario YAML (its model, system type and training settings are kept)")
     p.add_argument("--gpus", type=int, required=True, help="GPUs to lay the model out on")
     p.add_argument("--finalists", type=int, default=16,
@@ -26,10 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--schedules", help="schedules to try (default 1f1b,interleaved,zb-h1,zb-v)")
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
                    help="rank the finalists with the simulator (default) or the screening model")
-    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run configurations as Ray tasks instead of local processes: no ADDRESS starts a "
-                        "local Ray (or joins RAY_ADDRESS), 'auto' joins this machine's cluster, "
-                        "ray://HEAD:10001 a remote one (needs pipesim[cluster])")
+    add_ray_argument(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--dir", metavar="DIR", help="report folder for search.csv (the simulated finalists; "
                                                "default: ./<scenario name>.report/)")

@@ -9,6 +9,7 @@ from pipesim.errors import ScenarioError
 
 
 def add_arguments(p) -> None:
+    from pipesim.whatif.cluster import add_ray_argument
     p.add_argument("scenario", help="base scenario YAML")
     p.add_argument("--grid", required=True, help="grid YAML: scenario keys -> lists or ranges")
     p.add_argument("--out", help="write one CSV row per configuration")
@@ -17,10 +18,7 @@ def add_arguments(p) -> None:
     p.add_argument("--mode", choices=["representative", "full"], default="representative",
                    help="simulator mode (default representative)")
     p.add_argument("--top", type=int, default=10, help="rows in the ranked table (default 10)")
-    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run configurations as Ray tasks instead of local processes: no ADDRESS starts a "
-                        "local Ray (or joins RAY_ADDRESS), 'auto' joins this machine's cluster, "
-                        "ray://HEAD:10001 a remote one (needs pipesim[cluster])")
+    add_ray_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--dir", metavar="DIR", help="report folder for sweep.csv and sweep.png "
                                                "(default: ./<scenario name>.report/)")

@@ -14,6 +14,14 @@ from typing import Callable
 from pipesim.errors import PipesimError
 
 
+def add_ray_argument(parser) -> None:
+    """`--ray [ADDRESS]` of `pipesim sweep` and `pipesim search` (None: not on Ray; "": local)."""
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="run configurations as Ray tasks instead of local processes: no ADDRESS starts a "
+                             "local Ray (or joins RAY_ADDRESS), 'auto' joins this machine's cluster, "
+                             "ray://HEAD:10001 a remote one (needs pipesim[cluster])")
+
+
 def connect(address: str | None) -> None:
     try:
         import ray
