@@ -1,16 +1,22 @@
-"""Simulator speed: `python benchmarks/sim_speed.py [--repeat N] [--skip-full]`
+"""Simulator speed: `python benchmarks/sim_speed.py [--repeat N] [--skip-full] [--huge]`
 
 Prints, in one run:
-1. GPT-3 175B on 1024 A100s (tensor 8, pipeline 8, data 16, micro-batch 1, global batch 1536),
-   representative mode, 1F1B and interleaved (2 chunks): first call in the process (plan
-   generation included) and the median of N further calls (targets: <= 0.1 s per config);
+0. every schedule generator at P=8, M=64 (V=2 where the schedule needs chunks): generation
+   alone and generation + structural checks + lowering + plan rows as the simulator caches them
+   (target: generation <= 20 ms);
+1. GPT-3 175B on 1024 A100s (tensor 8, pipeline 8, data 16, micro-batch 1, global batch 1536,
+   selective recompute), representative mode, 1F1B and interleaved (2 chunks): first call in a
+   fresh process after `import pipesim` and numpy (plan generation and pipesim's lazy imports
+   included) and the median of N further calls, with the timing
+   path that ran (dag | simpy), and the same with the SimPy engine forced. With CALCULON=PATH (a
+   git checkout of calculon-ai/calculon, which imports pandas) the same configuration through
+   Calculon in the same fresh process: first call and warm median, and the ratios (targets:
+   first <= 10x, warm <= 3x);
 2. full mode with 4096 GPUs x 64 micro-batches: GPT-3 at tensor 8, pipeline 8, data 64 (512
-   simulated TP gangs), and tensor 1, pipeline 8, data 512 (4096 simulated rank processes)
-   (target <= 30 s on 2 cores);
+   simulated TP gangs), and tensor 1, pipeline 8, data 512 (4096 simulated rank processes);
+   --huge adds 16,384 ranks (targets: 4096 ranks at tensor 1 <= 3 s, 16,384 <= 12 s);
 3. engine events per second against a bare SimPy loop processing the same number of events
-   with as many processes (target: engine time <= 3x the bare loop); CPU seconds, best of 5.
-   Sends and already-delivered receives cost the engine no event, so plan actions per second
-   are shown too.
+   with as many processes (target: engine time <= 2x the bare loop); CPU seconds, best of 5.
 Wall and CPU seconds are both shown: on a shared machine wall time includes other jobs.
 """
 from __future__ import annotations
@@ -21,14 +27,64 @@ import sys
 import time
 
 
-def gpt3(schedule="1f1b", virtual=1, tensor=8, data=16, nodes=128, batch=1536):
+def gpt3_dict(schedule="1f1b", virtual=1, tensor=8, data=16, nodes=128, batch=1536, recompute="selective"):
+    return {"model": {"preset": "gpt3-175b"},
+            "system": {"preset": "dgx-a100-80gb", "num_nodes": nodes},
+            "parallel": {"tensor": tensor, "pipeline": 8, "data": data, "sequence_parallel": tensor > 1,
+                         "virtual_stages": virtual},
+            "training": {"micro_batch_size": 1, "global_batch_size": batch, "schedule": schedule,
+                         "recompute": recompute}}
+
+
+def gpt3(*args, **kw):
     from pipesim import load_scenario
-    return load_scenario({
-        "model": {"preset": "gpt3-175b"},
-        "system": {"preset": "dgx-a100-80gb", "num_nodes": nodes},
-        "parallel": {"tensor": tensor, "pipeline": 8, "data": data, "sequence_parallel": tensor > 1,
-                     "virtual_stages": virtual},
-        "training": {"micro_batch_size": 1, "global_batch_size": batch, "schedule": schedule}})
+    return load_scenario(gpt3_dict(*args, **kw))
+
+
+# The same layout for Calculon (its models/gpt3-175B.json and systems/a100_80g.json): t8 p8 d16,
+# batch 1536, micro-batch 1, fp16, sequence parallelism (rs_ag), attention-only recompute (its
+# name for selective), DP overlapped with the backward.
+CALCULON_EXECUTION = {
+    "num_procs": 1024, "tensor_par": 8, "pipeline_par": 8, "data_par": 16, "tensor_par_net": 0,
+    "pipeline_par_net": 1, "data_par_net": 1, "batch_size": 1536, "microbatch_size": 1, "datatype": "float16",
+    "fused_activation": True, "attention_type": "multihead", "activation_recompute": "attn_only",
+    "pipeline_interleaving": 1, "optimizer_sharding": False, "tensor_par_comm_type": "rs_ag",
+    "tensor_par_overlap": "none", "seq_par_ag_redo": False, "data_par_overlap": True, "weight_offload": False,
+    "activations_offload": False, "optimizer_offload": False, "training": True}
+
+FIRST_CALL = r"""
+import json, logging, os, statistics, sys, time
+sys.path.insert(0, {bench!r})
+import numpy  # noqa: F401  (a dependency, loaded up front as `import calculon` loads numpy and pandas)
+import pipesim
+from sim_speed import gpt3_dict, CALCULON_EXECUTION
+out = {{}}
+s = pipesim.load_scenario(gpt3_dict({schedule!r}, {virtual}))
+def cpu(fn):
+    c = time.process_time(); r = fn(); return time.process_time() - c, r
+out["pipesim_first"], rep = cpu(lambda: pipesim.simulate(s, trace=False))
+out["engine"], out["step"] = rep.engine, rep.step_time_s
+out["pipesim_warm"] = statistics.median(cpu(lambda: pipesim.simulate(s, trace=False))[0] for _ in range({repeat}))
+out["simpy_warm"] = statistics.median(cpu(lambda: pipesim.simulate(s, trace=False, engine_choice="simpy"))[0]
+                                      for _ in range({repeat}))
+root = os.environ.get("CALCULON")
+if root and {virtual} == 1:
+    sys.path.insert(0, root)
+    import calculon
+    from calculon.llm import Llm
+    from calculon.system import System
+    app = json.load(open(os.path.join(root, "models", "gpt3-175B.json")))
+    system = json.load(open(os.path.join(root, "systems", "a100_80g.json")))
+    log = logging.getLogger("calculon")
+    def calc():
+        m = Llm(Llm.Application(app), log)
+        m.compile(System(system), Llm.Execution.from_json(CALCULON_EXECUTION))
+        m.run(System(system))
+        return m.get_total_time()
+    out["calculon_first"], out["calculon_step"] = cpu(calc)
+    out["calculon_warm"] = statistics.median(cpu(calc)[0] for _ in range({repeat}))
+print(json.dumps(out))
+"""
 
 
 def timed(fn):
@@ -73,41 +129,79 @@ def engine_events(s, mode):
     return LAST_CPU, next(eng.env._eid), len(w.gangs), actions
 
 
+def generators() -> None:
+    from pipesim.schedules import SCHEDULES, generate, lower, validate
+    from pipesim.sim.workload import plan_steps
+    print("0. schedule generators, P=8, M=64 (CPU ms, best of 3; target: generation <= 20 ms)")
+    for name in SCHEDULES:
+        V = 2 if name in ("interleaved", "looped-bfs", "zb-v", "dualpipe-v") else 1
+        gen, full = [], []
+        for _ in range(3):
+            c = time.process_time()
+            plan = generate(name, 8, 64, V)
+            gen.append(time.process_time() - c)
+            validate(plan, deadlock=False)
+            plan_steps(lower(plan))
+            full.append(time.process_time() - c)
+        print(f"   {name:12s} V={V}  generate {min(gen) * 1e3:6.1f} ms  + checks, lowering, plan rows "
+              f"{min(full) * 1e3:6.1f} ms")
+
+
+def first_and_warm(repeat: int) -> None:
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+    here = str(Path(__file__).resolve().parent)
+    calc = os.environ.get("CALCULON")
+    print("1. GPT-3 175B, 1024 x A100 (t8 p8 d16, mb 1, gbs 1536, selective recompute), representative mode; "
+          "CPU s in a fresh process" + ("" if calc else " (set CALCULON=PATH to compare with Calculon)"))
+    for label, sched, v in (("1f1b", "1f1b", 1), ("interleaved v=2", "interleaved", 2)):
+        code = FIRST_CALL.format(bench=here, schedule=sched, virtual=v, repeat=repeat)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        line = (f"   {label:16s} first call {r['pipesim_first']:6.3f} s, warm {r['pipesim_warm'] * 1e3:6.1f} ms "
+                f"[{r['engine']}] (SimPy engine forced: warm {r['simpy_warm'] * 1e3:6.1f} ms), step {r['step']:.3f} s")
+        print(line)
+        if "calculon_first" in r:
+            print(f"   {'Calculon':16s} first call {r['calculon_first']:6.3f} s, warm {r['calculon_warm'] * 1e3:6.1f} ms, "
+                  f"step {r['calculon_step']:.3f} s  ->  pipesim / Calculon: first "
+                  f"{r['pipesim_first'] / r['calculon_first']:.1f}x (target <= 10x), warm "
+                  f"{r['pipesim_warm'] / r['calculon_warm']:.1f}x (target <= 3x)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--skip-full", action="store_true")
+    ap.add_argument("--huge", action="store_true", help="also 16,384 ranks at tensor 1 in full mode")
     args = ap.parse_args(argv)
+    import os
     import pipesim
-
-    print("1. GPT-3 175B, 1024 x A100 (t8 p8 d16, mb 1, gbs 1536), representative mode")
-    for label, sched, v in (("1f1b", "1f1b", 1), ("interleaved v=2", "interleaved", 2)):
-        s = gpt3(sched, v)
-        cold, rep = timed(lambda: pipesim.simulate(s, trace=False))
-        walls, cpus = [], []
-        for _ in range(args.repeat):
-            walls.append(timed(lambda: pipesim.simulate(s, trace=False))[0])
-            cpus.append(LAST_CPU)
-        warm, warm_cpu = statistics.median(walls), statistics.median(cpus)
-        d = rep.data
-        print(f"   {label:16s} cold {cold:6.3f} s  warm median {warm:6.3f} s wall, {warm_cpu:6.3f} s CPU"
-              f"   -> step {d['step_time_s']:.3f} s, "
-              f"{d['model_tflops_per_gpu']:.1f} TFLOP/s/GPU, MFU {d['mfu'] * 100:.1f} %, bubble "
-              f"{d['bubble_fraction'] * 100:.2f} %, peak {d['peak_memory_bytes'] / 2**30:.1f} GiB")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    generators()
+    first_and_warm(args.repeat)
 
     if not args.skip_full:
-        print("2. full mode, 4096 GPUs x 64 micro-batches (1F1B)")
-        for label, kw in (("t8 p8 d64 (512 gangs)", dict(tensor=8, data=64, nodes=512, batch=4096)),
-                          ("t1 p8 d512 (4096 ranks)", dict(tensor=1, data=512, nodes=512, batch=32768))):
+        print("2. full mode, 64 micro-batches (1F1B)")
+        cases = [("4096 GPUs t8 p8 d64 (512 gangs)", dict(tensor=8, data=64, nodes=512, batch=4096)),
+                 ("4096 GPUs t1 p8 d512 (4096 ranks)", dict(tensor=1, data=512, nodes=512, batch=32768))]
+        if args.huge:
+            cases.append(("16384 GPUs t1 p8 d2048 (16384 ranks)", dict(tensor=1, data=2048, nodes=2048, batch=131072)))
+        for label, kw in cases:
             s = gpt3(**kw)
-            assert s.num_gpus == 4096 and s.num_microbatches == 64
+            assert s.num_microbatches == 64
             sec, rep = timed(lambda: pipesim.simulate(s, mode="full", trace=False))
             cpu = LAST_CPU
             r = pipesim.simulate(s, trace=False)
-            print(f"   {label:24s} {sec:6.2f} s wall, {cpu:6.2f} s CPU   step {rep.step_time_s:.4f} s (representative "
-                  f"{r.step_time_s:.4f} s, {'equal' if r.step_time_s == rep.step_time_s else 'differs'})")
+            print(f"   {label:38s} {sec:6.2f} s wall, {cpu:6.2f} s CPU [{rep.engine}]  step {rep.step_time_s:.4f} s "
+                  f"(representative {r.step_time_s:.4f} s, {'equal' if r.step_time_s == rep.step_time_s else 'differs'})")
+            if s.num_gpus <= 4096:
+                sec, ref = timed(lambda: pipesim.simulate(s, mode="full", trace=False, engine_choice="simpy"))
+                print(f"   {'  same, SimPy engine forced':38s} {sec:6.2f} s wall, {LAST_CPU:6.2f} s CPU [{ref.engine}]  "
+                      f"step {ref.step_time_s:.4f} s ({'bit-equal' if ref.step_time_s == rep.step_time_s else 'DIFFERS'})")
 
-    print("3. engine vs bare SimPy loop (same event count)")
+    print("3. SimPy engine vs bare SimPy loop (same event count; target <= 2x)")
     cases = [("representative GPT-3 1f1b", gpt3(), "representative")]
     if not args.skip_full:
         cases.append(("full t8 p8 d64", gpt3(tensor=8, data=64, nodes=512, batch=4096), "full"))

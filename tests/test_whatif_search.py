@@ -66,3 +66,25 @@ def test_explanation_names_winner_and_runner_up(tight):
     assert text.startswith("winner: tensor")
     assert "runner-up:" in text and "% less throughput" in text
     assert "step breakdown" in text
+
+
+def test_error_band_keeps_only_what_can_reach_the_top_k():
+    from pipesim.whatif.search import ERROR_BAND, keep_for_simulation
+    lo, hi = ERROR_BAND["zb-h1"]
+    rows = [{"schedule": "zb-h1", "throughput_samples_per_s": x} for x in (100.0, 99.0, 90.0, 80.0)]
+    top, rest = keep_for_simulation(rows, 1)
+    assert [r["throughput_samples_per_s"] for r in top] == [100.0]
+    # kept iff its best case x (1 + hi) reaches the best layout's worst case 100 (1 + lo)
+    assert [r["throughput_samples_per_s"] for r in rest] == [x for x in (99.0, 90.0, 80.0) if x * (1 + hi) >= 100 * (1 + lo)]
+    assert 0 < len(rest) < 3
+
+
+def test_search_reports_each_stage_and_extra_axes_enter_the_space():
+    space = SearchSpace(tensor=(1, 2), pipeline=(2,), micro_batch=(1,), zero=(0,), compression=(16,),
+                        extra={"training.grad_bucket_MB": (25.0, 50.0)})
+    cands = candidates(BASE, 8, space)
+    assert sorted({c["training"]["grad_bucket_MB"] for c in cands}) == [25.0, 50.0]
+    res = search(BASE, 8, space, finalists=2, evaluator=analytic_report)
+    st = res.stages
+    assert st["enumerated"] == len(cands) >= st["loadable"] >= st["fit memory (closed form)"]
+    assert st["simulated"] == st["top-k (closed form)"] + st["within the error band"] == res.simulated

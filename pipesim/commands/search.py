@@ -14,9 +14,12 @@ def _ints(text: str) -> tuple:
 
 
 def add_arguments(p) -> None:
+    from pipesim.whatif.cluster import add_ray_argument
     p.add_argument("scenario", help="scenario YAML (its model, system type and training settings are kept)")
     p.add_argument("--gpus", type=int, required=True, help="GPUs to lay the model out on")
-    p.add_argument("--finalists", type=int, default=16, help="candidates simulated after screening (default 16)")
+    p.add_argument("--finalists", type=int, default=16,
+                   help="top candidates by the closed form to simulate (default 16), plus those within its "
+                        "measured error band of them")
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per CPU)")
     p.add_argument("--tensor", help="restrict tensor sizes, e.g. 4,8")
     p.add_argument("--pipeline", help="restrict pipeline sizes, e.g. 4,8,16")
@@ -26,6 +29,7 @@ def add_arguments(p) -> None:
     p.add_argument("--schedules", help="schedules to try (default 1f1b,interleaved,zb-h1,zb-v)")
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
                    help="rank the finalists with the simulator (default) or the screening model")
+    add_ray_argument(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--dir", metavar="DIR", help="report folder for search.csv (the simulated finalists; "
                                                "default: ./<scenario name>.report/)")
@@ -57,11 +61,13 @@ def run(args) -> int:
     evaluator = simulate_report if args.engine == "sim" else analytic_report
     bar = None if args.no_progress else Bar("simulating finalists")
     t0 = time.perf_counter()
-    res = search(raw, args.gpus, space, finalists=args.finalists, evaluator=evaluator, jobs=args.jobs, progress=bar)
+    res = search(raw, args.gpus, space, finalists=args.finalists, evaluator=evaluator, jobs=args.jobs, progress=bar,
+                 use_ray=args.ray is not None, ray_address=args.ray or None)
     pruned = sum(res.pruned.values())
     print(f"search on {args.gpus} GPUs: {res.considered} candidates, {pruned} impossible, {res.screened_oom} over "
           f"the GPU memory, {res.simulated} finalists simulated, {len(res.finalists)} of them fit "
           f"({time.perf_counter() - t0:.1f} s)")
+    print("  kept per stage: " + " -> ".join(f"{name} {n}" for name, n in res.stages.items()))
     for reason, n in sorted(res.pruned.items(), key=lambda kv: -kv[1])[:5]:
         print(f"  impossible x{n}: {reason}")
     if res.best is None:

@@ -9,6 +9,7 @@ from pipesim.errors import ScenarioError
 
 
 def add_arguments(p) -> None:
+    from pipesim.whatif.cluster import add_ray_argument
     p.add_argument("scenario", help="base scenario YAML")
     p.add_argument("--grid", required=True, help="grid YAML: scenario keys -> lists or ranges")
     p.add_argument("--out", help="write one CSV row per configuration")
@@ -17,6 +18,7 @@ def add_arguments(p) -> None:
     p.add_argument("--mode", choices=["representative", "full"], default="representative",
                    help="simulator mode (default representative)")
     p.add_argument("--top", type=int, default=10, help="rows in the ranked table (default 10)")
+    add_ray_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--dir", metavar="DIR", help="report folder for sweep.csv and sweep.png "
                                                "(default: ./<scenario name>.report/)")
@@ -41,7 +43,8 @@ def run(args) -> int:
     bar = None if args.no_progress else Bar("sweep")
     t0 = time.perf_counter()
     result = run_sweep(args.scenario, args.grid, evaluator=evaluator, mode=args.mode, jobs=args.jobs,
-                       progress=bar, screen=args.engine == "sim" and not args.no_screen)
+                       progress=bar, screen=args.engine == "sim" and not args.no_screen,
+                       use_ray=args.ray is not None, ray_address=args.ray or None)
     elapsed = time.perf_counter() - t0
     rows, swept = result.rows, result.grid.columns
     counts = count_status(rows)

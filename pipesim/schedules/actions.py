@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pipesim.errors import PlanError
 
@@ -19,9 +19,11 @@ KINDS = COMPUTE_KINDS + COMM_KINDS
 _TOKEN = re.compile(r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|F|B|I|W|R)(\d+)$")
 
 
-@dataclass(frozen=True, order=True)
-class Action:
-    """One step of one rank: `stage` is the model (virtual) stage 0..num_stages-1."""
+class Action(NamedTuple):
+    """One step of one rank: `stage` is the model (virtual) stage 0..num_stages-1.
+
+    A NamedTuple (immutable, ordered by stage, kind, micro-batch): hashing and comparison run in
+    C, which the placer, the validator and lowering do hundreds of thousands of times per plan."""
 
     stage: int
     kind: str

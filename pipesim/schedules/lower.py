@@ -43,19 +43,33 @@ def peer_of(c: Action) -> Action:
 
 
 def lower(plan: Plan) -> Plan:
-    """Return `plan` with SEND_F/RECV_F/SEND_B/RECV_B inserted; a plan already lowered is returned as is."""
+    """Return `plan` with SEND_F/RECV_F/SEND_B/RECV_B inserted; a plan already lowered is returned as is.
+
+    The same rule as recv_before/send_after, tabulated per stage first (which hand-offs cross a
+    rank boundary), so lowering is one pass with no per-action lookups."""
     if plan.is_lowered:
         return plan
+    where, S = plan.stage_to_rank, plan.num_stages
+    f_in = [s > 0 and where[s - 1] != where[s] for s in range(S)]          # F(s) receives its input
+    f_out = [s < S - 1 and where[s + 1] != where[s] for s in range(S)]     # F(s) sends its output
     rows = []
     for row in plan.ranks:
         out: list[Action] = []
         for a in row:
-            recv = recv_before(a, plan)
-            if recv is not None:
-                out.append(recv)
-            out.append(a)
-            send = send_after(a, plan)
-            if send is not None:
-                out.append(send)
+            s, kind, m = a
+            if kind == "F":
+                if f_in[s]:
+                    out.append(Action(s, "RECV_F", m))
+                out.append(a)
+                if f_out[s]:
+                    out.append(Action(s, "SEND_F", m))
+            elif kind == "B" or kind == "I":
+                if f_out[s]:                 # its gradient input comes from stage s+1's rank
+                    out.append(Action(s, "RECV_B", m))
+                out.append(a)
+                if f_in[s]:
+                    out.append(Action(s, "SEND_B", m))
+            else:
+                out.append(a)
         rows.append(tuple(out))
     return Plan(plan.name, plan.num_ranks, plan.num_stages, plan.num_microbatches, plan.stage_to_rank, tuple(rows))

@@ -4,9 +4,16 @@ Qi et al., ICLR 2024, Sec. 3.1 (automatic scheduling heuristic): each rank, when
 runs a ready backward first (it unblocks the previous stage), else a forward if its memory limit
 allows, else a deferred W to fill what would otherwise be a bubble. Times come from the relative
 cost hints, so the order adapts to f, i, w; the Plan keeps only the order.
+
+Cost: the next action overall is the earliest start over all ranks (ties: lowest rank). Placing an
+action of stage s changes only what its own rank and the ranks of stages s-1 and s+1 can start
+(end times of s feed only those), so each rank's best next action is cached and recomputed for
+those three ranks alone, and the earliest is taken from a heap: O(log P) per action instead of a
+rescan of every rank's candidates, i.e. near-linear in ranks x micro-batches.
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Sequence
 
@@ -33,64 +40,110 @@ def place(
     local = [[s for s in range(S) if stage_to_rank[s] == r] for r in range(P)]
     next_f = [0] * S
     next_b = [0] * S
+    end_f = [[None] * M for _ in range(S)]      # end time of F(s, m), None until placed
+    end_b = [[None] * M for _ in range(S)]      # end time of the backward (B or I) of (s, m)
     pending_w: list[deque[Action]] = [deque() for _ in range(P)]
     inflight = [0] * P
     last = ["I"] * P  # last of F / backward run: the two alternate in steady state, as in 1F1B
     free = [0.0] * P
-    end: dict[tuple[int, str, int], float] = {}
     rows: list[list[Action]] = [[] for _ in range(P)]
     remaining = S * M * (3 if split_backward else 2)  # F, I, W (or F, B) per (stage, micro-batch)
+    cf, cb, cw = cost["F"], cost[bkind], cost.get("W", 0.0)
 
-    def w_full(r: int) -> bool:
-        return pending_w_limit is not None and len(pending_w[r]) > pending_w_limit[r]
+    pwl = pending_w_limit
 
-    def candidates(r: int) -> list[tuple[float, int, Action]]:
-        """(ready time, priority, action) for each action rank r could start next; priority 0 is best."""
-        out = []
+    def best(r: int):
+        """(start time, action) rank r would run next, or None. Candidates are ranked by
+        (priority, -stage, micro-batch) among those ready by the start time, priority 0 best; the
+        triple is packed into one integer key ((priority + 1)·S + S-1-stage)·M + micro-batch."""
+        cands = []
+        wq = pending_w[r]
+        wfull = pwl is not None and len(wq) > pwl[r]
+        pb = 1 if last[r] == bkind else 0
+        pf = 1 if last[r] == "F" else 0
+        t = free[r]
+        tmin = None
         for s in local[r]:
             m = next_b[s]
-            if m < next_f[s] and not w_full(r):
-                deps = [(s, "F", m)] + ([(s + 1, bkind, m)] if s < S - 1 else [])
-                if all(d in end for d in deps):
-                    out.append((max(end[d] for d in deps), 1 if last[r] == bkind else 0, -s, Action(s, bkind, m)))
+            if m < next_f[s] and not wfull:
+                ready = end_f[s][m]
+                if s < S - 1:
+                    e = end_b[s + 1][m]
+                    ready = None if e is None else (e if e > ready else ready)
+                if ready is not None:
+                    cands.append((ready, ((pb + 1) * S + S - 1 - s) * M + m, bkind, s, m))
+                    if tmin is None or ready < tmin:
+                        tmin = ready
             m = next_f[s]
             if m < M and inflight[r] < inflight_limit[r]:
-                deps = [(s - 1, "F", m)] if s > 0 else []
-                if all(d in end for d in deps):
-                    out.append((max([end[d] for d in deps], default=0.0), 1 if last[r] == "F" else 0, -s, Action(s, "F", m)))
-        if pending_w[r]:
-            w = pending_w[r][0]
-            out.append((end[(w.stage, "I", w.microbatch)], -1 if w_full(r) else 2, 0, w))
-        return out
+                ready = end_f[s - 1][m] if s > 0 else 0.0
+                if ready is not None:
+                    cands.append((ready, ((pf + 1) * S + S - 1 - s) * M + m, "F", s, m))
+                    if tmin is None or ready < tmin:
+                        tmin = ready
+        if wq:
+            w = wq[0]
+            ready = end_b[w.stage][w.microbatch]
+            cands.append((ready, ((0 if wfull else 3) * S + S - 1) * M + w.microbatch, "W", w.stage, w.microbatch))
+            if tmin is None or ready < tmin:
+                tmin = ready
+        if tmin is None:
+            return None
+        if tmin > t:
+            t = tmin
+        pick = None
+        for c in cands:
+            if c[0] <= t and (pick is None or c[1] < pick[1]):
+                pick = c
+        return t, Action(pick[3], pick[2], pick[4])
 
+    heap: list = []
+    version = [0] * P
+    cached: list = [None] * P
+
+    def refresh(r: int) -> None:
+        version[r] += 1
+        cached[r] = best(r)
+        if cached[r] is not None:
+            heapq.heappush(heap, (cached[r][0], r, version[r]))
+
+    for r in range(P):
+        refresh(r)
     while remaining:
-        best = None
-        for r in range(P):
-            cands = candidates(r)
-            if not cands:
-                continue
-            t = max(free[r], min(c[0] for c in cands))
-            ready = [c for c in cands if c[0] <= t]
-            pick = min(ready, key=lambda c: (c[1], c[2], c[3].microbatch))
-            if best is None or (t, r) < (best[0], best[1]):
-                best = (t, r, pick[3])
-        if best is None:  # cannot happen for limits >= 1; guard so a bad limit fails loudly, not silently
+        while heap and heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)                  # stale entry of a rank refreshed since
+        if not heap:  # cannot happen for limits >= 1; guard so a bad limit fails loudly, not silently
             raise PlanError(f"placement stuck with {remaining} actions left; in-flight limits {list(inflight_limit)} too small")
-        t, r, a = best
-        end[(a.stage, a.kind, a.microbatch)] = t + cost[a.kind]
-        free[r] = t + cost[a.kind]
+        t, r, _ = heapq.heappop(heap)
+        a = cached[r][1]
+        s, kind, m = a
+        done = t + (cf if kind == "F" else cb if kind == bkind else cw)
+        free[r] = done
         rows[r].append(a)
         remaining -= 1
-        if a.kind != "W":
-            last[r] = a.kind
-        if a.kind == "F":
-            next_f[a.stage] += 1
+        if kind != "W":
+            last[r] = kind
+        if kind == "F":
+            end_f[s][m] = done
+            next_f[s] += 1
             inflight[r] += 1
-        elif a.kind in ("I", "B"):
-            next_b[a.stage] += 1
+        elif kind == bkind:
+            end_b[s][m] = done
+            next_b[s] += 1
             inflight[r] -= 1
-            if a.kind == "I":
-                pending_w[r].append(Action(a.stage, "W", a.microbatch))
+            if kind == "I":
+                pending_w[r].append(Action(s, "W", m))
         else:
             pending_w[r].popleft()
+        refresh(r)
+        # Another rank's best changes only if it was waiting for exactly this end time: the F of
+        # (s+1, m) for a forward, the backward of (s-1, m) for a backward.
+        if kind == "F" and s < S - 1 and next_f[s + 1] == m:
+            q = stage_to_rank[s + 1]
+            if q != r:
+                refresh(q)
+        elif kind == bkind and s > 0 and next_b[s - 1] == m and m < next_f[s - 1]:
+            q = stage_to_rank[s - 1]
+            if q != r:
+                refresh(q)
     return rows

@@ -1,23 +1,35 @@
 """pipesim.sim: simulate one training step of a scenario with SimPy.
 
-`simulate(scenario, mode="representative"|"full", trace=True|False, stage_costs=None, plan=None)`
+`simulate(scenario, mode="representative"|"full", trace=True|False, stage_costs=None, plan=None, engine_choice="auto")`
 -> Report. Modules: workload (scenario + plan -> timed ops per rank), network (ports, transfers,
-collectives), memory (per-rank memory timeline), engine (the SimPy processes).
+collectives), memory (per-rank memory timeline), dag (the exact event-free timing where it applies),
+engine (the SimPy processes, the reference).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 
-def simulate(scenario, mode: str = "representative", trace: bool = True, stage_costs=None, plan=None):
+def simulate(scenario, mode: str = "representative", trace: bool = True, stage_costs=None, plan=None,
+             engine_choice: str = "auto"):
     """Simulate one step. `trace=False` skips building TraceEvents/MemorySamples (sweeps);
-    `stage_costs` / `plan` override the cost model's StageCosts and the scenario's schedule."""
+    `stage_costs` / `plan` override the cost model's StageCosts and the scenario's schedule.
+    `engine_choice`: "auto" times the step by the action DAG (sim/dag.py) where that is exact and
+    with the SimPy engine otherwise; "simpy" always runs the engine. The report's `engine` says
+    which ran ("dag" | "simpy")."""
     from pipesim.report.metrics import build_report
+    from pipesim.sim import dag
     from pipesim.sim.engine import Engine
     from pipesim.sim.workload import build
 
     w = build(scenario, mode, stage_costs, plan)
-    eng = Engine(w, trace).run()
+    eng, engine = None, "simpy"
+    why = dag.applies(w, trace) if engine_choice != "simpy" else "engine='simpy' requested"
+    if why is None:
+        eng = dag.DagRun(w).run()          # None on a deadlock: the engine reports it
+        engine = "dag" if eng is not None else "simpy"
+    if eng is None:
+        eng = Engine(w, trace).run()
     events, memory = [], []
     if mode == "representative":
         ids = {g.id: [g.pp] for g in w.gangs}
@@ -47,7 +59,7 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
         M = scenario.num_microbatches
         extras["cp_comm_exposed_s"] = max(M * sum(w.stage_costs[k].cp_comm_fwd + w.stage_costs[k].cp_comm_bwd
                                                   for k in w.plan.stages_of(r)) for r in range(w.plan.num_ranks))
-    extras.update({"mode": mode, "simulated_ranks": len(w.gangs),
+    extras.update({"mode": mode, "simulated_ranks": len(w.gangs), "engine": engine,
                    "plan": w.plan.name, "memory_model": "activations freed at B; I frees "
                    f"{1 - w.w_fraction:.3f} of them, W the rest (Qi et al. 2024 Table 1)"})
     if scenario.model.is_moe:

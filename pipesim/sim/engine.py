@@ -20,8 +20,7 @@ from __future__ import annotations
 import gc
 from collections import Counter, deque
 from contextlib import contextmanager
-
-from simpy.events import NORMAL
+from heapq import heappush
 
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
@@ -44,15 +43,39 @@ def no_gc():
             gc.enable()
 
 
+def row_memo(cache: dict, steps, build):
+    """build(steps), memoised per plan row: rows live as long as their cached plan, so a value
+    derived from a row is computed once per plan, not once per simulation."""
+    hit = cache.get(id(steps))
+    if hit is not None and hit[0] is steps:
+        return hit[1]
+    if len(cache) > 65536:
+        cache.clear()
+    out = build(steps)
+    cache[id(steps)] = (steps, out)
+    return out
+
+
+_COUNTS: dict = {}      # id(steps row) -> (row, its (key, stage, kind, compute, count) list)
+
+
+def _count(steps) -> list:
+    counts = Counter(op.key for op in steps)
+    kinds = {op.key: (op.stage, op.kind, op.compute) for op in steps}
+    return [(key, *kinds[key], n) for key, n in counts.items()]
+
+
+def step_counts(steps) -> list:
+    """How often each (stage, kind) occurs in a plan row."""
+    return row_memo(_COUNTS, steps, _count)
+
+
 def work_of(steps, table) -> tuple[dict, float]:
     """(stage, kind) -> [count, seconds, bytes] of a rank's steps, and its blocking TP seconds:
     every step runs once per step with its lowered duration (a send's wire time is its α-β time)."""
-    counts = Counter(op.key for op in steps)
-    kinds = {op.key: (op.stage, op.kind, op.compute) for op in steps}
     work: dict = {}
     tp = 0.0
-    for key, n in counts.items():
-        stage, kind, is_compute = kinds[key]
+    for key, stage, kind, is_compute, n in step_counts(steps):
         if is_compute or kind in ("SEND_F", "SEND_B"):
             c = table[key]
             work[(stage, kind)] = [n, n * c.dur, 0.0 if is_compute else n * c.nbytes]
@@ -60,9 +83,48 @@ def work_of(steps, table) -> tuple[dict, float]:
     return work, tp
 
 
+# Same-instant order. SimPy runs events of one time by (priority, creation order). The data-parallel
+# stream's wake-ups use a priority after NORMAL, so at any instant every rank action (its sends'
+# port reservations included) precedes that rank's DP bucket reservations: a deterministic rule the
+# DAG fast path (sim/dag.py) reproduces without an event queue.
+# simpy is imported by Engine() only, so the DAG path (which shares summarize) never loads it.
+NORMAL = 1                  # simpy.events.NORMAL (checked in Engine.__init__)
+DP_PRIORITY = NORMAL + 1
+_Event = None               # simpy.events.Event, bound by Engine.__init__
+
+
+def at(env, t: float, priority: int = NORMAL):
+    """An event firing at absolute time `t` (a Timeout would land on now + (t - now), which can
+    differ from t in the last bit; messages and buckets are due at exact times)."""
+    ev = _Event(env)
+    ev._ok = True
+    ev._value = None
+    heappush(env._queue, (t, priority, next(env._eid), ev))
+    return ev
+
+
+def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
+    """Per rank after the run: work counters, TP seconds, memory peak (shared by sim/dag.py;
+    `gangs` = the gangs `tls` and `mems` belong to, default all)."""
+    per_row: dict = {}
+    for g, tl, mem in zip(gangs if gangs is not None else w.gangs, tls, mems):
+        if id(g.table) not in per_row:
+            per_row[id(g.table)] = work_of(g.steps, g.table)
+        tl.work, tl.tp_s = per_row[id(g.table)]
+        tl.work = {k: list(v) for k, v in tl.work.items()}
+        tl.a2a_s = exposed_a2a(g.steps, g.table)
+        mem.finish(trace)
+        tl.peak_memory = mem.peak
+        tl.peak_by_category = dict(mem.peak_by)
+
+
 class Engine:
     def __init__(self, w: Workload, trace: bool = False):
+        global _Event
         import simpy
+        from simpy.events import NORMAL as SIMPY_NORMAL, Event
+        assert SIMPY_NORMAL == NORMAL, "simpy changed its priority constants"
+        _Event = Event
         self.w = w
         self.trace = trace
         self.env = simpy.Environment()
@@ -90,7 +152,9 @@ class Engine:
         ev = self.wake[gid]
         if ev is not None:
             self.wake[gid] = None
-            ev.succeed()
+            ev._ok = True
+            ev._value = None
+            self.env.schedule(ev, DP_PRIORITY)
 
     # ---------------------------------------------------------------- rank process
     def rank(self, g):
@@ -112,7 +176,7 @@ class Engine:
         recv_buffer = 0.0
         compute = tl.compute
         p2p = tl.comm.setdefault("P2P", [])
-        timeout, schedule = env.timeout, env.schedule
+        timeout = env.timeout
         for idx, op in enumerate(ops):
             k = op.kind
             c = table[op.key]
@@ -163,7 +227,7 @@ class Engine:
                 else:
                     waiting._ok = True
                     waiting._value = (wire, end)
-                    schedule(waiting, NORMAL, end - now)
+                    heappush(env._queue, (end, NORMAL, next(env._eid), waiting))
                 if c.nbytes:
                     mlog.append((now, c.buf_alloc))
                     mlog.append((end, c.buf_free))
@@ -183,7 +247,7 @@ class Engine:
                 else:
                     wire, arrived = posted
                     if arrived > reached:
-                        yield timeout(arrived - reached)
+                        yield at(env, arrived)
                 del box[key]
                 now = env._now
                 tl.recv.append((reached, now, wire, k))
@@ -297,12 +361,12 @@ class Engine:
         members = self.dp_peers[g.pp]
         if len(members) == 1:
             start, end = reserve_all(self._ports(g), env.now, sec)
-            yield env.timeout(end - env.now)
+            yield at(env, end, DP_PRIORITY)
             return start, end
         bar, last = self.net.arrive(key, len(members))
         if last:
             start, end = reserve_all(self._ports(g), env.now, sec)
-            yield env.timeout(end - env.now)
+            yield at(env, end, DP_PRIORITY)
             bar.data = (start, end)
             bar.done.succeed()
             return start, end
@@ -330,17 +394,16 @@ class Engine:
         same = all(d == arrivals[0][1] for _, d in arrivals)
         t_max = max(t for t, _ in arrivals)
         ivs = []
-        timeout = env.timeout
         single = ports[0] if len(ports) == 1 else None
         for b in range(n):
             frac = (b + 1) / n
             ready = t_max + dur * frac if same else max(t + d * frac for t, d in arrivals)
             now = env.now
             if ready > now:
-                yield timeout(ready - now)
-                now = env.now
+                yield at(env, ready, DP_PRIORITY)
+                now = ready
             start, end = single.reserve(now, sec) if single else reserve_all(ports, now, sec)
-            yield timeout(end - now)
+            yield at(env, end, DP_PRIORITY)
             ivs.append((start, end))
         if len(members) > 1:
             bar.data = ivs
@@ -358,16 +421,7 @@ class Engine:
         stuck = [g for g, p in zip(self.w.gangs, procs) if p.is_alive]
         if stuck:
             raise self._deadlock(stuck)
-        per_row: dict = {}
-        for g, tl, mem in zip(self.w.gangs, self.tl, self.mem):
-            if id(g.table) not in per_row:
-                per_row[id(g.table)] = work_of(g.steps, g.table)
-            tl.work, tl.tp_s = per_row[id(g.table)]
-            tl.work = {k: list(v) for k, v in tl.work.items()}
-            tl.a2a_s = exposed_a2a(g.steps, g.table)
-            mem.finish(self.trace)
-            tl.peak_memory = mem.peak
-            tl.peak_by_category = dict(mem.peak_by)
+        summarize(self.w, self.tl, self.mem, self.trace)
         return self
 
     def _deadlock(self, stuck) -> PlanError:

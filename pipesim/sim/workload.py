@@ -29,6 +29,8 @@ ZB_MB_SCORES = 5.0          # coefficient of a s^2 b (attention scores, softmax,
 
 KIND_CODE = {"F": 0, "B": 1, "I": 2, "W": 3, "R": 4, "SEND_F": 5, "SEND_B": 6, "RECV_F": 7, "RECV_B": 8}
 NKINDS = len(KIND_CODE)
+_COMPUTE = frozenset(("F", "B", "I", "W", "R"))
+_GATHER = frozenset(("F", "B", "I"))
 
 
 class Step:
@@ -42,11 +44,15 @@ class Step:
         self.key = stage * NKINDS + KIND_CODE[kind]   # index into a rank's cost table
         self.peer = peer                # pipeline rank at the other end (SEND/RECV)
         self.grad_last = grad_last      # last gradient-producing action of its stage (DP buckets)
-        self.compute = kind in ("F", "B", "I", "W", "R")
-        self.gather = kind in ("F", "B", "I")          # needs the stage's weights (ZeRO-3)
+        self.compute = kind in _COMPUTE
+        self.gather = kind in _GATHER                  # needs the stage's weights (ZeRO-3)
         # mailbox key of the message: a RECV's own (kind, stage, mb), a SEND's matching RECV's
-        rk, rs = {"SEND_F": ("RECV_F", stage + 1), "SEND_B": ("RECV_B", stage - 1)}.get(kind, (kind, stage))
-        self.rkey = (rk, rs, mb)
+        if kind == "SEND_F":
+            self.rkey = ("RECV_F", stage + 1, mb)
+        elif kind == "SEND_B":
+            self.rkey = ("RECV_B", stage - 1, mb)
+        else:
+            self.rkey = (kind, stage, mb)
 
     def __repr__(self):
         return f"Step({self.stage}{self.kind}{self.mb})"
@@ -81,16 +87,16 @@ def plan_steps(plan) -> tuple[tuple[Step, ...], ...]:
             if a.kind in ("B", "W"):
                 last[a.stage] = (r, idx)
     rows = []
+    where = plan.stage_to_rank
     for r, row in enumerate(plan.ranks):
         out = []
-        for idx, a in enumerate(row):
-            k, st = a.kind, a.stage
+        for idx, (st, k, mb) in enumerate(row):
             peer = -1
-            if k in ("SEND_F", "RECV_B"):
-                peer = plan.rank_of(st + 1)
-            elif k in ("SEND_B", "RECV_F"):
-                peer = plan.rank_of(st - 1)
-            out.append(Step(k, st, a.microbatch, peer, last.get(st) == (r, idx)))
+            if k == "SEND_F" or k == "RECV_B":
+                peer = where[st + 1]
+            elif k == "SEND_B" or k == "RECV_F":
+                peer = where[st - 1]
+            out.append(Step(k, st, mb, peer, last.get(st) == (r, idx)))
         rows.append(tuple(out))
     return tuple(rows)
 
@@ -207,6 +213,16 @@ def w_fraction(s) -> float:
     return min(1.0, ZB_MW_PER_BSH / (ZB_MB_PER_BSH + scores))
 
 
+def plan_family(s) -> tuple | None:
+    """What a scenario's plan depends on besides cost hints: (schedule, P, M, V), or None for a
+    CSV plan. Sweeps send scenarios of one family to one worker, so that each distinct plan is
+    generated once per sweep (whatif/evaluate.py)."""
+    name = s.training.schedule
+    if name.endswith(".csv"):
+        return None
+    return (name, s.parallel.pipeline, s.num_microbatches, s.parallel.virtual_stages)
+
+
 def load_plan(s, costs):
     """The scenario's plan: a registry schedule (cost hints from the stage costs) or a CSV."""
     P, V, M = s.parallel.pipeline, s.parallel.virtual_stages, s.num_microbatches
@@ -236,7 +252,7 @@ def load_plan(s, costs):
 COST_PLACED = {"zb-h1", "zbh1", "zb1p", "zb-h2", "zbh2", "zb2p", "zb-v", "zbv"}
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=2048)   # a sweep cycles through its plans: an LRU smaller than the set evicts each before reuse
 def _generated(name, P, M, V, hints):
     """Plans carry no durations, so one plan serves every cost model: cache them for sweeps."""
     from pipesim.schedules import generate, lower, validate
@@ -245,7 +261,7 @@ def _generated(name, P, M, V, hints):
     else:
         f, b, i, w = hints
         plan = generate(name, stages=P, microbatches=M, virtual=V, f=f, b=b, i=max(i, 0.1), w=max(w, 0.1))
-    validate(plan)
+    validate(plan, deadlock=False)   # the engine (or the DAG pass) reports deadlocks itself
     plan = lower(plan)
     return plan, plan_steps(plan)
 
@@ -341,8 +357,10 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         static = dict(weights=sum(costs[k].static.weights for k in chunks),
                       gradients=sum(costs[k].static.gradients for k in chunks),
                       optimizer=sum(costs[k].static.optimizer for k in chunks))
-        rep_speed = speed_of(s, [m for d in range(D) for m in gang_members(s, d, pp)]
-                             ) if mode == "representative" else None
+        rep_speed = None
+        if mode == "representative":
+            rep_speed = speed_of(s, [m for d in range(D) for m in gang_members(s, d, pp)]
+                                 ) if s.system.heterogeneity.rank_speed else 1.0
         for dp in dps:
             members = gang_members(s, dp, pp)
             speed = rep_speed if rep_speed is not None else speed_of(s, members)

@@ -20,9 +20,10 @@ SKIP_KEYS = {"events", "memory", "ranks", "stage_costs", "stages", "schedule_gri
 
 
 def simulate_report(scenario, mode: str = "representative") -> dict:
-    """Default evaluator: the SimPy simulator, metrics only (no trace events)."""
+    """Default evaluator: the simulator, metrics only (no trace events). Its `engine` column says
+    which timing ran: "dag" (exact longest path, sim/dag.py) or "simpy" (the event engine)."""
     from pipesim.sim import simulate
-    return dict(simulate(scenario, mode=mode, trace=False).to_dict(), engine="sim")
+    return simulate(scenario, mode=mode, trace=False).to_dict(include_trace=False)
 
 
 def layout_columns(s) -> dict:
@@ -113,11 +114,45 @@ def _work(item: Prepared) -> dict:
                 "reason": f"{type(exc).__name__}: {exc}".splitlines()[0]}
 
 
+def _work_group(group: list[Prepared]) -> list[dict]:
+    return [_work(it) for it in group]
+
+
+def _ray_group(group: list[Prepared], evaluator, mode, screen) -> list[dict]:
+    """A Ray task: one group of configurations (the worker process keeps its plan cache)."""
+    _init_worker(evaluator, mode, screen)
+    return _work_group(group)
+
+
+def task_groups(todo: list[Prepared], jobs: int) -> list[list[Prepared]]:
+    """Configurations that share a plan family (schedule, P, M, V) go to one worker as one task,
+    so every distinct plan is generated once per sweep and reused from that worker's plan cache
+    (sim/workload.py), instead of once per process that meets it. Items still to be loaded (search
+    candidates) and CSV plans have no family: they go in chunks. Largest groups first."""
+    from pipesim.sim.workload import plan_family
+    families: dict = {}
+    loose = []
+    for it in todo:
+        fam = plan_family(it.scenario) if it.scenario is not None else None
+        if fam is None:
+            loose.append(it)
+        else:
+            families.setdefault(fam, []).append(it)
+    chunk = max(1, min(16, len(todo) // (max(jobs, 1) * 8)))
+    groups = sorted(families.values(), key=len, reverse=True)
+    groups += [loose[i:i + chunk] for i in range(0, len(loose), chunk)]
+    return groups
+
+
 def evaluate_all(items: list[Prepared], evaluator: Callable = simulate_report, mode: str = "representative",
-                 jobs: int = 1, progress=None, screen: bool = False) -> list[dict]:
+                 jobs: int = 1, progress=None, screen: bool = False, ray_address: str | None = None,
+                 use_ray: bool = False) -> list[dict]:
     """Rows in the order of `items`. Pruned items never reach a worker. `progress(done, total)` is
     called as rows arrive. jobs <= 0 means one per CPU. `screen`: rows that the closed form puts
-    over OOM_MARGIN x the GPU memory skip the evaluator (see screened_oom)."""
+    over OOM_MARGIN x the GPU memory skip the evaluator (see screened_oom). `use_ray`: run the
+    groups as Ray tasks (ray.init(address=ray_address): None starts or joins a local instance,
+    "auto" the cluster this machine belongs to, "ray://HOST:10001" a remote head) instead of a
+    process pool; the rows are the same."""
     jobs = jobs if jobs and jobs > 0 else (os.cpu_count() or 1)
     rows: dict[int, dict] = {}
     todo = []
@@ -129,22 +164,28 @@ def evaluate_all(items: list[Prepared], evaluator: Callable = simulate_report, m
     total, done = len(items), len(rows)
     if progress:
         progress(done, total)
-    if jobs == 1 or len(todo) <= 1:
+
+    def arrived(batch):
+        nonlocal done
+        for row in batch:
+            rows[row["index"]] = row
+        done += len(batch)
+        if progress:
+            progress(done, total)
+
+    groups = task_groups(todo, jobs)
+    if use_ray:
+        from pipesim.whatif.cluster import run_ray
+        run_ray(groups, _ray_group, (evaluator, mode, screen), ray_address, arrived)
+    elif jobs == 1 or len(todo) <= 1:
         _init_worker(evaluator, mode, screen)
-        for it in todo:
-            rows[it.index] = _work(it)
-            done += 1
-            if progress:
-                progress(done, total)
+        for group in groups:
+            arrived(_work_group(group))
     else:
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-        chunk = max(1, min(16, len(todo) // (jobs * 8)))
         with ctx.Pool(jobs, initializer=_init_worker, initargs=(evaluator, mode, screen)) as pool:
-            for row in pool.imap_unordered(_work, todo, chunksize=chunk):
-                rows[row["index"]] = row
-                done += 1
-                if progress:
-                    progress(done, total)
+            for batch in pool.imap_unordered(_work_group, groups):
+                arrived(batch)
     return [rows[it.index] for it in items]
 
 

@@ -4,9 +4,12 @@ Two phases. (1) Enumerate the space (tensor, context, pipeline, data, virtual st
 schedule, recompute, ZeRO stage, compression), drop impossible layouts with the loader's
 reason, and screen every candidate with the closed-form model (pipesim.whatif.analytic: same
 stage costs, bubble formulas instead of events) - memory over the GPU's and slow layouts go.
-(2) Simulate the `finalists` best-screened candidates with the SimPy simulator and rank them by
-simulated throughput. The answer explains why the winner wins and what the runner-up loses on,
-from the per-component step-time breakdown.
+(2) Simulate the `finalists` best-screened candidates, plus every other candidate that the closed
+form's measured error band (ERROR_BAND) cannot rule out of the top `finalists`, and rank them by
+simulated throughput; `SearchResult.stages` counts what each stage kept. The axes are the fields
+of SearchSpace plus `SearchSpace.extra` (any scenario key: context or expert parallelism, ...).
+The answer explains why the winner wins and what the runner-up loses on, from the per-component
+step-time breakdown.
 """
 from __future__ import annotations
 
@@ -49,6 +52,15 @@ class SearchSpace:
     recompute: tuple = RECOMPUTE
     zero: tuple = (0, 1, 2, 3)
     compression: tuple = COMPRESSION
+    extra: dict = field(default_factory=dict)
+    """More axes: dotted scenario key -> values, multiplied into the space (e.g. the context- or
+    expert-parallel sizes of issues 14/15, `training.moe_dispatcher`, ...). Keys listed in
+    GPU_AXES also divide the GPU count, so data parallelism shrinks with them."""
+
+
+# Parallel sizes that multiply with tensor and pipeline into the GPU count (data = GPUs / product);
+# an axis that shares GPUs with data parallelism instead (expert parallelism) is not listed here.
+GPU_AXES = {"parallel.context"}
 
 
 @dataclass
@@ -62,6 +74,7 @@ class SearchResult:
     best: dict | None = None
     runner_up: dict | None = None
     explanation: list = field(default_factory=list)
+    stages: dict = field(default_factory=dict)          # pruning stage -> configurations kept
 
 
 def system_for(raw_system, gpus: int) -> dict:
@@ -91,10 +104,15 @@ def probe_scenario(base: dict, gpus: int):
                                            schedule="1f1b")})
 
 
+def set_key(d: dict, dotted: str, value) -> dict:
+    """A copy of scenario dict `d` with `section.key` set (sections copied, not shared)."""
+    section, key = dotted.split(".", 1)
+    return {**d, section: dict(d.get(section) or {}, **{key: value})}
+
+
 def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[dict]:
     """Scenario dicts for every combination worth loading (cheap arithmetic filters only; the
     loader gives the reason for anything else)."""
-    from pipesim.scenario.load import load_scenario
     space = space or SearchSpace()
     base = dict(raw)
     base["system"] = system_for(raw["system"], gpus)
@@ -104,43 +122,83 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
     pipes = space.pipeline or tuple(p for p in divisors(m.num_layers) if gpus % p == 0)
     contexts = space.context or tuple(2 ** k for k in range(0, 11) if 2 ** k == 1 or (
         m.causal and m.seq_length % (2 ** (k + 1)) == 0 and m.seq_length // 2 ** k >= MIN_CP_TOKENS))
+    axes = {"parallel.context": contexts, **space.extra}
+    extra_keys = list(axes)
     out = []
-    for t, c, p in itertools.product(tensors, contexts, pipes):
-        if gpus % (t * c * p):
-            continue
-        d = gpus // (t * c * p)
-        scheds = [("1f1b", 1)] if p == 1 else []
-        if p > 1:
-            for name in space.schedules:
-                if name == "interleaved":
-                    scheds += [(name, v) for v in VIRTUAL if m.num_layers % (p * v) == 0]
-                elif name in ("zb-v", "dualpipe-v"):
-                    if m.num_layers % (2 * p) == 0:
-                        scheds.append((name, 2))
-                else:
-                    scheds.append((name, 1))
-        zeros = space.zero if d > 1 else (0,)
-        comps = space.compression if p > 1 else (16,)
-        for mb, (sched, v), rc, z, bits in itertools.product(space.micro_batch, scheds, space.recompute, zeros, comps):
-            M = base["training"]["global_batch_size"] // (mb * d) if mb * d else 0
-            if sched == "interleaved" and v > 1 and M % p:
-                continue      # micro-batches enter in rounds of P per chunk (schedules CONSTRAINTS)
-            par = dict(base.get("parallel") or {}, tensor=t, pipeline=p, data=d, virtual_stages=v, context=c)
-            par.pop("layers_per_stage", None)
-            tr = dict(base["training"], micro_batch_size=mb, schedule=sched, recompute=rc, zero_stage=z,
-                      activation_compression_bits=bits)
-            out.append({**base, "parallel": par, "training": tr})
+    for extra in itertools.product(*(axes[k] for k in extra_keys)):
+        settings = dict(zip(extra_keys, extra))
+        split = math.prod(v for k, v in settings.items() if k in GPU_AXES)
+        for t, p in itertools.product(tensors, pipes):
+            if gpus % (t * p * split):
+                continue
+            d = gpus // (t * p * split)
+            scheds = [("1f1b", 1)] if p == 1 else []
+            if p > 1:
+                for name in space.schedules:
+                    if name == "interleaved":
+                        scheds += [(name, v) for v in VIRTUAL if m.num_layers % (p * v) == 0]
+                    elif name in ("zb-v", "dualpipe-v"):
+                        if m.num_layers % (2 * p) == 0:
+                            scheds.append((name, 2))
+                    else:
+                        scheds.append((name, 1))
+            zeros = space.zero if d > 1 else (0,)
+            comps = space.compression if p > 1 else (16,)
+            for mb, (sched, v), rc, z, bits in itertools.product(space.micro_batch, scheds, space.recompute, zeros,
+                                                                 comps):
+                M = base["training"]["global_batch_size"] // (mb * d) if mb * d else 0
+                if sched == "interleaved" and v > 1 and M % p:
+                    continue      # micro-batches enter in rounds of P per chunk (schedules CONSTRAINTS)
+                par = dict(base.get("parallel") or {}, tensor=t, pipeline=p, data=d, virtual_stages=v)
+                par.pop("layers_per_stage", None)
+                tr = dict(base["training"], micro_batch_size=mb, schedule=sched, recompute=rc, zero_stage=z,
+                          activation_compression_bits=bits)
+                cand = {**base, "parallel": par, "training": tr}
+                for key, value in settings.items():
+                    cand = set_key(cand, key, value)
+                out.append(cand)
     return out
+
+
+# How far the closed form's throughput is from the simulator's, per schedule: the (lowest, highest)
+# of simulated / closed-form - 1 over the layouts of the GPT-3 175B / 1024-GPU grid that fit the
+# GPU memory in simulation (`python benchmarks/sweep_speed.py --band` measures it), rounded outward
+# to 0.1 %. The closed form is optimistic for the zero-bubble schedules (their W placement leaves
+# gaps it does not see). Schedules not measured get DEFAULT_BAND.
+ERROR_BAND = {"1f1b": (-0.005, 0.000), "interleaved": (-0.003, 0.004), "zb-h1": (-0.134, 0.001),
+              "zb-v": (-0.227, 0.001)}
+DEFAULT_BAND = (-0.25, 0.25)
+
+
+def keep_for_simulation(fits: list[dict], k: int) -> tuple[list[dict], list[dict]]:
+    """(top k by closed-form throughput, the others that may still belong in the true top k).
+
+    With the band, a layout's simulated throughput lies in [x (1 + lo), x (1 + hi)] for closed
+    form x. At least k layouts reach the k-th largest lower end, so a layout whose upper end is
+    below it cannot be in the top k: everything else is kept."""
+    if not fits:
+        return [], []
+    band = lambda r: ERROR_BAND.get(r.get("schedule"), DEFAULT_BAND)
+    order = sorted(fits, key=lambda r: -r["throughput_samples_per_s"])
+    top = order[:k]
+    lows = sorted((r["throughput_samples_per_s"] * (1 + band(r)[0]) for r in order), reverse=True)
+    floor = lows[min(k, len(lows)) - 1]
+    rest = [r for r in order[k:] if r["throughput_samples_per_s"] * (1 + band(r)[1]) >= floor]
+    return top, rest
 
 
 def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: int = 16,
            evaluator: Callable = simulate_report, screen: Callable = analytic_report, jobs: int = 1,
-           progress=None) -> SearchResult:
+           progress=None, use_ray: bool = False, ray_address: str | None = None) -> SearchResult:
+    """Enumerate, screen every candidate by the closed form, simulate the top `finalists` plus
+    everything the closed form's measured error band cannot rule out, rank by the simulator.
+    `result.stages` counts what each stage kept."""
     from pipesim.scenario.load import load_scenario
     cands = candidates(raw, gpus, space)
     result = SearchResult(gpus=gpus, considered=len(cands))
     items = [Prepared(i, {}, raw=c) for i, c in enumerate(cands)]
-    screened = evaluate_all(items, evaluator=screen, jobs=jobs)
+    run = dict(jobs=jobs, use_ray=use_ray, ray_address=ray_address)
+    screened = evaluate_all(items, evaluator=screen, **run)
     # The closed form's peak is verified for the SCREENED_SCHEDULES; for the others (ZB-V, ...) it
     # is off by up to 28 %, so near misses stay candidates and the simulator decides.
     memory = probe_scenario(dict(raw, system=system_for(raw["system"], gpus)), gpus).system.gpu.memory
@@ -151,15 +209,15 @@ def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: in
     for r in screened:
         if r["status"] in ("pruned", "error"):
             result.pruned[r["reason"]] = result.pruned.get(r["reason"], 0) + 1
-    fits.sort(key=lambda r: -r["throughput_samples_per_s"])
-    # Finalists: the best screened layouts that fit, plus a quarter as many near misses.
-    near = [r for r in fits if r["status"] == "oom"]
-    chosen = pick_diverse([r for r in fits if r["status"] == "ok"], finalists)
-    chosen += pick_diverse(near, max(1, finalists // 4)) if near else []
+    top, band = keep_for_simulation(fits, finalists)
+    chosen = top + band
     result.simulated = len(chosen)
+    result.stages = {"enumerated": len(cands), "loadable": sum(r["status"] in ("ok", "oom") for r in screened),
+                     "fit memory (closed form)": len(fits), "top-k (closed form)": len(top),
+                     "within the error band": len(band), "simulated": len(chosen)}
     screen_of = {r["index"]: r for r in fits}
     sim_items = [Prepared(k, {}, scenario=load_scenario(cands[r["index"]])) for k, r in enumerate(chosen)]
-    simulated = evaluate_all(sim_items, evaluator=evaluator, jobs=jobs, progress=progress)
+    simulated = evaluate_all(sim_items, evaluator=evaluator, progress=progress, **run)
     rows = []
     for k, row in enumerate(simulated):
         src = screen_of[chosen[k]["index"]]
@@ -169,6 +227,7 @@ def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: in
         rows.append(row)
     ok = prefer_simple(sorted([r for r in rows if r["status"] == "ok"], key=lambda r: -r["throughput_samples_per_s"]))
     result.finalists = ok
+    result.stages["fit memory (simulated)"] = len(ok)
     if ok:
         result.best = ok[0]
         # The runner-up is the best finalist with a different layout (tensor, pipeline, schedule,
@@ -206,22 +265,6 @@ def prefer_simple(rows: list[dict]) -> list[dict]:
 def layout_key(r: dict) -> tuple:
     return (r["tensor"], r["context"], r["pipeline"], r["virtual_stages"], r["micro_batch_size"], r["schedule"],
             r["recompute"], r["zero_stage"], r["compression_bits"])
-
-
-def pick_diverse(rows: list[dict], n: int) -> list[dict]:
-    """The best `n` screened rows, but at most half of them from one (tensor, context, pipeline)
-    so the simulator also sees the best of the other layouts."""
-    out, per_layout = [], {}
-    cap = max(1, n // 2)
-    for r in rows:
-        k = (r["tensor"], r["context"], r["pipeline"])
-        if per_layout.get(k, 0) >= cap:
-            continue
-        per_layout[k] = per_layout.get(k, 0) + 1
-        out.append(r)
-        if len(out) >= n:
-            break
-    return out
 
 
 def describe(r: dict) -> str:

@@ -31,10 +31,12 @@ def read_base(path_or_dict) -> tuple[dict, str]:
 
 
 def run_sweep(scenario, grid, evaluator: Callable = simulate_report, mode: str = "representative",
-              jobs: int = 1, progress=None, screen: bool = False) -> SweepResult:
+              jobs: int = 1, progress=None, screen: bool = False, use_ray: bool = False,
+              ray_address: str | None = None) -> SweepResult:
     raw, source = read_base(scenario)
     grid = grid if isinstance(grid, Grid) else read_grid(grid)
     items = prepare(raw, grid, source)
-    rows = evaluate_all(items, evaluator=evaluator, mode=mode, jobs=jobs, progress=progress, screen=screen)
+    rows = evaluate_all(items, evaluator=evaluator, mode=mode, jobs=jobs, progress=progress, screen=screen,
+                        use_ray=use_ray, ray_address=ray_address)
     limit = next((it.scenario.system.gpu.memory for it in items if it.scenario is not None), None)
     return SweepResult(grid=grid, rows=rows, memory_limit=limit)

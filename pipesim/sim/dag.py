@@ -1,0 +1,292 @@
+"""Exact timing without an event queue: the longest path through the plan's action DAG.
+
+Where it applies (see `applies`), a step is a DAG: every rank runs its lowered plan in order (an
+action starts when the previous one ends), a RECV also waits for its message, and a message
+lands at its SEND's wire end. Every send leaves through its own rank's port, in that rank's
+program order, so the port's FIFO horizon is computed in the same pass; the rank's
+data-parallel stream (gradient buckets, the ZeRO-1/2 all-gather) is the only other user of a
+rank's port, and it depends on nothing but that rank's own times, so it is advanced lazily
+beside the rank: before a send reserves the port at time T, every bucket requested before T
+reserves first (at equal times the rank goes first: the engine's DP_PRIORITY rule).
+
+The pass is Kahn's topological order with one cursor per rank: a rank runs until it reaches a
+RECV whose SEND has not been issued, then the next rank continues; each action is visited once,
+so the cost is linear in ranks x actions with no event objects, heap or generator switches. A
+plan that leaves every rank blocked deadlocks: the SimPy engine is run to report it.
+
+The arithmetic is the engine's (end = start + duration, max of ready times), so step time, every
+timeline interval and the memory log are bit-identical to sim/engine.py (tests/test_sim_dag.py
+checks every schedule). Not covered here, and left to the engine: ZeRO-3 (weight gathers block
+compute on the DP stream), full mode whose data-parallel replicas differ (a collective then joins
+different ranks' streams and ports; identical replicas are walked once, see `symmetric`), trace
+events (trace=True), and a workload an extension marks with a `needs_engine` reason (e.g. overlap
+the engine models and this pass does not).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import replace
+
+from pipesim.report.metrics import RankTimeline
+from pipesim.sim.engine import row_memo, summarize
+from pipesim.sim.memory import MemoryTracker
+from pipesim.sim.network import Port
+from pipesim.sim.workload import Workload, collective_seconds
+
+
+def applies(w: Workload, trace: bool) -> str | None:
+    """None if the DAG path is exact for `w`, else why the SimPy engine must run."""
+    if trace:
+        return "trace events requested"
+    if w.zero_stage == 3 and w.scenario.parallel.data > 1:
+        return "ZeRO-3 weight gathers"
+    if w.mode == "full" and w.scenario.parallel.data > 1 and not symmetric(w):
+        return "full mode with unequal data-parallel replicas (collectives join different timelines)"
+    if getattr(w, "needs_engine", None):
+        return w.needs_engine
+    return None
+
+
+COMPUTE, SEND, RECV = 0, 1, 2
+_COMPACT: dict = {}     # id(steps row) -> (row, its ops as tuples)
+
+
+def _compact(steps) -> list:
+    return [(COMPUTE if op.compute else SEND if op.kind in ("SEND_F", "SEND_B") else RECV,
+             op.key, op.kind, op.stage, op.grad_last, op.rkey, op.peer) for op in steps]
+
+
+def compact(steps) -> list:
+    """A plan row as (code, cost key, kind, stage, grad_last, message key, peer) tuples, built once
+    per cached plan: tuple unpacking is the cheapest per-action read in the pass."""
+    return row_memo(_COMPACT, steps, _compact)
+
+
+def symmetric(w: Workload) -> bool:
+    """Full mode whose data-parallel replicas are identical: every gang of a pipeline rank shares
+    one cost table (same speed, same links) and static memory. Then every DP collective sees
+    identical arrivals and identical port horizons on all its members, so each replica's timeline
+    is replica 0's, bit for bit (as the engine computes it), and only replica 0 is walked."""
+    first = {}
+    for g in w.gangs:
+        f = first.setdefault(g.pp, g)
+        if g.table is not f.table or g.speed != f.speed or g.static != f.static or \
+                g.step_ops != f.step_ops or g.optimizer_s != f.optimizer_s or \
+                g.first_forward_s != f.first_forward_s:
+            return False
+    return True
+
+
+class DPStream:
+    """One rank's data-parallel stream, advanced lazily: a FIFO of gradient jobs whose bucket
+    reservations are issued in time order (engine.py `_grad_reduce` with one member)."""
+    __slots__ = ("w", "pp", "port", "jobs", "t", "cur", "b", "ivs", "dp_ivs")
+
+    def __init__(self, w: Workload, pp: int, port: Port, dp_ivs: list):
+        self.w, self.pp, self.port = w, pp, port
+        self.jobs: deque = deque()
+        self.t = 0.0          # when the stream is next free
+        self.cur = None       # (t0, dur, sizes, sec) of the job in progress
+        self.b = 0
+        self.ivs: list = []
+        self.dp_ivs = dp_ivs  # the rank timeline's DP intervals
+
+    def put(self, stage: int, t0: float, dur: float) -> None:
+        self.jobs.append((stage, t0, dur))
+
+    def _start_job(self) -> bool:
+        """Take the next job with buckets to reduce; False if none is queued."""
+        w = self.w
+        while self.cur is None:
+            if not self.jobs:
+                return False
+            stage, t0, dur = self.jobs.popleft()
+            sizes = w.buckets[stage]
+            if t0 > self.t:
+                self.t = t0   # an idle stream wakes when the job is queued
+            if w.scenario.parallel.data <= 1 or not sizes:
+                continue
+            self.cur = (t0, dur, len(sizes), collective_seconds(w, w.grad_kind, sizes[0], self.pp))
+            self.b = 0
+        return True
+
+    def advance(self, before: float | None = None) -> None:
+        """Issue every bucket reservation requested before `before` (all pending ones if None).
+        One tight loop per job: bucket b is requested at max(stream free, t0 + dur (b+1)/n) and
+        holds the port for `sec` (the engine's `_grad_reduce` with one member, same arithmetic)."""
+        port, ivs = self.port, self.ivs
+        while self._start_job():
+            t0, dur, n, sec = self.cur
+            t, b = self.t, self.b
+            free = port.free_at
+            while b < n:
+                ready = t0 + dur * ((b + 1) / n)
+                req = ready if ready > t else t
+                if before is not None and req >= before:
+                    break
+                start = req if req > free else free
+                free = t = start + sec
+                if ivs and ivs[-1][1] == start:   # back-to-back buckets: one interval, same union
+                    ivs[-1] = (ivs[-1][0], t)
+                else:
+                    ivs.append((start, t))
+                b += 1
+            port.free_at = free
+            self.t, self.b = t, b
+            if b < n:
+                return
+            self.dp_ivs.extend(ivs)
+            ivs.clear()
+            self.cur = None
+
+
+class DagRun:
+    """The engine's outputs (tl, mem, events) from one topological pass; `run()` returns None
+    when the plan deadlocks (the caller runs the SimPy engine for its error report)."""
+
+    def __init__(self, w: Workload):
+        self.w = w
+        self.tl = [RankTimeline(rank=g.id, stage=g.pp, stages=tuple(w.plan.stages_of(g.pp))) for g in w.gangs]
+        self.mem = [MemoryTracker(g.static) for g in w.gangs]
+        self.events: list = []
+
+    def run(self):
+        w = self.w
+        n = len(w.gangs)
+        boxes = [{} for _ in range(n)]       # per rank: message key -> (wire start, arrival)
+        ports = [{"intra": Port(), "inter": Port()} for _ in range(n)]
+        state = [None] * n
+        walked = [g for g in w.gangs if g.dp == 0]      # all of them, except in symmetric full mode
+        for g in walked:
+            tl = self.tl[g.id]
+            tl.comm["P2P"] = []               # key order as the engine's
+            dp_port = ports[g.id][w.dp_group[g.pp][1]]
+            dp = DPStream(w, g.pp, dp_port, tl.comm.setdefault("DP", []) if w.scenario.parallel.data > 1 else [])
+            peers = {q: w.gang_at[(g.dp, q)] for q in range(w.plan.num_ranks) if (g.dp, q) in w.gang_at}
+            # [next op index, clock, receive buffer bytes, dp stream, peers]
+            state[g.id] = [0, 0.0, 0.0, dp, peers]
+        pending = deque(g.id for g in walked)
+        blocked: dict = {}                    # (dst gang, message key) -> gang waiting for it
+        done = 0
+        while pending:
+            gid = pending.popleft()
+            woke = self._advance(gid, state[gid], boxes, ports, blocked)
+            for q in woke:
+                pending.append(q)
+            if state[gid][0] == len(w.gangs[gid].steps):
+                self._finish(gid, state[gid])
+                done += 1
+        if done < len(walked):
+            return None
+        for g in walked:
+            if not self.tl[g.id].comm.get("DP"):
+                self.tl[g.id].comm.pop("DP", None)
+        summarize(w, [self.tl[g.id] for g in walked], [self.mem[g.id] for g in walked], False, walked)
+        if len(walked) < n:                   # symmetric replicas: replica 0's timelines, shared
+            rep = {g.pp: g.id for g in walked}
+            for g in w.gangs:
+                if g.dp:
+                    src = self.tl[rep[g.pp]]
+                    self.tl[g.id] = replace(src, rank=g.id)
+                    self.mem[g.id] = self.mem[rep[g.pp]]
+        return self
+
+    def _advance(self, gid, st, boxes, ports, blocked) -> list:
+        """Run rank `gid` until it ends or waits for a message not yet sent; returns the ranks
+        its sends unblocked."""
+        g = self.w.gangs[gid]
+        ops, table = compact(g.steps), g.table
+        tl, mlog = self.tl[gid], self.mem[gid].log
+        compute, recv = tl.compute, tl.recv
+        p2p = tl.comm["P2P"]
+        idx, t, recv_buffer, dp, peers = st
+        box = boxes[gid]
+        my_ports = ports[gid]
+        dp_port = dp.port
+        overlap = self.w.overlap_grad_reduce
+        woke = []
+        n_ops = len(ops)
+        while idx < n_ops:
+            code, key, kind, stage, grad_last, rkey, peer = ops[idx]
+            c = table[key]
+            if code == COMPUTE:
+                start = t
+                if c.mem0:
+                    mlog.append((start, c.mem0))
+                if grad_last and overlap:
+                    dp.put(stage, start, c.dur)
+                t = start + c.dur
+                compute.append((start, t, kind))
+                if c.mem1:
+                    mlog.append((t, c.mem1))
+                if recv_buffer:
+                    mlog.append((t, (("buffers", -recv_buffer),)))
+                    recv_buffer = 0.0
+            elif code == SEND:
+                if c.extra:
+                    start = t
+                    t = start + c.extra
+                    compute.append((start, t, "QUANTIZE"))
+                port = my_ports[c.port]
+                if port is dp_port and (dp.cur is not None or dp.jobs):
+                    dp.advance(t)         # buckets requested before now reserve first
+                free = port.free_at
+                wire = t if t > free else free
+                end = port.free_at = wire + c.dur
+                dst = peers[peer]
+                boxes[dst][rkey] = (wire, end)
+                if blocked:
+                    waiter = blocked.pop((dst, rkey), None)
+                    if waiter is not None:
+                        woke.append(waiter)
+                if c.nbytes:
+                    mlog.append((t, c.buf_alloc))
+                    mlog.append((end, c.buf_free))
+                p2p.append((wire, end))
+            else:
+                posted = box.pop(rkey, None)
+                if posted is None:            # message not sent yet: park this rank
+                    blocked[(gid, rkey)] = gid
+                    break
+                wire, arrived = posted
+                recv.append((t, arrived if arrived > t else t, wire, kind))
+                if arrived > t:
+                    t = arrived
+                if c.nbytes:
+                    mlog.append((t, c.buf_alloc))
+                    recv_buffer += c.nbytes
+                if c.extra:
+                    start = t
+                    t = start + c.extra
+                    compute.append((start, t, "DEQUANTIZE"))
+            idx += 1
+        st[0], st[1], st[2] = idx, t, recv_buffer
+        return woke
+
+    def _finish(self, gid, st) -> None:
+        """End of step (engine.py `rank` after its plan): drain the DP stream, the per-step fixed
+        ops (optimizer, ...), the ZeRO-1/2 all-gather of the updated weights."""
+        w, g, tl = self.w, self.w.gangs[gid], self.tl[gid]
+        t, dp = st[1], st[3]
+        tl.pipe_end = t
+        if not w.overlap_grad_reduce:
+            for stage in tl.stages:
+                dp.put(stage, t, 0.0)
+        dp.advance()
+        if dp.t > t:
+            t = dp.t
+        for name, sec in (g.step_ops or (("OPTIMIZER", g.optimizer_s),)):   # per-step fixed ops
+            if sec <= 0:
+                continue
+            start = t
+            t = start + sec
+            tl.compute.append((start, t, name))
+        if w.zero_stage in (1, 2) and w.scenario.parallel.data > 1:
+            hide = g.first_forward_s if w.scenario.training.overlap_param_gather else 0.0
+            nbytes = sum(w.weights_full[s] for s in tl.stages)
+            sec = max(0.0, collective_seconds(w, "all_gather", nbytes, g.pp) - hide)
+            if sec > 0:
+                start, end = dp.port.reserve(t, sec)
+                tl.comm.setdefault("ZERO_ALLGATHER", []).append((start, end))
+                t = end
+        tl.end = t

@@ -1,0 +1,108 @@
+"""The DAG fast path (sim/dag.py) against the SimPy engine: bit-equal reports on every schedule."""
+import pytest
+
+import pipesim
+from pipesim.schedules import SCHEDULES
+from _sim_helpers import tiny
+
+P, M = 4, 8
+LAYOUTS = {"gpipe": 1, "1f1b": 1, "interleaved": 2, "looped-bfs": 2, "zb-h1": 1, "zb-h2": 1, "zb-v": 2,
+           "dualpipe-v": 2}
+# Settings that change what the fast path must reproduce: DP buckets sharing the port with the
+# sends (one node: p2p and DP both on NVLink), reduction after the plan + ZeRO-1 all-gather,
+# quantized sends with recomputation, a straggler, and slow links where sends queue on a port.
+VARIANTS = {
+    "dp-overlap": dict(data=2, bw_GBps=0.05, extra_training={"grad_bucket_MB": 0.05}),
+    "dp-after-zero1": dict(data=2, extra_training={"overlap_grad_reduce": False, "zero_stage": 1}),
+    "zero1-param-gather-overlap": dict(data=2, extra_training={"zero_stage": 1, "overlap_param_gather": True}),
+    "quantized-recompute": dict(extra_training={"activation_compression_bits": 8, "recompute": "full"}),
+    "straggler": dict(data=2, heterogeneity={"rank_speed": {2: 0.6}}),
+    "slow-links": dict(bw_GBps=0.002, latency_us=50.0),
+}
+
+
+def test_every_registered_schedule_is_covered():
+    assert set(SCHEDULES) <= set(LAYOUTS)
+
+
+def both(s, **kw):
+    fast = pipesim.simulate(s, trace=False, **kw)
+    ref = pipesim.simulate(s, trace=False, engine_choice="simpy", **kw)
+    return fast, ref
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_dag_is_bit_equal_to_simpy(name, variant):
+    s = tiny(P=P, M=M, V=LAYOUTS[name], schedule=name, **VARIANTS[variant])
+    fast, ref = both(s)
+    assert fast.engine == "dag" and ref.engine == "simpy"
+    assert fast.step_time_s == ref.step_time_s
+    assert [r["compute_busy_s"] for r in fast.ranks] == [r["compute_busy_s"] for r in ref.ranks]
+    assert [r["peak_memory_bytes"] for r in fast.ranks] == [r["peak_memory_bytes"] for r in ref.ranks]
+    a, b = fast.to_dict(include_trace=False), ref.to_dict(include_trace=False)
+    a.pop("engine"), b.pop("engine")
+    assert a == b
+
+
+def test_port_sharing_is_exercised():
+    """The dp-overlap variant really interleaves buckets with sends on one port (else the test
+    above would not check the lazy DP stream)."""
+    s = tiny(P=P, M=M, schedule="1f1b", **VARIANTS["dp-overlap"])
+    r = pipesim.simulate(s, trace=True, engine_choice="simpy")
+    sends = sorted((e.start, e.end) for e in r.events if e.rank == 3 and e.stream == "send")
+    dp = sorted((e.start, e.end) for e in r.events if e.rank == 3 and e.stream == "dp")
+    assert sends and dp and dp[0][0] < sends[-1][1]
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(data=2, extra_training={"zero_stage": 3}), {}),
+    (dict(data=2, heterogeneity={"rank_speed": {2: 0.6}}), {"mode": "full"}),    # unequal replicas
+    (dict(), {"trace": True}),
+])
+def test_engine_runs_where_the_dag_does_not_apply(kw, why):
+    s = tiny(P=2, M=4, **kw)
+    r = pipesim.simulate(s, **{"trace": False, **why})
+    assert r.engine == "simpy"
+
+
+def test_deadlock_still_reported_by_the_engine(tmp_path):
+    from pipesim.errors import PlanError
+    from pipesim.schedules import Action, Plan
+    # rank 0 waits for a gradient of micro-batch 1 before rank 1 has received micro-batch 1's forward
+    rows = ((Action(0, "F", 0), Action(0, "B", 1), Action(0, "F", 1), Action(0, "B", 0)),
+            (Action(1, "F", 0), Action(1, "B", 0), Action(1, "F", 1), Action(1, "B", 1)))
+    plan = Plan("bad", 2, 2, 2, (0, 1), rows)
+    s = tiny(P=2, M=2)
+    with pytest.raises(PlanError, match="deadlock"):
+        pipesim.simulate(s, trace=False, plan=plan)
+
+
+@pytest.mark.parametrize("variant", ["dp-overlap", "dp-after-zero1", "slow-links"])
+@pytest.mark.parametrize("name", ["1f1b", "zb-v", "interleaved"])
+def test_symmetric_full_mode_walks_one_replica_bit_equal(name, variant):
+    s = tiny(P=P, M=M, V=LAYOUTS[name], schedule=name, **{"data": 2, **VARIANTS[variant], **(
+        {"data": 3} if variant == "slow-links" else {})})
+    fast, ref = both(s, mode="full")
+    assert fast.engine == "dag" and ref.engine == "simpy" and len(fast.ranks) == s.num_gpus
+    a, b = fast.to_dict(include_trace=False), ref.to_dict(include_trace=False)
+    a.pop("engine"), b.pop("engine")
+    assert a == b
+
+
+@pytest.mark.parametrize("schedule, p, v", [("1f1b", 4, 1), ("interleaved", 2, 2)])
+def test_moe_a2a_overlap_plans_bit_equal(schedule, p, v):
+    """Issue 14's fused F+B steps ("FB") are compute steps like any other for the DAG pass."""
+    from pipesim import load_scenario
+    s = load_scenario({"model": {"preset": "llama2-7b", "num_layers": 8, "num_experts": 16, "moe_top_k": 4,
+                                 "seq_length": 1024},
+                       "system": {"preset": "dgx-h100", "num_nodes": 2 * p},
+                       "parallel": {"sequence_parallel": True, "expert": 16, "tensor": 1, "pipeline": p,
+                                    "virtual_stages": v},
+                       "training": {"global_batch_size": 8 * 16, "attention": "flash", "schedule": schedule,
+                                    "moe_a2a_overlap": True}})
+    fast, ref = both(s)
+    assert fast.engine == "dag" and fast.moe["a2a_exposed_s"] < fast.moe["a2a_total_s"]
+    a, b = fast.to_dict(include_trace=False), ref.to_dict(include_trace=False)
+    a.pop("engine"), b.pop("engine")
+    assert a == b
