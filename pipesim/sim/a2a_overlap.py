@@ -9,6 +9,9 @@ combine (B_com) -> MoE block (B_moe) -> dispatch (B_dis) -> attention (B_att); D
 schedule (arXiv 2412.19437, Sec. 3.2.1, Fig. 4; the same pairing in Megatron-Core's combined
 1F1B) overlaps them in four slots, each as long as the longer of its compute and its transfer:
     T_pair = max(F_att, B_com) + max(F_dis, B_moe) + max(F_moe, B_dis) + max(F_com, B_att)
+except that the communication kernels hold some SMs while they run (DeepEP's normal kernels:
+20 of H100's 132 in Megatron-Core, pipesim/costs/moe_host.py), so compute under a transfer runs
+slower (`slot`).
 Over a pair of chunks the slots are summed over their layers: attention = everything that is not
 an MoE block (dense layers, embedding, head included), dispatch = combine = half the chunk's
 all-to-all. The exposed all-to-all is T_pair - (C_F + C_B).
@@ -31,12 +34,22 @@ from pipesim.sim.workload import KIND_CODE, Cost, Step
 PAIR_KIND = "FB"
 
 
+def slot(compute: float, comm: float, sm_share: float) -> float:
+    """One overlap slot: while the all-to-all runs, its kernels hold `sm_share` of the SMs, so the
+    compute advances at (1 − sm_share) of its speed (compute-bound kernels scale with the SMs
+    they get: wave quantisation, pipesim/costs/gemm.py); what is left after the transfer runs at
+    full speed. sm_share 0 gives max(compute, comm)."""
+    during = comm * (1.0 - sm_share)
+    return comm if compute <= during else comm + compute - during
+
+
 def pair_cost(f: Cost, b: Cost) -> Cost:
     """The fused step's cost: durations as above, memory deltas of both, TP time of both."""
     cf, cb = f.dur - f.a2a, b.dur - b.a2a
     f_att, b_att = cf - f.moe_block, cb - b.moe_block
-    dur = (max(f_att, b.a2a / 2) + max(f.a2a / 2, b.moe_block) + max(f.moe_block, b.a2a / 2)
-           + max(f.a2a / 2, b_att))
+    sm = max(f.comm_sm_share, b.comm_sm_share)
+    dur = (slot(f_att, b.a2a / 2, sm) + slot(b.moe_block, f.a2a / 2, sm) + slot(f.moe_block, b.a2a / 2, sm)
+           + slot(b_att, f.a2a / 2, sm))
     c = Cost(dur, f.tp + b.tp, mem0=f.mem0 + b.mem0, mem1=f.mem1 + b.mem1)
     c.a2a = f.a2a + b.a2a
     c.a2a_exposed = dur - (cf + cb)

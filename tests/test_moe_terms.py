@@ -1,0 +1,90 @@
+"""The MoE terms added for issue 14's follow-up: host lockstep after the dispatcher's count sync,
+the SMs the all-to-all kernels take from overlapped compute, Transformer Engine's grouped-GEMM
+rounds."""
+import pytest
+
+from pipesim import load_scenario
+from pipesim.costs import stage_costs
+from pipesim.costs.layers import layer_ops
+from pipesim.costs.moe import TE_GEMM_STREAMS, expert_gemm_rounds
+from pipesim.costs.moe_host import (DEEPEP_SMS, TORCH_OP_HOST_S, comm_sm_share, kernels_of, lockstep_exposed,
+                                    post_sync_sequence)
+from pipesim.costs.stage import cost_model_for
+from pipesim.sim.a2a_overlap import pair_cost, slot
+from pipesim.sim.workload import Cost
+
+
+def moe(experts=16, ep=8, training=None, system="dgx-h100", gpu=None):
+    sysd = {"preset": system, "num_nodes": 1, **({"gpu": gpu} if gpu else {})}
+    return load_scenario({"model": {"preset": "llama2-7b", "num_layers": 4, "num_experts": experts, "moe_top_k": 2,
+                                    "seq_length": 1024},
+                          "system": sysd, "parallel": {"expert": ep, "data": 8, "sequence_parallel": True},
+                          "training": {"global_batch_size": 64, "attention": "flash", **(training or {})}})
+
+
+def test_lockstep_recurrence_by_hand():
+    # GPU work longer than the host's issue time: only the first launch is exposed
+    assert lockstep_exposed([(10.0, 1), (10.0, 1)], 1.0) == pytest.approx(1.0)
+    # tiny kernels behind a slow host: the GPU waits for each launch
+    assert lockstep_exposed([(0.1, 1)] * 5, 1.0) == pytest.approx(5.1 - 0.5)   # last op ends at 5 + 0.1
+    # an op of 4 kernels is issued kernel by kernel: 4 launches of 1 before its last quarter runs
+    assert lockstep_exposed([(2.0, 4)], 1.0) == pytest.approx(4.0 + 0.5 - 2.0)
+    assert lockstep_exposed([], 1.0) == 0.0
+
+
+def test_post_sync_sequence_order_and_kernels():
+    s = moe()
+    ops = layer_ops(s, True)
+    names = [o.name for o in ops]
+    seq = post_sync_sequence(ops, [float(i) for i in range(len(ops))], 2, dispatch=-7.0, combine=-9.0)
+    # permute first, then the dispatch transfer; combine just before unpermute; the layer wraps around
+    assert seq[0][0] == names.index("permute") and seq[1] == (-7.0, 1)
+    assert seq[seq.index((-9.0, 1)) + 1][0] == names.index("unpermute")
+    assert seq[-1][0] == names.index("permute") - 1          # ... up to the next layer's router
+    assert len(seq) == len(ops) + 2
+    assert [n for _, n in seq].count(2) == 2          # fc1 and fc2: one GEMM per local expert
+    assert kernels_of(ops[names.index("expert_fc1")], 16) == 16 and kernels_of(ops[0], 16) == 1
+
+
+def test_host_exposure_is_a_real_term():
+    s = moe()
+    c = stage_costs(s)[0]
+    per_kernel = s.system.gpu.kernel_launch + TORCH_OP_HOST_S
+    assert per_kernel == pytest.approx(5e-6 + 3.3e-6)
+    # at least the first launch after the sync, per MoE layer
+    assert c.moe_host_fwd >= c.moe_layers * per_kernel * 0.999
+    # a synchronous host (CPU eager) already pays every launch: no extra term; EP 1 has no sync
+    assert stage_costs(moe(ep=1))[0].moe_host_fwd == 0.0
+    # the term is inside the forward and the MoE block time
+    assert c.moe_block_fwd >= c.moe_host_fwd
+
+
+def test_comm_sm_share_and_slots():
+    assert comm_sm_share(moe(training={"moe_dispatcher": "deepep"})) == pytest.approx(DEEPEP_SMS / 132)
+    assert comm_sm_share(moe(training={"moe_dispatcher": "alltoall"})) == 0.0
+    # compute under a transfer runs on the remaining SMs; what is left runs at full speed
+    assert slot(1.0, 2.0, 0.0) == 2.0 and slot(3.0, 2.0, 0.0) == 3.0
+    assert slot(3.0, 2.0, 0.25) == pytest.approx(2.0 + 3.0 - 1.5)
+    assert slot(1.4, 2.0, 0.25) == 2.0            # fits under the transfer even at 75 % speed
+    f = Cost(3.0, a2a=1.0, moe_block=1.2, comm_sm_share=0.2)
+    b = Cost(5.0, a2a=1.0, moe_block=2.5, comm_sm_share=0.2)
+    ideal = pair_cost(Cost(3.0, a2a=1.0, moe_block=1.2), Cost(5.0, a2a=1.0, moe_block=2.5)).dur
+    shared = pair_cost(f, b).dur
+    assert shared == pytest.approx(slot(0.8, 0.5, 0.2) + slot(2.5, 0.5, 0.2) + slot(1.2, 0.5, 0.2)
+                                   + slot(1.5, 0.5, 0.2))
+    assert ideal < shared <= 3.0 + 5.0
+
+
+def test_grouped_gemm_runs_in_te_stream_rounds():
+    assert TE_GEMM_STREAMS == 4
+    assert expert_gemm_rounds(16, 512, 3072, 4096, "bf16") == ((4, 512, 3072, 4096, "bf16"),) * 4
+    assert expert_gemm_rounds(6, 1, 2, 3, "bf16") == ((4, 1, 2, 3, "bf16"), (2, 1, 2, 3, "bf16"))
+    assert expert_gemm_rounds(2, 1, 2, 3, "bf16") == ((2, 1, 2, 3, "bf16"),)
+    # more, smaller experts in rounds of 4 cost more than one batched GEMM of them all would
+    s = moe(experts=64, ep=2)
+    cm = cost_model_for(s)
+    op = next(o for o in layer_ops(s, True) if o.name == "expert_fc1")
+    (b, m, n, k, dt), = {g for g in op.gemms_fwd}
+    rounds = len(op.gemms_fwd)
+    assert rounds == 32 // 4 and b == 4
+    assert cm.time(op, "fwd").compute >= cm.gemm_time(32, m, n, k, dt) * 0.999
