@@ -11,6 +11,7 @@ pipeline rank are averaged (memory: the largest). Error % = (predicted - measure
 from __future__ import annotations
 
 import json
+import os
 import statistics
 
 from pipesim.errors import PipesimError
@@ -26,6 +27,8 @@ def err_pct(pred: float, meas: float) -> float | None:
 
 
 def load_report(path: str) -> dict:
+    if os.path.isdir(path):               # a report folder of `pipesim simulate`
+        path = os.path.join(path, "report.json")
     try:
         with open(path) as fh:
             d = json.load(fh)
@@ -39,6 +42,9 @@ def load_report(path: str) -> dict:
     if not isinstance(d, dict) or "step_time_s" not in d:
         raise PipesimError(f"{path}: not a pipesim report (no step_time_s); expected the --json of "
                            f"`pipesim simulate` or `pipesim emulate`")
+    if "events" not in d:
+        raise PipesimError(f"{path}: the report has no events to compare; write it with "
+                           f"`pipesim simulate SCENARIO --events --json {path}`")
     return d
 
 

@@ -16,6 +16,7 @@ COLORS = {"F": "#4C78A8", "B": "#F58518", "I": "#E45756", "W": "#72B7B2", "R": "
           "DP": "#FF9DA6", "ZERO_GATHER": "#D67195", "ZERO_ALLGATHER": "#D67195", "TP": "#79706E"}
 COMM_STREAMS = ("send", "dp", "comm")
 MAX_RANK_ROWS = 64
+MAX_LABELS = 2000         # micro-batch numbers drawn on boxes (beyond, they would be unreadable)
 
 
 def _mpl():
@@ -33,22 +34,30 @@ def draw_timeline(ax, events, title: str = "", ranks=None, t_unit: float = 1e-3)
     row = {r: i for i, r in enumerate(ranks)}
     span = max((e.end for e in events), default=0.0) or 1.0
     seen = set()
+    # one broken_barh per (row, kind, lane): a call per event takes minutes on full-mode traces
+    groups: dict = {}
+    labels = []
     for e in events:
         if e.rank not in row or e.stream == "recv":
             continue
         y = row[e.rank]
-        width = (e.end - e.start) / t_unit
+        span_x = (e.start / t_unit, (e.end - e.start) / t_unit)
         if e.stream == "compute":
-            ax.broken_barh([(e.start / t_unit, width)], (y - 0.4, 0.6),
-                           facecolors=COLORS.get(e.kind, "#cccccc"), edgecolor="black", linewidth=0.3)
-            seen.add(e.kind)
+            groups.setdefault((y, e.kind, "compute"), []).append(span_x)
             if e.microbatch >= 0 and (e.end - e.start) > span / 60:
-                ax.text((e.start + e.end) / 2 / t_unit, y - 0.1, str(e.microbatch), ha="center", va="center",
-                        fontsize=6, color="white")
+                labels.append(((e.start + e.end) / 2 / t_unit, y - 0.1, str(e.microbatch)))
         elif e.stream in COMM_STREAMS and e.end > e.start:
-            ax.broken_barh([(e.start / t_unit, width)], (y + 0.22, 0.16),
-                           facecolors=COLORS.get(e.kind, "#999999"), linewidth=0)
-            seen.add(e.kind)
+            groups.setdefault((y, e.kind, "comm"), []).append(span_x)
+    for (y, kind, lane), spans in groups.items():
+        seen.add(kind)
+        if lane == "compute":
+            ax.broken_barh(spans, (y - 0.4, 0.6), facecolors=COLORS.get(kind, "#cccccc"), edgecolor="black",
+                           linewidth=0.3)
+        else:
+            ax.broken_barh(spans, (y + 0.22, 0.16), facecolors=COLORS.get(kind, "#999999"), linewidth=0)
+    if len(labels) <= MAX_LABELS:
+        for x, y, text in labels:
+            ax.text(x, y, text, ha="center", va="center", fontsize=6, color="white")
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"rank {r}" for r in ranks], fontsize=7)
     ax.invert_yaxis()

@@ -7,18 +7,48 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-import yaml
-
 from pipesim.errors import ScenarioError
 from pipesim.presets.models import MODELS
 from pipesim.presets.systems import SYSTEMS
 from pipesim.scenario import (CostsConfig, ModelConfig, ParallelConfig, Scenario, SystemConfig,
                               TrainingConfig)
+from pipesim.safe_yaml import load_text
 from pipesim.schema import Loader, merge
 
 SECTIONS = {"model": ModelConfig, "system": SystemConfig, "parallel": ParallelConfig,
             "training": TrainingConfig, "costs": CostsConfig}
 REQUIRED = ("model", "system", "training")
+# Sanity ranges: far beyond any published model or cluster (the largest runs: ~100k GPUs, 1M-token
+# context, 256k vocabularies, a few hundred layers), yet small enough that every size the
+# simulator derives from them fits in memory. A value outside is a typo, refused before any work.
+LIMITS = {
+    "model.num_layers": (0, 10_000),
+    "model.hidden_size": (0, 1_000_000),
+    "model.num_attention_heads": (0, 100_000),
+    "model.num_kv_heads": (1, 100_000),
+    "model.ffn_hidden_size": (1, 10_000_000),
+    "model.seq_length": (0, 100_000_000),
+    "model.vocab_size": (0, 100_000_000),
+    "model.num_classes": (1, 10_000_000),
+    "model.extra_params": (0, 1e15),
+    "system.num_nodes": (1, 1_000_000),
+    "system.gpus_per_node": (1, 100_000),
+    "parallel.tensor": (1, 1_000_000),
+    "parallel.pipeline": (1, 10_000),
+    "parallel.data": (1, 10_000_000),
+    "parallel.virtual_stages": (1, 1_000),
+    "parallel.tensor_depth": (1, 1_000),
+    "parallel.layers_per_stage": (0, 10_000),
+    "training.micro_batch_size": (1, 10_000_000),
+    "training.global_batch_size": (1, 1e12),
+    "training.zero_stage": (0, 3),
+    # DP buckets: Megatron/PyTorch DDP use 25-40 MB; below 1 kB the bucket count explodes.
+    "training.grad_bucket_MB": (0.001, 1e6),
+}
+# Pipeline actions simulated per step (model stages x micro-batches): 16x the largest published
+# schedule we model (8 stages x 1,536 micro-batches = 12,288), low enough to finish in seconds.
+MAX_ACTIONS = 200_000
+MAX_PRESET_FILES = 8         # a preset file may name another preset file, this deep at most
 
 
 def load_scenario(path_or_dict, overrides: Iterable[str] = ()) -> Scenario:
@@ -41,18 +71,15 @@ def read_yaml(path: Path) -> dict:
     if path.is_dir():
         raise ScenarioError(f"{path}: is a directory, expected a scenario YAML file")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ScenarioError(f"{path}: YAML syntax error{where}: {problem}") from None
+        data = load_text(path.read_text(), str(path))
     except UnicodeDecodeError:
         raise ScenarioError(f"{path}: not a text file") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read ({exc.strerror})") from None
     if data is None:
-        raise ScenarioError(f"{path}: file is empty; expected sections {', '.join(SECTIONS)}")
+        raise ScenarioError(f"{path}: line 1: the file is empty; expected sections {', '.join(SECTIONS)}")
     if not isinstance(data, dict):
-        raise ScenarioError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}, "
+        raise ScenarioError(f"{path}: line 1: expected a mapping with sections {', '.join(SECTIONS)}, "
                             f"got {type(data).__name__}")
     return data
 
@@ -64,10 +91,7 @@ def apply_override(raw: dict, text: str) -> dict:
     parts = [p for p in key.strip().split(".") if p]
     if not parts:
         raise ScenarioError(f"--set {text}: empty key")
-    try:
-        value = yaml.safe_load(value_text)
-    except yaml.YAMLError:
-        raise ScenarioError(f"--set {text}: value {value_text!r} is not valid YAML") from None
+    value = load_text(value_text, f"--set {key.strip()}")     # YAML 1.2: 1e-9 is a number
     if parts[0] not in SECTIONS:
         raise ScenarioError(f"--set {text}: unknown section {parts[0]!r}; valid: {', '.join(SECTIONS)}")
     update = value
@@ -80,7 +104,7 @@ def apply_override(raw: dict, text: str) -> dict:
 
 
 def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
-    loader = Loader(source)
+    loader = Loader(source, LIMITS)
     unknown = [k for k in raw if k not in SECTIONS]
     if unknown:
         loader.fail(unknown[0], f"unknown section; valid sections: {', '.join(SECTIONS)}")
@@ -101,30 +125,44 @@ def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
     return scenario
 
 
-def resolve_preset(section, presets: dict, name: str, loader: Loader, base: Path | None = None) -> dict:
+def resolve_preset(section, presets: dict, name: str, loader: Loader, base: Path | None = None,
+                   _files: tuple = ()) -> dict:
     """`section` is a preset name, or a mapping with optional `preset:` plus field overrides.
     A preset ending in .yaml/.yml is a file (relative to the scenario) holding the section."""
     if isinstance(section, str):
         section = {"preset": section}
     if not isinstance(section, dict):
-        loader.fail(name, f"expected a preset name ({', '.join(sorted(presets))}) or a mapping")
+        loader.fail(name, f"expected a preset name ({', '.join(sorted(presets))}) or a mapping, "
+                    f"got {type(section).__name__}")
     section = dict(section)
     preset = section.pop("preset", None)
     if preset is None:
         return section
-    if isinstance(preset, str) and preset.endswith((".yaml", ".yml")):
+    if not isinstance(preset, str):
+        loader.fail(f"{name}.preset", f"expected a preset name ({', '.join(sorted(presets))}) or a path to "
+                    f"a .yaml file, got {type(preset).__name__}")
+    if preset.endswith((".yaml", ".yml")):
         path = Path(_resolve(preset, base or Path.cwd()))
+        if not path.is_file():
+            loader.fail(f"{name}.preset", f"preset file not found: {path}")
+        if path.resolve() in _files or len(_files) >= MAX_PRESET_FILES:
+            loader.fail(f"{name}.preset", f"preset files refer to each other in a loop: "
+                        + " -> ".join(str(f) for f in _files + (path,)))
         inner = read_yaml(path)
-        return merge(resolve_preset(inner, presets, name, Loader(str(path)), path.parent), section)
+        return merge(resolve_preset(inner, presets, name, Loader(str(path)), path.parent,
+                                    _files + (path.resolve(),)), section)
     if preset not in presets:
-        loader.fail(f"{name}.preset", f"unknown preset {preset!r}; known: {', '.join(sorted(presets))}")
+        loader.fail(f"{name}.preset", f"unknown preset {preset[:60]!r}; known: {', '.join(sorted(presets))}")
     return merge(dict(presets[preset], name=preset), section)
 
 
 def resolve_model(section, loader: Loader, base: Path) -> dict:
     if isinstance(section, dict) and "hf_config" in section:
         section = dict(section)
-        path = Path(_resolve(str(section.pop("hf_config")), base))
+        hf = section.pop("hf_config")
+        if not isinstance(hf, str):
+            loader.fail("model.hf_config", f"expected a path to a config.json, got {type(hf).__name__}")
+        path = Path(_resolve(hf, base))
         return merge(from_hf_config(path, loader), section)
     return resolve_preset(section, MODELS, "model", loader, base)
 
@@ -135,8 +173,12 @@ def from_hf_config(path: Path, loader: Loader) -> dict:
         loader.fail("model.hf_config", f"file not found: {path}")
     try:
         cfg = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        loader.fail("model.hf_config", f"{path} is not valid JSON ({exc})")
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:     # ValueError: also 5,000-digit ints
+        loader.fail("model.hf_config", f"{path} is not valid JSON ({str(exc)[:100]})")
+    except OSError as exc:
+        loader.fail("model.hf_config", f"cannot read {path} ({exc.strerror})")
+    if not isinstance(cfg, dict):
+        loader.fail("model.hf_config", f"{path}: expected a JSON object, got {type(cfg).__name__}")
 
     def pick(*names, default=None):
         for n in names:
@@ -242,6 +284,11 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     elif m.num_layers % stages:
         loader.fail("parallel", f"num_layers({m.num_layers}) is not divisible by pipeline({p})·"
                     f"virtual_stages({v}) = {stages}; give parallel.layers_per_stage for uneven stages")
+    actions = s.num_microbatches * stages
+    if actions > MAX_ACTIONS:
+        loader.fail("training.global_batch_size", f"global_batch_size({tr.global_batch_size}) / (micro_batch_size("
+                    f"{tr.micro_batch_size})·data({d})) = {s.num_microbatches:,} micro-batches × {stages} model stages "
+                    f"= {actions:,} pipeline actions per step; at most {MAX_ACTIONS:,} are simulated")
     if tr.schedule.endswith(".csv"):
         if not Path(tr.schedule).exists():
             loader.fail("training.schedule", f"schedule CSV not found: {tr.schedule}")
@@ -251,6 +298,14 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     check_moe(s, loader)
     if s.costs.profile is not None and not Path(s.costs.profile).exists():
         loader.fail("costs.profile", f"profile not found: {s.costs.profile}")
+
+
+def schedule_error(s: Scenario, exc: Exception) -> ScenarioError:
+    """A schedule generator's constraint error (P, M, V) restated with the scenario keys."""
+    p, v = s.parallel.pipeline, s.parallel.virtual_stages
+    return ScenarioError(f"{s.source}: training.schedule: {exc}; here P = parallel.pipeline({p}), "
+                         f"V = parallel.virtual_stages({v}), M = {s.num_microbatches} micro-batches "
+                         f"(global_batch_size / (micro_batch_size·data))")
 
 
 def _check_cnn(s: Scenario, loader: Loader) -> None:

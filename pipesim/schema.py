@@ -10,6 +10,8 @@ path and what was expected.
 from __future__ import annotations
 
 import dataclasses
+import math
+import reprlib
 import types
 import typing
 from typing import Any, Literal, Union
@@ -33,11 +35,18 @@ def file_keys(cls) -> list[str]:
     return [file_key(f) for f in dataclasses.fields(cls)]
 
 
-class Loader:
-    """Builds dataclasses from dicts; `source` names the file (or `--set`) in errors."""
+# No quantity in a scenario needs more than 2**53 (exact in a float); bigger integers are typos
+# or attacks and would overflow numpy/index arithmetic further on.
+MAX_INT = 2**53
 
-    def __init__(self, source: str):
+
+class Loader:
+    """Builds dataclasses from dicts; `source` names the file (or `--set`) in errors. `limits`
+    maps a key path (`model.num_layers`) to the (low, high) range its value must lie in."""
+
+    def __init__(self, source: str, limits: dict | None = None):
         self.source = source
+        self.limits = limits or {}
 
     def fail(self, path: str, message: str) -> typing.NoReturn:
         raise ScenarioError(f"{self.source}: {path}: {message}")
@@ -48,7 +57,7 @@ class Loader:
         by_key = {file_key(f): f for f in dataclasses.fields(cls)}
         unknown = [k for k in data if k not in by_key]
         if unknown:
-            self.fail(_join(path, str(unknown[0])),
+            self.fail(_join(path, _SHORT.repr(unknown[0]).strip("'")),
                       f"unknown key; valid keys here are: {', '.join(sorted(by_key))}")
         hints = typing.get_type_hints(cls)
         kwargs = {}
@@ -58,6 +67,7 @@ class Loader:
                     self.fail(_join(path, key), f"missing required key ({f.metadata.get('doc') or hints[f.name]})")
                 continue
             value = self.convert(hints[f.name], data[key], _join(path, key))
+            self.check_limits(_join(path, key), value)
             scale = f.metadata.get("scale", 1.0)
             if scale != 1.0 and value is not None:
                 value = ({k: float(v) * scale for k, v in value.items()} if isinstance(value, dict)
@@ -69,6 +79,16 @@ class Loader:
             raise
         except (TypeError, ValueError) as exc:
             self.fail(path, str(exc))
+
+    def check_limits(self, path: str, value) -> None:
+        bounds = self.limits.get(path)
+        if bounds is None or value is None:
+            return
+        lo, hi = bounds
+        items = value if isinstance(value, tuple) else value.values() if isinstance(value, dict) else (value,)
+        for v in items:
+            if not lo <= v <= hi:
+                self.fail(path, f"{v:g} is out of range: expected {lo:g} to {hi:g}")
 
     def convert(self, tp, value, path: str):
         origin = typing.get_origin(tp)
@@ -87,8 +107,8 @@ class Loader:
                 raise errors[0]
             self.fail(path, f"expected one of {[_type_name(o) for o in options]}, got {_describe(value)}")
         if origin is Literal:
-            if value not in args:
-                self.fail(path, f"expected one of {list(args)}, got {value!r}")
+            if isinstance(value, (dict, list)) or value not in args:
+                self.fail(path, f"expected one of {list(args)}, got {_SHORT.repr(value)}")
             return value
         if dataclasses.is_dataclass(tp):
             return self.build(tp, value, path)
@@ -109,14 +129,18 @@ class Loader:
             return value
         if tp is int:
             if isinstance(value, bool) or not isinstance(value, int):
-                if isinstance(value, float) and value.is_integer():
+                if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_INT:
                     return int(value)
                 self.fail(path, f"expected an integer, got {_describe(value)}")
+            if abs(value) > MAX_INT:
+                self.fail(path, f"expected an integer of at most 2**53, got one with {len(str(abs(value)))} digits")
             return value
         if tp is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 self.fail(path, f"expected a number, got {_describe(value)}"
                           + (" (units belong in the key name, not the value)" if isinstance(value, str) else ""))
+            if not math.isfinite(value) or abs(value) > MAX_INT:
+                self.fail(path, f"expected a finite number of at most 2**53, got {_describe(value)}")
             return float(value)
         if tp is str:
             if not isinstance(value, str):
@@ -137,10 +161,17 @@ def _type_name(tp) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxlevel = 40, 40, 4, 4, 2
+
+
 def _describe(value) -> str:
+    """Type and a bounded repr (a value may be a huge aliased structure)."""
     if value is None:
         return "nothing (null)"
-    return f"{type(value).__name__} {value!r}"[:80]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        return f"an integer with {len(str(abs(value)))} digits"
+    return f"{type(value).__name__} {_SHORT.repr(value)}"
 
 
 def merge(base: dict, override: dict) -> dict:

@@ -17,7 +17,7 @@ PROFILE = os.path.join(ROOT, "traces", "cpu-crosscheck.json")
 def test_emulate_then_compare_with_the_simulator(tmp_path, capsys):
     sim, emu, trace = tmp_path / "sim.json", tmp_path / "emu.json", tmp_path / "emu.trace.json"
     png, table = tmp_path / "cmp.png", tmp_path / "cmp.json"
-    assert main(["simulate", TINY, "--json", str(sim)]) == 0
+    assert main(["simulate", TINY, "--no-files", "--events", "--json", str(sim)]) == 0
     assert main(["emulate", TINY, "--steps", "2", "--warmup", "1", "--json", str(emu), "--trace", str(trace)]) == 0
     rep = json.loads(emu.read_text())
     for key in ("step_time_s", "throughput_samples_per_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",

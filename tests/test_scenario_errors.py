@@ -84,3 +84,63 @@ def test_cli_process_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipesim", "estimate", str(path)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "parallel.tensor" in proc.stderr
+
+
+# Hostile inputs found by benchmarks/fuzz_scenarios.py (issue 18): each is one line naming the key
+# path or the line/column, never a traceback, and refused before any large allocation.
+HOSTILE = [
+    ("preset is a mapping", GOOD.replace("{preset: gpt2-small}", "{preset: {}}"), ["model.preset", "got dict"]),
+    ("preset is a list", GOOD.replace("{preset: dgx-a100-80gb}", "{preset: []}"), ["system.preset", "got list"]),
+    ("section is a number", GOOD.replace("{preset: gpt2-small}", "5"), ["model", "got int"]),
+    ("float where an integer goes", GOOD.replace("{preset: gpt2-small}", "{preset: gpt2-small, num_layers: 1.0e+30}"),
+     ["model.num_layers", "expected an integer"]),
+    ("absurd layer count", GOOD.replace("{preset: gpt2-small}", "{preset: gpt2-small, num_layers: 100000}"),
+     ["model.num_layers", "out of range", "10000"]),
+    ("tiny DP bucket", GOOD.replace("global_batch_size: 32", "global_batch_size: 32, grad_bucket_MB: 1e-9"),
+     ["training.grad_bucket_MB", "out of range"]),
+    ("NaN", GOOD.replace("global_batch_size: 32", "global_batch_size: 32, grad_bucket_MB: .nan"),
+     ["training.grad_bucket_MB", "finite"]),
+    ("5000-digit integer", GOOD.replace("global_batch_size: 32", "global_batch_size: " + "9" * 5000),
+     ["line 5", "5000 digits"]),
+    ("huge integer", GOOD.replace("global_batch_size: 32", "global_batch_size: " + "9" * 25),
+     ["training.global_batch_size", "2**53"]),
+    ("deep nesting", GOOD + "extra: " + "[" * 500 + "]" * 500 + "\n", ["nesting deeper", "line 6"]),
+    ("anchor bomb", GOOD + "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)), ["anchors", "line"]),
+    ("missing preset file", GOOD.replace("{preset: dgx-a100-80gb}", "{preset: nowhere.yaml}"),
+     ["system.preset", "preset file not found"]),
+    ("too many micro-batches", GOOD.replace("global_batch_size: 32", "global_batch_size: 4000000000"),
+     ["training.global_batch_size", "pipeline actions"]),
+]
+
+
+@pytest.mark.parametrize("name,text,needles", HOSTILE, ids=[c[0] for c in HOSTILE])
+def test_hostile_scenario(tmp_path, capsys, name, text, needles):
+    test_malformed_scenario(tmp_path, capsys, name, text, needles)
+
+
+def test_set_reads_yaml_12_numbers(tmp_path):
+    from pipesim import load_scenario
+    path = tmp_path / "ok.yaml"
+    path.write_text(GOOD)
+    s = load_scenario(path, ["training.grad_bucket_MB=1e-2", "model.seq_length=1e3"])
+    assert s.training.grad_bucket_MB == 0.01 and s.model.seq_length == 1000
+
+
+def test_schedule_constraint_names_the_keys(tmp_path, capsys):
+    path = tmp_path / "ok.yaml"
+    path.write_text(GOOD)
+    assert main(["simulate", str(path), "--no-files", "--no-why", "--set", "training.schedule=zb-v"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    for needle in (str(path), "training.schedule", "parallel.virtual_stages(1)", "parallel.pipeline(2)"):
+        assert needle in err, (needle, err)
+
+
+def test_preset_file_loop(tmp_path, capsys):
+    (tmp_path / "loop.yaml").write_text("preset: loop.yaml\n")
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace("{preset: dgx-a100-80gb}", "{preset: loop.yaml}"))
+    assert main(["estimate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "system.preset" in err and "loop" in err and len(err.splitlines()) == 1

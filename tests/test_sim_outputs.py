@@ -99,7 +99,8 @@ def test_cli_writes_outputs(tmp_path, capsys):
     sc = ROOT / "scenarios" / "gpt2-small-4gpu.yaml"
     out = {k: tmp_path / n for k, n in (("json", "r.json"), ("trace", "t.json"), ("plot", "p.png"),
                                          ("mem", "m.png"))}
-    rc = main(["simulate", str(sc), "--set", "training.global_batch_size=16", "--json", str(out["json"]),
+    rc = main(["simulate", str(sc), "--no-files", "--no-why", "--events", "--set", "training.global_batch_size=16",
+               "--json", str(out["json"]),
                "--trace", str(out["trace"]), "--plot", str(out["plot"]), "--memory-plot", str(out["mem"])])
     assert rc == 0
     text = capsys.readouterr().out
@@ -112,7 +113,7 @@ def test_cli_writes_outputs(tmp_path, capsys):
 
 def test_cli_oom_exits_2_unless_allowed(tmp_path, capsys):
     sc = ROOT / "scenarios" / "gpt2-small-4gpu.yaml"
-    args = ["simulate", str(sc), "--set", "system.gpu.memory_GiB=1"]
+    args = ["simulate", str(sc), "--no-files", "--no-why", "--set", "system.gpu.memory_GiB=1"]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "needs" in err and "GiB" in err and "memory_GiB" in err and "Traceback" not in err

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import textwrap
 
 from pipesim.estimate import COLUMNS, estimate
 from pipesim.scenario_load import load_scenario
@@ -16,6 +17,10 @@ SHOWN = [("op", "op", 1), ("flops_fwd", "fwd TFLOP", 1e-12), ("flops_bwd", "bwd 
          ("comm_bwd", "comm bwd", 1), ("comm_bytes_fwd", "comm fwd MB", 1e-6),
          ("comm_bytes_bwd", "comm bwd MB", 1e-6), ("t_comm_fwd_s", "comm fwd ms", 1e3),
          ("t_comm_bwd_s", "comm bwd ms", 1e3), ("t_fwd_s", "total fwd ms", 1e3), ("t_bwd_s", "total bwd ms", 1e3)]
+WIDTH = 120
+# the default view fits a 120-column terminal; --wide shows every column of SHOWN
+NARROW = ("op", "flops_fwd", "flops_bwd", "saved_bytes", "weight_bytes", "intensity_flop_per_byte",
+          "t_comm_fwd_s", "t_comm_bwd_s", "t_fwd_s", "t_bwd_s")
 
 
 def add_arguments(p):
@@ -24,6 +29,8 @@ def add_arguments(p):
                    help="override a scenario field, e.g. parallel.tensor=4")
     p.add_argument("--csv", help="write the per-op rows as CSV")
     p.add_argument("--json", help="write rows, totals and summary as JSON")
+    p.add_argument("--wide", action="store_true",
+                   help="every column (compute/memory time split, collectives and sizes); default fits 120 columns")
 
 
 def _scaled(row, key, scale):
@@ -31,6 +38,12 @@ def _scaled(row, key, scale):
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return float(v) * scale if v else "-"
     return v or "-"
+
+
+def say(text: str) -> None:
+    """Print prose wrapped to 120 columns (a leading newline kept)."""
+    lead = "\n" if text.startswith("\n") else ""
+    print(lead + textwrap.fill(text.lstrip("\n"), width=WIDTH, subsequent_indent="  "))
 
 
 def run(args) -> int:
@@ -42,25 +55,28 @@ def run(args) -> int:
           f"precision={s.training.precision}")
     print(f"parallel: tensor {par.tensor} ({par.tensor_mode}{', sequence parallel' if par.sequence_parallel else ''})"
           f", pipeline {par.pipeline}, data {par.data}; system {s.system.name} ({s.system.gpu.name})\n")
-    rows = [[_scaled(r, k, sc) for k, _, sc in SHOWN] for r in result["rows"]]
-    print(format_table(rows, [h for _, h, _ in SHOWN]))
+    shown = SHOWN if args.wide else [c for c in SHOWN if c[0] in NARROW]
+    rows = [[_scaled(r, k, sc) for k, _, sc in shown] for r in result["rows"]]
+    print(format_table(rows, [h for _, h, _ in shown]))
+    if not args.wide:
+        print("(--wide adds the compute/memory time split, the collectives and their sizes)")
     pl, tot = result["per_layer"], result["layers_total"]
-    print(f"\nper layer: fwd {pl['flops_fwd'] / 1e12:.4g} TFLOP, bwd {pl['flops_bwd'] / 1e12:.4g} TFLOP, "
+    say(f"\nper layer: fwd {pl['flops_fwd'] / 1e12:.4g} TFLOP, bwd {pl['flops_bwd'] / 1e12:.4g} TFLOP, "
           f"fwd {pl['t_fwd_s'] * 1e3:.4g} ms (comm {pl['t_comm_fwd_s'] * 1e3:.4g}), "
           f"bwd {pl['t_bwd_s'] * 1e3:.4g} ms (comm {pl['t_comm_bwd_s'] * 1e3:.4g})")
-    print(f"x {result['depth']} layers: fwd {tot['flops_fwd'] / 1e12:.4g} TFLOP, bwd {tot['flops_bwd'] / 1e12:.4g} "
+    say(f"x {result['depth']} layers: fwd {tot['flops_fwd'] / 1e12:.4g} TFLOP, bwd {tot['flops_bwd'] / 1e12:.4g} "
           f"TFLOP, activations {tot['saved_bytes'] / 2**30:.4g} GiB, weights {tot['weight_bytes'] / 2**30:.4g} GiB, "
           f"fwd {tot['t_fwd_s'] * 1e3:.4g} ms, bwd {tot['t_bwd_s'] * 1e3:.4g} ms")
     sm = result["summary"]
     mem = sm["memory_per_gpu"]
     ref = f" (published {sm['reference_params'] / 1e9:.4g} B)" if sm["reference_params"] else ""
-    print(f"\nparameters {sm['params'] / 1e9:.4g} B{ref}; FLOPs per iteration {sm['iteration_flops']:.4g} "
+    say(f"\nparameters {sm['params'] / 1e9:.4g} B{ref}; FLOPs per iteration {sm['iteration_flops']:.4g} "
           f"({sm['microbatches']} micro-batches x data {par.data}); GPUs {sm['num_gpus']}")
-    print(f"memory per GPU (largest stage): weights {mem['weights_bytes'] / 2**30:.3f} GiB, grads "
+    say(f"memory per GPU (largest stage): weights {mem['weights_bytes'] / 2**30:.3f} GiB, grads "
           f"{mem['grads_bytes'] / 2**30:.3f} GiB, optimizer {mem['optimizer_bytes'] / 2**30:.3f} GiB, "
           f"activations {mem['activations_per_microbatch_bytes'] / 2**30:.3f} GiB per micro-batch "
           f"(recompute {sm['recompute']})")
-    print(f"time in communication: fwd {sm['frac_comm_fwd']:.1%}, bwd {sm['frac_comm_bwd']:.1%}")
+    say(f"time in communication: fwd {sm['frac_comm_fwd']:.1%}, bwd {sm['frac_comm_bwd']:.1%}")
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=COLUMNS)

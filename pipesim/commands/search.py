@@ -1,7 +1,6 @@
 """pipesim search SCENARIO --gpus N: the best layout under the GPU memory, explained."""
 from __future__ import annotations
 
-import sys
 import time
 
 from pipesim.errors import ScenarioError
@@ -26,11 +25,15 @@ def add_arguments(p) -> None:
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
                    help="rank the finalists with the simulator (default) or the screening model")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--dir", metavar="DIR", help="report folder for search.csv (the simulated finalists; "
+                                               "default: ./<scenario name>.report/)")
+    p.add_argument("--no-files", action="store_true", help="write no report folder")
 
 
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
-    from pipesim.whatif.evaluate import ProgressBar, simulate_report
+    from pipesim.progress import Bar
+    from pipesim.whatif.evaluate import simulate_report
     from pipesim.whatif.search import SearchSpace, describe, search
     from pipesim.whatif.sweep import read_base
     from pipesim.whatif.table import format_table
@@ -48,7 +51,7 @@ def run(args) -> int:
     if args.schedules:
         space.schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     evaluator = simulate_report if args.engine == "sim" else analytic_report
-    bar = None if args.no_progress else ProgressBar(sys.stderr, label="simulating finalists")
+    bar = None if args.no_progress else Bar("simulating finalists")
     t0 = time.perf_counter()
     res = search(raw, args.gpus, space, finalists=args.finalists, evaluator=evaluator, jobs=args.jobs, progress=bar)
     pruned = sum(res.pruned.values())
@@ -66,4 +69,10 @@ def run(args) -> int:
     for line in res.explanation:
         print(line)
     print(f"\nbest layout: {describe(res.best)}")
+    if not args.no_files:
+        from pipesim.report_files import default_dir, make_dir
+        from pipesim.whatif.table import write_csv
+        path = make_dir(args.dir or default_dir(args.scenario)) / "search.csv"
+        write_csv(path, res.finalists)
+        print(f"wrote {path}")
     return 0

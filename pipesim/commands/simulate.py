@@ -1,8 +1,10 @@
-"""`pipesim simulate SCENARIO [--set a.b=v ...] [--mode representative|full] [--json OUT]
-[--trace OUT.json] [--plot OUT.png] [--memory-plot OUT.png] [--allow-oom]`"""
+"""`pipesim simulate SCENARIO [--set a.b=v ...] [--mode representative|full] [--out DIR | --no-files]
+[--events] [--no-why] [--json OUT] [--trace OUT.json] [--plot OUT.png] [--memory-plot OUT.png] [--allow-oom]`
+
+By default the report folder `<scenario stem>.report/` (or --out DIR) receives report.json,
+trace.json, timeline.png, memory.png and report.html; the single-file flags still work."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -17,14 +19,22 @@ def add_arguments(parser) -> None:
                         help="override a scenario key, e.g. --set parallel.pipeline=4 (repeatable)")
     parser.add_argument("--mode", choices=("representative", "full"), default="representative",
                         help="representative: one rank per pipeline stage (fast); full: every GPU")
-    parser.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    parser.add_argument("--out", metavar="DIR", help="report folder (default: ./<scenario name>.report/)")
+    parser.add_argument("--no-files", action="store_true",
+                        help="write no report folder (only what --json/--trace/--plot/--memory-plot ask for)")
+    parser.add_argument("--events", action="store_true",
+                        help="put the per-event and memory lists into report.json / --json (large; "
+                             "`pipesim compare` needs them)")
+    parser.add_argument("--no-why", action="store_true",
+                        help="skip the explanation (critical path, bubble causes, simulated suggestions)")
+    parser.add_argument("--json", metavar="OUT", help="write the report (metrics) as JSON")
     parser.add_argument("--trace", metavar="OUT.json", help="write a Chrome/Perfetto trace")
     parser.add_argument("--plot", metavar="OUT.png", help="write the timeline plot")
     parser.add_argument("--memory-plot", metavar="OUT.png", help="write memory over time per rank")
     parser.add_argument("--allow-oom", action="store_true",
                         help="exit 0 even when the layout does not fit in GPU memory")
     parser.add_argument("--no-trace-in-json", action="store_true",
-                        help="leave the events/memory lists out of --json (smaller file)")
+                        help="(the default now; kept for old scripts) no events/memory lists in --json")
 
 
 def _fmt_bytes(b: float) -> str:
@@ -51,11 +61,7 @@ def summary(rep, scenario) -> str:
     ]
     if "imbalance" in d:
         lines.append(f"stage imbalance     forward {d['imbalance']['forward']:.3f}  backward "
-                     f"{d['imbalance']['backward']:.3f}   (topology-aware {d['topology_imbalance']['forward']:.3f} / "
-                     f"{d['topology_imbalance']['backward']:.3f}; 1 = balanced)")
-        lat = d["ideal_latency_s"]
-        lines.append("ideal latency (ms)  forward  " + " ".join(f"{x * 1e3:.2f}" for x in lat["forward"][:16]))
-        lines.append("                    backward " + " ".join(f"{x * 1e3:.2f}" for x in lat["backward"][:16]))
+                     f"{d['imbalance']['backward']:.3f}   (fastest / slowest stage; 1 = balanced)")
     lines += ["", f"{'rank':>6} {'stage':>5} {'compute ms':>11} {'comm ms':>9} {'bubble %':>8} {'peak GiB':>9}"]
     ranks = d["ranks"]
     show = ranks if len(ranks) <= 16 else ranks[:8] + ranks[-8:]
@@ -68,17 +74,34 @@ def summary(rep, scenario) -> str:
 
 
 def run(args) -> int:
-    from pipesim import load_scenario, simulate
+    from pipesim import load_scenario
+    from pipesim.progress import status
+    from pipesim.report_files import default_dir, report_dict, write_json
     s = load_scenario(args.scenario, args.overrides)
-    want_trace = bool(args.trace or args.plot or args.memory_plot or (args.json and not args.no_trace_in_json))
-    rep = simulate(s, mode=args.mode, trace=want_trace)
+    files = not args.no_files
+    want_trace = bool(files or not args.no_why or args.trace or args.plot or args.memory_plot or args.events)
+    with status("simulating"):
+        rep = _simulate(s, args.mode, want_trace)
+    why, headline = None, []
+    if not args.no_why:
+        from pipesim.explain import explain, headline as why_lines
+        with status("explaining: counterfactual and suggested layouts"):
+            why = explain(rep, s, mode=args.mode)
+        headline = why_lines(why, rep)
     print(summary(rep, s))
+    if headline:
+        print("\nwhy")
+        for line in headline:
+            print("  " + line)
     written = []
+    if files:
+        from pipesim.report_files import write_folder
+        out = args.out or default_dir(args.scenario)
+        with status(f"writing {out}/"):
+            paths = write_folder(out, rep, s, why, headline, events=args.events)
+        print(f"\nwrote {out}/ ({', '.join(p.name for p in paths)}); open {paths[-1]} in a browser")
     if args.json:
-        try:
-            Path(args.json).write_text(json.dumps(rep.to_dict(include_trace=not args.no_trace_in_json)))
-        except OSError as exc:
-            raise PipesimError(f"{args.json}: cannot write report ({exc.strerror})") from None
+        write_json(Path(args.json), report_dict(rep, why, args.events and not args.no_trace_in_json))
         written.append(args.json)
     if args.trace:
         from pipesim.perfetto import write_trace
@@ -105,3 +128,15 @@ def run(args) -> int:
             f"({cats} GiB) but system.gpu.memory_GiB is {rep.data['memory_capacity_bytes'] / GiB:.2f}; "
             "try more pipeline/tensor parallelism, recompute, ZeRO, or --allow-oom to keep the report")
     return 0
+
+
+def _simulate(s, mode: str, trace: bool):
+    """simulate(), with a schedule's P/M/V constraint error restated with the scenario keys."""
+    from pipesim import simulate
+    from pipesim.scenario_load import schedule_error
+    try:
+        return simulate(s, mode=mode, trace=trace)
+    except PipesimError as exc:
+        if type(exc) is PipesimError and str(exc).startswith("schedule "):
+            raise schedule_error(s, exc) from None
+        raise

@@ -1,7 +1,8 @@
-"""pipesim sweep SCENARIO --grid GRID.yaml [--out OUT.csv] [--plot OUT.png] [--jobs N]"""
+"""pipesim sweep SCENARIO --grid GRID.yaml [--out OUT.csv] [--plot OUT.png] [--jobs N] [--dir DIR | --no-files]
+
+The report folder (default ./<scenario name>.report/) receives sweep.csv and sweep.png."""
 from __future__ import annotations
 
-import sys
 import time
 
 from pipesim.errors import ScenarioError
@@ -17,6 +18,9 @@ def add_arguments(p) -> None:
                    help="simulator mode (default representative)")
     p.add_argument("--top", type=int, default=10, help="rows in the ranked table (default 10)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--dir", metavar="DIR", help="report folder for sweep.csv and sweep.png "
+                                               "(default: ./<scenario name>.report/)")
+    p.add_argument("--no-files", action="store_true", help="no report folder (only --out / --plot)")
     p.add_argument("--no-screen", action="store_true",
                    help="simulate every layout, also those the closed form puts >10 %% over the GPU memory "
                         "(by default those are kept as out-of-memory rows without simulating them)")
@@ -26,14 +30,15 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
-    from pipesim.whatif.evaluate import ProgressBar, count_status, simulate_report
+    from pipesim.progress import Bar
+    from pipesim.whatif.evaluate import count_status, simulate_report
     from pipesim.whatif.sweep import run_sweep
     from pipesim.whatif.table import format_table, rank, write_csv
 
     if args.jobs < 0:
         raise ScenarioError(f"--jobs {args.jobs}: expected a positive number of processes (0 = all CPUs)")
     evaluator = simulate_report if args.engine == "sim" else analytic_report
-    bar = None if args.no_progress else ProgressBar(sys.stderr, label="sweep")
+    bar = None if args.no_progress else Bar("sweep")
     t0 = time.perf_counter()
     result = run_sweep(args.scenario, args.grid, evaluator=evaluator, mode=args.mode, jobs=args.jobs,
                        progress=bar, screen=args.engine == "sim" and not args.no_screen)
@@ -58,11 +63,17 @@ def run(args) -> int:
         b = best[0]
         print(f"\nbest: tensor {b['tensor']} pipeline {b['pipeline']} data {b['data']} "
               f"micro-batch {b['micro_batch_size']} {b['schedule']} -> {b['throughput_samples_per_s']:.2f} samples/s")
-    if args.out:
-        write_csv(args.out, rows, swept)
-        print(f"wrote {args.out}")
-    if args.plot:
+    csvs, plots = [args.out] if args.out else [], [args.plot] if args.plot else []
+    if not args.no_files:
+        from pipesim.report_files import default_dir, make_dir
+        folder = make_dir(args.dir or default_dir(args.scenario))
+        csvs.append(str(folder / "sweep.csv"))
+        plots.append(str(folder / "sweep.png"))
+    for path in csvs:
+        write_csv(path, rows, swept)
+        print(f"wrote {path}")
+    for path in plots:
         from pipesim.whatif.plots import plot_sweep
-        plot_sweep(rows, args.plot, title=f"{args.scenario} x {args.grid}", memory_limit=result.memory_limit)
-        print(f"wrote {args.plot}")
+        plot_sweep(rows, path, title=f"{args.scenario} x {args.grid}", memory_limit=result.memory_limit)
+        print(f"wrote {path}")
     return 0

@@ -1,0 +1,277 @@
+"""Mutation fuzzer over the bundled scenarios: `python benchmarks/fuzz_scenarios.py [--cases N]
+[--seed S] [--jobs J] [--timeout T] [--show K]`
+
+Every bundled scenario (scenarios/**/*.yaml that loads as a scenario) is copied into a scratch
+tree (so relative preset files and schedule CSVs still resolve), then mutated N times in all: a
+value replaced by a hostile one (wrong types, {} / [] for a preset, floats where integers go,
+1e30, 1e-9, NaN, huge integers), a key deleted or invented, a whole section replaced, a hostile
+`--set` override, or a text-level mutation (truncation, deep nesting, an anchor bomb, a 5,000-digit
+integer, stray bytes). Each mutant runs `pipesim simulate FILE --no-files` (one in five also with
+`--json`) in-process inside a worker process with an address-space limit and a timeout.
+
+Prints the counts:
+  clean      exit 2 with one line naming a key path (model.x, training.y ...) or a line/column
+  unnamed    exit 2 with one line that names neither (counted as a defect)
+  accepted   exit 0 (the mutant was still a valid scenario)
+  traceback  an exception escaped the CLI (a defect)
+  hang       the case used more than --timeout CPU seconds, or 10x that in wall time (a defect)
+and the first --show examples of each defect.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import multiprocessing as mp
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+from multiprocessing.connection import wait
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+WALL_FACTOR = 10                 # a case is also a hang after this many times --timeout of wall time
+MEMORY_LIMIT = 3 * 2**30         # a worker that tries to allocate more gets MemoryError (a traceback)
+
+HOSTILE = [{}, [], None, True, False, "", "abc", "80GB", 0, -1, 1.5, 0.5, 1e30, -1e30, 1e-9, 2**64, 100000,
+           float("nan"), float("inf"), [1, 2], {"a": 1}, {"preset": {}}, {"preset": []}, "1e-9", 10**40]
+SET_VALUES = ["1e-9", "1e30", "1.0e+30", "{}", "[]", "x", "", "-3", "0", "100000", "2.5", ".nan", "[4, 4]",
+              "{preset: {}}", "9" * 5000, "null", "true"]
+KNOWN_SECTIONS = ("model", "system", "parallel", "training", "costs")
+NO_FILES = ["--no-files"]
+# "FILE: section.key...: what" or "FILE: unknown: unknown section", a line number, or the --set key
+NAMED = re.compile(r": (model|system|parallel|training|costs)\b.*?: |memory_GiB is |: \S.*?: unknown section"
+                   r"|line \d+|--set \S+: ")
+
+
+def seeds() -> list[Path]:
+    """Bundled files that load as scenarios (the mutation targets)."""
+    from pipesim import load_scenario
+    from pipesim.errors import PipesimError
+    out = []
+    for p in sorted(ROOT.glob("scenarios/**/*.yaml")):
+        try:
+            load_scenario(p)
+        except PipesimError:
+            continue
+        out.append(p.relative_to(ROOT))
+    return out
+
+
+def paths_in(tree, prefix=()):
+    """Every key path of nested mappings (and list items)."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield prefix + (k,)
+            yield from paths_in(v, prefix + (k,))
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree[:4]):
+            yield prefix + (i,)
+            yield from paths_in(v, prefix + (i,))
+
+
+def set_path(tree, path, value, delete=False):
+    node = tree
+    for k in path[:-1]:
+        node = node[k]
+    if delete:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+
+
+def text_mutation(rng: random.Random, text: str) -> tuple[str, str]:
+    """(name, mutated text)."""
+    kind = rng.randrange(7)
+    if kind == 0:
+        return "truncated", text[: rng.randrange(len(text) + 1)]
+    if kind == 1:
+        depth = rng.choice([50, 500, 5000])
+        return f"{depth} nested brackets", text + f"\nextra: {'[' * depth}{']' * depth}\n"
+    if kind == 2:        # "billion laughs": anchors referring to anchors
+        lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+        for i in range(1, 9):
+            lines.append(f"a{i}: &a{i} [{', '.join(['*a%d' % (i - 1)] * 10)}]")
+        return "anchor bomb", text + "\n" + "\n".join(lines) + "\nmodel: {preset: *a8}\n"
+    if kind == 3:
+        return "5000-digit integer", re.sub(r"(:\s*)(\d+)\b", lambda m: m.group(1) + "9" * 5000, text, count=1)
+    if kind == 4:
+        i = rng.randrange(len(text) + 1)
+        junk = rng.choice(["\t", ":", "- ", "{", "]", "&x", "*y", "!!python/object:os.system", "\x00",
+                           "? ", "%YAML 9.9\n", "'", '"'])
+        return f"inserted {junk!r}", text[:i] + junk + text[i:]
+    if kind == 5:
+        return "duplicated", text + "\n" + text
+    return "indented", text.replace("\n", "\n" + " " * rng.randrange(1, 4), 1)
+
+
+def make_cases(n: int, rng: random.Random, scratch: Path, files: list[Path]):
+    """(description, argv) pairs; mutant files are written under scratch/ beside their original."""
+    cases = []
+    for i in range(n):
+        src = files[i % len(files)]
+        text = (scratch / src).read_text()
+        raw = yaml.safe_load(text)
+        op = rng.randrange(10)
+        extra = []
+        if op <= 3:                         # replace a value
+            path = rng.choice(list(paths_in(raw)))
+            value = rng.choice(HOSTILE)
+            set_path(raw, path, value)
+            desc = f"{'.'.join(map(str, path))} = {str(value)[:40]}"
+        elif op == 4:
+            path = rng.choice(list(paths_in(raw)))
+            set_path(raw, path, None, delete=True)
+            desc = f"delete {'.'.join(map(str, path))}"
+        elif op == 5:
+            path = rng.choice([p for p in paths_in(raw) if isinstance(p[-1], str)] or [("model",)])
+            set_path(raw, path[:-1] + ("bogus_key",), 1)
+            desc = f"add {'.'.join(map(str, path[:-1] + ('bogus_key',)))}"
+        elif op == 6:
+            section = rng.choice(KNOWN_SECTIONS)
+            raw[section] = rng.choice(HOSTILE)
+            desc = f"{section} = {str(raw[section])[:40]}"
+        elif op == 7:
+            path = rng.choice([p for p in paths_in(raw) if isinstance(p[-1], str)] or [("model",)])
+            value = rng.choice(SET_VALUES)
+            extra = ["--set", f"{'.'.join(map(str, path))}={value}"]
+            desc = f"--set {'.'.join(map(str, path))}={value[:30]}"
+        if op <= 7:
+            try:
+                text = yaml.safe_dump(raw, sort_keys=False)
+            except (yaml.YAMLError, RecursionError, ValueError):
+                text = str(raw)
+        else:
+            desc, text = text_mutation(rng, text)
+        dst = scratch / src.parent / f"_fuzz{i}.yaml"
+        dst.write_text(text)
+        argv = ["simulate", str(dst)] + NO_FILES + extra
+        if rng.randrange(5) == 0:
+            argv += ["--json", str(scratch / f"_fuzz{i}.json")]
+        cases.append((f"{src}: {desc}", argv))
+    return cases
+
+
+def run_one(argv) -> tuple[str, str]:
+    """(outcome, detail) of one CLI call in this process."""
+    from pipesim.cli import main
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = main(argv)
+    except BaseException as exc:        # noqa: BLE001 - anything escaping main is what we count
+        import traceback
+        return "traceback", "".join(traceback.format_exception_only(type(exc), exc)).strip()[:300]
+    text = err.getvalue().strip()
+    if rc == 0:
+        return "accepted", ""
+    lines = text.splitlines()
+    if rc == 2 and len(lines) == 1:
+        return ("clean" if NAMED.search(lines[0]) else "unnamed"), lines[0][:300]
+    return "traceback", f"exit {rc}: {text[:300]}"
+
+
+def worker(conn) -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    import pipesim.cli  # noqa: F401 - import once, before the first case
+    while True:
+        item = conn.recv()
+        if item is None:
+            return
+        conn.send(run_one(item))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc): on a shared machine wall time
+    says little, so a hang is a case that keeps a CPU busy."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def run_pool(cases, jobs: int, timeout: float):
+    ctx = mp.get_context("fork")
+    results: list = [None] * len(cases)
+    todo = list(range(len(cases)))[::-1]
+    slots = []                      # [process, conn, case index or None, started, CPU s at start]
+
+    def spawn():
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=worker, args=(child,), daemon=True)
+        p.start()
+        return [p, parent, None, 0.0, 0.0]
+
+    slots = [spawn() for _ in range(jobs)]
+    while todo or any(s[2] is not None for s in slots):
+        for s in slots:
+            if s[2] is None and todo:
+                s[2], s[3], s[4] = todo.pop(), time.monotonic(), cpu_seconds(s[0].pid)
+                s[1].send(cases[s[2]][1])
+        busy = [s for s in slots if s[2] is not None]
+        ready = wait([s[1] for s in busy], timeout=0.2)
+        for s in busy:
+            if s[1] in ready:
+                try:
+                    results[s[2]] = s[1].recv()
+                except EOFError:            # the worker died (e.g. killed by the OS)
+                    results[s[2]] = ("traceback", "worker process died")
+                    s[0].join()
+                    s[:] = spawn()
+                    continue
+                s[2] = None
+            elif (cpu_seconds(s[0].pid) - s[4] > timeout
+                  or time.monotonic() - s[3] > WALL_FACTOR * timeout):
+                results[s[2]] = ("hang", f"> {timeout:.0f} CPU s")
+                s[0].kill()
+                s[0].join()
+                s[:] = spawn()
+    for s in slots:
+        s[1].send(None)
+        s[0].join(timeout=5)
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=30.0,
+                    help="CPU seconds before a case counts as a hang (or 10x that in wall time)")
+    ap.add_argument("--show", type=int, default=5, help="examples printed per defect kind")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    files = seeds()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pipesim-fuzz-") as tmp:
+        scratch = Path(tmp)
+        shutil.copytree(ROOT / "scenarios", scratch / "scenarios")
+        shutil.copytree(ROOT / "traces", scratch / "traces")
+        cases = make_cases(args.cases, rng, scratch, files)
+        results = run_pool(cases, args.jobs, args.timeout)
+    counts: dict = {}
+    examples: dict = {}
+    for (desc, _), (outcome, detail) in zip(cases, results):
+        counts[outcome] = counts.get(outcome, 0) + 1
+        examples.setdefault(outcome, []).append(f"{desc}\n      -> {detail}")
+    print(f"{len(cases)} mutants of {len(files)} bundled scenarios, seed {args.seed}, {args.jobs} workers, "
+          f"{time.perf_counter() - t0:.0f} s")
+    for k in ("clean", "accepted", "unnamed", "traceback", "hang"):
+        print(f"  {k:10s} {counts.get(k, 0):5d}")
+    for k in ("unnamed", "traceback", "hang"):
+        for line in examples.get(k, [])[: args.show]:
+            print(f"  [{k}] {line}")
+    return 0 if not any(counts.get(k) for k in ("unnamed", "traceback", "hang")) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The report folder, the "why" explanation and report.html in a real browser (issue 18)."""
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import pipesim
+from pipesim.cli import main
+from pipesim.explain import critical_path, explain
+
+ROOT = Path(__file__).resolve().parent.parent
+GPT2 = ROOT / "scenarios" / "gpt2-small-4gpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    s = pipesim.load_scenario(GPT2)
+    rep = pipesim.simulate(s)
+    return s, rep, explain(rep, s)
+
+
+def test_why_names_the_lm_head_stage(gpt2):
+    s, rep, why = gpt2
+    slow = why["slowest_stage"]
+    assert slow["stage"] == s.parallel.pipeline - 1 and slow["head"] and slow["ratio"] > 2.0
+    assert slow["head_s"] > 0 and "LM head" in slow["holds"]
+
+
+def test_suggested_partition_matches_its_simulation(gpt2):
+    """The suggestion's predicted bubble is what a separate simulation of that split gives."""
+    s, rep, why = gpt2
+    split = [x for x in why["suggestions"] if "parallel.layers_per_stage" in x["changes"]]
+    assert split, why["suggestions"]
+    lps = split[0]["changes"]["parallel.layers_per_stage"]
+    assert sum(lps) == s.model.num_layers and len(lps) == s.parallel.pipeline
+    again = pipesim.simulate(pipesim.load_scenario(GPT2, [f"parallel.layers_per_stage={lps}"]), trace=False)
+    assert again.bubble_fraction == pytest.approx(split[0]["bubble_fraction"], rel=1e-9)
+    assert again.step_time_s == pytest.approx(split[0]["step_time_s"], rel=1e-9)
+    assert again.step_time_s < rep.step_time_s and not again.oom
+
+
+def test_bubble_causes_add_up_and_fill_drain_is_the_1f1b_formula(gpt2):
+    s, rep, why = gpt2
+    b = why["bubble"]
+    assert b["fill_drain"] + b["imbalance"] + b["communication"] == pytest.approx(rep.bubble_fraction, abs=1e-12)
+    # equal stages, free communication: 1F1B leaves (p-1)/(m+p-1) idle (Narayanan et al. SC'21 Sec. 2.2)
+    p, m = s.parallel.pipeline, s.num_microbatches
+    assert b["fill_drain"] == pytest.approx((p - 1) / (m + p - 1), rel=1e-6)
+    assert b["imbalance"] > 0.15          # the LM-head stage
+
+
+def test_critical_path_spans_the_step_without_gaps(gpt2):
+    s, rep, why = gpt2
+    path = critical_path(rep.events)
+    assert path[0]["start"] == pytest.approx(0.0, abs=1e-12)
+    assert path[-1]["end"] == pytest.approx(rep.step_time_s, rel=1e-12)
+    for a, b in zip(path, path[1:]):
+        assert b["start"] == pytest.approx(a["end"], abs=1e-9), (a, b)
+    ranks = why["path"]["seconds_by_rank"]
+    assert max(ranks, key=ranks.get) == s.parallel.pipeline - 1
+
+
+def test_simulate_writes_the_report_folder(tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main(["simulate", str(GPT2), "--set", "training.global_batch_size=16", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "why" in text and "slowest stage  3" in text and "LM head" in text
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["memory.png", "report.html", "report.json", "timeline.png", "trace.json"]
+    d = json.loads((out / "report.json").read_text())
+    assert "events" not in d and d["num_microbatches"] == 4 and d["why"]["slowest_stage"]["head"]
+    assert "traceEvents" in json.loads((out / "trace.json").read_text())
+    page = (out / "report.html").read_text()
+    assert "<script src" not in page and "cdn.plot.ly" not in page.split("</script>")[-1]
+    for fig in ("fig-timeline", "fig-memory", "fig-stages", "fig-ranks"):
+        assert fig in page
+
+
+def test_default_folder_and_no_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", str(GPT2), "--no-files", "--no-why"]) == 0
+    assert list(tmp_path.iterdir()) == []
+    assert main(["simulate", str(GPT2), "--no-why", "--events"]) == 0
+    folder = tmp_path / "gpt2-small-4gpu.report"
+    assert json.loads((folder / "report.json").read_text())["events"]
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium installed (apt-get install chromium)")
+def test_report_html_renders_in_headless_chromium(tmp_path, capsys):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = tmp_path / "rep"
+    assert main(["simulate", str(GPT2), "--set", "training.global_batch_size=16", "--out", str(out)]) == 0
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run"]
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=flags)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            errors, requests = [], []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto((out / "report.html").as_uri(), timeout=300_000)   # slow on a loaded machine
+            page.wait_for_selector("#fig-ranks .main-svg", timeout=300_000)
+            counts = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.js-plotly-plot')]
+                .map(d => [d.id, d.querySelectorAll('.barlayer .trace, .scatterlayer .trace').length]))""")
+            bars = page.evaluate("() => document.querySelectorAll('#fig-timeline .barlayer path').length")
+        finally:
+            browser.close()
+    assert errors == []
+    assert [u for u in requests if not u.startswith("file:")] == []          # nothing from the network
+    assert set(counts) == {"fig-timeline", "fig-memory", "fig-stages", "fig-ranks"}
+    assert counts["fig-memory"] == 4 and counts["fig-timeline"] >= 4 and all(counts.values())
+    assert bars > 20                          # the ops were drawn, not just the axes
+
+
+def test_sweep_writes_into_the_report_folder(tmp_path, capsys):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("training.micro_batch_size: [2, 4]\n")
+    out = tmp_path / "rep"
+    assert main(["sweep", str(GPT2), "--grid", str(grid), "--jobs", "1", "--no-progress", "--dir", str(out)]) == 0
+    rows = (out / "sweep.csv").read_text().splitlines()
+    assert len(rows) == 3 and "micro_batch_size" in rows[0]
+    assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
