@@ -7,7 +7,7 @@ from pipesim import load_scenario
 from pipesim.costs import stage_costs
 from pipesim.costs.layers import layer_ops
 from pipesim.costs.moe import TE_GEMM_STREAMS, expert_gemm_rounds
-from pipesim.costs.moe_host import (DEEPEP_SMS, TORCH_OP_HOST_S, comm_sm_share, kernels_of, lockstep_exposed,
+from pipesim.costs.moe_host import (DEEPEP_SMS, SYNC_ROUND_TRIP_S, TORCH_OP_HOST_S, comm_sm_share, kernels_of, lockstep_exposed,
                                     post_sync_sequence)
 from pipesim.costs.stage import cost_model_for
 from pipesim.sim.a2a_overlap import pair_cost, slot
@@ -51,8 +51,8 @@ def test_host_exposure_is_a_real_term():
     c = stage_costs(s)[0]
     per_kernel = s.system.gpu.kernel_launch + TORCH_OP_HOST_S
     assert per_kernel == pytest.approx(5e-6 + 3.3e-6)
-    # at least the first launch after the sync, per MoE layer
-    assert c.moe_host_fwd >= c.moe_layers * per_kernel * 0.999
+    # at least the sync's round trip and the first launch after it, per MoE layer
+    assert c.moe_host_fwd >= c.moe_layers * (SYNC_ROUND_TRIP_S + per_kernel) * 0.999
     # a synchronous host (CPU eager) already pays every launch: no extra term; EP 1 has no sync
     assert stage_costs(moe(ep=1))[0].moe_host_fwd == 0.0
     # the term is inside the forward and the MoE block time

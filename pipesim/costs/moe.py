@@ -24,6 +24,7 @@ from statistics import NormalDist
 
 from pipesim.costs.collectives import Link, collective_time
 from pipesim.costs.layers import Shapes, high_precision, matmul, vector
+from pipesim.costs.moe_host import host_exposed_fwd
 from pipesim.costs.moe_parallel import expert_placement
 from pipesim.costs.ops import Op
 from pipesim.scenario import Scenario
@@ -272,7 +273,6 @@ class MoELayerCosts:
         from pipesim.costs.stage import costed_layer_ops
         ops = costed_layer_ops(s, moe=True)
         rc_time, saved, working = layer_recompute(s, cm, ops)
-        from pipesim.costs.moe_host import host_exposed_fwd
         a2a = a2a_costs(s, sh)
         host = host_exposed_fwd(s, cm, ops, a2a.fwd)
         if s.training.recompute == "full":       # the recomputed forward dispatches (and syncs) again

@@ -5,14 +5,17 @@ Dropless dispatchers need the per-expert token counts on the host before they ca
 receive buffers and the grouped GEMM: Megatron-Core's alltoall dispatcher copies the splits to
 the CPU (MoEAlltoAllTokenDispatcher.preprocess: `num_local_tokens_per_expert ...
 .to(torch.device("cpu"), non_blocking=True)`, then a stream synchronisation before the
-all-to-all needs them); DeepEP's normal dispatch likewise waits on the CPU for the received
-counts (its normal kernels are the ones that cannot be captured in CUDA graphs).
+all-to-all needs them); DeepEP's dispatch likewise synchronises with the CPU to learn the
+received counts (deepseek-ai/DeepEP README: only with a cached handle "the layout is reused
+without CPU synchronization").
 The sync drains the CPU's run-ahead: once it returns, the GPU queue is empty and every op up to
 the next layer's sync runs in lockstep with the host that issues it —
 
     host_j = Σ_{i≤j} n_i·h            (n_i kernels of op i, h host seconds per kernel)
     end_j  = max(end_{j−1}, host_j) + d_j
     exposed = end_last − Σ d_j         (0 when the GPU work always outruns the host)
+
+plus the sync's own device-to-host round trip (SYNC_ROUND_TRIP_S), during which the GPU idles.
 
 h = the preset's kernel launch cost (`gpu.kernel_launch_us`, CUDA C++ Best Practices Guide) plus
 PyTorch's eager per-op dispatch on the host (TORCH_OP_HOST_S below). Only the forward syncs: the
@@ -27,9 +30,14 @@ from pipesim.costs.ops import Op
 # 3.3 µs per call (pytorch/pytorch PR #32194, "Forward Execution Time (us) : 3.333" for
 # split_M8_N8_parts2_cuda; 2.3 µs after that PR) — the host cost of an op whose GPU work is nil.
 TORCH_OP_HOST_S = 3.3e-6
+# The sync itself: from the GPU's last kernel before it until the host resumes, a device-to-host
+# round trip, measured at 26.1 µs on bare-metal Linux (2x RTX 3090; jingyaogong/minimind PR #837,
+# "device->host round trip : 26.11 us", kernel launch 9.0 µs in the same probe). A community
+# micro-benchmark on consumer GPUs, the only measured figure found; H100 hosts may differ.
+SYNC_ROUND_TRIP_S = 26.1e-6
 # SMs a DeepEP normal-mode kernel occupies while it runs: Megatron-Core's default
-# `moe_deepep_num_sms = 20` (megatron/core/transformer/transformer_config.py; DeepEP V1's
-# Buffer.num_sms default is 20, and its README says V1 training kernels used up to 24 SMs).
+# `moe_deepep_num_sms = 20` (megatron/core/transformer/transformer_config.py, DeepEP V1; the
+# DeepEP V2 README: "For V3-like legacy training, SM usage reduced from 24 to 4 - 6").
 DEEPEP_SMS = 20
 
 
@@ -79,7 +87,7 @@ def host_exposed_fwd(s, cm, ops: list[Op], a2a_fwd: float) -> float:
         return 0.0
     local = s.model.num_experts // s.parallel.expert
     seq = post_sync_sequence(ops, [cm.time(o, "fwd").seconds for o in ops], local, a2a_fwd / 2, a2a_fwd / 2)
-    return lockstep_exposed(seq, gpu.kernel_launch + TORCH_OP_HOST_S)
+    return SYNC_ROUND_TRIP_S + lockstep_exposed(seq, gpu.kernel_launch + TORCH_OP_HOST_S)
 
 
 def comm_sm_share(s) -> float:
