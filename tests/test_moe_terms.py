@@ -88,3 +88,15 @@ def test_grouped_gemm_runs_in_te_stream_rounds():
     rounds = len(op.gemms_fwd)
     assert rounds == 32 // 4 and b == 4
     assert cm.time(op, "fwd").compute >= cm.gemm_time(32, m, n, k, dt) * 0.999
+
+
+def test_moezoo_error_budget_spreads_the_gap_over_layer_passes():
+    from pipesim.whatif.validation_moe import error_budget, load_moe_cases, moe_case_scenario
+    case = next(c for c in load_moe_cases() if c["id"].endswith("tp4-ep8-pp8"))
+    s = load_scenario(moe_case_scenario(case))
+    b = error_budget(s, 13.0, 29.0)
+    # 2048 / (8 · 1) micro-batches per rank × 94 / 8 layers per rank
+    assert b["layer_pairs_per_rank"] == pytest.approx(256 * 94 / 8)
+    assert b["gap_per_layer_pair_s"] == pytest.approx(16.0 / (256 * 94 / 8))
+    assert b["fwd_s"] > 0 and b["bwd_s"] > b["fwd_s"] and b["a2a_fwd_s"] == pytest.approx(b["a2a_bwd_s"])
+    assert 0 < b["host_fwd_s"] < b["fwd_s"]
