@@ -1,6 +1,6 @@
 """The MoE terms added for issue 14's follow-up: host lockstep after the dispatcher's count sync,
-the SMs the all-to-all kernels take from overlapped compute, Transformer Engine's grouped-GEMM
-rounds."""
+Megatron's two-stream overlap of a layer pair with the SMs the all-to-all kernels take,
+Transformer Engine's grouped-GEMM rounds, the validation error budget."""
 import pytest
 
 from pipesim import load_scenario
@@ -10,7 +10,7 @@ from pipesim.costs.moe import TE_GEMM_STREAMS, expert_gemm_rounds
 from pipesim.costs.moe_host import (DEEPEP_SMS, SYNC_ROUND_TRIP_S, TORCH_OP_HOST_S, comm_sm_share, kernels_of, lockstep_exposed,
                                     post_sync_sequence)
 from pipesim.costs.stage import cost_model_for
-from pipesim.sim.a2a_overlap import pair_cost, slot
+from pipesim.sim.a2a_overlap import pair_cost, two_streams
 from pipesim.sim.workload import Cost
 
 
@@ -59,20 +59,33 @@ def test_host_exposure_is_a_real_term():
     assert c.moe_block_fwd >= c.moe_host_fwd
 
 
-def test_comm_sm_share_and_slots():
+def test_comm_sm_share_and_two_stream_pair():
     assert comm_sm_share(moe(training={"moe_dispatcher": "deepep"})) == pytest.approx(DEEPEP_SMS / 132)
     assert comm_sm_share(moe(training={"moe_dispatcher": "alltoall"})) == 0.0
-    # compute under a transfer runs on the remaining SMs; what is left runs at full speed
-    assert slot(1.0, 2.0, 0.0) == 2.0 and slot(3.0, 2.0, 0.0) == 3.0
-    assert slot(3.0, 2.0, 0.25) == pytest.approx(2.0 + 3.0 - 1.5)
-    assert slot(1.4, 2.0, 0.25) == 2.0            # fits under the transfer even at 75 % speed
+    w = dict(F_att=0.69, F_moe=1.15, F_dis=1.15, F_com=1.15, B_att=1.62, B_dg=0.99, B_wg=0.99, B_com=1.15, B_dis=1.15)
+    # no SM share: F_att under B_com; then the compute stream never waits: B_dg (under F_dis),
+    # B_wg (under B_dis), F_moe, B_att (under F_com) -- by hand
+    assert two_streams(w, 0.0) == pytest.approx(1.15 + 0.99 + 0.99 + 1.15 + 1.62)
+    # share 0.25: F_att 0.69/0.75 < 1.15; B_dg needs 0.99/0.75 = 1.32 > 1.15 -> 1.15 + 0.99 - 0.8625 at full
+    # speed; B_dis starts then: B_wg runs under it at 0.75 -> 0.99/0.75 = 1.32 > 1.15 -> + 0.99 - 0.8625 after;
+    # F_moe 1.15 alone; F_com ‖ B_att: 1.15 + 1.62 - 0.8625
+    rest = 0.99 - 1.15 * 0.75
+    hand = 1.15 + (1.15 + rest) + (1.15 + rest) + 1.15 + (1.15 + 1.62 - 1.15 * 0.75)
+    assert two_streams(w, 0.25) == pytest.approx(hand)
+    assert two_streams(w, 0.25) > two_streams(w, 0.0)
+    # nothing to hide: the sum of the compute
+    assert two_streams(dict(F_att=2.0, B_att=3.0), 0.25) == pytest.approx(5.0)
     f = Cost(3.0, a2a=1.0, moe_block=1.2, comm_sm_share=0.2)
-    b = Cost(5.0, a2a=1.0, moe_block=2.5, comm_sm_share=0.2)
-    ideal = pair_cost(Cost(3.0, a2a=1.0, moe_block=1.2), Cost(5.0, a2a=1.0, moe_block=2.5)).dur
-    shared = pair_cost(f, b).dur
-    assert shared == pytest.approx(slot(0.8, 0.5, 0.2) + slot(2.5, 0.5, 0.2) + slot(1.2, 0.5, 0.2)
-                                   + slot(1.5, 0.5, 0.2))
-    assert ideal < shared <= 3.0 + 5.0
+    b = Cost(5.0, a2a=1.0, moe_block=2.5, comm_sm_share=0.2, moe_wgrad=1.0)
+    c = pair_cost(f, b)
+    assert c.dur == pytest.approx(two_streams(dict(F_att=0.8, F_moe=1.2, F_dis=0.5, F_com=0.5, B_att=1.5, B_dg=1.5,
+                                                   B_wg=1.0, B_com=0.5, B_dis=0.5), 0.2))
+    assert c.a2a_exposed == pytest.approx(c.dur - (3.0 - 1.0) - (5.0 - 1.0))   # minus both computes
+
+
+def test_moe_weight_gradient_share_reaches_the_backward_cost():
+    c = stage_costs(moe())[0]
+    assert 0 < c.moe_block_wgrad < c.moe_block_bwd
 
 
 def test_grouped_gemm_runs_in_te_stream_rounds():

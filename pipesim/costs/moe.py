@@ -267,6 +267,8 @@ class MoELayerCosts:
     block_fwd: float = 0.0    # compute seconds of the MoE block (router .. shared experts), forward
     block_bwd: float = 0.0    # ... backward
     host_fwd: float = 0.0     # host seconds the forward exposes after the dispatcher's count sync
+    block_wgrad: float = 0.0  # of block_bwd: the weight gradients (Megatron runs them after the
+                              # dispatch backward is launched, a2a_overlap.py)
 
     @classmethod
     def build(cls, s: Scenario, cm, sh: Shapes, layer_recompute) -> "MoELayerCosts":
@@ -281,7 +283,8 @@ class MoELayerCosts:
         return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s),
                    edp_ratio(s, "all_gather", "ring"),       # ZeRO-3 gathers are rings (engine.py)
                    sum(cm.time(o, "fwd").seconds for o in block) + host,
-                   sum(cm.time(o, "bwd").seconds for o in block), host)
+                   sum(cm.time(o, "bwd").seconds for o in block), host,
+                   sum(cm.time(o, "bwd").seconds * (1 - o.dgrad_fraction) for o in block))
 
 
 def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:

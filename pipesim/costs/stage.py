@@ -70,6 +70,7 @@ class StageCosts:
     moe_block_fwd: float = 0.0   # compute seconds of the MoE blocks (router .. unpermute) inside F
     moe_block_bwd: float = 0.0   # ... inside B (the A2A overlap pairs them with attention, a2a_overlap.py)
     moe_host_fwd: float = 0.0    # of moe_block_fwd: host time exposed after the dispatchers' count sync
+    moe_block_wgrad: float = 0.0     # of moe_block_bwd: weight gradients
     moe_comm_sm_share: float = 0.0   # SMs the all-to-all kernels take from overlapped compute (moe_host.py)
 
     def as_dict(self) -> dict:
@@ -234,7 +235,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)
             ep = _MoEStage(n_moe * moe.a2a.fwd, n_moe * moe.a2a.bwd, n_moe * moe.a2a.bytes_fwd,
                            n_moe * moe.a2a.bytes_bwd, n_moe * moe.expert_params,
-                           n_moe * moe.block_fwd, n_moe * moe.block_bwd, n_moe * moe.host_fwd)
+                           n_moe * moe.block_fwd, n_moe * moe.block_bwd, n_moe * moe.host_fwd,
+                           n_moe * moe.block_wgrad)
             working = max(working, moe.working)
         # routed-expert weights, gradients and optimizer states are sharded over expert-data
         # parallelism, the dense ones over data parallelism (pipesim/costs/moe_parallel.py)
@@ -278,7 +280,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             step_ops=steps,
             ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
             moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
-            moe_host_fwd=ep.host_fwd, moe_comm_sm_share=comm_sm_share(s) if n_moe else 0.0,
+            moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_comm_sm_share=comm_sm_share(s) if n_moe else 0.0,
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None))
     return out
 
@@ -293,6 +295,7 @@ class _MoEStage:
     block_fwd: float = 0.0
     block_bwd: float = 0.0
     host_fwd: float = 0.0
+    block_wgrad: float = 0.0
 
 
 def moe_stage_parts(s: Scenario, cm: CostModel, sh):
