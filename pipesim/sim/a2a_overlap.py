@@ -15,9 +15,10 @@ Megatron-Core, pipesim/costs/moe_host.py), so the compute under it advances more
 no SM share and no weight-gradient split this reduces to the four slots
     T_pair = max(F_att, B_com) + max(F_dis, B_moe) + max(F_moe, B_dis) + max(F_com, B_att)
 when each slot's longer side is the one the next slot waits for.
-Over a pair of chunks the slots are summed over their layers: attention = everything that is not
-an MoE block (dense layers, embedding, head included), dispatch = combine = half the chunk's
-all-to-all. The exposed all-to-all is T_pair - (C_F + C_B).
+A pair of chunks is costed as one layer pair of the chunks' summed work (the makespan scales
+with the work, and consecutive layer pairs wait on each other's results): attention =
+everything that is not an MoE block (dense layers, embedding, head included), dispatch =
+combine = half the chunk's all-to-all. The exposed all-to-all is T_pair - (C_F + C_B).
 
 Pairing is a rewrite of a rank's lowered plan: an F followed by a B or I of another micro-batch,
 with only sends/receives between them, becomes one step "FB"; the receives between them move
