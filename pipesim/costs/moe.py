@@ -12,8 +12,9 @@ the alltoall token dispatcher) per micro-batch on one GPU:
 Shapes: a GPU holds T_loc = b·s / t tokens (sequence parallel); the EP·ETP ranks of a stage route
 EP·ETP·T_loc·k token copies to E experts, so a local expert's GEMM has M = λ·EP·ETP·T_loc·k / E rows
 (λ: load of the busiest EP rank over the mean, `load_factor`) and N = moe_ffn / ETP columns.
-The grouped GEMM is one op with one profile lookup per local expert (M x h x N each), so a
-shape-aware GEMM model costs the small-M expert GEMMs at their own efficiency.
+The grouped GEMM is one op with one profile lookup per local expert (M x h x N each); on the GEMM
+curve it runs as Transformer Engine does, in rounds of 4 concurrent per-expert GEMMs
+(expert_gemm_rounds), so the small-M expert GEMMs cost their own wave quantisation.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from statistics import NormalDist
 
 from pipesim.costs.collectives import Link, collective_time
 from pipesim.costs.layers import Shapes, high_precision, matmul, vector
+from pipesim.costs.moe_host import host_exposed_fwd
 from pipesim.costs.moe_parallel import expert_placement
 from pipesim.costs.ops import Op
 from pipesim.scenario.config import Scenario
@@ -119,6 +121,22 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
     return ops
 
 
+# Transformer Engine's grouped linear (Megatron-Core TEGroupedMLP, --moe-grouped-gemm) on Hopper runs
+# one cuBLAS GEMM per expert, spread round-robin over its compute streams: 4 of them
+# (NVIDIA/TransformerEngine, transformer_engine/common/util/multi_stream.cpp,
+# get_num_compute_streams(); used by nvte_multi_stream_cublas_gemm).
+TE_GEMM_STREAMS = 4
+
+
+def expert_gemm_rounds(groups: int, m: float, n: float, k: float, dtype: str) -> tuple:
+    """The experts' GEMMs as the GPU runs them: rounds of up to TE_GEMM_STREAMS concurrent GEMMs,
+    each round one batch on the GEMM curve (the concurrent GEMMs' tiles share the SMs' waves; the
+    rounds follow each other). (batch, M, N, K, dtype) tuples."""
+    full, rest = divmod(groups, TE_GEMM_STREAMS)
+    rounds = ((TE_GEMM_STREAMS, m, n, k, dtype),) * full
+    return rounds + (((rest, m, n, k, dtype),) if rest else ())
+
+
 def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int, dtype: str, bias: bool,
                  saved_input: float) -> Op:
     """`groups` experts, each [rows/groups x k] @ [k x n] (a grouped GEMM, Megatron-Core
@@ -131,10 +149,10 @@ def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int
     return Op(name, "matmul", flops, 2 * flops, a + w + b + c, c + 2 * a + 2 * (w + b),
               saved_bytes=saved_input, params=groups * (k * n + (n if bias else 0)), dgrad_fraction=0.5,
               param_tensors=2 if bias else 1,      # one grouped weight (and bias) tensor
-              # the GEMM curve (pipesim/costs/gemm.py) times `groups` GEMMs of the per-expert shape,
+              # the GEMM curve (pipesim/costs/gemm.py) times the per-expert GEMMs in TE's rounds,
               # (batch, M, N, K): forward Y = X W, input grad dX = dY W^T, weight grad dW = X^T dY
-              gemms_fwd=((groups, m_e, n, k, dtype),),
-              gemms_bwd=((groups, m_e, k, n, dtype), (groups, k, n, m_e, dtype)),
+              gemms_fwd=expert_gemm_rounds(groups, m_e, n, k, dtype),
+              gemms_bwd=expert_gemm_rounds(groups, m_e, k, n, dtype) + expert_gemm_rounds(groups, k, n, m_e, dtype),
               measure_fwd=(("gemm", per),) * groups,
               measure_bwd=(("gemm", dict(m=per["m"], k=per["n"], n=per["k"], dtype=dtype)),
                            ("gemm", dict(m=per["k"], k=per["m"], n=per["n"], dtype=dtype))) * groups)
@@ -248,6 +266,9 @@ class MoELayerCosts:
     gather_ratio: float       # expert-weight all-gather bytes (ZeRO) -> equivalent data-parallel bytes
     block_fwd: float = 0.0    # compute seconds of the MoE block (router .. shared experts), forward
     block_bwd: float = 0.0    # ... backward
+    host_fwd: float = 0.0     # host seconds the forward exposes after the dispatcher's count sync
+    block_wgrad: float = 0.0  # of block_bwd: the weight gradients (Megatron runs them after the
+                              # dispatch backward is launched, a2a_overlap.py)
 
     @classmethod
     def build(cls, s: Scenario, cm, sh: Shapes, layer_recompute) -> "MoELayerCosts":
@@ -255,12 +276,15 @@ class MoELayerCosts:
         ops = costed_layer_ops(s, moe=True)
         rc_time, saved, working = layer_recompute(s, cm, ops)
         a2a = a2a_costs(s, sh)
-        if s.training.recompute == "full":       # the recomputed forward dispatches again
-            rc_time += a2a.fwd
+        host = host_exposed_fwd(s, cm, ops, a2a.fwd)
+        if s.training.recompute == "full":       # the recomputed forward dispatches (and syncs) again
+            rc_time += a2a.fwd + host
         block = ops[[o.name for o in ops].index("router"):]
         return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s),
                    edp_ratio(s, "all_gather", "ring"),       # ZeRO-3 gathers are rings (engine.py)
-                   sum(cm.time(o, "fwd").seconds for o in block), sum(cm.time(o, "bwd").seconds for o in block))
+                   sum(cm.time(o, "fwd").seconds for o in block) + host,
+                   sum(cm.time(o, "bwd").seconds for o in block), host,
+                   sum(cm.time(o, "bwd").seconds * (1 - o.dgrad_fraction) for o in block))
 
 
 def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:

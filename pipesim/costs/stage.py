@@ -13,6 +13,7 @@ from pipesim.costs.fp8 import BLACKWELL_CURVES, FP8_WEIGHT_COPY_BYTES, cast_ops,
 from pipesim.costs.context import context_comm
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
+from pipesim.costs.moe_host import comm_sm_share
 from pipesim.costs.ops import Op
 from pipesim.costs.roofline import CostModel
 from pipesim.costs.topology import placement, stage_link
@@ -75,6 +76,9 @@ class StageCosts:
     cp_bytes: float = 0.0     # CP bytes sent per micro-batch per GPU (fwd + bwd)
     cp_buffer_fwd: float = 0.0    # transient K/V receive buffers while F runs
     cp_buffer_bwd: float = 0.0    # K/V + dK/dV buffers while the backward runs
+    moe_host_fwd: float = 0.0    # of moe_block_fwd: host time exposed after the dispatchers' count sync
+    moe_block_wgrad: float = 0.0     # of moe_block_bwd: weight gradients
+    moe_comm_sm_share: float = 0.0   # SMs the all-to-all kernels take from overlapped compute (moe_host.py)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources", "step_ops")}
@@ -243,7 +247,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)
             ep = _MoEStage(n_moe * moe.a2a.fwd, n_moe * moe.a2a.bwd, n_moe * moe.a2a.bytes_fwd,
                            n_moe * moe.a2a.bytes_bwd, n_moe * moe.expert_params,
-                           n_moe * moe.block_fwd, n_moe * moe.block_bwd)
+                           n_moe * moe.block_fwd, n_moe * moe.block_bwd, n_moe * moe.host_fwd,
+                           n_moe * moe.block_wgrad)
             working = max(working, moe.working)
         # routed-expert weights, gradients and optimizer states are sharded over expert-data
         # parallelism, the dense ones over data parallelism (pipesim/costs/moe_parallel.py)
@@ -267,7 +272,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         out.append(StageCosts(
             stage=k, layers=n_layers + n_moe, has_embedding=first, has_head=last,
-            forward=acc.fwd + acc.tp_fwd + ep.fwd + host_action + n_cp * cpc.fwd_exposed,
+            forward=acc.fwd + acc.tp_fwd + ep.fwd + ep.host_fwd + host_action + n_cp * cpc.fwd_exposed,
             backward=acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed,
             input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed,
             weight_grad=acc.wgrad + host_action,
@@ -291,6 +296,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             cp_buffer_fwd=cpc.buffer_fwd if n_cp else 0.0, cp_buffer_bwd=cpc.buffer_bwd if n_cp else 0.0,
             ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
             moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
+            moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_comm_sm_share=comm_sm_share(s) if n_moe else 0.0,
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None))
     return out
 
@@ -304,6 +310,8 @@ class _MoEStage:
     params: float = 0.0
     block_fwd: float = 0.0
     block_bwd: float = 0.0
+    host_fwd: float = 0.0
+    block_wgrad: float = 0.0
 
 
 def moe_stage_parts(s: Scenario, cm: CostModel, sh):

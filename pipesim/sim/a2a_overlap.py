@@ -6,12 +6,19 @@ one micro-batch together with the backward of another: layer by layer, the dispa
 all-to-all of one runs on a communication stream while the other computes. Each layer's forward
 is attention (F_att) -> dispatch (F_dis) -> MoE block (F_moe) -> combine (F_com), its backward
 combine (B_com) -> MoE block (B_moe) -> dispatch (B_dis) -> attention (B_att); DeepSeek-V3's
-schedule (arXiv 2412.19437, Sec. 3.2.1, Fig. 4; the same pairing in Megatron-Core's combined
-1F1B) overlaps them in four slots, each as long as the longer of its compute and its transfer:
+schedule (arXiv 2412.19437, Sec. 3.2.1, Fig. 4) pairs them as B_com ‖ F_att, F_dis ‖ B_moe,
+B_dis ‖ F_moe, F_com ‖ B_att. pipesim runs Megatron-Core's version of it as two streams with the
+dependencies Megatron's TransformerLayerSchedulePlan.run imposes (`two_streams`): the MoE
+backward's weight gradients run after its input gradients, under the dispatch backward, and
+while a transfer runs its kernels hold SMs (DeepEP's normal kernels: 20 of H100's 132 in
+Megatron-Core, pipesim/costs/moe_host.py), so the compute under it advances more slowly. With
+no SM share and no weight-gradient split this reduces to the four slots
     T_pair = max(F_att, B_com) + max(F_dis, B_moe) + max(F_moe, B_dis) + max(F_com, B_att)
-Over a pair of chunks the slots are summed over their layers: attention = everything that is not
-an MoE block (dense layers, embedding, head included), dispatch = combine = half the chunk's
-all-to-all. The exposed all-to-all is T_pair - (C_F + C_B).
+when each slot's longer side is the one the next slot waits for.
+A pair of chunks is costed as one layer pair of the chunks' summed work (the makespan scales
+with the work, and consecutive layer pairs wait on each other's results): attention =
+everything that is not an MoE block (dense layers, embedding, head included), dispatch =
+combine = half the chunk's all-to-all. The exposed all-to-all is T_pair - (C_F + C_B).
 
 Pairing is a rewrite of a rank's lowered plan: an F followed by a B or I of another micro-batch,
 with only sends/receives between them, becomes one step "FB"; the receives between them move
@@ -31,12 +38,51 @@ from pipesim.sim.workload import KIND_CODE, Cost, Step
 PAIR_KIND = "FB"
 
 
+# Megatron-Core's overlapped layer pair (TransformerLayerSchedulePlan.run,
+# megatron/core/models/common/model_chunk_schedule_plan.py): the order of each stream and what
+# each task waits for on the other. F_att includes the router and permute ("post_attn"), B_dg /
+# B_wg are the MoE block's input and weight gradients (`mlp.backward`, then `mlp.backward_dw`
+# after the dispatch backward is launched).
+COMPUTE_ORDER = (("F_att", ()), ("B_dg", ("B_com",)), ("B_wg", ()), ("F_moe", ("F_dis",)), ("B_att", ("B_dis",)))
+COMM_ORDER = (("B_com", ()), ("F_dis", ("F_att",)), ("B_dis", ("B_dg",)), ("F_com", ("F_moe",)))
+
+
+def two_streams(work: dict, sm_share: float) -> float:
+    """Makespan of the overlapped layer pair: a compute and a communication stream, each running
+    its tasks in order, a task starting when its stream predecessor and its cross-stream
+    dependency are done. While a transfer runs, compute advances at (1 − sm_share) (the SMs the
+    communication kernels hold); transfers keep their own speed. `work`: seconds per task name."""
+    streams = [list(COMPUTE_ORDER), list(COMM_ORDER)]
+    left = {name: work.get(name, 0.0) for order in streams for name, _ in order}
+    done: set = set()
+    now = 0.0
+    while any(streams):
+        ready = [s[0][0] if s and all(d in done for d in s[0][1]) else None for s in streams]
+        if ready == [None, None]:
+            raise RuntimeError("a2a overlap: the layer-pair schedule has a dependency cycle")
+        comp, comm = ready
+        rate = 1.0 - sm_share if comm is not None and left[comm] > 0 else 1.0
+        spans = [left[comp] / rate if comp else float("inf"), left[comm] if comm else float("inf")]
+        dt = min(spans)
+        if comp:
+            left[comp] -= dt * rate
+        if comm:
+            left[comm] -= dt
+        now += dt
+        for i, name in enumerate(ready):
+            if name is not None and left[name] <= 1e-15:
+                done.add(name)
+                streams[i].pop(0)
+    return now
+
+
 def pair_cost(f: Cost, b: Cost) -> Cost:
     """The fused step's cost: durations as above, memory deltas of both, TP time of both."""
     cf, cb = f.dur - f.a2a, b.dur - b.a2a
-    f_att, b_att = cf - f.moe_block, cb - b.moe_block
-    dur = (max(f_att, b.a2a / 2) + max(f.a2a / 2, b.moe_block) + max(f.moe_block, b.a2a / 2)
-           + max(f.a2a / 2, b_att))
+    work = {"F_att": cf - f.moe_block, "F_moe": f.moe_block, "F_dis": f.a2a / 2, "F_com": f.a2a / 2,
+            "B_att": cb - b.moe_block, "B_dg": b.moe_block - b.moe_wgrad, "B_wg": b.moe_wgrad,
+            "B_com": b.a2a / 2, "B_dis": b.a2a / 2}
+    dur = two_streams(work, max(f.comm_sm_share, b.comm_sm_share))
     c = Cost(dur, f.tp + b.tp, mem0=f.mem0 + b.mem0, mem1=f.mem1 + b.mem1)
     c.a2a = f.a2a + b.a2a
     c.a2a_exposed = dur - (cf + cb)

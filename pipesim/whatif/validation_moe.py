@@ -46,6 +46,7 @@ class MoEResult:
     error_pct: float | None
     note: str = ""
     report: dict | None = None
+    budget: dict | None = None     # error_budget(): one MoE layer's terms and the gap per layer
 
 
 def load_moe_cases(path=None) -> list[dict]:
@@ -123,7 +124,28 @@ def run_moe_case(case: dict, evaluator=None) -> MoEResult:
     note = "out of memory in pipesim" if rep.get("oom") else ""
     if published is None:
         return MoEResult(case["id"], None, step, None, note=note or "published as TFLOP/s only", report=rep)
-    return MoEResult(case["id"], float(published), step, 100.0 * (step - published) / published, note, rep)
+    scenario = load_scenario(moe_case_scenario(case))
+    return MoEResult(case["id"], float(published), step, 100.0 * (step - published) / published, note, rep,
+                     error_budget(scenario, step, float(published)))
+
+
+def error_budget(s, predicted: float, published: float) -> dict:
+    """One MoE layer per micro-batch on one GPU (compute forward/backward, all-to-all, the host
+    term) and the step-time gap spread over the (forward + backward) layer passes of one pipeline
+    rank: a diagnosis of where the missing time must sit, not a model input."""
+    from pipesim.costs.layers import shapes_of
+    from pipesim.costs.stage import cost_model_for, moe_stage_parts
+    cm = cost_model_for(s)
+    moe = moe_stage_parts(s, cm, shapes_of(s))
+    attention = moe.ops[:[o.name for o in moe.ops].index("router")]     # the layer before its MoE block
+    att_f = sum(cm.time(o, "fwd").seconds for o in attention)
+    att_b = sum(cm.time(o, "bwd").seconds for o in attention)
+    par, tr = s.parallel, s.training
+    micro = tr.global_batch_size // (par.data * tr.micro_batch_size)
+    pairs = micro * s.model.num_layers / par.pipeline
+    return {"fwd_s": att_f + moe.block_fwd - moe.host_fwd, "bwd_s": att_b + moe.block_bwd, "a2a_fwd_s": moe.a2a.fwd,
+            "a2a_bwd_s": moe.a2a.bwd, "host_fwd_s": moe.host_fwd, "layer_pairs_per_rank": pairs,
+            "gap_per_layer_pair_s": (published - predicted) / pairs}
 
 
 def run_moe_suite(path=None, evaluator=None) -> list[MoEResult]:
@@ -153,6 +175,12 @@ def format_moe(results: list[MoEResult]) -> str:
         err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
         a2a = "" if not r.report else f"{r.report.get('moe', {}).get('a2a_exposed_s', 0.0):.2f}"
         lines.append(f"  {r.id:48s} {pred:>7s} {pub:>6s} {err:>7s}  {a2a:>6s}" + (f"  {r.note}" if r.note else ""))
+        if r.budget:
+            b = r.budget
+            lines.append(f"      one MoE layer, ms: F {b['fwd_s'] * 1e3:.2f}  B {b['bwd_s'] * 1e3:.2f}  all-to-all "
+                         f"{b['a2a_fwd_s'] * 1e3:.2f} + {b['a2a_bwd_s'] * 1e3:.2f}  host {b['host_fwd_s'] * 1e3:.3f}"
+                         f";  gap per F+B layer on a rank {b['gap_per_layer_pair_s'] * 1e3:+.2f} "
+                         f"(x {b['layer_pairs_per_rank']:.0f})")
     m = moe_mape(results)
     lines.append(f"  MAPE {m:.1f} % over {sum(r.error_pct is not None for r in results)} cases "
                  f"(target <= {TARGET_MAPE:.0f} %: {'met' if m <= TARGET_MAPE else 'MISSED'})")
