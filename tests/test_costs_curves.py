@@ -233,3 +233,16 @@ def test_report_names_the_source_of_every_cost():
     flat = dataclasses.replace(s, system=dataclasses.replace(
         s.system, gpu=dataclasses.replace(s.system.gpu, matmul_efficiency=0.5)))
     assert set(pipesim.simulate(flat).to_dict()["cost_sources"]) == {"roofline"}
+
+
+def test_swiglu_backward_moves_five_elements_per_ffn_unit_and_gelu_three():
+    from pipesim.costs.layers import layer_ops
+    llama = scenario()                                   # SwiGLU, tensor 2: f/2 per GPU per token
+    act = next(o for o in layer_ops(llama) if o.name == "act")
+    elems = llama.training.micro_batch_size * llama.model.seq_length * llama.model.ffn / 2
+    assert act.bytes_bwd == pytest.approx(5 * elems * 2)     # dY, both halves in; both grads out
+    assert act.bytes_fwd == pytest.approx(3 * elems * 2)
+    gpt = load_scenario(base())
+    gelu = next(o for o in layer_ops(gpt) if o.name == "act")
+    gelems = gpt.model.seq_length * gpt.model.ffn / 8
+    assert gelu.bytes_bwd == pytest.approx(3 * gelems * 2)
