@@ -10,6 +10,9 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
    2025-02-25, "Normal GEMMs for dense models", H800 SXM = H100 SXM compute, M = 4096 rows):
    DeepGEMM's TFLOP/s and its speed-up over DeepSeek's CUTLASS 3.6 kernel (both block-scaled).
    The largest shape is the FP8 anchor; the other five test the shape dependence.
+1c. GEMM, H100 FP8, an independent table never used to choose anything: tile-ai/tilelang
+   benchmark/matmul_fp8/README.md (H800 SXM, M = N = 8192, K 256 to 16384, autotuned FP8 GEMM
+   with a per-tensor scale: the kind of kernel tensorwise/delayed FP8 training runs).
 2. GEMM, the MAMF best shapes of every GPU (S. Bekman, ml-engineering, "Maximum Achievable Matmul
    FLOPS comparison table"): the curve is scaled to return the MAMF there.
 3. Attention, H100: the FlashAttention-3 paper's cuDNN bars (Shah et al. 2024, Fig. 5) are the
@@ -39,6 +42,9 @@ XLA_H100_BF16 = [
 ]
 H100_HBM, MEMORY_EFFICIENCY, LAUNCH = 3.35e12, 0.85, 5e-6     # dgx-h100 preset values
 DEEPGEMM = "DeepGEMM README a6d97a1 (H800)"
+TILELANG = "tile-ai/tilelang benchmark/matmul_fp8/README.md (H800)"
+# (K, TFLOP/s) at M = N = 8192; the README's latency column is in ms
+TILELANG_H800_FP8 = [(256, 376), (512, 622), (1024, 927), (2048, 1174), (4096, 1378), (8192, 1461), (16384, 1523)]
 # (M, N, K, DeepGEMM TFLOP/s, speed-up over CUTLASS 3.6)
 DEEPGEMM_H800_FP8 = [(4096, 2112, 7168, 1058, 1.1), (4096, 24576, 1536, 990, 1.0), (4096, 32768, 512, 590, 1.0),
                      (4096, 7168, 16384, 1358, 1.2), (4096, 4096, 7168, 1304, 1.1), (4096, 7168, 2048, 1025, 1.1)]
@@ -84,7 +90,18 @@ def main() -> None:
     print(f"   mean |log error| {100 * statistics.mean(abs(x) for x in logs):.1f} %, "
           f"mean log error {100 * statistics.mean(logs):+.1f} % (vs DeepGEMM)\n")
 
-    print("2. GEMM at each GPU's MAMF best shape (ml-engineering MAMF table): the curve's anchor")
+    print(f"1c. GEMM on H100, FP8, M = N = 8192, vs {TILELANG}")
+    print(f"   {'K':>6} {'published':>10} {'pipesim':>8} {'err %':>7}")
+    logs = []
+    for k, pub in TILELANG_H800_FP8:
+        pred = gemm_tflops(h100, 1, 8192, 8192, k, "fp8")
+        logs.append(math.log(pred / pub))
+        print(f"   {k:>6} {pub:>10.0f} {pred:>8.0f} {100 * (pred / pub - 1):>+7.1f}")
+    print(f"   mean |log error| {100 * statistics.mean(abs(x) for x in logs):.1f} %, "
+          f"mean log error {100 * statistics.mean(logs):+.1f} %\n")
+
+    print("2. GEMM at each GPU's MAMF best shape (ml-engineering MAMF table): the curve's anchor "
+          "(H100/H800 FP8: anchored on DeepGEMM instead, section 1b)")
     print(f"   {'GPU':>6} {'dtype':>5} {'shape':>20} {'MAMF':>8} {'pipesim':>8}")
     for name, c in KERNEL_CURVES.items():
         for dtype, shape in c["best_shape"].items():
