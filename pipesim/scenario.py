@@ -229,11 +229,17 @@ class ParallelConfig:
     rank_order: str = field("tp-dp-pp", doc="rank mapping, innermost first (Megatron: tp-dp-pp)")
     layers_per_stage: Optional[tuple[int, ...]] = field(None, doc="uneven layers per (virtual) stage")
     collective: Literal["ring", "tree", "hierarchical", "auto"] = field("auto", doc="collective algorithm")
+    context: int = field(1, doc="context-parallel size CP: the sequence is split over CP GPUs (ring attention)")
+    context_mode: Literal["ring", "allgather"] = field(
+        "ring", doc="CP attention: ring (K/V passed to ring neighbours, overlapped) or allgather (K/V gathered)")
+    context_layout: Literal["balanced", "contiguous"] = field(
+        "balanced", doc="CP sequence layout: balanced (2·CP causal chunks, rank i holds i and 2CP-1-i) or "
+                        "contiguous (CP chunks in order)")
     expert: int = field(1, doc="expert-parallel size EP (MoE); experts are split over EP ranks")
     expert_tensor: int = field(1, doc="expert tensor-parallel size ETP (each expert split over ETP ranks)")
 
     def __post_init__(self):
-        for name in ("tensor", "pipeline", "virtual_stages", "tensor_depth"):
+        for name in ("tensor", "pipeline", "virtual_stages", "tensor_depth", "context"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.data is not None and self.data < 1:
@@ -241,8 +247,10 @@ class ParallelConfig:
         for name in ("expert", "expert_tensor"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if sorted(self.rank_order.split("-")) != ["dp", "pp", "tp"]:
-            raise ValueError(f"rank_order must order tp, dp and pp like 'tp-dp-pp', got {self.rank_order!r}")
+        dims = self.rank_order.split("-")
+        if sorted(d for d in dims if d != "cp") != ["dp", "pp", "tp"] or dims.count("cp") > 1:
+            raise ValueError(f"rank_order must order tp, dp and pp (and optionally cp) like 'tp-dp-pp' or "
+                             f"'tp-cp-dp-pp', got {self.rank_order!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -310,7 +318,7 @@ class Scenario:
 
     @property
     def num_gpus(self) -> int:
-        return self.parallel.tensor * self.parallel.pipeline * self.parallel.data
+        return self.parallel.tensor * self.parallel.context * self.parallel.pipeline * self.parallel.data
 
     @property
     def num_microbatches(self) -> int:

@@ -213,15 +213,17 @@ def from_hf_config(path: Path, loader: Loader) -> dict:
 
 
 def resolve_data(parallel: ParallelConfig, system: SystemConfig, loader: Loader) -> ParallelConfig:
-    t, p, gpus = parallel.tensor, parallel.pipeline, system.num_gpus
+    t, c, p, gpus = parallel.tensor, parallel.context, parallel.pipeline, system.num_gpus
+    # tensor·context·pipeline·data = GPUs (context shown only when used, as in the contract's example)
+    names = [f"tensor({t})"] + ([f"context({c})"] if c > 1 else []) + [f"pipeline({p})"]
     if parallel.data is None:
-        if gpus % (t * p):
-            loader.fail("parallel", f"tensor({t})·pipeline({p}) = {t * p} does not divide "
+        if gpus % (t * c * p):
+            loader.fail("parallel", f"{'·'.join(names)} = {t * c * p} does not divide "
                         f"{gpus} GPUs (num_nodes({system.num_nodes})·gpus_per_node({system.gpus_per_node}))")
-        return dataclasses.replace(parallel, data=gpus // (t * p))
+        return dataclasses.replace(parallel, data=gpus // (t * c * p))
     d = parallel.data
-    if t * p * d != gpus:
-        loader.fail("parallel", f"tensor({t})·pipeline({p})·data({d}) = {t * p * d} ≠ {gpus} GPUs "
+    if t * c * p * d != gpus:
+        loader.fail("parallel", f"{'·'.join(names + [f'data({d})'])} = {t * c * p * d} ≠ {gpus} GPUs "
                     f"(num_nodes({system.num_nodes})·gpus_per_node({system.gpus_per_node}))")
     return parallel
 
@@ -262,6 +264,10 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
                     "one another")
     if m.ffn % q:
         loader.fail("parallel.tensor", f"ffn_hidden_size({m.ffn}) is not divisible by the tensor split ({q})")
+    _check_context(s, loader)
+    if par.sequence_parallel and m.seq_length % (t * par.context):
+        loader.fail("parallel.sequence_parallel", f"seq_length({m.seq_length}) is not divisible by "
+                    f"tensor({t})·context({par.context}) = {t * par.context}")
     if par.sequence_parallel and m.seq_length % t:
         loader.fail("parallel.sequence_parallel", f"seq_length({m.seq_length}) is not divisible by "
                     f"tensor({t})")
@@ -300,6 +306,27 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("costs.profile", f"profile not found: {s.costs.profile}")
 
 
+def _check_context(s: Scenario, loader: Loader) -> None:
+    """Context parallelism (pipesim.costs.context): the sequence splits into CP (contiguous) or
+    2·CP (balanced, Megatron/TransformerEngine's causal load balancing) equal chunks."""
+    m, par = s.model, s.parallel
+    cp = par.context
+    if cp == 1:
+        return
+    if par.tensor_mode != "1d":
+        loader.fail("parallel.context", f"context parallelism is combined with 1d tensor parallelism only, "
+                    f"not {par.tensor_mode}")
+    if par.context_layout == "balanced":
+        if not m.causal:
+            loader.fail("parallel.context_layout", f"the balanced layout pairs causal chunks; model "
+                        f"{m.name!r} is not causal (causal: false) - use context_layout: contiguous")
+        if m.seq_length % (2 * cp):
+            loader.fail("parallel.context", f"seq_length({m.seq_length}) is not divisible into 2·context"
+                        f"({cp}) = {2 * cp} load-balanced chunks")
+    elif m.seq_length % cp:
+        loader.fail("parallel.context", f"seq_length({m.seq_length}) is not divisible by context({cp})")
+
+
 def schedule_error(s: Scenario, exc: Exception) -> ScenarioError:
     """A schedule generator's constraint error (P, M, V) restated with the scenario keys."""
     p, v = s.parallel.pipeline, s.parallel.virtual_stages
@@ -311,6 +338,8 @@ def schedule_error(s: Scenario, exc: Exception) -> ScenarioError:
 def _check_cnn(s: Scenario, loader: Loader) -> None:
     """CNN presets are data/pipeline parallel only; their stage split is checked when built."""
     par, tr = s.parallel, s.training
+    if par.context != 1:
+        loader.fail("parallel.context", f"CNN models have no sequence to split: context must be 1, got {par.context}")
     if par.tensor != 1:
         loader.fail("parallel.tensor", f"CNN models are not tensor parallel: tensor must be 1, got {par.tensor}")
     if par.virtual_stages != 1:

@@ -54,7 +54,8 @@ def run(args) -> int:
           f"a={m.num_attention_heads} f={m.ffn} layers={m.num_layers} vocab={m.vocab_size} "
           f"precision={s.training.precision}")
     print(f"parallel: tensor {par.tensor} ({par.tensor_mode}{', sequence parallel' if par.sequence_parallel else ''})"
-          f", pipeline {par.pipeline}, data {par.data}; system {s.system.name} ({s.system.gpu.name})\n")
+          + (f", context {par.context} ({par.context_mode}, {par.context_layout})" if par.context > 1 else "")
+          + f", pipeline {par.pipeline}, data {par.data}; system {s.system.name} ({s.system.gpu.name})\n")
     shown = SHOWN if args.wide else [c for c in SHOWN if c[0] in NARROW]
     rows = [[_scaled(r, k, sc) for k, _, sc in shown] for r in result["rows"]]
     print(format_table(rows, [h for _, h, _ in shown]))

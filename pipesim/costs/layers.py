@@ -41,6 +41,7 @@ class Shapes:
     v: int          # vocab
     e: int          # bytes per element
     tp: TensorSplit
+    cp: int = 1     # context parallel size: `s` is the local sequence, seq_length / cp
 
     @property
     def tokens(self) -> int:
@@ -49,9 +50,12 @@ class Shapes:
 
 def shapes_of(s: Scenario) -> Shapes:
     m = s.model
-    return Shapes(b=s.training.micro_batch_size, s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads,
+    cp = s.parallel.context
+    # Context parallelism shards the sequence: every op outside attention sees seq/CP tokens
+    # (Megatron-Core context parallelism; Liu et al. 2023, "Ring Attention", Sec. 3).
+    return Shapes(b=s.training.micro_batch_size, s=m.seq_length // cp, h=m.hidden_size, a=m.num_attention_heads,
                   g=m.kv_heads, d=m.head_dim, f=m.ffn, v=m.vocab_size, e=s.bytes_per_element,
-                  tp=tensor_split(s.parallel))
+                  tp=tensor_split(s.parallel), cp=cp)
 
 
 def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, saved_input: float,
@@ -154,7 +158,10 @@ def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
     ops.append(matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype,
                       bias=m.bias))
     flash = tr.attention == "flash"
-    if flash:
+    if sh.cp > 1:        # ring / all-gather attention: blockwise flash kernels (pipesim.costs.context)
+        from pipesim.costs.context import context_attention_ops
+        ops += context_attention_ops(s, sh, heads, kv, dtype)
+    elif flash:
         ops.append(flash_attention(sh, heads, kv, dtype, m.causal))
     else:
         qk_saved = sh.b * sh.s * (heads + kv) * sh.d * e / (tp.size // hd if tp.mode != "1d" else 1)
@@ -238,21 +245,33 @@ def high_precision(precision: str) -> str:
     return "bf16" if precision == "fp8" else precision
 
 
-def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: bool) -> Op:
+def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: bool,
+                    q_len: int | None = None, kv_len: int | None = None, name: str = "attention",
+                    saved: bool = True) -> Op:
     """Fused attention (Dao et al. 2022, "FlashAttention", Sec. 3.1 and Thm. 2): forward = the two
     matmuls (4 b a s^2 d FLOPs); backward recomputes the scores and runs four matmuls
     (2.5x forward); only Q, K, V, the output and the fp32 log-sum-exp are kept. Causal masking
-    skips half the blocks."""
-    b, s_, d, e = sh.b, sh.s, sh.d, sh.e
-    frac = 0.5 if causal else 1.0
-    fwd = 4 * b * heads * s_ * s_ * d * frac
-    qkvo = b * s_ * d * (2 * heads + 2 * kv) * e
-    saved = qkvo + b * heads * s_ * FP32
-    shape = dict(batch=b, heads=int(heads), seq=s_, head_dim=d, causal=causal, dtype=dtype)
-    return Op("attention", "matmul", fwd, 2.5 * fwd, qkvo, 2 * qkvo + b * heads * s_ * FP32,
-              saved_bytes=saved, dgrad_fraction=1.0,
-              measure_fwd=(("attention_fwd", shape),), measure_bwd=(("attention_bwd", shape),),
-              flash=(b * heads, s_, d, causal))
+    skips half the blocks. `q_len` x `kv_len` (default s x s) is one block of a context-parallel
+    attention; a causal block with q_len < kv_len is bottom-right aligned (the queries are the
+    last q_len positions), so it computes q·kv - q^2/2 scores. `saved`: whether this block keeps
+    the layer's Q, K, V, O and log-sum-exp (one block per layer does)."""
+    b, d, e = sh.b, sh.d, sh.e
+    q_len, kv_len = q_len or sh.s, kv_len or sh.s
+    pairs = q_len * kv_len - (q_len * q_len / 2 if causal else 0.0)
+    fwd = 4 * b * heads * pairs * d
+    qkvo = b * d * (2 * heads * q_len + 2 * kv * kv_len) * e
+    lse = b * heads * q_len * FP32
+    keep = b * sh.s * d * (2 * heads + 2 * kv) * e + b * heads * sh.s * FP32 if saved else 0.0
+    shape = dict(batch=b, heads=int(heads), seq=q_len, head_dim=d, causal=causal, dtype=dtype)
+    # Profiles hold square (seq x seq) attention only: a rectangular block is not looked up. The
+    # published kernel tables are by sequence length; a block is read at its key length, the
+    # inner loop every query tile runs (Dao 2023, "FlashAttention-2", Alg. 1).
+    square = q_len == kv_len
+    return Op(name, "matmul", fwd, 2.5 * fwd, qkvo, 2 * qkvo + lse,
+              saved_bytes=keep, dgrad_fraction=1.0,
+              measure_fwd=(("attention_fwd", shape),) if square else (),
+              measure_bwd=(("attention_bwd", shape),) if square else (),
+              flash=(b * heads, kv_len, d, causal))
 
 
 def embedding_ops(s: Scenario) -> list[Op]:
@@ -261,7 +280,7 @@ def embedding_ops(s: Scenario) -> list[Op]:
     m = s.model
     tp, e, T = sh.tp, sh.e, sh.tokens
     tok = T / tp.token_div
-    params = sh.v * sh.h / tp.weight_div + (sh.s * sh.h if m.position == "learned" else 0) + m.extra_params
+    params = sh.v * sh.h / tp.weight_div + (m.seq_length * sh.h if m.position == "learned" else 0) + m.extra_params
     comm = ()
     if tp.size > 1 and tp.mode == "1d":
         kind = "reduce_scatter" if tp.sequence_parallel else "all_reduce"

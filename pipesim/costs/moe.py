@@ -275,7 +275,7 @@ def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:
         return 0.0
     bucket = s.training.grad_bucket_MB * 1e6
     algorithm = algorithm or s.parallel.collective
-    dense = collective_time(kind, bucket, placement(s, "dp"), algorithm)
+    dense = collective_time(kind, bucket, placement(s, "dp_cp"), algorithm)     # the engine's DP group
     if dense <= 0:
         return 1.0
     return collective_time(kind, bucket, expert_placement(s, "edp"), algorithm) / dense

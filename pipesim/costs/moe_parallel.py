@@ -16,9 +16,11 @@ from pipesim.scenario import Scenario
 
 
 def expert_data_size(s: Scenario) -> int:
-    """EDP: replicas of each expert shard (its gradients are reduced over them)."""
+    """EDP: replicas of each expert shard (its gradients are reduced over them). The expert grid
+    folds onto a stage's tensor·context·data GPUs (Megatron-Core parallel_state: expert layers
+    see world / pipeline = tp·cp·dp ranks as etp·ep·edp)."""
     par = s.parallel
-    return max(1, par.tensor * par.data // (par.expert * par.expert_tensor))
+    return max(1, par.tensor * par.context * par.data // (par.expert * par.expert_tensor))
 
 
 def island_size(s: Scenario) -> int:
@@ -28,9 +30,9 @@ def island_size(s: Scenario) -> int:
 
 
 def _stage_rank(s: Scenario, index: int, pp: int = 0) -> int:
-    """Global rank of tensor-data index `index` (tensor innermost) in pipeline stage `pp`."""
-    t = s.parallel.tensor
-    return rank_of(s, tp=index % t, dp=index // t, pp=pp)
+    """Global rank of tensor-context-data index `index` (tensor innermost) in pipeline stage `pp`."""
+    t, c = s.parallel.tensor, s.parallel.context
+    return rank_of(s, tp=index % t, cp=(index // t) % c, dp=index // (t * c), pp=pp)
 
 
 def group_ranks(s: Scenario, group: str, which: int = 0, pp: int = 0) -> list[int]:
@@ -56,7 +58,7 @@ def expert_placement(s: Scenario, group: str) -> GroupPlacement:
 def check_moe(s: Scenario, loader) -> None:
     """Cross-field checks of the MoE model and expert parallelism; each shows the arithmetic."""
     m, par = s.model, s.parallel
-    ep, et, t, d = par.expert, par.expert_tensor, par.tensor, par.data
+    ep, et, t, d = par.expert, par.expert_tensor, par.tensor, par.data * par.context
     if m.arch != "transformer":
         return
     if m.attention_variant == "mla":
@@ -88,7 +90,8 @@ def check_moe(s: Scenario, loader) -> None:
                     f"{m.num_experts % ep} ≠ 0")
     if (t * d) % (ep * et):
         loader.fail("parallel.expert", f"expert({ep})·expert_tensor({et}) = {ep * et} does not divide "
-                    f"tensor({t})·data({d}) = {t * d} (the expert grid folds onto a stage's tensor·data GPUs)")
+                    f"tensor({t})·{f'context({par.context})·' if par.context > 1 else ''}data({par.data}) = "
+                    f"{t * d} (the expert grid folds onto a stage's tensor·context·data GPUs)")
     if m.moe_ffn % et:
         loader.fail("parallel.expert_tensor", f"moe_ffn_hidden_size({m.moe_ffn}) % expert_tensor({et}) = "
                     f"{m.moe_ffn % et} ≠ 0")

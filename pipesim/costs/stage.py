@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time, p2p_time
 from pipesim.costs.fp8 import BLACKWELL_CURVES, FP8_WEIGHT_COPY_BYTES, cast_ops, weight_cast_bytes
+from pipesim.costs.context import context_comm
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Op
@@ -68,6 +69,12 @@ class StageCosts:
                                          # all-gathers (experts gather over EDP); None = params
     moe_block_fwd: float = 0.0   # compute seconds of the MoE blocks (router .. unpermute) inside F
     moe_block_bwd: float = 0.0   # ... inside B (the A2A overlap pairs them with attention, a2a_overlap.py)
+    cp_comm_fwd: float = 0.0  # context-parallel K/V exchange not hidden by attention (inside F), seconds
+    cp_comm_bwd: float = 0.0  # ... inside the backward (B and I)
+    cp_comm_hidden: float = 0.0   # CP transfer seconds overlapped with attention (fwd + bwd)
+    cp_bytes: float = 0.0     # CP bytes sent per micro-batch per GPU (fwd + bwd)
+    cp_buffer_fwd: float = 0.0    # transient K/V receive buffers while F runs
+    cp_buffer_bwd: float = 0.0    # K/V + dK/dV buffers while the backward runs
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources", "step_ops")}
@@ -138,8 +145,9 @@ def comm_seconds(s: Scenario, comms) -> float:
                for c in comms)
 
 
-def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, float, float]:
-    """(recompute seconds, saved bytes, working bytes) of one layer under the recompute policy."""
+def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0.0) -> tuple[float, float, float]:
+    """(recompute seconds, saved bytes, working bytes) of one layer under the recompute policy;
+    `cp_fwd`: the layer's exposed context-parallel exchange, re-run by full recompute."""
     policy = s.training.recompute
     saved_all = sum(o.saved_bytes for o in ops)
     if policy == "none":
@@ -153,7 +161,7 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op]) -> tuple[float, f
     # sequence parallelism) and re-run the whole forward, including its TP communication.
     sh = shapes_of(s)
     checkpoint = sh.tokens * sh.h * sh.e / sh.tp.token_div
-    t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd])
+    t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd]) + cp_fwd
     return t, checkpoint, saved_all
 
 
@@ -185,7 +193,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     layer = costed_layer_ops(s)
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
-    rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer)
+    cpc = context_comm(s, cm, layer)
+    rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer, cpc.fwd_exposed)
     sh = shapes_of(s)
     moe = moe_stage_parts(s, cm, sh) if s.model.is_moe else None
     n_stages = s.num_model_stages
@@ -210,11 +219,14 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             from pipesim.costs.moe import layer_split
             n_layers, n_moe = layer_split(s, first_layer, stage_layers)
         first_layer += stage_layers
+        n_cp = n_layers + n_moe       # every layer's attention exchanges K/V under context parallelism
         acc = _Acc()
         acc.add(s, cm, layer, n_layers)
         extras = (emb if first else []) + (head if last else [])
         acc.add(s, cm, extras, 1)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
+        # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
+        dp_cp = s.parallel.data * s.parallel.context
         fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
         activation = n_layers * rc_saved + sum(o.saved_bytes for o in extras)
         recompute = n_layers * rc_time
@@ -236,8 +248,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         # routed-expert weights, gradients and optimizer states are sharded over expert-data
         # parallelism, the dense ones over data parallelism (pipesim/costs/moe_parallel.py)
         dense_params = params - ep.params
-        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data)
-        local_params = dense_params / (s.parallel.data if tr.zero_stage >= 1 else 1)
+        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_cp)
+        local_params = dense_params / (dp_cp if tr.zero_stage >= 1 else 1)
         if ep.params:
             from pipesim.costs.moe_parallel import expert_data_size
             edp = expert_data_size(s)
@@ -255,9 +267,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         out.append(StageCosts(
             stage=k, layers=n_layers + n_moe, has_embedding=first, has_head=last,
-            forward=acc.fwd + acc.tp_fwd + ep.fwd + host_action,
-            backward=acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action,
+            forward=acc.fwd + acc.tp_fwd + ep.fwd + host_action + n_cp * cpc.fwd_exposed,
+            backward=acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed,
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed,
             weight_grad=acc.wgrad + host_action,
             recompute=recompute,
             tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,
@@ -273,6 +285,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             param_tensors=n_layers * sum(o.param_tensors for o in layer)
             + n_moe * sum(o.param_tensors for o in (moe.ops if moe else ())) + sum(o.param_tensors for o in extras),
             step_ops=steps,
+            cp_comm_fwd=n_cp * cpc.fwd_exposed, cp_comm_bwd=n_cp * cpc.bwd_exposed,
+            cp_comm_hidden=n_cp * (cpc.fwd_hidden + cpc.bwd_hidden),
+            cp_bytes=n_cp * (cpc.bytes_fwd + cpc.bytes_bwd),
+            cp_buffer_fwd=cpc.buffer_fwd if n_cp else 0.0, cp_buffer_bwd=cpc.buffer_bwd if n_cp else 0.0,
             ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
             moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None))
@@ -321,7 +337,7 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
         out.append(("EMBED_GRAD_AR", p2p_time(emb, stage_link(s, 0, par.pipeline - 1))))
     if tr.optimizer == "adam":
         grads = local_params * elem
-        scalar = sum(collective_time("all_reduce", 4.0, placement(s, g), par.collective) for g in ("tp", "pp", "dp"))
+        scalar = sum(collective_time("all_reduce", 4.0, placement(s, g), par.collective) for g in ("tp", "pp", "dp_cp"))
         out.append(("GRAD_NORM", cm.memory_time(grads) + scalar))
     out.append(("OPTIMIZER", opt_step))
     if fp8_params:      # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not

@@ -9,7 +9,7 @@ def total_params(s: Scenario) -> float:
     """Whole-model parameters (unsharded), counted from the ops: per-GPU op params times the
     tensor split they were divided by."""
     from dataclasses import replace
-    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, pipeline=1, data=1, sequence_parallel=False,
+    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, pipeline=1, data=1, context=1, sequence_parallel=False,
                                             tensor_mode="1d", virtual_stages=1, layers_per_stage=None,
                                             expert=1, expert_tensor=1))
     extras = sum(o.params for o in embedding_ops(unsharded) + head_ops(unsharded))
@@ -45,7 +45,7 @@ def iteration_flops(s: Scenario) -> float:
     """Model FLOPs per optimizer step (forward + backward, no recompute), whole cluster."""
     from dataclasses import replace
     # model FLOPs: unsharded, with balanced routing (imbalance costs time, not model FLOPs)
-    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, sequence_parallel=False, tensor_mode="1d"),
+    unsharded = replace(s, parallel=replace(s.parallel, tensor=1, context=1, sequence_parallel=False, tensor_mode="1d"),
                         training=replace(s.training, moe_routing="balanced"))
     per_mb = (sum(n * sum(o.flops_fwd + o.flops_bwd for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s))
               + sum(o.flops_fwd + o.flops_bwd for o in embedding_ops(unsharded) + head_ops(unsharded)))

@@ -1,5 +1,5 @@
-"""Where ranks sit: the rank mapping (Megatron order by default: tensor innermost, then data,
-then pipeline) and the placement of each communicator on nodes."""
+"""Where ranks sit: the rank mapping (Megatron order by default: tensor innermost, then context,
+then data, then pipeline) and the placement of each communicator on nodes."""
 from __future__ import annotations
 
 import math
@@ -10,13 +10,23 @@ from pipesim.scenario import Scenario
 
 
 def dim_sizes(s: Scenario) -> dict[str, int]:
-    return {"tp": s.parallel.tensor, "dp": s.parallel.data, "pp": s.parallel.pipeline}
+    return {"tp": s.parallel.tensor, "cp": s.parallel.context, "dp": s.parallel.data, "pp": s.parallel.pipeline}
+
+
+def rank_order(s: Scenario) -> list[str]:
+    """Dimensions innermost first. Context parallelism exchanges K/V every layer, so when the
+    order does not name `cp` it goes right after `tp`: CP ranks share an NVLink island first
+    (Megatron-Core's default order tp-cp-ep-dp-pp, parallel_state.initialize_model_parallel)."""
+    dims = s.parallel.rank_order.split("-")
+    if "cp" not in dims:
+        dims.insert(dims.index("tp") + 1, "cp")
+    return dims
 
 
 def strides(s: Scenario) -> dict[str, int]:
     """Global-rank stride of each parallel dimension, innermost first per `rank_order`."""
     sizes, out, stride = dim_sizes(s), {}, 1
-    for dim in s.parallel.rank_order.split("-"):
+    for dim in rank_order(s):
         out[dim] = stride
         stride *= sizes[dim]
     return out
@@ -27,9 +37,9 @@ def coords(s: Scenario, rank: int) -> dict[str, int]:
     return {dim: (rank // st[dim]) % sizes[dim] for dim in sizes}
 
 
-def rank_of(s: Scenario, tp: int = 0, dp: int = 0, pp: int = 0) -> int:
+def rank_of(s: Scenario, tp: int = 0, dp: int = 0, pp: int = 0, cp: int = 0) -> int:
     st = strides(s)
-    return tp * st["tp"] + dp * st["dp"] + pp * st["pp"]
+    return tp * st["tp"] + cp * st["cp"] + dp * st["dp"] + pp * st["pp"]
 
 
 def node_of(s: Scenario, rank: int) -> int:
@@ -53,7 +63,7 @@ def links(s: Scenario, node: int | None = None) -> tuple[Link, Link]:
 
 def group_stride_size(s: Scenario, group: str) -> tuple[int, int]:
     st = strides(s)
-    if group in ("tp", "dp", "pp"):
+    if group in ("tp", "cp", "dp", "pp"):
         return st[group], dim_sizes(s)[group]
     split = tensor_split(s.parallel)
     q = split.q
@@ -64,12 +74,27 @@ def group_stride_size(s: Scenario, group: str) -> tuple[int, int]:
 
 
 def placement(s: Scenario, group: str) -> GroupPlacement:
-    """Placement of a communicator (assumed the same for every instance of the group)."""
+    """Placement of a communicator (assumed the same for every instance of the group).
+    "dp_cp": the gradient group of data x context parallelism (CP ranks hold the same weights)."""
+    if group == "dp_cp":
+        return joint_placement(s, ("cp", "dp"))
     stride, size = group_stride_size(s, group)
     gpn = s.system.island          # GPUs on one NVLink fabric: "intra" below means NVLink
     per_node = 1 if stride >= gpn else min(size, math.ceil(gpn / stride))
     intra, inter = links(s)
     return GroupPlacement(size=size, per_node=per_node, intra=intra, inter=inter)
+
+
+def joint_placement(s: Scenario, dims: tuple[str, ...]) -> GroupPlacement:
+    """Placement of the group spanned by several dimensions (the one holding rank 0): its size
+    and how many of its members share a node."""
+    sizes, st, gpn = dim_sizes(s), strides(s), s.system.gpus_per_node
+    members = [0]
+    for dim in dims:
+        members = [r + i * st[dim] for r in members for i in range(sizes[dim])]
+    per_node = sum(1 for r in members if r < gpn)
+    intra, inter = links(s)
+    return GroupPlacement(size=len(members), per_node=max(1, per_node), intra=intra, inter=inter)
 
 
 def p2p_link(s: Scenario, src: int, dst: int) -> Link:

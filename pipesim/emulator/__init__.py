@@ -55,8 +55,8 @@ def emulate(scenario, *, overrides=(), scale=None, nproc=None, steps=3, warmup=1
     plan_for(s)    # schedule errors surface here, before any process starts
     n = s.num_gpus
     if nproc is not None and nproc != n:
-        raise ScenarioError(f"{s.source}: --nproc {nproc} but tensor({s.parallel.tensor})*pipeline("
-                            f"{s.parallel.pipeline})*data({s.parallel.data}) = {n}")
+        raise ScenarioError(f"{s.source}: --nproc {nproc} but tensor({s.parallel.tensor})*context("
+                            f"{s.parallel.context})*pipeline({s.parallel.pipeline})*data({s.parallel.data}) = {n}")
     if steps < (0 if calibrate else 1) or warmup < 0:
         raise PipesimError(f"--steps must be >= 1 and --warmup >= 0, got {steps} and {warmup}")
     cfg = config_for(s, steps=steps, warmup=warmup, backend=backend, seed=seed, threads=threads,

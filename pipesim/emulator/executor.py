@@ -40,6 +40,7 @@ class Runtime:
     grad_buffers: dict = field(default_factory=dict)   # stage -> flat grad buffer
     losses: list = field(default_factory=list)
     quant_errors: list = field(default_factory=list)
+    cp: object = None                # emulator.context.ContextGroup when context parallel
 
     def memory_reading(self) -> tuple[float, dict]:
         """(total bytes, by category): CPU from the counters; CUDA from the caching allocator,
@@ -65,7 +66,8 @@ class Executor:
         self.S = rt.plan.num_stages
         self.M = rt.plan.num_microbatches
         self.bits = s.training.activation_compression_bits
-        seq = s.model.seq_length // (rt.tp.size if rt.tp.sp else 1)      # sequence shard under SP
+        # sequence shard: 1/CP under context parallelism, then 1/t under SP
+        seq = s.model.seq_length // s.parallel.context // (rt.tp.size if rt.tp.sp else 1)
         self.shape = (seq, s.training.micro_batch_size, s.model.hidden_size)   # [s, b, h]
         # Scatter/gather between stages (Narayanan et al. SC'21, Sec. 4.1): with tensor parallelism
         # and no sequence parallelism every TP rank holds the same activation, so each sends 1/t
@@ -73,8 +75,10 @@ class Executor:
         numel = seq * s.training.micro_batch_size * s.model.hidden_size
         self.sg = rt.tp.size > 1 and not rt.tp.sp and self.bits == 16 and numel % rt.tp.size == 0
         self.row = rt.plan.ranks[rt.coords["pp"]]
-        self.scale = 1.0 / (self.M * s.parallel.data)
-        self.overlap = s.training.overlap_grad_reduce and s.parallel.data > 1
+        # gradients are summed over data x context; each CP rank's loss is its tokens' mean
+        self.reduce_n = s.parallel.data * s.parallel.context
+        self.scale = 1.0 / (self.M * self.reduce_n)
+        self.overlap = s.training.overlap_grad_reduce and self.reduce_n > 1
         # the last action producing weight gradients of each stage: the DP reduction may start after it
         self.last_grad_action = {}
         for i, a in enumerate(self.row):
@@ -102,14 +106,17 @@ class Executor:
                 self.run_action(step, a)
                 if self.overlap and self.last_grad_action.get(a.stage) == i and a.is_compute:
                     self._reduce_stage(a.stage, async_op=True)
-        if rt.tp.sp:
-            self._sequence_parallel_grads()
         rt.recorder.status.set(step, "DP", "run")
         if self.overlap:
             self._wait_dp()
-        elif rt.scenario.parallel.data > 1:
+        elif self.reduce_n > 1:
             for k in sorted(rt.stages):
                 self._reduce_stage(k, async_op=False)
+        # after the data-parallel reduction, as Megatron's finalize_model_grads (finish_grad_sync,
+        # then the layernorm all-reduce): the overlapped DP all-reduce still reads the gradient
+        # buffers, so updating them in place before it finished raced with it
+        if rt.tp.sp:
+            self._sequence_parallel_grads()
         for work, _buf in self.sends:
             work.wait()
         rt.recorder.status.set(step, "SEND", "done")
@@ -151,16 +158,17 @@ class Executor:
     def _forward(self, a) -> None:
         key = (a.stage, a.microbatch)
         model = self.rt.stages[a.stage]
-        mb = self.tokens[a.microbatch]
+        from pipesim.emulator.context import local_tokens
+        x_tokens, targets = local_tokens(self.tokens[a.microbatch], self.rt.cp)
         if model.first:
-            x = mb[:, :-1]
+            x = x_tokens
         elif key in self.inputs:            # received from another rank
             x = self.inputs[key]
         else:                               # previous stage on this rank: same-rank hand-off
             x = self.outputs_fwd.pop(key).detach().requires_grad_()
             self.inputs[key] = x
         if model.last:
-            loss = model(x, mb[:, 1:])
+            loss = model(x, targets)
             self.rt.losses.append(loss.detach())     # a tensor: no device sync per micro-batch
             self.outputs[key] = loss * self.scale
         else:

@@ -107,11 +107,13 @@ def dropout(x, on: bool, training: bool = True):
     return F.dropout(x, DROPOUT_P, training) if on else x
 
 
-def rotary(x, base: float = 10000.0):
-    """Rotary position embedding (Su et al. 2021, "RoFormer", Eq. 34) on [batch*heads, s, d]."""
+def rotary(x, base: float = 10000.0, positions=None):
+    """Rotary position embedding (Su et al. 2021, "RoFormer", Eq. 34) on [batch*heads, s, d];
+    `positions`: global positions of the s tokens (context parallelism), default 0..s-1."""
     s, d = x.shape[-2], x.shape[-1]
     inv = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
-    ang = torch.outer(torch.arange(s, dtype=torch.float32, device=x.device), inv)
+    pos = torch.arange(s, device=x.device) if positions is None else positions.to(x.device)
+    ang = torch.outer(pos.to(torch.float32), inv)
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
@@ -162,6 +164,7 @@ class Block(torch.nn.Module):
         m, tp = b.s.model, b.tp
         h, a, g, d = m.hidden_size, m.num_attention_heads, m.kv_heads, m.head_dim
         self.tp, self.recompute = tp, recompute
+        self.cp = None       # emulator.context.ContextGroup when context parallel
         self.heads, self.kv = a // tp.size, g // tp.size
         self.per_group = a // g                       # query heads sharing one key/value head
         self.d, self.drop, self.rope = d, m.dropout, m.position == "rotary"
@@ -192,12 +195,14 @@ class Block(torch.nn.Module):
             q = q.reshape(s, bsz * self.heads, d).transpose(0, 1)
             k, v = (t.reshape(s, bsz * kv, d).transpose(0, 1).repeat_interleave(r, dim=0) for t in (k, v))
         if self.rope:
-            q, k = rotary(q), rotary(k)
+            pos = self.cp.positions if self.cp is not None else None
+            q, k = rotary(q, positions=pos), rotary(k, positions=pos)
+        core = self.core if self.cp is None else self.cp.attention      # ring attention under CP
         if self.recompute == "selective":
             # Korthikanti et al. 2022, Sec. 4.2: re-run only the attention core in the backward.
-            o = recompute(self.core, q, k, v)
+            o = recompute(core, q, k, v)
         else:
-            o = self.core(q, k, v)
+            o = core(q, k, v)
         o = o.transpose(0, 1).reshape(s, bsz, self.heads * d)
         return dropout(self.proj.add_bias(exit_tp(self.proj(o), self.tp)), self.drop)
 
@@ -228,6 +233,7 @@ class Embedding(torch.nn.Module):
         super().__init__()
         m, tp = b.s.model, b.tp
         self.tp, self.drop = tp, m.dropout
+        self.cp = None       # emulator.context.ContextGroup when context parallel
         self.vocab_start = tp.rank * (m.vocab_size // tp.size)
         self.word = b.tensor("embedding.word", (m.vocab_size, m.hidden_size), dim=0)
         self.pos = (b.tensor("embedding.position", (m.seq_length, m.hidden_size), seq_sharded_grad=True)
@@ -243,7 +249,7 @@ class Embedding(torch.nn.Module):
         else:
             x = F.embedding(tokens, self.word)
         if self.pos is not None:
-            pos = self.pos[: tokens.shape[0]]
+            pos = self.pos[: tokens.shape[0]] if self.cp is None else self.pos[self.cp.positions.to(tokens.device)]
             if self.tp.sp:           # this rank's slice of the sequence
                 pos = pos.chunk(self.tp.size, 0)[self.tp.rank]
             x = x + pos.unsqueeze(1)
@@ -339,6 +345,9 @@ def check_supported(s) -> None:
     if s.training.zero_stage:
         raise ScenarioError(f"{where}: training.zero_stage={s.training.zero_stage}: the emulator runs "
                             f"zero_stage 0 only")
+    if p.context > 1 and m.dropout:
+        raise ScenarioError(f"{where}: parallel.context={p.context}: the emulator's ring attention has no "
+                            f"attention dropout; set model.dropout: false")
     if s.training.precision == "fp8":
         raise ScenarioError(f"{where}: training.precision fp8 is not emulated; use fp32, bf16 or fp16")
     t = p.tensor

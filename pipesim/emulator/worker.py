@@ -48,8 +48,9 @@ def _setup(cfg: dict):
     s = load_scenario(cfg["scenario"])
     check_supported(s)
     if world != s.num_gpus:
-        raise ScenarioError(f"{s.source}: {world} processes but tensor({s.parallel.tensor})*pipeline("
-                            f"{s.parallel.pipeline})*data({s.parallel.data}) = {s.num_gpus}")
+        raise ScenarioError(f"{s.source}: {world} processes but tensor({s.parallel.tensor})*context("
+                            f"{s.parallel.context})*pipeline({s.parallel.pipeline})*data({s.parallel.data}) = "
+                            f"{s.num_gpus}")
     cuda = cfg.get("backend") == "nccl"
     if cuda:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
@@ -65,15 +66,18 @@ def _setup(cfg: dict):
                             **({"device_id": device} if cuda else {}))
     c = coords_of(s, rank)
     tp_group = dp_group = None
-    P, T, D = s.parallel.pipeline, s.parallel.tensor, s.parallel.data
+    P, T, D, C = s.parallel.pipeline, s.parallel.tensor, s.parallel.data, s.parallel.context
     # Every rank creates every group in the same order (torch.distributed.new_group's contract).
+    # Gradients are reduced over data x context: CP ranks hold the same weights.
     for pp in range(P):
         for dp in range(D):
-            g = dist.new_group([rank_of(s, tp=t, dp=dp, pp=pp) for t in range(T)]) if T > 1 else None
-            if (pp, dp) == (c["pp"], c["dp"]):
-                tp_group = g
+            for cp in range(C):
+                g = dist.new_group([rank_of(s, tp=t, dp=dp, pp=pp, cp=cp) for t in range(T)]) if T > 1 else None
+                if (pp, dp, cp) == (c["pp"], c["dp"], c["cp"]):
+                    tp_group = g
         for tp in range(T):
-            g = dist.new_group([rank_of(s, tp=tp, dp=d, pp=pp) for d in range(D)]) if D > 1 else None
+            g = dist.new_group([rank_of(s, tp=tp, dp=d, pp=pp, cp=cp) for d in range(D) for cp in range(C)]
+                               ) if D * C > 1 else None
             if (pp, tp) == (c["pp"], c["tp"]):
                 dp_group = g
     plan = cfg.get("_plan") or plan_for(s)
@@ -91,11 +95,18 @@ def _setup(cfg: dict):
     rec = Recorder(rank, path, status, cuda=cuda)
     rec.base_args = {"pp": c["pp"]}
     ACTIVE["recorder"] = rec
-    peer = {k: rank_of(s, tp=c["tp"], dp=c["dp"], pp=plan.rank_of(k)) for k in range(plan.num_stages)}
+    peer = {k: rank_of(s, tp=c["tp"], dp=c["dp"], pp=plan.rank_of(k), cp=c["cp"]) for k in range(plan.num_stages)}
+    cp = None
+    if C > 1:
+        from pipesim.emulator.context import ContextGroup, attach
+        ring = [rank_of(s, tp=c["tp"], dp=c["dp"], pp=c["pp"], cp=r) for r in range(C)]
+        cp = ContextGroup(C, c["cp"], ring, s.model.seq_length, s.parallel.context_layout, s.model.causal,
+                          1.0 / s.model.head_dim ** 0.5, log=tp.log)
+        attach(stages, cp)
     from pipesim.emulator.faults import ENV, parse_fault
     rt = Runtime(scenario=s, rank=rank, coords=c, plan=plan, stages=stages, tp=tp, dp_group=dp_group,
                  store=store, counter=counter, recorder=rec, peer_rank=peer, dtype=dtype, device=device,
-                 fault=parse_fault(os.environ.get(ENV)))
+                 fault=parse_fault(os.environ.get(ENV)), cp=cp)
     return rt, builder
 
 

@@ -147,4 +147,16 @@ ACTIVE_PARAMS = {
     "gpt-oss-120b": (5.13e9, False, 0.005e9),
 }
 
-MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE}
+# Llama 3.1 405B (dense), preset kept as its own block (issue 15). Dubey et al. 2024, "The Llama 3
+# Herd of Models" (arXiv 2407.21783), Table 3: 126 layers, model dimension 16,384, FFN dimension
+# 53,248, 128 attention heads, 8 key/value heads, vocabulary 128,256; RoPE, RMSNorm, SwiGLU,
+# untied output layer; context 8K in pre-training, 128K after long-context training (Sec. 3.4.2).
+# The released config (meta-llama/Llama-3.1-405B, config.json) has the same shape with
+# max_position_embeddings 131072. reference_params: the paper's 405B (Table 3; the released
+# checkpoint holds 405.85e9), checked to 1 % by tests/test_context.py.
+LLAMA31 = {
+    "llama3.1-405b": dict(_LLAMA, num_layers=126, hidden_size=16384, num_attention_heads=128, num_kv_heads=8,
+                          ffn_hidden_size=53248, seq_length=8192, vocab_size=128256, reference_params=405e9),
+}
+
+MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE, **LLAMA31}

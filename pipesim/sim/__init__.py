@@ -40,9 +40,16 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
         for g, mem in zip(w.gangs, eng.mem):
             for rank in ids[g.id]:
                 memory += [MemorySample(rank, t, total, cats, 0) for t, total, cats in mem.samples]
-    extras = {"mode": mode, "simulated_ranks": len(w.gangs),
-              "plan": w.plan.name, "memory_model": "activations freed at B; I frees "
-              f"{1 - w.w_fraction:.3f} of them, W the rest (Qi et al. 2024 Table 1)"}
+    extras = {}
+    if scenario.parallel.context > 1:
+        # exposed K/V exchange of the busiest pipeline rank per step (inside compute, like TP,
+        # and counted in exposed_comm_s["TP"]): pipesim.costs.context
+        M = scenario.num_microbatches
+        extras["cp_comm_exposed_s"] = max(M * sum(w.stage_costs[k].cp_comm_fwd + w.stage_costs[k].cp_comm_bwd
+                                                  for k in w.plan.stages_of(r)) for r in range(w.plan.num_ranks))
+    extras.update({"mode": mode, "simulated_ranks": len(w.gangs),
+                   "plan": w.plan.name, "memory_model": "activations freed at B; I frees "
+                   f"{1 - w.w_fraction:.3f} of them, W the rest (Qi et al. 2024 Table 1)"})
     if scenario.model.is_moe:
         from pipesim.sim.a2a_overlap import moe_summary
         extras["moe"] = moe_summary(w, eng.tl)

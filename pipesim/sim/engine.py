@@ -77,7 +77,7 @@ class Engine:
         self.dp_peers: dict = {}
         for g in w.gangs:
             self.dp_peers.setdefault(g.pp, []).append(g.id)
-        self.dp_n = w.scenario.parallel.data
+        self.dp_n = w.scenario.parallel.data * w.scenario.parallel.context   # gradient group: data x context
 
     # ---------------------------------------------------------------- helpers
     def record(self, gid, stream, kind, stage, mb, start, end, nbytes=0.0, **args):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-CATEGORIES = ("weights", "gradients", "optimizer", "activations", "recompute", "buffers")
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "recompute", "buffers", "cp_buffers")
 
 
 class MemoryTracker:

@@ -158,7 +158,10 @@ def node_links(s, node: int) -> tuple[Link, Link]:
 
 
 def gang_members(s, dp: int, pp: int) -> tuple[int, ...]:
-    return tuple(rank_of(s, tp=t, dp=dp, pp=pp) for t in range(s.parallel.tensor))
+    """The tensor x context GPUs of (dp, pp): ring attention is blocking in every layer, so the CP
+    ranks advance in lock-step with their TP groups."""
+    return tuple(rank_of(s, tp=t, dp=dp, pp=pp, cp=c) for c in range(s.parallel.context)
+                 for t in range(s.parallel.tensor))
 
 
 def speed_of(s, ranks) -> float:
@@ -182,10 +185,10 @@ def pp_link(s, src_pp: int, dst_pp: int, dps) -> tuple[Link, str]:
 def dp_placement(s, pp: int) -> tuple[GroupPlacement, str]:
     """The DP communicator of pipeline rank `pp`; a node with a slower NIC (node_inter_bandwidth)
     slows the whole ring, so the slowest node hosting this pipeline rank sets the inter link."""
-    g = placement(s, "dp")
+    g = placement(s, "dp_cp")       # CP ranks hold the same weights: gradients reduce over data x context
     over = s.system.heterogeneity.node_inter_bandwidth
     if over:
-        nodes = {node_of(s, rank_of(s, tp=t, dp=d, pp=pp))
+        nodes = {node_of(s, rank_of(s, tp=t, dp=d, pp=pp, cp=c)) for c in range(s.parallel.context)
                  for d in range(s.parallel.data) for t in range(s.parallel.tensor)}
         inter = _min_link(node_links(s, n)[1] for n in nodes)
         g = GroupPlacement(g.size, g.per_node, g.intra, inter)
@@ -295,17 +298,23 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             rcw = c.recompute_working_bytes if rc_on else 0.0
             keep = (lambda *xs: tuple(x for x in xs if x[1]))
             rc0 = keep(("recompute", rcw)) if not explicit_r else ()
-            # TP and EP (all-to-all) time is communication: not scaled by the GPU's speed
-            cf, cb = c.tp_comm_fwd + c.ep_comm_fwd, c.tp_comm_bwd + c.ep_comm_bwd
-            table[st * NKINDS + 0] = Cost((c.forward - cf) / speed + cf, c.tp_comm_fwd,
-                                          mem0=keep(("activations", act)), a2a=c.ep_comm_fwd,
+            # TP, EP (all-to-all) and exposed CP time is communication: not scaled by the GPU's speed
+            cf = c.tp_comm_fwd + c.ep_comm_fwd + c.cp_comm_fwd
+            cb = c.tp_comm_bwd + c.ep_comm_bwd + c.cp_comm_bwd
+            # CP K/V receive buffers live while the pass runs (pipesim.costs.context)
+            kf, kb = c.cp_buffer_fwd, c.cp_buffer_bwd
+            table[st * NKINDS + 0] = Cost((c.forward - cf) / speed + cf, c.tp_comm_fwd + c.cp_comm_fwd,
+                                          mem0=keep(("activations", act), ("cp_buffers", kf)),
+                                          mem1=keep(("cp_buffers", -kf)), a2a=c.ep_comm_fwd,
                                           moe_block=c.moe_block_fwd / speed)
-            table[st * NKINDS + 1] = Cost((c.backward - cb) / speed + cb - rc, c.tp_comm_bwd,
-                                          mem0=rc0, mem1=keep(("activations", -act), ("recompute", -rcw)),
+            table[st * NKINDS + 1] = Cost((c.backward - cb) / speed + cb - rc, c.tp_comm_bwd + c.cp_comm_bwd,
+                                          mem0=rc0 + keep(("cp_buffers", kb)),
+                                          mem1=keep(("activations", -act), ("recompute", -rcw), ("cp_buffers", -kb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd / speed)
             table[st * NKINDS + 2] = Cost((c.input_grad - cb) / speed + cb - rc,
-                                          c.tp_comm_bwd, mem0=rc0,
-                                          mem1=keep(("activations", -(act - act * wf)), ("recompute", -rcw)),
+                                          c.tp_comm_bwd + c.cp_comm_bwd, mem0=rc0 + keep(("cp_buffers", kb)),
+                                          mem1=keep(("activations", -(act - act * wf)), ("recompute", -rcw),
+                                                    ("cp_buffers", -kb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd * (
                                               c.input_grad / c.backward if c.backward else 1.0) / speed)
             table[st * NKINDS + 3] = Cost(c.weight_grad / speed, mem1=keep(("activations", -act * wf)))
@@ -332,8 +341,8 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         static = dict(weights=sum(costs[k].static.weights for k in chunks),
                       gradients=sum(costs[k].static.gradients for k in chunks),
                       optimizer=sum(costs[k].static.optimizer for k in chunks))
-        rep_speed = speed_of(s, [rank_of(s, tp=t, dp=d, pp=pp) for d in range(D)
-                                 for t in range(s.parallel.tensor)]) if mode == "representative" else None
+        rep_speed = speed_of(s, [m for d in range(D) for m in gang_members(s, d, pp)]
+                             ) if mode == "representative" else None
         for dp in dps:
             members = gang_members(s, dp, pp)
             speed = rep_speed if rep_speed is not None else speed_of(s, members)

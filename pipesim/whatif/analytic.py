@@ -75,10 +75,11 @@ def in_flight(schedule: str, P: int, V: int, M: int, r: int) -> float:
 
 def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     """(exposed seconds per step, total seconds) of data-parallel gradient/parameter traffic."""
-    d, tr = s.parallel.data, s.training
+    # CP ranks hold the same weights: the gradient group is data x context
+    d, tr = s.parallel.data * s.parallel.context, s.training
     if d <= 1:
         return 0.0, 0.0
-    group = placement(s, "dp")
+    group = placement(s, "dp_cp")
     alg = s.parallel.collective
     grad = sum(st.grad_bytes for st in stages_of_rank)
     if tr.zero_stage >= 3:
@@ -131,7 +132,7 @@ def analytic_report(s, mode: str = "representative") -> dict:
     for r, ch in enumerate(per_rank):
         static = sum(c.static.total for c in ch)
         act = sum(c.activation_bytes for c in ch) * in_flight(sched, P, V, M, r)
-        working = max((c.recompute_working_bytes for c in ch), default=0.0)
+        working = max((c.recompute_working_bytes + c.cp_buffer_bwd for c in ch), default=0.0)
         peaks.append(static + act + working)
     peak = max(peaks)
     tr = s.training
@@ -156,4 +157,5 @@ def analytic_report(s, mode: str = "representative") -> dict:
         "optimizer_s": opt,
         "recompute_s": M * sum(c.recompute for c in per_rank[slow]),
         "tp_comm_s": M * sum(c.tp_comm_fwd + c.tp_comm_bwd for c in per_rank[slow]),
+        "cp_comm_exposed_s": M * sum(c.cp_comm_fwd + c.cp_comm_bwd for c in per_rank[slow]),
     }

@@ -28,7 +28,8 @@ def simulate_report(scenario, mode: str = "representative") -> dict:
 def layout_columns(s) -> dict:
     """Columns every row carries, whatever the grid varied (the resolved layout)."""
     p, t = s.parallel, s.training
-    return {"tensor": p.tensor, "pipeline": p.pipeline, "data": p.data, "virtual_stages": p.virtual_stages,
+    return {"tensor": p.tensor, "context": p.context, "pipeline": p.pipeline, "data": p.data,
+            "virtual_stages": p.virtual_stages,
             "micro_batch_size": t.micro_batch_size, "num_microbatches": s.num_microbatches,
             "schedule": t.schedule, "recompute": t.recompute, "zero_stage": t.zero_stage,
             "compression_bits": t.activation_compression_bits, "num_gpus": s.num_gpus}

@@ -28,7 +28,8 @@ import yaml
 from pipesim.errors import PipesimError, ScenarioError
 
 # Keys whose change invalidates a fixed `parallel.data` in the base scenario.
-LAYOUT_KEYS = ("parallel.tensor", "parallel.pipeline", "system.num_nodes", "system.gpus_per_node")
+LAYOUT_KEYS = ("parallel.tensor", "parallel.pipeline", "parallel.context", "system.num_nodes",
+               "system.gpus_per_node")
 MAX_VARIANTS = 1_000_000
 ZIP = "zip"
 

@@ -1,6 +1,6 @@
 """`pipesim search`: the best layout for a model on N GPUs under the GPU memory.
 
-Two phases. (1) Enumerate the space (tensor, pipeline, data, virtual stages, micro-batch,
+Two phases. (1) Enumerate the space (tensor, context, pipeline, data, virtual stages, micro-batch,
 schedule, recompute, ZeRO stage, compression), drop impossible layouts with the loader's
 reason, and screen every candidate with the closed-form model (pipesim.whatif.analytic: same
 stage costs, bubble formulas instead of events) - memory over the GPU's and slow layouts go.
@@ -29,12 +29,21 @@ COMPRESSION = (16, 8)
 COMPONENTS = {"compute_s": "compute", "pipeline_bubble_s": "pipeline bubble", "dp_comm_exposed_s":
               "exposed data-parallel communication", "p2p_fill_s": "pipeline send/recv latency",
               "optimizer_s": "optimizer step"}
+# Parts of `compute_s` worth naming when two layouts differ in them.
+INSIDE_COMPUTE = {"cp_comm_exposed_s": "exposed context-parallel K/V exchange (in compute)"}
+
+
+# Context parallelism is searched down to this many tokens per GPU (a search-space bound, not a
+# cost): below a 4K-token shard long-sequence recipes add data parallelism instead (Llama 3 kept
+# 8K tokens per GPU at 128K with CP16, Dubey et al. 2024 Table 4).
+MIN_CP_TOKENS = 4096
 
 
 @dataclass
 class SearchSpace:
     tensor: tuple = ()
     pipeline: tuple = ()
+    context: tuple = ()           # CP sizes; () = powers of two down to MIN_CP_TOKENS per GPU
     micro_batch: tuple = MICRO_BATCHES
     schedules: tuple = ("1f1b", "interleaved", "zb-h1", "zb-v")
     recompute: tuple = RECOMPUTE
@@ -93,11 +102,13 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
     m, gpn = probe.model, probe.system.gpus_per_node
     tensors = space.tensor or tuple(t for t in (1, 2, 4, 8, 16) if t <= gpn and gpus % t == 0)
     pipes = space.pipeline or tuple(p for p in divisors(m.num_layers) if gpus % p == 0)
+    contexts = space.context or tuple(2 ** k for k in range(0, 11) if 2 ** k == 1 or (
+        m.causal and m.seq_length % (2 ** (k + 1)) == 0 and m.seq_length // 2 ** k >= MIN_CP_TOKENS))
     out = []
-    for t, p in itertools.product(tensors, pipes):
-        if gpus % (t * p):
+    for t, c, p in itertools.product(tensors, contexts, pipes):
+        if gpus % (t * c * p):
             continue
-        d = gpus // (t * p)
+        d = gpus // (t * c * p)
         scheds = [("1f1b", 1)] if p == 1 else []
         if p > 1:
             for name in space.schedules:
@@ -114,7 +125,7 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
             M = base["training"]["global_batch_size"] // (mb * d) if mb * d else 0
             if sched == "interleaved" and v > 1 and M % p:
                 continue      # micro-batches enter in rounds of P per chunk (schedules CONSTRAINTS)
-            par = dict(base.get("parallel") or {}, tensor=t, pipeline=p, data=d, virtual_stages=v)
+            par = dict(base.get("parallel") or {}, tensor=t, pipeline=p, data=d, virtual_stages=v, context=c)
             par.pop("layers_per_stage", None)
             tr = dict(base["training"], micro_batch_size=mb, schedule=sched, recompute=rc, zero_stage=z,
                       activation_compression_bits=bits)
@@ -152,8 +163,8 @@ def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: in
     rows = []
     for k, row in enumerate(simulated):
         src = screen_of[chosen[k]["index"]]
-        row = dict(row, screen={key: src.get(key) for key in (*COMPONENTS, "recompute_s", "tp_comm_s",
-                                                              "step_time_s", "peak_memory_bytes")})
+        row = dict(row, screen={key: src.get(key) for key in (*COMPONENTS, *INSIDE_COMPUTE, "recompute_s",
+                                                              "tp_comm_s", "step_time_s", "peak_memory_bytes")})
         row["scenario"] = sim_items[k].scenario
         rows.append(row)
     ok = prefer_simple(sorted([r for r in rows if r["status"] == "ok"], key=lambda r: -r["throughput_samples_per_s"]))
@@ -162,7 +173,8 @@ def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: in
         result.best = ok[0]
         # The runner-up is the best finalist with a different layout (tensor, pipeline, schedule,
         # virtual stages or micro-batch): a change of a memory knob alone is not an alternative.
-        core = lambda r: (r["tensor"], r["pipeline"], r["schedule"], r["virtual_stages"], r["micro_batch_size"])
+        core = lambda r: (r["tensor"], r["context"], r["pipeline"], r["schedule"], r["virtual_stages"],
+                          r["micro_batch_size"])
         others = [r for r in ok[1:] if core(r) != core(ok[0])]
         if others:       # the best other layout, its own ties resolved toward the simpler setting
             result.runner_up = prefer_simple([r for r in others if core(r) == core(others[0])])[0]
@@ -192,17 +204,17 @@ def prefer_simple(rows: list[dict]) -> list[dict]:
 
 
 def layout_key(r: dict) -> tuple:
-    return (r["tensor"], r["pipeline"], r["virtual_stages"], r["micro_batch_size"], r["schedule"],
+    return (r["tensor"], r["context"], r["pipeline"], r["virtual_stages"], r["micro_batch_size"], r["schedule"],
             r["recompute"], r["zero_stage"], r["compression_bits"])
 
 
 def pick_diverse(rows: list[dict], n: int) -> list[dict]:
-    """The best `n` screened rows, but at most half of them from one (tensor, pipeline) so the
-    simulator also sees the best of the other layouts."""
+    """The best `n` screened rows, but at most half of them from one (tensor, context, pipeline)
+    so the simulator also sees the best of the other layouts."""
     out, per_layout = [], {}
     cap = max(1, n // 2)
     for r in rows:
-        k = (r["tensor"], r["pipeline"])
+        k = (r["tensor"], r["context"], r["pipeline"])
         if per_layout.get(k, 0) >= cap:
             continue
         per_layout[k] = per_layout.get(k, 0) + 1
@@ -214,7 +226,8 @@ def pick_diverse(rows: list[dict], n: int) -> list[dict]:
 
 def describe(r: dict) -> str:
     sched = r["schedule"] + (f" v={r['virtual_stages']}" if r["virtual_stages"] > 1 else "")
-    return (f"tensor {r['tensor']} x pipeline {r['pipeline']} x data {r['data']}, micro-batch "
+    cp = f" x context {r['context']}" if r.get("context", 1) > 1 else ""
+    return (f"tensor {r['tensor']}{cp} x pipeline {r['pipeline']} x data {r['data']}, micro-batch "
             f"{r['micro_batch_size']} (M={r['num_microbatches']}), {sched}, recompute {r['recompute']}, "
             f"ZeRO-{r['zero_stage']}, {r['compression_bits']}-bit sends")
 
@@ -231,10 +244,13 @@ def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> lis
     if sb.get("recompute_s"):
         lines.append(f"  (compute includes {sb['recompute_s']:.3f} s of recomputation and "
                      f"{sb.get('tp_comm_s', 0):.3f} s of tensor-parallel communication)")
+    if sb.get("cp_comm_exposed_s"):
+        lines.append(f"  (compute includes {sb['cp_comm_exposed_s']:.3f} s of context-parallel K/V exchange "
+                     "not hidden behind attention)")
     # Why the memory knobs are where they are: the same layout with a simpler setting did not fit.
     knobs = (("recompute", "recompute", lambda v: RECOMPUTE.index(v)), ("zero_stage", "ZeRO-", lambda v: v))
     for key, label, order in knobs:
-        rest = [k for k in ("tensor", "pipeline", "micro_batch_size", "schedule", "virtual_stages", "recompute",
+        rest = [k for k in ("tensor", "context", "pipeline", "micro_batch_size", "schedule", "virtual_stages", "recompute",
                             "zero_stage", "compression_bits") if k != key]
         simpler = [r for r in screened if r.get("status") == "oom" and all(r.get(k) == best[k] for k in rest)
                    and order(r[key]) < order(best[key])]
@@ -253,12 +269,14 @@ def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> lis
     lines.append(f"  {other['throughput_samples_per_s']:.2f} samples/s ({gap:.1f} % less throughput), step "
                  f"{other['step_time_s']:.3f} s, peak {other['peak_memory_bytes'] / GiB:.1f} GiB")
     so = other["screen"]
-    deltas = sorted(((so.get(k, 0) or 0) - (sb.get(k, 0) or 0), k) for k in COMPONENTS)
-    losses = [f"{COMPONENTS[k]} +{d:.3f} s" for d, k in reversed(deltas) if d > 1e-6][:3]
-    gains = [f"{COMPONENTS[k]} {d:.3f} s" for d, k in deltas if d < -1e-6][:2]
+    names = {**COMPONENTS, **INSIDE_COMPUTE}
+    deltas = sorted(((so.get(k, 0) or 0) - (sb.get(k, 0) or 0), k) for k in names)
+    losses = [f"{names[k]} +{d:.3f} s" for d, k in reversed(deltas) if d > 1e-6][:3]
+    gains = [f"{names[k]} {d:.3f} s" for d, k in deltas if d < -1e-6][:2]
     if losses:
         lines.append("  loses on: " + ", ".join(losses) + (f" (gains: {', '.join(gains)})" if gains else ""))
     diff = [name for name, a, b in (("tensor", best["tensor"], other["tensor"]),
+                                    ("context", best["context"], other["context"]),
                                     ("pipeline", best["pipeline"], other["pipeline"]),
                                     ("micro-batch", best["micro_batch_size"], other["micro_batch_size"]),
                                     ("schedule", best["schedule"], other["schedule"]),

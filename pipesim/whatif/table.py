@@ -9,10 +9,10 @@ GiB = 2**30
 RANK_KEY = "throughput_samples_per_s"
 
 # Columns shown first (when present), then the swept keys; the CSV carries everything.
-LEAD = ["status", "tensor", "pipeline", "data", "virtual_stages", "micro_batch_size", "num_microbatches",
+LEAD = ["status", "tensor", "context", "pipeline", "data", "virtual_stages", "micro_batch_size", "num_microbatches",
         "schedule", "recompute", "zero_stage", "compression_bits"]
 # Swept scenario keys already shown as a layout column.
-ALIASES = {"parallel.tensor", "parallel.pipeline", "parallel.data", "parallel.virtual_stages",
+ALIASES = {"parallel.tensor", "parallel.context", "parallel.pipeline", "parallel.data", "parallel.virtual_stages",
            "training.micro_batch_size", "training.schedule", "training.recompute", "training.zero_stage",
            "training.activation_compression_bits"}
 METRICS = ["step_time_s", "throughput_samples_per_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
@@ -117,11 +117,11 @@ def format_table(rows: Sequence[dict], swept: Sequence[str] = (), top: int = 10,
             return "no feasible configuration"
         note = "no feasible configuration; out-of-memory rows (peak over the GPU memory):\n"
     keys = [k for k in swept if k not in LEAD and k not in ALIASES]
-    headers = ["#", "t", "p", "d", "v", "mb", "M", "schedule", "recomp", "zero", "bits", *keys,
+    headers = ["#", "t", "cp", "p", "d", "v", "mb", "M", "schedule", "recomp", "zero", "bits", *keys,
                "step s", "samples/s", "TFLOP/s/GPU", "MFU", "bubble", "peak GiB"]
     lines = []
     for i, r in enumerate(ranked, 1):
-        lines.append([str(i), *(_fmt(r.get(k)) for k in ("tensor", "pipeline", "data", "virtual_stages",
+        lines.append([str(i), *(_fmt(r.get(k)) for k in ("tensor", "context", "pipeline", "data", "virtual_stages",
                                                          "micro_batch_size", "num_microbatches", "schedule",
                                                          "recompute", "zero_stage", "compression_bits")),
                       *(_fmt(r.get(k)) for k in keys),

@@ -15,8 +15,9 @@ Mapping of the published columns (nothing here is tuned on the cases):
     (best_practice/qwen3/run_h100_235b.sh) passes --moe-router-force-load-balancing;
   ETP 1 and EDP as in the README table's ETP / EDP columns (EDP is derived, and checked);
   BF16, fused (flash) attention, GPU H100-SXM5-80GB -> the dgx-h100 preset, 8 GPUs per node.
-Cases with context parallelism (cp > 1, the long-sequence series) need issue 15 and are listed as
-not run; the long-sequence series publishes TFLOP/s only (no iteration time).
+Cases with context parallelism (cp > 1, the long-sequence series) run with ring CP and the
+load-balanced layout (Megatron-Core's default p2p exchange, pipesim/whatif/validation_cp.py); the
+long-sequence series publishes TFLOP/s only (no iteration time), so they are reported, not scored.
 """
 from __future__ import annotations
 
@@ -59,19 +60,19 @@ def load_moe_cases(path=None) -> list[dict]:
 def moe_case_scenario(case: dict) -> dict:
     """The pipesim scenario (file keys) for a moezoo case."""
     from pipesim.presets.models import MODELS
+    from pipesim.whatif.validation_cp import context_parallel
     cid, m, par, hw, tr = case["id"], case["model"], case["parallel"], case["hardware"], case.get("training", {})
     preset = MODELS["qwen3-235b-a22b"]
     for key, ours in MODEL_KEYS.items():
         if key in m and m[key] != preset[ours]:
             raise ScenarioError(f"{cid}: model.{key} = {m[key]} differs from the qwen3-235b-a22b preset "
                                 f"({ours} = {preset[ours]})")
-    if int(par.get("cp", 1) or 1) > 1:
-        raise ScenarioError(f"{cid}: needs context parallelism (cp = {par['cp']}; issue 15)")
     if hw.get("gpu") != "H100-SXM5-80GB":
         raise ScenarioError(f"{cid}: hardware.gpu {hw.get('gpu')!r} has no system preset here")
     n, per_node = int(hw["num_gpus"]), int(hw.get("gpus_per_node", 8))
     tp, pp, vp, ep = (int(par.get(k, 1) or 1) for k in ("tp", "pp", "vp", "ep"))
-    dp = int(par.get("dp") or n // (tp * pp))
+    cp = int(par.get("cp", 1) or 1)
+    dp = int(par.get("dp") or n // (tp * cp * pp))
     stages = pp * vp
     recompute = {"full": "full"}.get(str(tr.get("recompute", "none")).strip(), "none")
     overlap = "a2a overlap" in str(case.get("notes", "")).lower()
@@ -80,7 +81,8 @@ def moe_case_scenario(case: dict) -> dict:
         "system": {"preset": "dgx-h100", "num_nodes": n // per_node, "gpus_per_node": per_node},
         "parallel": {"tensor": tp, "pipeline": pp, "data": dp, "virtual_stages": vp, "expert": ep,
                      "expert_tensor": int(par.get("etp", 1) or 1),
-                     "sequence_parallel": tp > 1, "layers_per_stage": embedding_aware_split(preset["num_layers"], stages)},
+                     "sequence_parallel": tp > 1, "layers_per_stage": embedding_aware_split(preset["num_layers"], stages),
+                     **context_parallel(par, cid)},
         "training": {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                      "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": recompute,
                      "precision": "bf16", "attention": "flash",

@@ -1,0 +1,124 @@
+"""Context parallelism (CP): attention over a sequence split across CP GPUs.
+
+Every op outside attention sees seq/CP tokens (pipesim.costs.layers.shapes_of); attention needs
+the keys and values of the whole sequence, which CP provides in one of two ways
+(`parallel.context_mode`):
+
+ring      Each rank keeps its queries and passes K/V blocks to its ring neighbour for CP-1 steps;
+          the transfer of the next block runs on a communication stream while the attention
+          kernel works on the current one (Liu et al. 2023, "Ring Attention with Blockwise
+          Transformers", Sec. 3; Megatron-Core / TransformerEngine `cp_comm_type="p2p"`,
+          AttnFuncWithCPAndKVP2P). The backward circulates K/V again and sends the accumulated
+          dK/dV back along the ring; the last dK/dV hop is exposed.
+allgather K/V of the whole sequence are all-gathered before attention and dK/dV reduce-scattered
+          after it, not overlapped (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.3.2:
+          "the all-gather communication latency is exposed in the critical path";
+          TransformerEngine AttnFuncWithCPAndKVAllGather). The backward gathers K/V again.
+
+Layouts (`parallel.context_layout`). balanced: the sequence is cut into 2·CP chunks and rank r
+holds chunks r and 2CP-1-r, so under a causal mask every rank does the same work (Megatron-Core
+context parallelism; Llama 3 Sec. 3.3.2). Ring step 0 is causal attention of the local 2c tokens
+on themselves (2c^2 query-key pairs, c = seq/2CP); each later step is a full c x 2c block
+(either both local query chunks against the first chunk of the visiting K/V, or the second query
+chunk against both), so the per-rank work is exactly causal/CP. contiguous: rank r holds chunk r;
+under a causal mask the ranks work unevenly and, in lock-step, each ring step lasts as long as
+the busiest rank's full block.
+
+The overlap is resolved inside the stage cost: per ring step max(block compute, transfer); the
+part of the transfers not hidden is reported as exposed CP communication and is blocking
+communication for the simulator (like TP collectives). The blocks are ordinary attention ops
+with their real (query, key) lengths, so the cost model times them like any attention kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipesim.costs.collectives import collective_time, p2p_time
+from pipesim.costs.layers import Shapes, flash_attention
+from pipesim.costs.ops import Op
+from pipesim.scenario import Scenario
+
+PREFIX = "attention.cp"
+
+
+def context_attention_ops(s: Scenario, sh: Shapes, heads: float, kv: float, dtype: str) -> list[Op]:
+    """The attention blocks one CP rank computes per layer (the critical rank for uneven layouts),
+    in ring-step order; the first keeps the layer's Q, K, V, O and log-sum-exp."""
+    par, causal = s.parallel, s.model.causal
+    cp, L, S = sh.cp, sh.s, s.model.seq_length          # L: local tokens per sample (S / CP)
+    blocks: list[tuple[int, int, bool]] = []             # (query length, key length, causal)
+    balanced = par.context_layout == "balanced"
+    if par.context_mode == "ring":
+        blocks.append((L, L, causal))
+        # later steps: balanced -> a c x 2c block (c = L/2); contiguous -> a full L x L block
+        blocks += [(L // 2, L, False) if balanced else (L, L, False)] * (cp - 1)
+    elif balanced:
+        # all-gather: local chunks r and 2CP-1-r against the keys up to their end (rank 0 shown;
+        # every rank's two chunks attend to 2CP·c keys in all, the same work)
+        c = L // 2
+        blocks += [(c, c, True), (c, S, True)]
+    else:
+        blocks.append((L, S, causal))                     # the last rank sees every key
+    # A causal block with fewer queries than keys (bottom-right aligned) is a dense block over the
+    # earlier keys plus a causal square on the diagonal: only the square has masked tiles, so each
+    # part is timed as the kernel runs it.
+    split: list[tuple[int, int, bool]] = []
+    for q, k, cz in blocks:
+        split += [(q, k - q, False), (q, q, True)] if cz and q < k else [(q, k, cz)]
+    return [flash_attention(sh, heads, kv, dtype, cz, q_len=q, kv_len=k, name=f"{PREFIX}{i}", saved=i == 0)
+            for i, (q, k, cz) in enumerate(split)]
+
+
+@dataclass(frozen=True)
+class ContextComm:
+    """CP communication of one layer for one micro-batch on one GPU."""
+    fwd_exposed: float = 0.0     # seconds added to the forward (not hidden behind attention)
+    bwd_exposed: float = 0.0
+    fwd_hidden: float = 0.0      # transfer seconds overlapped with attention blocks
+    bwd_hidden: float = 0.0
+    bytes_fwd: float = 0.0       # bytes sent per GPU
+    bytes_bwd: float = 0.0
+    buffer_fwd: float = 0.0      # transient K/V receive buffers during the forward
+    buffer_bwd: float = 0.0      # K/V and dK/dV buffers during the backward
+
+
+def kv_bytes(s: Scenario, sh: Shapes, kv_heads: float) -> float:
+    """K and V of the local tokens on one GPU (heads split by tensor parallelism)."""
+    return 2 * sh.b * sh.s * kv_heads * sh.d * sh.e
+
+
+def context_comm(s: Scenario, cost_model, ops: list[Op]) -> ContextComm:
+    """Time the CP exchange of a layer against its attention blocks (`ops` from layer_ops)."""
+    blocks = [o for o in ops if o.name.startswith(PREFIX)]
+    if not blocks:
+        return ContextComm()
+    from pipesim.costs.layers import shapes_of
+    from pipesim.costs.topology import placement
+    sh = shapes_of(s)
+    cp = sh.cp
+    kvh = max(sh.g / sh.tp.head_div, 1)
+    local = kv_bytes(s, sh, kvh)
+    group = placement(s, "cp")
+    if s.parallel.context_mode == "allgather":
+        full = local * cp
+        ag = collective_time("all_gather", full, group, s.parallel.collective)
+        rs = collective_time("reduce_scatter", full, group, s.parallel.collective)
+        share = (cp - 1) / cp * full
+        return ContextComm(fwd_exposed=ag, bwd_exposed=ag + rs, bytes_fwd=share, bytes_bwd=2 * share,
+                           buffer_fwd=full, buffer_bwd=2 * full)
+    link = group.bottleneck
+    hop = p2p_time(local, link)                 # one K/V block to the next rank
+    fwd = [cost_model.time(o, "fwd").seconds for o in blocks]
+    bwd = [cost_model.time(o, "bwd").seconds for o in blocks]
+    # forward: step i computes block i while block i+1 arrives (none after the last)
+    f_total = sum(max(t, hop if i < cp - 1 else 0.0) for i, t in enumerate(fwd))
+    # backward: K/V for the next step and the dK/dV of this one travel together (2 blocks);
+    # the dK/dV of the last step returns to its owner after the loop, exposed
+    hop2 = p2p_time(2 * local, link)
+    b_total = sum(max(t, hop2 if i < cp - 1 else 0.0) for i, t in enumerate(bwd)) + hop
+    f_exposed, b_exposed = f_total - sum(fwd), b_total - sum(bwd)
+    return ContextComm(fwd_exposed=f_exposed, bwd_exposed=b_exposed,
+                       fwd_hidden=(cp - 1) * hop - f_exposed, bwd_hidden=(cp - 1) * hop2 + hop - b_exposed,
+                       bytes_fwd=(cp - 1) * local, bytes_bwd=(2 * (cp - 1) + 1) * local,
+                       # a block being sent and the next one received; in the backward also dK/dV
+                       buffer_fwd=2 * local, buffer_bwd=4 * local)

@@ -1,0 +1,152 @@
+"""Context parallelism in the emulator: each rank holds a share of every sequence and computes
+attention with a real ring exchange of K/V (isend/irecv), forward and backward.
+
+Layout (`parallel.context_layout`): balanced cuts the sequence into 2·CP chunks and gives rank r
+chunks r and 2CP-1-r (causal load balancing, as Megatron-Core); contiguous gives rank r chunk r.
+The causal mask is built from the global positions of the local queries and of the visiting
+keys, so the result is exact for any layout.
+
+Ring attention (Liu et al. 2023, "Ring Attention with Blockwise Transformers", Sec. 3; the
+blockwise softmax of Milakov & Gimelshein 2018, "Online normalizer calculation for softmax"):
+forward, for CP steps: post the send of the current K/V block to the next rank and the receive
+of the next block from the previous one, attend to the current block, merge the block's output
+into the running output with log-sum-exp weights, wait. Backward (Dao 2023, "FlashAttention-2",
+Alg. 2 per block, with the saved log-sum-exp): K/V circulate again; the dK/dV accumulated for a
+block travel with it, and after the last step each block's dK/dV reach their owner one hop later.
+The exchange waits are logged (phase cp_fwd / cp_bwd) as communication inside the compute action,
+which is what the simulator calls exposed CP communication.
+
+Every rank holds all weights: their gradients are summed over data x context (worker.py), with
+each rank's loss the mean over its own tokens scaled by 1/CP (executor.py).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+CP_TAG = 1 << 24          # gloo tag of ring messages (pipeline tags stay far below)
+MASKED = -1e30            # finite "minus infinity": fully masked blocks get zero weight
+
+
+def chunk_positions(seq: int, cp: int, rank: int, layout: str) -> torch.Tensor:
+    """Global positions of the tokens rank `rank` holds, in its local order."""
+    if layout == "balanced":
+        c = seq // (2 * cp)
+        first, second = rank, 2 * cp - 1 - rank
+        return torch.cat([torch.arange(first * c, (first + 1) * c), torch.arange(second * c, (second + 1) * c)])
+    c = seq // cp
+    return torch.arange(rank * c, (rank + 1) * c)
+
+
+class ContextGroup:
+    """This rank's place in its context-parallel ring and the positions of every member."""
+
+    def __init__(self, size: int, rank: int, ranks: list[int], seq: int, layout: str, causal: bool, scale: float,
+                 log: list | None = None):
+        self.size, self.rank, self.ranks = size, rank, ranks
+        self.next, self.prev = ranks[(rank + 1) % size], ranks[(rank - 1) % size]
+        self.all_positions = [chunk_positions(seq, size, r, layout) for r in range(size)]
+        self.positions = self.all_positions[rank]
+        self.causal, self.scale = causal, scale
+        self.log = log if log is not None else []     # (phase, start, end, bytes), like TPGroup.log
+
+    def attention(self, q, k, v):
+        """q, k, v: [batch*heads, local seq, head dim] -> attention output of the local queries."""
+        return _RingAttention.apply(q, k, v, self)
+
+    def exchange(self, send: torch.Tensor, phase: str):
+        """Post send-to-next and receive-from-previous of one block; returns (recv buffer, waiter)."""
+        send = send.contiguous()
+        recv = torch.empty_like(send)
+        works = [dist.isend(send, dst=self.next, tag=CP_TAG), dist.irecv(recv, src=self.prev, tag=CP_TAG)]
+        nbytes = send.numel() * send.element_size()
+
+        def wait():
+            start = time.perf_counter()
+            for w in works:
+                w.wait()
+            self.log.append((phase, start, time.perf_counter(), nbytes))
+            return recv
+        return recv, wait
+
+    def mask(self, owner: int, like: torch.Tensor) -> torch.Tensor | None:
+        """Additive causal mask of the local queries against the keys of rank `owner`."""
+        if not self.causal:
+            return None
+        qpos, kpos = self.positions, self.all_positions[owner]
+        hidden = (qpos[:, None] < kpos[None, :]).to(like.device)
+        return torch.zeros(hidden.shape, dtype=like.dtype, device=like.device).masked_fill_(hidden, MASKED)
+
+
+def _scores(q, k, scale, mask):
+    s = torch.matmul(q, k.transpose(1, 2)) * scale
+    return s if mask is None else s + mask
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, g: ContextGroup):
+        kv = torch.stack((k, v))
+        out = lse = None
+        for i in range(g.size):
+            owner = (g.rank - i) % g.size
+            waiter = g.exchange(kv, "cp_fwd")[1] if i < g.size - 1 else None
+            s = _scores(q, kv[0], g.scale, g.mask(owner, q))
+            blse = torch.logsumexp(s, dim=-1)
+            bout = torch.matmul(torch.exp(s - blse.unsqueeze(-1)), kv[1])
+            if out is None:
+                out, lse = bout, blse
+            else:       # merge two normalised partial softmaxes by their log-sum-exp weights
+                new = torch.logaddexp(lse, blse)
+                out = out * torch.exp(lse - new).unsqueeze(-1) + bout * torch.exp(blse - new).unsqueeze(-1)
+                lse = new
+            if waiter is not None:
+                kv = waiter()
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.group = g
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        g = ctx.group
+        dout = dout.contiguous()
+        delta = (dout * out).sum(-1, keepdim=True)            # rowsum(dO ∘ O)
+        dq = torch.zeros_like(q)
+        kv = torch.stack((k, v))
+        dkv = torch.zeros_like(kv)
+        for i in range(g.size):
+            owner = (g.rank - i) % g.size
+            kv_wait = g.exchange(kv, "cp_bwd")[1] if i < g.size - 1 else None
+            s = _scores(q, kv[0], g.scale, g.mask(owner, q))
+            p = torch.exp(s - lse.unsqueeze(-1))
+            dp = torch.matmul(dout, kv[1].transpose(1, 2))
+            ds = p * (dp - delta)
+            dq += torch.matmul(ds, kv[0]) * g.scale
+            dkv = dkv + torch.stack((torch.matmul(ds.transpose(1, 2), q) * g.scale,
+                                     torch.matmul(p.transpose(1, 2), dout)))
+            # the dK/dV of this block go on with it; after the last step they reach their owner
+            dkv = g.exchange(dkv, "cp_bwd")[1]()
+            if kv_wait is not None:
+                kv = kv_wait()
+        return dq, dkv[0], dkv[1], None
+
+
+def attach(stages: dict, group: ContextGroup) -> None:
+    """Make every attention block and position embedding of these stages context parallel."""
+    for model in stages.values():
+        if model.embedding is not None:
+            model.embedding.cp = group
+        for layer in model.layers:
+            layer.cp = group
+
+
+def local_tokens(mb: torch.Tensor, group: ContextGroup | None):
+    """(inputs, targets) of this rank from a [micro_batch, seq+1] token block."""
+    x, y = mb[:, :-1], mb[:, 1:]
+    if group is None:
+        return x, y
+    idx = group.positions.to(mb.device)
+    return x[:, idx], y[:, idx]

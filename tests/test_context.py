@@ -1,0 +1,173 @@
+"""Context parallelism: scenario keys and errors, exact FLOP split, ring overlap, placement,
+memory, the llama3.1-405b preset and the llama3-405b validation family (no torch)."""
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipesim import load_scenario, simulate
+from pipesim.costs import stage_costs
+from pipesim.costs.context import PREFIX, context_comm
+from pipesim.costs.layers import flash_attention, layer_ops, shapes_of
+from pipesim.costs.stage import cost_model_for
+from pipesim.costs.summary import iteration_flops, total_params
+from pipesim.costs.topology import placement
+from pipesim.errors import ScenarioError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scenario(context=2, seq=4096, mode="ring", layout="balanced", tensor=1, nodes=1, **model):
+    return load_scenario({
+        "model": {"preset": "llama2-7b", "seq_length": seq, "num_layers": 4, **model},
+        "system": {"preset": "dgx-h100", "num_nodes": nodes},
+        "parallel": {"tensor": tensor, "context": context, "context_mode": mode, "context_layout": layout,
+                     "pipeline": 1, "sequence_parallel": tensor > 1},
+        "training": {"micro_batch_size": 1, "global_batch_size": 16,
+                     "attention": "flash"}})
+
+
+def attention_flops(s):
+    return sum(o.flops_fwd for o in layer_ops(s) if o.name == "attention" or o.name.startswith(PREFIX))
+
+
+@pytest.mark.parametrize("mode,layout", [("ring", "balanced"), ("allgather", "balanced")])
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_causal_attention_flops_split_exactly(cp, mode, layout):
+    one = scenario(context=1)
+    many = scenario(context=cp, mode=mode, layout=layout)
+    assert attention_flops(many) * cp == pytest.approx(attention_flops(one), rel=1e-12)
+
+
+def test_noncausal_contiguous_split_exactly_and_causal_contiguous_costs_the_busiest_rank():
+    one = scenario(context=1, causal=False)
+    many = scenario(context=4, layout="contiguous", causal=False)
+    assert attention_flops(many) * 4 == pytest.approx(attention_flops(one))
+    # causal + contiguous: the last rank works on every step (lock-step ring): a causal block and
+    # 3 full ones of (S/4)^2 pairs = 3.5 S^2/16, against S^2/2 for the whole causal attention
+    busy = scenario(context=4, layout="contiguous")
+    assert attention_flops(busy) == pytest.approx(attention_flops(scenario(context=1)) * 3.5 / 16 * 2)
+
+
+def test_gemms_see_seq_over_cp_tokens_and_model_flops_do_not_change():
+    one, two = scenario(context=1), scenario(context=2)
+    f1 = {o.name: o.flops_fwd for o in layer_ops(one)}
+    f2 = {o.name: o.flops_fwd for o in layer_ops(two)}
+    for name in ("qkv", "proj", "fc1", "fc2"):
+        assert f2[name] * 2 == pytest.approx(f1[name])
+    assert iteration_flops(two) == pytest.approx(iteration_flops(one))
+    assert total_params(two) == total_params(one)
+
+
+def test_ring_blocks_are_attention_ops_with_their_shapes():
+    s = scenario(context=4, seq=8192)
+    blocks = [o for o in layer_ops(s) if o.name.startswith(PREFIX)]
+    assert len(blocks) == 4
+    sh, L = shapes_of(s), 8192 // 4
+    ref0 = flash_attention(sh, 32, 32, "bf16", True, q_len=L, kv_len=L)
+    ref1 = flash_attention(sh, 32, 32, "bf16", False, q_len=L // 2, kv_len=L)
+    assert blocks[0].flops_fwd == ref0.flops_fwd and blocks[1].flops_fwd == ref1.flops_fwd
+    assert blocks[0].saved_bytes > 0 and all(b.saved_bytes == 0 for b in blocks[1:])
+
+
+def test_ring_overlap_is_max_of_compute_and_transfer_per_step():
+    base = scenario(context=4)
+    fast = load_scenario(base, ["system.intra_node.bandwidth_GBps=1000000", "system.intra_node.latency_us=0"])
+    assert context_comm(fast, cost_model_for(fast), layer_ops(fast)).fwd_exposed == 0.0
+    slow = load_scenario(base, ["system.intra_node.bandwidth_GBps=0.5"])
+    cm, ops = cost_model_for(slow), layer_ops(slow)
+    cc = context_comm(slow, cm, ops)
+    sh = shapes_of(slow)
+    kv_bytes = 2 * sh.b * sh.s * sh.g * sh.d * sh.e
+    hop = slow.system.intra_node.latency + kv_bytes / slow.system.intra_node.effective_bandwidth
+    t = [cm.time(o, "fwd").seconds for o in ops if o.name.startswith(PREFIX)]
+    assert cc.fwd_exposed == pytest.approx(sum(max(x, hop) for x in t[:-1]) + t[-1] - sum(t))
+    assert cc.fwd_exposed > 0 and cc.bytes_fwd == pytest.approx(3 * kv_bytes)
+    c0, c1 = stage_costs(fast)[0], stage_costs(slow)[0]
+    assert c1.cp_comm_fwd == pytest.approx(4 * cc.fwd_exposed)
+    assert c1.forward - c0.forward == pytest.approx(c1.cp_comm_fwd)
+
+
+def test_allgather_exposes_the_gather():
+    s = scenario(context=4, mode="allgather")
+    c = stage_costs(s)[0]
+    assert c.cp_comm_fwd > 0 and c.cp_comm_bwd > c.cp_comm_fwd and c.cp_comm_hidden == 0
+
+
+def test_cp_ranks_inside_the_node_first_and_gradients_over_data_times_context():
+    s = scenario(context=4, tensor=2, nodes=2)
+    cp = placement(s, "cp")
+    assert (cp.size, cp.nodes) == (4, 1)
+    g = placement(s, "dp_cp")
+    assert g.size == s.parallel.data * 4 == 8 and g.per_node == 4
+    # an explicit order putting data inside context moves CP across nodes
+    far = load_scenario(s, ["parallel.rank_order=tp-dp-cp-pp"])
+    assert placement(far, "cp").nodes == 2
+
+
+def test_activations_shrink_with_cp_and_kv_buffers_reach_the_timeline():
+    one, two = stage_costs(scenario(context=1))[0], stage_costs(scenario(context=2))[0]
+    assert two.activation_bytes < 0.55 * one.activation_bytes
+    rep = simulate(scenario(context=2))
+    held = max(m.by_category.get("cp_buffers", 0) for m in rep.memory)
+    assert held == pytest.approx(two.cp_buffer_bwd) and held > two.cp_buffer_fwd > 0
+    assert rep.memory[-1].by_category["cp_buffers"] == 0
+    assert rep.num_gpus == 8
+
+
+@pytest.mark.parametrize("patch,words", [
+    ({"seq_length": 4098}, ["parallel.context", "seq_length(4098)", "2·context(2) = 4"]),
+    ({"causal": False}, ["parallel.context_layout", "not causal"]),
+])
+def test_one_line_errors(patch, words):
+    raw = {"model": {"preset": "llama2-7b", "num_layers": 4, **patch}, "system": "dgx-h100",
+           "parallel": {"tensor": 1, "context": 2}, "training": {"global_batch_size": 8}}
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(raw)
+    text = str(err.value)
+    assert "\n" not in text and all(w in text for w in words)
+
+
+def test_gpu_arithmetic_names_context():
+    raw = {"model": {"preset": "llama2-7b"}, "system": "dgx-h100",
+           "parallel": {"tensor": 2, "context": 2, "pipeline": 1, "data": 4}, "training": {"global_batch_size": 8}}
+    with pytest.raises(ScenarioError, match=r"tensor\(2\)·context\(2\)·pipeline\(1\)·data\(4\) = 16 ≠ 8 GPUs"):
+        load_scenario(raw)
+
+
+def test_llama31_405b_parameter_count():
+    s = load_scenario({"model": "llama3.1-405b", "system": "dgx-h100", "training": {"global_batch_size": 8}})
+    assert total_params(s) == pytest.approx(s.model.reference_params, rel=0.01)
+
+
+def test_llama3_validation_family_converts_every_case():
+    from pipesim.whatif.validation import case_scenario, load_cases
+    cases = [c for c in load_cases() if c.suite == "llama3-405b"]
+    assert {c.id for c in cases} >= {"llama3-405b-16384gpu-cp1-8k", "llama3-405b-16384gpu-cp16-128k"}
+    for c in cases:
+        s = load_scenario(case_scenario(c))
+        assert s.num_gpus == c.raw["hardware"]["num_gpus"]
+        assert s.parallel.context == c.raw["parallel"]["cp"]
+        assert s.layers_per_stage()[0] == 0 and sum(s.layers_per_stage()) == 126
+
+
+@pytest.mark.parametrize("name", ["llama2-7b-32k-cp2-h100", "llama2-7b-128k-cp4-h100", "llama2-7b-1m-cp32-h100"])
+def test_long_sequence_scenarios_simulate(name):
+    s = load_scenario(ROOT / "scenarios" / "longseq" / f"{name}.yaml")
+    rep = simulate(s, trace=False)
+    assert 0 < rep.model_tflops_per_gpu < s.system.gpu.peak_bf16 / 1e12
+    assert rep.peak_memory_bytes < s.system.gpu.memory
+
+
+def test_search_and_sweep_have_a_context_axis():
+    import yaml
+    from pipesim.whatif.grid import Grid, prepare
+    from pipesim.whatif.search import SearchSpace, candidates
+    raw = yaml.safe_load((ROOT / "scenarios" / "longseq" / "llama3-8b-128k-h100.yaml").read_text())
+    space = SearchSpace(tensor=(2,), pipeline=(1,), micro_batch=(1,), recompute=("none",), zero=(1,))
+    cps = {c["parallel"]["context"] for c in candidates(raw, 256, space)}
+    assert cps == {1, 2, 4, 8, 16, 32}             # down to 4096 tokens per GPU
+    short = dict(raw, model={"preset": "llama3-8b", "seq_length": 8192})
+    assert {c["parallel"]["context"] for c in candidates(short, 256, space)} == {1, 2}
+    variants = prepare(raw, Grid(axes={"parallel.context": [4, 8, 16]}))
+    assert [v.scenario.parallel.data for v in variants] == [16, 8, 4]
