@@ -14,13 +14,15 @@ epilogue that stores its output tile:
 The epilogue (accumulators -> 16-bit C tile -> HBM, at the SM's share 1/sms of the achievable HBM
 bandwidth B) is not hidden behind the next tile's K-loop: the CUTLASS 3 "cooperative" Hopper
 schedule runs both math warp groups on one tile and stores it before the next (NVIDIA/cutlass
-media/docs/efficient_gemm.md, "Warp-Specialized Persistent Cooperative kernel"). It is what makes
+media/docs/efficient_gemm.md, "Warp-Specialized Persistent Cooperative kernel design"; the
+Ping-Pong design, which overlaps one tile's epilogue with another's K-loop, is not modelled). It
+is what makes
 short-K GEMMs slow in published FP8 tables, where the K-loop is half as long as in BF16: DeepGEMM
 README (first release, 2025-02-25, H800 = H100 SXM compute) M=4096: K=512 590, K=1536 990,
 K=2048 1025, K=7168 1304, K=16384 1358 TFLOP/s (benchmarks/kernel_curves.py prints them).
 
 with r the per-SM rate, set so that the model returns the published MAMF at the shape where it
-was measured (pipesim/presets/gpus.py).
+was measured, or the curve's published `anchor` point (pipesim/presets/gpus.py: H100/H800 FP8).
 
 The memory roof (Williams et al. 2009, roofline) takes over for skinny GEMMs. cuBLAS picks the
 fastest tile per shape, as the min does.
