@@ -6,6 +6,13 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
 1. GEMM, H100 BF16: the OpenXLA default GEMM performance table (tensorflow/tensorflow
    third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h, sm_90, "bf16xbf16->bf16";
    25 of its shapes, batch b of M x N x K) -- the table the tile constants were chosen on.
+1b. GEMM, H100 FP8: the DeepGEMM README's first table (deepseek-ai/DeepGEMM commit a6d97a1,
+   2025-02-25, "Normal GEMMs for dense models", H800 SXM = H100 SXM compute, M = 4096 rows):
+   DeepGEMM's TFLOP/s and its speed-up over DeepSeek's CUTLASS 3.6 kernel (both block-scaled).
+   The largest shape is the FP8 anchor; the other five test the shape dependence.
+1c. GEMM, H100 FP8, an independent table never used to choose anything: tile-ai/tilelang
+   benchmark/matmul_fp8/README.md (H800 SXM, M = N = 8192, K 256 to 16384, autotuned FP8 GEMM
+   with a per-tensor scale: the kind of kernel tensorwise/delayed FP8 training runs).
 2. GEMM, the MAMF best shapes of every GPU (S. Bekman, ml-engineering, "Maximum Achievable Matmul
    FLOPS comparison table"): the curve is scaled to return the MAMF there.
 3. Attention, H100: the FlashAttention-3 paper's cuDNN bars (Shah et al. 2024, Fig. 5) are the
@@ -19,7 +26,7 @@ import statistics
 
 from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
-from pipesim.presets.gpus import KERNEL_CURVES
+from pipesim.presets.gpus import KERNEL_CURVES, gemm_anchor
 
 XLA = "OpenXLA matmul_interpolator_data.h (sm_90)"
 # (batch, M, N, K, published bf16 TFLOP/s)
@@ -34,6 +41,13 @@ XLA_H100_BF16 = [
     (1, 256, 1024, 4096, 172.3), (1, 256, 512, 4096, 91.7), (1, 512, 256, 512, 21.8),
 ]
 H100_HBM, MEMORY_EFFICIENCY, LAUNCH = 3.35e12, 0.85, 5e-6     # dgx-h100 preset values
+DEEPGEMM = "DeepGEMM README a6d97a1 (H800)"
+TILELANG = "tile-ai/tilelang benchmark/matmul_fp8/README.md (H800)"
+# (K, TFLOP/s) at M = N = 8192; the README's latency column is in ms
+TILELANG_H800_FP8 = [(256, 376), (512, 622), (1024, 927), (2048, 1174), (4096, 1378), (8192, 1461), (16384, 1523)]
+# (M, N, K, DeepGEMM TFLOP/s, speed-up over CUTLASS 3.6)
+DEEPGEMM_H800_FP8 = [(4096, 2112, 7168, 1058, 1.1), (4096, 24576, 1536, 990, 1.0), (4096, 32768, 512, 590, 1.0),
+                     (4096, 7168, 16384, 1358, 1.2), (4096, 4096, 7168, 1304, 1.1), (4096, 7168, 2048, 1025, 1.1)]
 
 # FA3 paper Fig. 5, FlashAttention-3 bars (H100, head dim 128): fwd non-causal, fwd causal, bwd
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
@@ -44,8 +58,10 @@ TORCHBENCH_FA3_FWD = (430.3, 517.1, 565.5, 590.2, 614.2, 620.7)
 
 
 def gemm_tflops(curve: dict, b: int, m: int, n: int, k: int, dtype: str = "bf16") -> float:
+    shape, anchor = gemm_anchor(curve, dtype)
     t = gemm_compute_time(m, n, k, b, curve["sms"], curve["mamf_tflops"][dtype] * 1e12,
-                          curve["mamf_tflops"]["fp16"] * 1e12, tuple(curve["best_shape"][dtype]), curve["persistent"])
+                          curve["mamf_tflops"]["fp16"] * 1e12, shape, curve["persistent"],
+                          H100_HBM * MEMORY_EFFICIENCY, anchor)
     t = max(t, gemm_bytes(m, n, k, dtype, b) / (H100_HBM * MEMORY_EFFICIENCY), LAUNCH)
     return 2 * b * m * n * k / t / 1e12
 
@@ -64,7 +80,28 @@ def main() -> None:
     big = [x for x, (b, m, n, k, _) in zip(logs, XLA_H100_BF16) if b * m * n * k >= 2048 ** 3]
     print(f"   shapes >= 2048^3 of work: mean log error {100 * statistics.mean(big):+.1f} % ({len(big)} shapes)\n")
 
-    print("2. GEMM at each GPU's MAMF best shape (ml-engineering MAMF table): the curve's anchor")
+    print(f"1b. GEMM on H100, FP8, vs {DEEPGEMM}")
+    print(f"   {'M':>6} {'N':>6} {'K':>6} {'DeepGEMM':>9} {'CUTLASS':>8} {'pipesim':>8} {'err %':>7}")
+    logs = []
+    for m, n, k, pub, speedup in DEEPGEMM_H800_FP8:
+        pred = gemm_tflops(h100, 1, m, n, k, "fp8")
+        logs.append(math.log(pred / pub))
+        print(f"   {m:>6} {n:>6} {k:>6} {pub:>9.0f} {pub / speedup:>8.0f} {pred:>8.0f} {100 * (pred / pub - 1):>+7.1f}")
+    print(f"   mean |log error| {100 * statistics.mean(abs(x) for x in logs):.1f} %, "
+          f"mean log error {100 * statistics.mean(logs):+.1f} % (vs DeepGEMM)\n")
+
+    print(f"1c. GEMM on H100, FP8, M = N = 8192, vs {TILELANG}")
+    print(f"   {'K':>6} {'published':>10} {'pipesim':>8} {'err %':>7}")
+    logs = []
+    for k, pub in TILELANG_H800_FP8:
+        pred = gemm_tflops(h100, 1, 8192, 8192, k, "fp8")
+        logs.append(math.log(pred / pub))
+        print(f"   {k:>6} {pub:>10.0f} {pred:>8.0f} {100 * (pred / pub - 1):>+7.1f}")
+    print(f"   mean |log error| {100 * statistics.mean(abs(x) for x in logs):.1f} %, "
+          f"mean log error {100 * statistics.mean(logs):+.1f} %\n")
+
+    print("2. GEMM at each GPU's MAMF best shape (ml-engineering MAMF table): the curve's anchor "
+          "(H100/H800 FP8: anchored on DeepGEMM instead, section 1b)")
     print(f"   {'GPU':>6} {'dtype':>5} {'shape':>20} {'MAMF':>8} {'pipesim':>8}")
     for name, c in KERNEL_CURVES.items():
         for dtype, shape in c["best_shape"].items():

@@ -9,17 +9,19 @@ import pipesim
 from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_compute_time
 from pipesim.errors import ScenarioError
-from pipesim.presets.gpus import KERNEL_CURVES
+from pipesim.presets.gpus import KERNEL_CURVES, gemm_anchor
 from pipesim.presets.systems import SYSTEMS
 from pipesim.scenario.load import load_scenario
 
 H100 = KERNEL_CURVES["h100"]
+H100_STORE = 3.35e12 * 0.85      # dgx-h100: HBM 3.35 TB/s at memory_efficiency 0.85
 
 
-def h100_gemm(m, n, k, dtype="bf16", batch=1):
+def h100_gemm(m, n, k, dtype="bf16", batch=1, store=H100_STORE):
     c = H100
+    shape, anchor = gemm_anchor(c, dtype)
     return gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dtype] * 1e12,
-                             c["mamf_tflops"]["fp16"] * 1e12, tuple(c["best_shape"][dtype]), c["persistent"])
+                             c["mamf_tflops"]["fp16"] * 1e12, shape, c["persistent"], store, anchor)
 
 
 def tflops(m, n, k, t, batch=1):
@@ -42,6 +44,44 @@ def test_gemm_throughput_grows_with_k_and_time_never_shrinks():
     assert rates == sorted(rates) and rates[0] < 0.8 * rates[-1]
     times = [h100_gemm(4096, 4096, k) for k in range(256, 8193, 256)]
     assert all(b >= a for a, b in zip(times, times[1:]))
+
+
+def test_fp8_curve_is_anchored_on_the_deepgemm_training_shape_and_capped_by_the_mamf():
+    # DeepGEMM README (first release), H800: 4096 x 7168 x 16384 at 1358 TFLOP/s
+    assert tflops(4096, 7168, 16384, h100_gemm(4096, 7168, 16384, "fp8")) == pytest.approx(1358, rel=1e-6)
+    for shape in [(16384, 16384, 16384), (8192, 28672, 8192)]:
+        assert tflops(*shape, h100_gemm(*shape, dtype="fp8")) <= 1402.6 * (1 + 1e-9)
+
+
+def test_the_tile_epilogue_makes_short_k_fp8_gemms_slow_as_published():
+    # DeepGEMM README (first release), H800, M=4096: K=512 reaches 590 TFLOP/s, 0.43 of K=16384
+    short, long_ = (4096, 32768, 512), (4096, 7168, 16384)
+    with_epilogue = tflops(*short, h100_gemm(*short, dtype="fp8")) / tflops(*long_, h100_gemm(*long_, dtype="fp8"))
+    without = (tflops(*short, h100_gemm(*short, dtype="fp8", store=float("inf")))
+               / tflops(*long_, h100_gemm(*long_, dtype="fp8", store=float("inf"))))
+    assert with_epilogue < 0.6 < 0.9 < without
+    # the epilogue costs BF16 less (its K-loop is twice as long per tile)
+    bf16_loss = h100_gemm(4096, 4096, 1024) / h100_gemm(4096, 4096, 1024, store=float("inf"))
+    fp8_loss = h100_gemm(4096, 4096, 1024, "fp8") / h100_gemm(4096, 4096, 1024, "fp8", store=float("inf"))
+    assert 1.0 < bf16_loss < fp8_loss
+
+
+def test_gemm_curves_stay_within_their_kernel_tables():
+    import importlib.util
+    import math
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_curves.py"
+    spec = importlib.util.spec_from_file_location("kernel_curves", path)
+    kc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kc)
+    fp8 = [math.log(kc.gemm_tflops(H100, 1, m, n, k, "fp8") / pub) for m, n, k, pub, _ in kc.DEEPGEMM_H800_FP8]
+    bf16 = [math.log(kc.gemm_tflops(H100, b, m, n, k) / pub) for b, m, n, k, pub in kc.XLA_H100_BF16]
+    for logs in (fp8, bf16):
+        assert sum(abs(x) for x in logs) / len(logs) < 0.10
+        assert abs(sum(logs) / len(logs)) < 0.03
+    # an FP8 table no constant was chosen on (tilelang, M = N = 8192)
+    check = [math.log(kc.gemm_tflops(H100, 1, 8192, 8192, k, "fp8") / pub) for k, pub in kc.TILELANG_H800_FP8]
+    assert sum(abs(x) for x in check) / len(check) < 0.12 and abs(sum(check) / len(check)) < 0.05
 
 
 def test_wave_quantisation_steps_when_one_tile_spills_into_a_new_wave():
@@ -196,3 +236,16 @@ def test_report_names_the_source_of_every_cost():
     flat = dataclasses.replace(s, system=dataclasses.replace(
         s.system, gpu=dataclasses.replace(s.system.gpu, matmul_efficiency=0.5)))
     assert set(pipesim.simulate(flat).to_dict()["cost_sources"]) == {"roofline"}
+
+
+def test_swiglu_backward_moves_five_elements_per_ffn_unit_and_gelu_three():
+    from pipesim.costs.layers import layer_ops
+    llama = scenario()                                   # SwiGLU, tensor 2: f/2 per GPU per token
+    act = next(o for o in layer_ops(llama) if o.name == "act")
+    elems = llama.training.micro_batch_size * llama.model.seq_length * llama.model.ffn / 2
+    assert act.bytes_bwd == pytest.approx(5 * elems * 2)     # dY, both halves in; both grads out
+    assert act.bytes_fwd == pytest.approx(3 * elems * 2)
+    gpt = load_scenario(base())
+    gelu = next(o for o in layer_ops(gpt) if o.name == "act")
+    gelems = gpt.model.seq_length * gpt.model.ffn / 8
+    assert gelu.bytes_bwd == pytest.approx(3 * gelems * 2)

@@ -218,10 +218,17 @@ def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
                       bias=m.bias))
     act_elems = T * sh.f / tp.size
     shape = dict(numel=int(act_elems), dtype=dtype)
-    ops.append(vector("act", act_elems, sh, (8, 12), reads=2 if gated else 1,
-                      saved_bytes=act_elems * e * (2 if gated else 1),
-                      measure_fwd=(("gelu_fwd", shape),) if not gated else (),
-                      measure_bwd=(("gelu_bwd", shape),) if not gated else ()))
+    act = vector("act", act_elems, sh, (8, 12), reads=2 if gated else 1,
+                 saved_bytes=act_elems * e * (2 if gated else 1),
+                 measure_fwd=(("gelu_fwd", shape),) if not gated else (),
+                 measure_bwd=(("gelu_bwd", shape),) if not gated else ())
+    if gated:
+        # SwiGLU backward reads dY (f) and both saved halves (2f) and writes both input-gradient
+        # halves (2f): 5f elements, not the 4f of the generic elementwise rule (Megatron-Core
+        # megatron/core/fusions/fused_bias_swiglu.py, swiglu_back: grad and the two halves of y
+        # in, torch.cat of the two gradient halves out).
+        act = replace(act, bytes_bwd=act.bytes_bwd + act_elems * e)
+    ops.append(act)
     ops.append(matmul("fc2", T, sh.f, sh.h, sh, "row", saved_input=act_elems * e, dtype=dtype, bias=m.bias))
     if moe:
         from pipesim.costs.moe import moe_block_ops

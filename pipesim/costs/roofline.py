@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
 from pipesim.costs.ops import Op
-from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve
+from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, gemm_anchor
 from pipesim.scenario.config import GPUSpec
 
 
@@ -83,9 +83,10 @@ class CostModel:
         """One (batched) GEMM on the GPU's curve: max(tile/wave compute time, memory roof)."""
         c = self.curve
         dt = dtype if dtype in c["mamf_tflops"] else "bf16"
-        shape = c["best_shape"].get(dt) or c["best_shape"]["bf16"]
+        shape, anchor = gemm_anchor(c, dt)
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
-                                    c["mamf_tflops"]["fp16"] * 1e12, tuple(shape), c["persistent"])
+                                    c["mamf_tflops"]["fp16"] * 1e12, shape, c["persistent"],
+                                    self._mem_rate, anchor)
         return max(compute, gemm_bytes(m, n, k, dt, batch) / self._mem_rate)
 
     def with_launch(self, kernel_seconds: float, op: Op, phase: str) -> float:
