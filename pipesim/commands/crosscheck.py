@@ -67,6 +67,16 @@ def median_interval_pct(emu: dict, key: str = "step_time_uncontended_s") -> floa
     return 100.0 * 1.96 * 1.2533 * sp["std"] / n ** 0.5 / med
 
 
+def judge(err: float, spread: float, tolerance: float) -> str:
+    """pass when the error is within the tolerance even at the far end of the spread, fail when it
+    is outside even at the near end, otherwise "not judged"."""
+    if abs(err) + spread <= tolerance:
+        return "pass"
+    if abs(err) - spread > tolerance:
+        return "fail"
+    return "not judged"
+
+
 def verdict(c: dict, emu: dict, tolerance: float) -> dict:
     """Judge the step-time error e against the tolerance t given the measurement's spread s (the
     median's interval over the steps, median_interval_pct, and the calibration's drift between
@@ -86,12 +96,9 @@ def verdict(c: dict, emu: dict, tolerance: float) -> dict:
            "steps": (emu.get("step_time_spread_s") or {}).get("n", 0)}
     if err is None or spread is None:
         out.update(status="not judged", message="not judged: fewer than 2 measured steps (use --steps 5 or more)")
-    elif abs(err) + spread <= tolerance:
-        out.update(status="pass", message=f"pass: step error {err:+.1f} % (measurement ±{spread:.1f} %) "
-                                          f"is within ±{tolerance:g} %")
-    elif abs(err) - spread > tolerance:
-        out.update(status="fail", message=f"fail: step error {err:+.1f} % (measurement ±{spread:.1f} %) "
-                                          f"is outside ±{tolerance:g} %")
+    elif (status := judge(err, spread, tolerance)) != "not judged":
+        out.update(status=status, message=f"{status}: step error {err:+.1f} % (measurement ±{spread:.1f} %) "
+                                          f"is {'within' if status == 'pass' else 'outside'} ±{tolerance:g} %")
     else:
         out.update(status="not judged",
                    message=f"not judged: the measurement is uncertain by ±{spread:.1f} % (steps ±{steps:.1f} %, "
@@ -114,12 +121,10 @@ def repeated_verdict(errors: list[float], tolerance: float, single: dict) -> dic
     err = statistics.median(errors)
     spread = (max(errors) - min(errors)) / 2
     out = dict(single, error_pct=err, spread_pct=spread, runs=len(errors), run_errors_pct=errors)
-    if abs(err) + spread <= tolerance:
-        out.update(status="pass", message=f"pass: median step error {err:+.1f} % over {len(errors)} runs "
-                                          f"(run to run ±{spread:.1f} %) is within ±{tolerance:g} %")
-    elif abs(err) - spread > tolerance:
-        out.update(status="fail", message=f"fail: median step error {err:+.1f} % over {len(errors)} runs "
-                                          f"(run to run ±{spread:.1f} %) is outside ±{tolerance:g} %")
+    if (status := judge(err, spread, tolerance)) != "not judged":
+        out.update(status=status, message=f"{status}: median step error {err:+.1f} % over {len(errors)} runs "
+                                          f"(run to run ±{spread:.1f} %) is "
+                                          f"{'within' if status == 'pass' else 'outside'} ±{tolerance:g} %")
     else:
         out.update(status="not judged",
                    message=f"not judged: the step error varies by ±{spread:.1f} % from run to run, too much to "
