@@ -7,24 +7,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pipesim.emulator import emulate, prepare  # noqa: E402
+from _emulator_helpers import matches_single_process  # noqa: E402
 from pipesim.emulator.context import chunk_positions  # noqa: E402
-from pipesim.emulator.reference import assemble_grads, single_process_grads  # noqa: E402
 
 HERE = os.path.dirname(__file__)
 TINY_CP = os.path.join(HERE, "..", "scenarios", "emulator", "tiny_cp2.yaml")
 
 
 def check(tmp_path, sets):
-    s = prepare(TINY_CP, sets)
-    result = emulate(s, steps=1, warmup=0, dump_grads=True, run_dir=str(tmp_path), timeout=90)
-    loss, grads = assemble_grads(str(tmp_path))
-    ref_loss, ref = single_process_grads(s)
-    assert set(grads) == set(ref)
-    assert loss == pytest.approx(ref_loss, rel=1e-5)
-    for name, g in ref.items():
-        torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
-    return s, result
+    return matches_single_process(TINY_CP, tmp_path, sets, timeout=90)
 
 
 def test_balanced_chunks_cover_the_sequence_once():

@@ -7,6 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _emulator_helpers import matches_single_process  # noqa: E402
 from pipesim.emulator import emulate, prepare  # noqa: E402
 from pipesim.emulator.reference import assemble_grads, single_process_grads  # noqa: E402
 
@@ -15,17 +16,7 @@ TINY = os.path.join(HERE, "..", "scenarios", "emulator", "tiny_1f1b.yaml")
 
 
 def check_against_single_process(tmp_path, sets):
-    s = prepare(TINY, sets)
-    result = emulate(s, steps=1, warmup=0, dump_grads=True, run_dir=str(tmp_path), timeout=60)
-    loss, grads = assemble_grads(str(tmp_path))
-    ref_loss, ref = single_process_grads(s)
-    assert set(grads) == set(ref)
-    assert loss == pytest.approx(ref_loss, rel=1e-5)
-    for name, g in ref.items():
-        assert grads[name].shape == g.shape, name
-        # fp32 round-off from a different summation order (micro-batches, TP shards)
-        torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
-    return s, result
+    return matches_single_process(TINY, tmp_path, sets, timeout=60)
 
 
 @pytest.mark.parametrize("schedule,virtual", [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2),
