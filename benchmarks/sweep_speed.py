@@ -9,7 +9,7 @@ the worker its plan family is sent to), the sweep default (memory screen), the c
 (--warm, or by default at the end) one process over every configuration twice: cold, then warm
 with every plan cached (targets: cold >= 30, warm >= 100 configurations per CPU-second). The
 `engine` column says how many were timed by the DAG path and how many by the SimPy engine.
---search [--ray] times `pipesim search` over >= 100,000 layouts of GPT-3 175B on 4096 H100s
+--search [--ray] times `pipesim search` over >= 100,000 layouts of an MoE model (Qwen3-30B-A3B on 512 H100s)
 (target <= 10 minutes on 2 cores) and, with --ray, runs it again as Ray tasks and compares the
 rankings. --band prints the closed form's throughput error against the simulator per schedule (the band
 `pipesim search` keeps candidates within, whatif/search.py ERROR_BAND). Configurations per
@@ -110,16 +110,19 @@ def error_band() -> None:
         print(f"   {name:12s} {len(v):4d} layouts  lowest {v[0]:+.4f}  median {v[len(v) // 2]:+.4f}  highest {v[-1]:+.4f}")
 
 
-SEARCH_BASE = {"model": {"preset": "gpt3-175b"}, "system": {"preset": "dgx-h100"},
-               "training": {"micro_batch_size": 1, "global_batch_size": 1536, "precision": "bf16"}}
+# The >= 100,000-layout search: an MoE model (Qwen3-30B-A3B: 48 layers, 128 experts, top-8) at
+# 8K tokens on 512 H100s, over expert x tensor x pipeline x context x virtual stages x micro-batch x
+# recompute x schedule x ZeRO x compression (104,664 layouts).
+SEARCH_GPUS = 512
+SEARCH_BASE = {"model": {"preset": "qwen3-30b-a3b", "seq_length": 8192}, "system": {"preset": "dgx-h100"},
+               "training": {"micro_batch_size": 1, "global_batch_size": 1024, "precision": "bf16"}}
 
 
 def search_space():
-    """The default axes plus knobs a user would also search (each a scenario key)."""
+    """The default axes (context parallelism down to 4K tokens per GPU: 1 and 2 here) plus the
+    expert-parallel size."""
     from pipesim.whatif.search import SearchSpace
-    return SearchSpace(micro_batch=(1, 2, 4, 8, 16), extra={
-        "training.precision": ("bf16", "fp8"), "parallel.sequence_parallel": (True, False),
-        "training.overlap_grad_reduce": (True, False), "training.overlap_param_gather": (True, False)})
+    return SearchSpace(extra={"parallel.expert": (1, 2, 4, 8, 16, 32, 64)})
 
 
 def screen_rate(stride: int) -> None:
@@ -129,7 +132,7 @@ def screen_rate(stride: int) -> None:
     from pipesim.whatif.evaluate import evaluate_all
     from pipesim.whatif.grid import Prepared
     from pipesim.whatif.search import candidates
-    cands = candidates(SEARCH_BASE, 4096, search_space())
+    cands = candidates(SEARCH_BASE, SEARCH_GPUS, search_space())
     items = [Prepared(i, {}, raw=c) for i, c in enumerate(cands[::stride])]
     c0 = time.process_time()
     rows = evaluate_all(items, evaluator=analytic_report, jobs=1)
@@ -142,9 +145,9 @@ def screen_rate(stride: int) -> None:
 
 def big_search(jobs: int, ray: bool) -> None:
     from pipesim.whatif.search import candidates, search
-    gpus = 4096
+    gpus = SEARCH_GPUS
     n = len(candidates(SEARCH_BASE, gpus, search_space()))
-    print(f"search: GPT-3 175B on {gpus} H100, {n:,} layouts, {jobs} processes, load average {os.getloadavg()[0]:.1f}")
+    print(f"search: Qwen3-30B-A3B (MoE, 8K tokens) on {gpus} H100, {n:,} layouts, {jobs} processes, load average {os.getloadavg()[0]:.1f}")
     runs = [("process pool", dict(jobs=jobs))] + ([("Ray", dict(use_ray=True))] if ray else [])
     keys = []
     for label, kw in runs:

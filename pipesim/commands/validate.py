@@ -26,7 +26,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
-    from pipesim.whatif.evaluate import simulate_report
+    from pipesim.whatif.evaluate import detailed_report
     from pipesim.whatif.validation import SUITES, format_results, mape, run_suite, write_scenarios
 
     if args.write_scenarios:
@@ -53,7 +53,7 @@ def run(args) -> int:
             print(seed_report(name) + "\n")
         if not suites:
             return 0
-    evaluator = simulate_report if args.engine == "sim" else analytic_report
+    evaluator = detailed_report if args.engine == "sim" else analytic_report
     if args.zero3_alpha_us is not None:
         import functools
         from pipesim.whatif.validation import zero3_per_tensor_report

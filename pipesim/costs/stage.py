@@ -118,19 +118,35 @@ class _Acc:
     tp_bytes_bwd: float = 0.0
     sources: dict = field(default_factory=dict)
 
-    def add(self, s: Scenario, cm: CostModel, ops: list[Op], times: int) -> None:
+    def add(self, s: Scenario, cm: CostModel, ops: list[Op], times: int, memo: dict | None = None) -> None:
+        """Add `times` x the ops' costs. `memo` (id(op) -> its timed terms) lets the stages of one
+        scenario time each op once; the sums below are unchanged."""
         for op in ops:
-            f, b = cm.time(op, "fwd"), cm.time(op, "bwd")
-            self.fwd += times * f.seconds
-            self.bwd += times * b.seconds
-            self.dgrad += times * b.seconds * op.dgrad_fraction
-            self.wgrad += times * b.seconds * (1 - op.dgrad_fraction)
-            for src, sec in ((f.source, f.seconds), (b.source, b.seconds)):
+            hit = memo.get(id(op)) if memo is not None else None
+            if hit is None:
+                hit = op_terms(s, cm, op)
+                if memo is not None:
+                    memo[id(op)] = hit
+            fs, fsrc, bs, bsrc, tpf, tpb, bytes_f, bytes_b = hit
+            self.fwd += times * fs
+            self.bwd += times * bs
+            self.dgrad += times * bs * op.dgrad_fraction
+            self.wgrad += times * bs * (1 - op.dgrad_fraction)
+            for src, sec in ((fsrc, fs), (bsrc, bs)):
                 self.sources[src] = self.sources.get(src, 0.0) + times * sec
-            self.tp_fwd += times * exposed_tp(s, comm_seconds(s, op.comm_fwd), f.seconds, op.gemms_fwd)
-            self.tp_bwd += times * exposed_tp(s, comm_seconds(s, op.comm_bwd), b.seconds, op.gemms_bwd)
-            self.tp_bytes_fwd += times * sum(c.total_bytes for c in op.comm_fwd)
-            self.tp_bytes_bwd += times * sum(c.total_bytes for c in op.comm_bwd)
+            self.tp_fwd += times * tpf
+            self.tp_bwd += times * tpb
+            self.tp_bytes_fwd += times * bytes_f
+            self.tp_bytes_bwd += times * bytes_b
+
+
+def op_terms(s: Scenario, cm: CostModel, op: Op) -> tuple:
+    """One op's (fwd seconds, source, bwd seconds, source, exposed TP fwd, bwd, TP bytes fwd, bwd)."""
+    f, b = cm.time(op, "fwd"), cm.time(op, "bwd")
+    return (f.seconds, f.source, b.seconds, b.source,
+            exposed_tp(s, comm_seconds(s, op.comm_fwd), f.seconds, op.gemms_fwd),
+            exposed_tp(s, comm_seconds(s, op.comm_bwd), b.seconds, op.gemms_bwd),
+            sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd))
 
 
 def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:
@@ -216,6 +232,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         q_time = dq_time = 0.0
     out = []
     first_layer = 0
+    memo: dict = {}       # id(op) -> its timed terms: every stage repeats the same layer ops
     for k, stage_layers in enumerate(s.layers_per_stage()):
         first, last = k == 0, k == n_stages - 1
         n_layers, n_moe = stage_layers, 0
@@ -225,9 +242,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         first_layer += stage_layers
         n_cp = n_layers + n_moe       # every layer's attention exchanges K/V under context parallelism
         acc = _Acc()
-        acc.add(s, cm, layer, n_layers)
+        acc.add(s, cm, layer, n_layers, memo)
         extras = (emb if first else []) + (head if last else [])
-        acc.add(s, cm, extras, 1)
+        acc.add(s, cm, extras, 1, memo)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
@@ -239,7 +256,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         ep = _MoEStage()
         working = rc_working
         if n_moe:
-            acc.add(s, cm, moe.ops, n_moe)
+            acc.add(s, cm, moe.ops, n_moe, memo)
             params += n_moe * sum(o.params for o in moe.ops)
             fp8_params += n_moe * sum(o.params for o in moe.ops if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
             activation += n_moe * moe.saved
@@ -325,6 +342,23 @@ def elem_of(tr) -> int:
     return 4 if tr.precision in ("fp32", "tf32") else 2
 
 
+def norm_all_reduce(s: Scenario) -> float:
+    """The gradient norm's scalar all-reduce over the tensor, pipeline and data groups (the same
+    for every stage of a scenario: memoised per scenario object)."""
+    hit = _NORM_AR.get(id(s))
+    if hit is not None and hit[0] is s:
+        return hit[1]
+    par = s.parallel
+    sec = sum(collective_time("all_reduce", 4.0, placement(s, g), par.collective) for g in ("tp", "pp", "dp_cp"))
+    if len(_NORM_AR) > 64:
+        _NORM_AR.clear()
+    _NORM_AR[id(s)] = (s, sec)
+    return sec
+
+
+_NORM_AR: dict = {}
+
+
 def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_params: float,
                    fp8_params: float, elem: int, opt_step: float) -> tuple:
     """The per-step work after the last backward of a stage, in the order Megatron-LM runs it
@@ -345,8 +379,7 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
         out.append(("EMBED_GRAD_AR", p2p_time(emb, stage_link(s, 0, par.pipeline - 1))))
     if tr.optimizer == "adam":
         grads = local_params * elem
-        scalar = sum(collective_time("all_reduce", 4.0, placement(s, g), par.collective) for g in ("tp", "pp", "dp_cp"))
-        out.append(("GRAD_NORM", cm.memory_time(grads) + scalar))
+        out.append(("GRAD_NORM", cm.memory_time(grads) + norm_all_reduce(s)))
     out.append(("OPTIMIZER", opt_step))
     if fp8_params:      # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not
         out.append(("FP8_WEIGHT_CAST", cm.memory_time(weight_cast_bytes(fp8_params, tr.fp8_recipe))))

@@ -43,20 +43,23 @@ class RankTimeline:
 
 
 def measure(intervals) -> float:
-    """Length of the union of (start, end) intervals (numpy: ranks can have thousands)."""
-    import numpy as np
+    """Length of the union of (start, end) intervals: merged in start order (stable), the merged
+    lengths summed by numpy (pairwise). A plain loop: converting thousands of tuples to an array
+    cost more than the merge."""
     if not intervals:
         return 0.0
-    arr = np.asarray(intervals, dtype=float).reshape(-1, 2)
-    arr = arr[np.argsort(arr[:, 0], kind="stable")]
-    ends = np.maximum.accumulate(arr[:, 1])
-    # a new segment starts where a start lies beyond every earlier end
-    new = np.empty(len(arr), dtype=bool)
-    new[0] = True
-    new[1:] = arr[1:, 0] > ends[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(arr) - 1)
-    return float(np.sum(ends[last] - arr[first, 0]))
+    iv = sorted(intervals, key=_start)
+    lengths = []
+    cs, ce = iv[0]
+    for s, e in iv:
+        if s > ce:                  # a new segment starts beyond every earlier end
+            lengths.append(ce - cs)
+            cs, ce = s, e
+        elif e > ce:
+            ce = e
+    lengths.append(ce - cs)
+    import numpy as np
+    return float(np.sum(np.array(lengths)))
 
 
 def minus(intervals, cover) -> float:
@@ -66,28 +69,38 @@ def minus(intervals, cover) -> float:
     return max(0.0, measure(list(intervals) + list(cover)) - measure(cover))
 
 
-def rank_entry(tl: RankTimeline, span: float) -> dict:
+def rank_entry(tl: RankTimeline, span: float, detail: bool = True) -> dict:
+    """One rank's entry. `detail=False` leaves out `comm_busy_s` (the union of its communication
+    intervals), which only the per-rank table reads: sweeps skip it."""
     busy = sum(e - s for s, e, _ in tl.compute)
     pipe = sum(e - s for s, e, k in tl.compute if k in PIPELINE_KINDS)
-    all_comm = [iv for ivs in tl.comm.values() for iv in ivs]
-    compute_iv = [(s, e) for s, e, _ in tl.compute]
     exposed = {"P2P": sum(max(0.0, av - max(reached, wire)) for reached, av, wire, _ in tl.recv),
                "TP": tl.tp_s}
     if tl.a2a_s:
         exposed["EP_A2A"] = tl.a2a_s
+    compute_iv = None
     for kind in COMM_KINDS[1:]:
         if tl.comm.get(kind):
-            exposed[kind] = minus(tl.comm[kind], compute_iv)
-    return {
+            if compute_iv is None:
+                compute_iv = [(s, e) for s, e, _ in tl.compute]
+                covered = measure(compute_iv)
+            exposed[kind] = max(0.0, measure(tl.comm[kind] + compute_iv) - covered)
+    entry = {
         "rank": tl.rank, "stage": tl.stage, "stages": list(tl.stages),
         "compute_busy_s": busy,
-        "comm_busy_s": measure(all_comm) + tl.tp_s,
         "bubble_fraction": (1.0 - pipe / span) if span > 0 else 0.0,
         "peak_memory_bytes": tl.peak_memory,
         "peak_memory_by_category": dict(tl.peak_by_category),
         "exposed_comm_s": exposed,
         "end_s": tl.end,
     }
+    if detail:
+        entry["comm_busy_s"] = measure([iv for ivs in tl.comm.values() for iv in ivs]) + tl.tp_s
+    return entry
+
+
+def _start(iv):
+    return iv[0]
 
 
 def stage_table(timelines) -> dict:
@@ -200,11 +213,13 @@ class Report:
 
 
 def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(), memory=(),
-                 copies=None) -> Report:
+                 copies=None, detail: bool = True) -> Report:
     """The report of one step from per-rank timelines (see module docstring for definitions).
 
     `copies` (optional) maps a timeline's rank to the ranks that behaved identically (the GPUs of
-    a lock-stepped TP group): each gets the same entry under its own rank id."""
+    a lock-stepped TP group): each gets the same entry under its own rank id. `detail=False`
+    (sweeps): no per-rank `comm_busy_s` and no per-stage `stage_costs` dicts, which only the
+    single-run report reads; every step-level figure is the same."""
     from pipesim.costs.summary import iteration_flops
     s = scenario
     tls = sorted(timelines, key=lambda t: t.rank)
@@ -221,7 +236,7 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
                 entry = e
                 break
         if entry is None:
-            entry = rank_entry(t, span)
+            entry = rank_entry(t, span, detail)
             seen.setdefault(key, []).append((t, entry))
         for r in (copies or {}).get(t.rank, [t.rank]):
             ranks.append(dict(entry, rank=r))
@@ -257,7 +272,8 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
     }
     data.update(pipeline_analysis(stage_table(tls)))
     if stage_costs is not None:
-        data["stage_costs"] = [c.as_dict() for c in stage_costs]
+        if detail:
+            data["stage_costs"] = [c.as_dict() for c in stage_costs]
         sources: dict = {}
         for c in stage_costs:
             for k, v in c.sources.items():

@@ -10,6 +10,7 @@ path and what was expected.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import reprlib
 import types
@@ -35,6 +36,13 @@ def file_keys(cls) -> list[str]:
     return [file_key(f) for f in dataclasses.fields(cls)]
 
 
+@functools.lru_cache(maxsize=None)
+def _fields_of(cls) -> tuple[dict, dict]:
+    """(file key -> field, field name -> resolved type) of a dataclass: the annotations are
+    strings (postponed evaluation), and resolving them per load cost most of a search's screen."""
+    return {file_key(f): f for f in dataclasses.fields(cls)}, typing.get_type_hints(cls)
+
+
 # No quantity in a scenario needs more than 2**53 (exact in a float); bigger integers are typos
 # or attacks and would overflow numpy/index arithmetic further on.
 MAX_INT = 2**53
@@ -54,12 +62,11 @@ class Loader:
     def build(self, cls, data: Any, path: str):
         if not isinstance(data, dict):
             self.fail(path, f"expected a mapping with keys {file_keys(cls)}, got {_describe(data)}")
-        by_key = {file_key(f): f for f in dataclasses.fields(cls)}
+        by_key, hints = _fields_of(cls)
         unknown = [k for k in data if k not in by_key]
         if unknown:
             self.fail(_join(path, _SHORT.repr(unknown[0]).strip("'")),
                       f"unknown key; valid keys here are: {', '.join(sorted(by_key))}")
-        hints = typing.get_type_hints(cls)
         kwargs = {}
         for key, f in by_key.items():
             if key not in data:

@@ -11,12 +11,13 @@ from dataclasses import replace
 
 
 def simulate(scenario, mode: str = "representative", trace: bool = True, stage_costs=None, plan=None,
-             engine_choice: str = "auto"):
+             engine_choice: str = "auto", detail: bool = True):
     """Simulate one step. `trace=False` skips building TraceEvents/MemorySamples (sweeps);
     `stage_costs` / `plan` override the cost model's StageCosts and the scenario's schedule.
     `engine_choice`: "auto" times the step by the action DAG (sim/dag.py) where that is exact and
     with the SimPy engine otherwise; "simpy" always runs the engine. The report's `engine` says
-    which ran ("dag" | "simpy")."""
+    which ran ("dag" | "simpy"). `detail=False` (sweeps) leaves out what only a single run's report
+    reads: per-rank `comm_busy_s` and the per-stage `stage_costs` dicts."""
     from pipesim.report.metrics import build_report
     from pipesim.sim import dag
     from pipesim.sim.engine import Engine
@@ -66,7 +67,7 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
         from pipesim.sim.a2a_overlap import moe_summary
         extras["moe"] = moe_summary(w, eng.tl)
     return build_report(scenario, timelines, stage_costs=w.stage_costs, extras=extras,
-                        events=events, memory=memory, copies=copies)
+                        events=events, memory=memory, copies=copies, detail=detail)
 
 
 __all__ = ["simulate"]

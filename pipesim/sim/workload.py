@@ -203,6 +203,34 @@ def dp_placement(s, pp: int) -> tuple[GroupPlacement, str]:
     return g, ("inter" if g.nodes > 1 else "intra")
 
 
+def rank_links(s, link_dps) -> tuple[dict, dict]:
+    """(p2p, dp_group) of Workload: the link between neighbouring pipeline ranks and each pipeline
+    rank's DP communicator. Without heterogeneity they depend only on the system's shape and links
+    and the parallel layout, so a sweep computes them once per such key."""
+    het = s.system.heterogeneity
+    key = None
+    if not het.rank_speed and not het.node_inter_bandwidth:
+        sysc = s.system
+        key = (sysc.num_nodes, sysc.gpus_per_node, sysc.nvlink_domain, sysc.intra_node, sysc.inter_node, s.parallel)
+        hit = _LINKS.get(key)
+        if hit is not None:
+            return hit
+    P = s.parallel.pipeline
+    p2p = {}
+    for r in range(P):
+        for q in {(r + 1) % P, (r - 1) % P} if P > 1 else ():
+            p2p[(r, q)] = pp_link(s, r, q, link_dps if link_dps is not None else (0,))
+    out = p2p, {r: dp_placement(s, r) for r in range(P)}
+    if key is not None:
+        if len(_LINKS) > 4096:
+            _LINKS.clear()
+        _LINKS[key] = out
+    return out
+
+
+_LINKS: dict = {}
+
+
 def w_fraction(s) -> float:
     m = s.model
     if m.arch != "transformer" or m.hidden_size <= 0:
@@ -289,11 +317,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
     dps = range(D) if mode == "full" else (0,)
     het_links = bool(s.system.heterogeneity.node_inter_bandwidth)
     link_dps = range(D) if (het_links and mode == "representative") else None
-    p2p = {}
-    for r in range(P):
-        for q in {(r + 1) % P, (r - 1) % P} if P > 1 else ():
-            p2p[(r, q)] = pp_link(s, r, q, link_dps if link_dps is not None else (0,))
-    dp_group = {r: dp_placement(s, r) for r in range(P)}
+    p2p, dp_group = rank_links(s, link_dps)
     # ZeRO >= 1 reduce-scatters gradients (Rajbhandari et al. 2020 Sec. 5.2; Megatron's
     # distributed optimizer), then all-gathers updated weights; plain DP all-reduces them.
     grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"

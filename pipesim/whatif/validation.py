@@ -221,7 +221,7 @@ def run_suite(names=None, evaluator: Callable | None = None, path=None,
                     progress(len(results), len(cases), c.id)
     else:
         if evaluator is None:
-            from pipesim.whatif.evaluate import simulate_report as evaluator
+            from pipesim.whatif.evaluate import detailed_report as evaluator
         for c in cases:
             results[c.id] = run_case(c, evaluator, efficiency)
             if progress:
@@ -230,8 +230,8 @@ def run_suite(names=None, evaluator: Callable | None = None, path=None,
 
 
 def _run_default(case: Case, efficiency: str) -> Result:
-    from pipesim.whatif.evaluate import simulate_report
-    return run_case(case, simulate_report, efficiency)
+    from pipesim.whatif.evaluate import detailed_report
+    return run_case(case, detailed_report, efficiency)
 
 
 def _errors(results: list[Result]) -> list[float]:

@@ -114,7 +114,7 @@ def embedding_aware_split(layers: int, stages: int) -> list[int]:
 def run_moe_case(case: dict, evaluator=None) -> MoEResult:
     from pipesim.scenario.load import load_scenario
     if evaluator is None:
-        from pipesim.whatif.evaluate import simulate_report as evaluator
+        from pipesim.whatif.evaluate import detailed_report as evaluator
     published = case.get("measured", {}).get("iteration_time_s")
     try:
         rep = evaluator(load_scenario(moe_case_scenario(case)), "representative")
