@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.engine import row_memo, summarize
-from pipesim.sim.memory import MemoryTracker
+from pipesim.sim.memory import ChangeIds, MemoryTracker
 from pipesim.sim.network import Port
 from pipesim.sim.workload import Workload, collective_seconds
 
@@ -149,6 +149,13 @@ class DagRun:
         self.tl = [RankTimeline(rank=g.id, stage=g.pp, stages=tuple(w.plan.stages_of(g.pp))) for g in w.gangs]
         self.mem = [MemoryTracker(g.static) for g in w.gangs]
         self.events: list = []
+        # memory logs as flat (time, change id) lists, replayed with numpy (memory.py _peak_flat)
+        self.change_ids = reg = ChangeIds()
+        for g in w.gangs:
+            self.mem[g.id].flat = ([], [], reg)
+            for c in g.table:
+                if c is not None and c.ids is None:
+                    c.ids = (reg.id_of(c.mem0), reg.id_of(c.mem1), reg.id_of(c.buf_alloc), reg.id_of(c.buf_free))
 
     def run(self):
         w = self.w
@@ -167,13 +174,11 @@ class DagRun:
             state[g.id] = [0, 0.0, 0.0, dp, peers]
         pending = deque(g.id for g in walked)
         blocked: dict = {}                    # (dst gang, message key) -> gang waiting for it
+        walks = {gid: self._walk(gid, state[gid], boxes, ports, blocked, pending) for gid in pending}
         done = 0
         while pending:
             gid = pending.popleft()
-            woke = self._advance(gid, state[gid], boxes, ports, blocked)
-            for q in woke:
-                pending.append(q)
-            if state[gid][0] == len(w.gangs[gid].steps):
+            if next(walks[gid], None) is None:   # the rank ran its whole plan
                 self._finish(gid, state[gid])
                 done += 1
         if done < len(walked):
@@ -191,36 +196,39 @@ class DagRun:
                     self.mem[g.id] = self.mem[rep[g.pp]]
         return self
 
-    def _advance(self, gid, st, boxes, ports, blocked) -> list:
-        """Run rank `gid` until it ends or waits for a message not yet sent; returns the ranks
-        its sends unblocked."""
+    def _walk(self, gid, st, boxes, ports, blocked, pending):
+        """Rank `gid`'s plan as a generator: it runs until a RECV finds no message (yields True;
+        the sender queues it on `pending` when the message is posted) or the plan ends. A generator
+        keeps the rank's locals bound between resumptions."""
         g = self.w.gangs[gid]
         ops, table = compact(g.steps), g.table
-        tl, mlog = self.tl[gid], self.mem[gid].log
+        tl = self.tl[gid]
+        mtimes, mids, reg = self.mem[gid].flat
         compute, recv = tl.compute, tl.recv
         p2p = tl.comm["P2P"]
-        idx, t, recv_buffer, dp, peers = st
+        t, recv_buffer, dp, peers = st[1], st[2], st[3], st[4]
         box = boxes[gid]
         my_ports = ports[gid]
         dp_port = dp.port
         overlap = self.w.overlap_grad_reduce
-        woke = []
-        n_ops = len(ops)
-        while idx < n_ops:
-            code, key, kind, stage, grad_last, rkey, peer = ops[idx]
+        for code, key, kind, stage, grad_last, rkey, peer in ops:
             c = table[key]
             if code == COMPUTE:
                 start = t
-                if c.mem0:
-                    mlog.append((start, c.mem0))
+                m0, m1, _, _ = c.ids
+                if m0:
+                    mtimes.append(start)
+                    mids.append(m0)
                 if grad_last and overlap:
                     dp.put(stage, start, c.dur)
                 t = start + c.dur
                 compute.append((start, t, kind))
-                if c.mem1:
-                    mlog.append((t, c.mem1))
+                if m1:
+                    mtimes.append(t)
+                    mids.append(m1)
                 if recv_buffer:
-                    mlog.append((t, (("buffers", -recv_buffer),)))
+                    mtimes.append(t)
+                    mids.append(reg.buffer_free(recv_buffer))
                     recv_buffer = 0.0
             elif code == SEND:
                 if c.extra:
@@ -238,30 +246,33 @@ class DagRun:
                 if blocked:
                     waiter = blocked.pop((dst, rkey), None)
                     if waiter is not None:
-                        woke.append(waiter)
+                        pending.append(waiter)
                 if c.nbytes:
-                    mlog.append((t, c.buf_alloc))
-                    mlog.append((end, c.buf_free))
+                    _, _, alloc, free = c.ids
+                    mtimes.append(t)
+                    mids.append(alloc)
+                    mtimes.append(end)
+                    mids.append(free)
                 p2p.append((wire, end))
             else:
                 posted = box.pop(rkey, None)
-                if posted is None:            # message not sent yet: park this rank
+                while posted is None:         # message not sent yet: park this rank
                     blocked[(gid, rkey)] = gid
-                    break
+                    yield True
+                    posted = box.pop(rkey, None)
                 wire, arrived = posted
                 recv.append((t, arrived if arrived > t else t, wire, kind))
                 if arrived > t:
                     t = arrived
                 if c.nbytes:
-                    mlog.append((t, c.buf_alloc))
+                    mtimes.append(t)
+                    mids.append(c.ids[2])
                     recv_buffer += c.nbytes
                 if c.extra:
                     start = t
                     t = start + c.extra
                     compute.append((start, t, "DEQUANTIZE"))
-            idx += 1
-        st[0], st[1], st[2] = idx, t, recv_buffer
-        return woke
+        st[0], st[1], st[2] = len(ops), t, recv_buffer
 
     def _finish(self, gid, st) -> None:
         """End of step (engine.py `rank` after its plan): drain the DP stream, the per-step fixed

@@ -17,8 +17,42 @@ from operator import itemgetter
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "recompute", "buffers", "cp_buffers")
 
 
+class ChangeIds:
+    """Distinct change tuples ((category, delta), ...) numbered from 1 (0: no change), so a log
+    can be kept as two flat lists (times, ids) and replayed with numpy (`MemoryTracker.flat`)."""
+
+    def __init__(self):
+        self.changes: list = [()]
+        self._ids: dict = {}
+        self._arrays = None
+
+    def id_of(self, changes: tuple) -> int:
+        if not changes:
+            return 0
+        i = self._ids.get(changes)
+        if i is None:
+            i = self._ids[changes] = len(self.changes)
+            self.changes.append(changes)
+            self._arrays = None
+        return i
+
+    def buffer_free(self, nbytes: float) -> int:
+        """The id of releasing `nbytes` of receive buffers."""
+        return self.id_of((("buffers", -nbytes),))
+
+    def arrays(self):
+        """(entries per id, offset of each id's first delta, deltas, category index) as arrays."""
+        if self._arrays is None:
+            import numpy as np
+            lens = [len(ch) for ch in self.changes]
+            self._arrays = (np.array(lens, dtype=np.intp), np.cumsum([0] + lens[:-1]).astype(np.intp),
+                            np.array([d for ch in self.changes for _, d in ch], dtype=float),
+                            np.array([CATEGORIES.index(c) for ch in self.changes for c, _ in ch], dtype=np.intp))
+        return self._arrays
+
+
 class MemoryTracker:
-    __slots__ = ("static", "log", "peak", "peak_by", "samples")
+    __slots__ = ("static", "log", "peak", "peak_by", "samples", "flat")
 
     def __init__(self, static: dict):
         self.static = dict.fromkeys(CATEGORIES, 0.0)
@@ -27,12 +61,17 @@ class MemoryTracker:
         self.peak = 0.0
         self.peak_by: dict = {}
         self.samples: list = []
+        self.flat = None      # (times, ids, ChangeIds): the log as flat lists (sim/dag.py)
 
     def add(self, cat: str, delta: float, when: float) -> None:
         if delta:
             self.log.append((when, ((cat, delta),)))
 
     def finish(self, record: bool) -> None:
+        if self.flat is not None:
+            if record:
+                raise ValueError("a flat memory log has no samples")
+            return self._peak_flat(*self.flat)
         if not record:
             return self._peak_only()
         cur = dict(self.static)
@@ -72,4 +111,33 @@ class MemoryTracker:
             for _, changes in log[:i + 1]:
                 for cat, d in changes:
                     cur[cat] += d
+            self.peak_by = cur
+
+    def _peak_flat(self, times: list, ids: list, reg: ChangeIds) -> None:
+        """`_peak_only` of a log kept as flat (time, change id) lists, all in numpy: the same
+        stable time order, the same left-to-right running sums (cumsum is sequential), so the
+        peak and its breakdown are bit-identical."""
+        import numpy as np
+        cur = dict(self.static)
+        base = sum(cur.values())
+        self.peak, self.peak_by = base, dict(cur)
+        if not times:
+            return
+        lens_of, off_of, all_d, all_c = reg.arrays()
+        order = np.argsort(np.array(times), kind="stable")
+        idx = np.array(ids, dtype=np.intp)[order]
+        lens = lens_of[idx]
+        ends = np.cumsum(lens)                       # entry i ends after delta ends[i]-1
+        # the deltas of the sorted entries, in order: each entry's run of its id's deltas
+        flat = np.repeat(off_of[idx] - (ends - lens), lens) + np.arange(ends[-1])
+        deltas = all_d[flat]
+        totals = np.cumsum(np.concatenate(([base], deltas)))[ends]
+        i = int(np.argmax(totals))
+        if totals[i] > base:
+            self.peak = float(totals[i])
+            upto = int(ends[i])
+            cats, ds = all_c[flat[:upto]], deltas[:upto]
+            for k in np.unique(cats):
+                name = CATEGORIES[k]
+                cur[name] = float(np.cumsum(np.concatenate(([cur[name]], ds[cats == k])))[-1])
             self.peak_by = cur

@@ -61,7 +61,7 @@ class Step:
 class Cost:
     """What a (stage, kind) costs on one rank: seconds, bytes, memory deltas, route."""
     __slots__ = ("dur", "tp", "nbytes", "extra", "mem0", "mem1", "port", "buf_alloc", "buf_free", "a2a",
-                 "a2a_exposed", "moe_block", "moe_wgrad", "comm_sm_share")
+                 "a2a_exposed", "moe_block", "moe_wgrad", "comm_sm_share", "ids")
 
     def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port="", a2a=0.0,
                  moe_block=0.0, comm_sm_share=0.0, moe_wgrad=0.0):
@@ -79,6 +79,7 @@ class Cost:
         self.port = port        # SEND: link class it leaves through ("intra" / "inter")
         self.buf_alloc = (("buffers", nbytes),)      # SEND/RECV buffer as memory-log entries
         self.buf_free = (("buffers", -nbytes),)
+        self.ids = None         # (mem0, mem1, buf_alloc, buf_free) as memory.ChangeIds numbers (sim/dag.py)
 
 
 def plan_steps(plan) -> tuple[tuple[Step, ...], ...]:
