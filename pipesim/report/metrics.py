@@ -19,6 +19,7 @@ Definitions (seconds, per GPU):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 PIPELINE_KINDS = frozenset(("F", "B", "I", "W", "R", "FB", "QUANTIZE", "DEQUANTIZE"))
 COMM_KINDS = ("P2P", "DP", "ZERO_GATHER", "ZERO_ALLGATHER")
@@ -48,7 +49,7 @@ def measure(intervals) -> float:
     cost more than the merge."""
     if not intervals:
         return 0.0
-    iv = sorted(intervals, key=_start)
+    iv = sorted(intervals, key=itemgetter(0))
     lengths = []
     cs, ce = iv[0]
     for s, e in iv:
@@ -97,10 +98,6 @@ def rank_entry(tl: RankTimeline, span: float, detail: bool = True) -> dict:
     if detail:
         entry["comm_busy_s"] = measure([iv for ivs in tl.comm.values() for iv in ivs]) + tl.tp_s
     return entry
-
-
-def _start(iv):
-    return iv[0]
 
 
 def stage_table(timelines) -> dict:

@@ -149,6 +149,8 @@ def pair_row(row: tuple, table: list) -> tuple[tuple, list]:
 
 def exposed_a2a(row, table) -> float:
     """Seconds of all-to-all a rank's plan leaves on its critical compute stream."""
+    if not any(c is not None and c.a2a_exposed for c in table):
+        return 0.0          # no all-to-all (dense models): skip the walk over the plan
     return sum(table[op.key].a2a_exposed for op in row if op.compute)
 
 

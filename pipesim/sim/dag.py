@@ -207,6 +207,7 @@ class DagRun:
         compute, recv = tl.compute, tl.recv
         p2p = tl.comm["P2P"]
         t, recv_buffer, dp, peers = st[1], st[2], st[3], st[4]
+        recv_free = 0
         box = boxes[gid]
         my_ports = ports[gid]
         dp_port = dp.port
@@ -228,7 +229,7 @@ class DagRun:
                     mids.append(m1)
                 if recv_buffer:
                     mtimes.append(t)
-                    mids.append(reg.buffer_free(recv_buffer))
+                    mids.append(recv_free or reg.buffer_free(recv_buffer))
                     recv_buffer = 0.0
             elif code == SEND:
                 if c.extra:
@@ -267,6 +268,8 @@ class DagRun:
                 if c.nbytes:
                     mtimes.append(t)
                     mids.append(c.ids[2])
+                    # one message to free: its own buffer_free entry; several: their sum's
+                    recv_free = 0 if recv_buffer else c.ids[3]
                     recv_buffer += c.nbytes
                 if c.extra:
                     start = t

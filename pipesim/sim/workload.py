@@ -297,6 +297,22 @@ def _generated(name, P, M, V, hints):
     return plan, plan_steps(plan)
 
 
+def has_recompute_steps(steps) -> bool:
+    """Whether a lowered plan has explicit R actions (memoised per cached plan: a sweep asks once
+    per configuration and the answer is a walk over every action)."""
+    hit = _EXPLICIT_R.get(id(steps))
+    if hit is not None and hit[0] is steps:
+        return hit[1]
+    if len(_EXPLICIT_R) > 4096:
+        _EXPLICIT_R.clear()
+    out = any(op.kind == "R" for row in steps for op in row)
+    _EXPLICIT_R[id(steps)] = (steps, out)
+    return out
+
+
+_EXPLICIT_R: dict = {}
+
+
 def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
     from pipesim.model_stages import stage_costs_for as stage_costs
     from pipesim.schedules import lower
@@ -314,7 +330,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         raise PlanError(f"plan {plan.name!r} has {plan.num_ranks} ranks and {plan.num_stages} stages; the "
                         f"scenario has pipeline({P}) and {len(costs)} model stages")
     tr = s.training
-    explicit_r = any(a.kind == "R" for row in plan.ranks for a in row)
+    explicit_r = has_recompute_steps(steps)
     dps = range(D) if mode == "full" else (0,)
     het_links = bool(s.system.heterogeneity.node_inter_bandwidth)
     link_dps = range(D) if (het_links and mode == "representative") else None
