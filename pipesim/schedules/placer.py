@@ -21,6 +21,11 @@ from pipesim.errors import PlanError
 from pipesim.schedules.actions import Action
 
 
+# Action(s, kind, m) without the NamedTuple constructor's Python-level __new__ (the placer makes one
+# per placed action)
+new_action = tuple.__new__
+
+
 def place(
     num_ranks: int,
     num_microbatches: int,
@@ -51,18 +56,24 @@ def place(
     cf, cb, cw = cost["F"], cost[bkind], cost.get("W", 0.0)
 
     pwl = pending_w_limit
+    # ((priority + 1)·S + S-1-stage)·M for priority 0 and 1: the candidate keys below, less the micro-batch
+    key_base = [[((p + 1) * S + S - 1 - s) * M for s in range(S)] for p in (0, 1)]
 
     def best(r: int):
-        """(start time, action) rank r would run next, or None. Candidates are ranked by
-        (priority, -stage, micro-batch) among those ready by the start time, priority 0 best; the
-        triple is packed into one integer key ((priority + 1)·S + S-1-stage)·M + micro-batch."""
-        cands = []
+        """(start time, (stage, kind, micro-batch)) rank r would run next, or None. Candidates are
+        ranked by (priority, -stage, micro-batch) among those ready by the start time, priority 0
+        best; the triple is packed into one integer key ((priority + 1)·S + S-1-stage)·M + micro-batch.
+        The start time is max(free, earliest ready): if some candidate is ready by `free`, the pick
+        is the best of those; else only the candidates ready at the earliest time compete. One pass
+        keeps both bests (no candidate list)."""
         wq = pending_w[r]
         wfull = pwl is not None and len(wq) > pwl[r]
-        pb = 1 if last[r] == bkind else 0
-        pf = 1 if last[r] == "F" else 0
-        t = free[r]
-        tmin = None
+        kb = key_base[1 if last[r] == bkind else 0]
+        kf = key_base[1 if last[r] == "F" else 0]
+        can_f = inflight[r] < inflight_limit[r]
+        free_r = free[r]
+        now = None            # best candidate ready by free_r: (key, kind, stage, mb)
+        tmin = early = None   # earliest ready time among the others, and the best candidate at it
         for s in local[r]:
             m = next_b[s]
             if m < next_f[s] and not wfull:
@@ -71,31 +82,36 @@ def place(
                     e = end_b[s + 1][m]
                     ready = None if e is None else (e if e > ready else ready)
                 if ready is not None:
-                    cands.append((ready, ((pb + 1) * S + S - 1 - s) * M + m, bkind, s, m))
-                    if tmin is None or ready < tmin:
-                        tmin = ready
+                    key = kb[s] + m
+                    if ready <= free_r:
+                        if now is None or key < now[0]:
+                            now = (key, bkind, s, m)
+                    elif tmin is None or ready < tmin or (ready == tmin and key < early[0]):
+                        tmin, early = ready, (key, bkind, s, m)
             m = next_f[s]
-            if m < M and inflight[r] < inflight_limit[r]:
+            if can_f and m < M:
                 ready = end_f[s - 1][m] if s > 0 else 0.0
                 if ready is not None:
-                    cands.append((ready, ((pf + 1) * S + S - 1 - s) * M + m, "F", s, m))
-                    if tmin is None or ready < tmin:
-                        tmin = ready
+                    key = kf[s] + m
+                    if ready <= free_r:
+                        if now is None or key < now[0]:
+                            now = (key, "F", s, m)
+                    elif tmin is None or ready < tmin or (ready == tmin and key < early[0]):
+                        tmin, early = ready, (key, "F", s, m)
         if wq:
             w = wq[0]
             ready = end_b[w.stage][w.microbatch]
-            cands.append((ready, ((0 if wfull else 3) * S + S - 1) * M + w.microbatch, "W", w.stage, w.microbatch))
-            if tmin is None or ready < tmin:
-                tmin = ready
-        if tmin is None:
+            key = ((0 if wfull else 3) * S + S - 1) * M + w.microbatch
+            if ready <= free_r:
+                if now is None or key < now[0]:
+                    now = (key, "W", w.stage, w.microbatch)
+            elif tmin is None or ready < tmin or (ready == tmin and key < early[0]):
+                tmin, early = ready, (key, "W", w.stage, w.microbatch)
+        if now is not None:
+            return free_r, now
+        if early is None:
             return None
-        if tmin > t:
-            t = tmin
-        pick = None
-        for c in cands:
-            if c[0] <= t and (pick is None or c[1] < pick[1]):
-                pick = c
-        return t, Action(pick[3], pick[2], pick[4])
+        return tmin, early
 
     heap: list = []
     version = [0] * P
@@ -115,8 +131,8 @@ def place(
         if not heap:  # cannot happen for limits >= 1; guard so a bad limit fails loudly, not silently
             raise PlanError(f"placement stuck with {remaining} actions left; in-flight limits {list(inflight_limit)} too small")
         t, r, _ = heapq.heappop(heap)
-        a = cached[r][1]
-        s, kind, m = a
+        _, kind, s, m = cached[r][1]
+        a = new_action(Action, (s, kind, m))
         done = t + (cf if kind == "F" else cb if kind == bkind else cw)
         free[r] = done
         rows[r].append(a)
@@ -132,7 +148,7 @@ def place(
             next_b[s] += 1
             inflight[r] -= 1
             if kind == "I":
-                pending_w[r].append(Action(s, "W", m))
+                pending_w[r].append(new_action(Action, (s, "W", m)))
         else:
             pending_w[r].popleft()
         refresh(r)
