@@ -53,22 +53,23 @@ def lower(plan: Plan) -> Plan:
     f_in = [s > 0 and where[s - 1] != where[s] for s in range(S)]          # F(s) receives its input
     f_out = [s < S - 1 and where[s + 1] != where[s] for s in range(S)]     # F(s) sends its output
     rows = []
+    new = tuple.__new__          # Action(...) without the NamedTuple's Python-level __new__
     for row in plan.ranks:
         out: list[Action] = []
         for a in row:
             s, kind, m = a
             if kind == "F":
                 if f_in[s]:
-                    out.append(Action(s, "RECV_F", m))
+                    out.append(new(Action, (s, "RECV_F", m)))
                 out.append(a)
                 if f_out[s]:
-                    out.append(Action(s, "SEND_F", m))
+                    out.append(new(Action, (s, "SEND_F", m)))
             elif kind == "B" or kind == "I":
                 if f_out[s]:                 # its gradient input comes from stage s+1's rank
-                    out.append(Action(s, "RECV_B", m))
+                    out.append(new(Action, (s, "RECV_B", m)))
                 out.append(a)
                 if f_in[s]:
-                    out.append(Action(s, "SEND_B", m))
+                    out.append(new(Action, (s, "SEND_B", m)))
             else:
                 out.append(a)
         rows.append(tuple(out))

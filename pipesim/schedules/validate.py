@@ -26,8 +26,9 @@ def _where(plan: Plan) -> dict[Action, tuple[int, int]]:
     return {a: (r, i) for r, row in enumerate(plan.ranks) for i, a in enumerate(row)}
 
 
-def check_structure(plan: Plan) -> None:
-    """Shape, ranges, stage placement and uniqueness of every action."""
+def check_structure(plan: Plan) -> dict:
+    """Shape, ranges, stage placement and uniqueness of every action; returns where each action is
+    (action -> (rank, position))."""
     P, S, M = plan.num_ranks, plan.num_stages, plan.num_microbatches
     if P < 1 or M < 1 or S < 1:
         raise PlanError(f"plan {plan.name!r}: needs ranks, stages and micro-batches >= 1, got P={P} S={S} M={M}")
@@ -39,26 +40,34 @@ def check_structure(plan: Plan) -> None:
         if not 0 <= r < P:
             raise PlanError(f"plan {plan.name!r}: stage {s} maps to rank {r}, outside 0..{P - 1}")
     seen: dict[Action, tuple[int, int]] = {}
+    where = plan.stage_to_rank
     for r, row in enumerate(plan.ranks):
         for i, a in enumerate(row):
-            if not 0 <= a.stage < S:
-                raise plan_error(plan, "stage in range", f"{a} names stage {a.stage}, plan has stages 0..{S - 1}", [(r, i)])
-            if not 0 <= a.microbatch < M:
-                raise plan_error(plan, "micro-batch in range", f"{a} names micro-batch {a.microbatch}, plan has 0..{M - 1}", [(r, i)])
-            if plan.stage_to_rank[a.stage] != r:
+            stage, _, mb = a
+            if not 0 <= stage < S:
+                raise plan_error(plan, "stage in range", f"{a} names stage {stage}, plan has stages 0..{S - 1}", [(r, i)])
+            if not 0 <= mb < M:
+                raise plan_error(plan, "micro-batch in range", f"{a} names micro-batch {mb}, plan has 0..{M - 1}", [(r, i)])
+            if where[stage] != r:
                 raise plan_error(plan, "stage on its rank",
-                                 f"{a} is on rank {r} but stage {a.stage} belongs to rank {plan.stage_to_rank[a.stage]}", [(r, i)])
+                                 f"{a} is on rank {r} but stage {stage} belongs to rank {where[stage]}", [(r, i)])
             if a in seen:
                 raise plan_error(plan, "each action once", f"{a} appears twice", [seen[a], (r, i)])
             seen[a] = (r, i)
+    return seen
 
 
-def check_complete(plan: Plan) -> None:
-    """Every (stage, micro-batch) has one F and one backward: B, or I and W."""
-    where = _where(plan)
+def check_complete(plan: Plan, where: dict | None = None) -> None:
+    """Every (stage, micro-batch) has one F and one backward: B, or I and W. `where`: the plan's
+    action -> (rank, position) map if the caller has it."""
+    where = _where(plan) if where is None else where
     for s in range(plan.num_stages):
         r = plan.stage_to_rank[s]
         for m in range(plan.num_microbatches):
+            # plain tuples hash and compare as the Actions they spell: the common case needs no Action
+            if (s, "F", m) in where and ((s, "B", m) in where) != ((s, "I", m) in where) and \
+                    ((s, "I", m) in where) == ((s, "W", m) in where):
+                continue
             f, b, i, w = (Action(s, k, m) for k in "FBIW")
             if f not in where:
                 # mark the rank's first action touching this (stage, mb), else nothing to mark
@@ -199,8 +208,11 @@ def validate(plan: Plan, mode: str = "buffered", deadlock: bool = True) -> None:
 
     deadlock=False skips the rank-order and deadlock walks: for callers that execute the plan
     anyway and report a deadlock with the same buffered semantics (the simulator does)."""
-    check_structure(plan)
-    check_complete(plan.compute_only() if plan.is_lowered else plan)
+    where = check_structure(plan)
+    if plan.is_lowered:
+        check_complete(plan.compute_only())
+    else:
+        check_complete(plan, where)
     if not deadlock:
         return
     check_rank_order(plan)

@@ -95,6 +95,7 @@ def _pair_step(f: Step, b: Step, key: int) -> Step:
     st.grad_last = b.grad_last
     st.gather, st.compute = f.gather or b.gather, True
     st.rkey = (PAIR_KIND, b.stage, b.mb)
+    st.pack()
     return st
 
 

@@ -52,8 +52,7 @@ _COMPACT: dict = {}     # id(steps row) -> (row, its ops as tuples)
 
 
 def _compact(steps) -> list:
-    return [(COMPUTE if op.compute else SEND if op.kind in ("SEND_F", "SEND_B") else RECV,
-             op.key, op.kind, op.stage, op.grad_last, op.rkey, op.peer) for op in steps]
+    return [op.packed for op in steps]
 
 
 def compact(steps) -> list:

@@ -34,8 +34,9 @@ _GATHER = frozenset(("F", "B", "I"))
 
 
 class Step:
-    """One action of a rank's lowered plan: structure only (shared by every cost model)."""
-    __slots__ = ("kind", "stage", "mb", "key", "peer", "grad_last", "gather", "compute", "rkey")
+    """One action of a rank's lowered plan: structure only (shared by every cost model, and by
+    every cached plan that has the same action: see `plan_steps`)."""
+    __slots__ = ("kind", "stage", "mb", "key", "peer", "grad_last", "gather", "compute", "rkey", "packed")
 
     def __init__(self, kind, stage, mb, peer=-1, grad_last=False):
         self.kind = kind
@@ -53,6 +54,12 @@ class Step:
             self.rkey = ("RECV_B", stage - 1, mb)
         else:
             self.rkey = (kind, stage, mb)
+        self.pack()
+
+    def pack(self) -> None:
+        """The fields the DAG pass reads, as one tuple (sim/dag.py `compact`)."""
+        code = 0 if self.compute else 1 if self.kind in ("SEND_F", "SEND_B") else 2
+        self.packed = (code, self.key, self.kind, self.stage, self.grad_last, self.rkey, self.peer)
 
     def __repr__(self):
         return f"Step({self.stage}{self.kind}{self.mb})"
@@ -83,25 +90,40 @@ class Cost:
 
 
 def plan_steps(plan) -> tuple[tuple[Step, ...], ...]:
-    """Per rank, the lowered plan as Steps (with the last gradient-producing action marked)."""
+    """Per rank, the lowered plan as Steps (with the last gradient-producing action marked). Steps
+    are immutable and interned: plans of one sweep share most of their actions, so each distinct
+    (kind, stage, micro-batch, peer, last) is built once."""
     last = {}
     for r, row in enumerate(plan.ranks):
-        for idx, a in enumerate(row):
-            if a.kind in ("B", "W"):
-                last[a.stage] = (r, idx)
+        for idx, (st, k, _) in enumerate(row):
+            if k == "B" or k == "W":
+                last[st] = (r, idx)
+    lasts = [set() for _ in plan.ranks]
+    for r, idx in last.values():
+        lasts[r].add(idx)
+    if len(_STEPS) > 1 << 20:
+        _STEPS.clear()
     rows = []
     where = plan.stage_to_rank
     for r, row in enumerate(plan.ranks):
         out = []
+        marks = lasts[r]
         for idx, (st, k, mb) in enumerate(row):
             peer = -1
             if k == "SEND_F" or k == "RECV_B":
                 peer = where[st + 1]
             elif k == "SEND_B" or k == "RECV_F":
                 peer = where[st - 1]
-            out.append(Step(k, st, mb, peer, last.get(st) == (r, idx)))
+            key = (k, st, mb, peer, idx in marks)
+            step = _STEPS.get(key)
+            if step is None:
+                step = _STEPS[key] = Step(*key)
+            out.append(step)
         rows.append(tuple(out))
     return tuple(rows)
+
+
+_STEPS: dict = {}
 
 
 @dataclass
