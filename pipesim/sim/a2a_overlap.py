@@ -33,7 +33,7 @@ which is why Megatron-Core runs the combined 1F1B on interleaved schedules.
 """
 from __future__ import annotations
 
-from pipesim.sim.workload import KIND_CODE, Cost, Step
+from pipesim.sim.workload import KIND_CODE, STEP_COMPUTE, Cost, Step
 
 PAIR_KIND = "FB"
 
@@ -90,13 +90,8 @@ def pair_cost(f: Cost, b: Cost) -> Cost:
 
 
 def _pair_step(f: Step, b: Step, key: int) -> Step:
-    st = Step.__new__(Step)
-    st.kind, st.stage, st.mb, st.key, st.peer = PAIR_KIND, b.stage, b.mb, key, -1
-    st.grad_last = b.grad_last
-    st.gather, st.compute = f.gather or b.gather, True
-    st.rkey = (PAIR_KIND, b.stage, b.mb)
-    st.pack()
-    return st
+    return Step(STEP_COMPUTE, key, PAIR_KIND, b.stage, b.grad_last, (PAIR_KIND, b.stage, b.mb), -1, b.mb,
+                True, f.gather or b.gather)
 
 
 def pair_row(row: tuple, table: list) -> tuple[tuple, list]:

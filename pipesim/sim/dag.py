@@ -28,10 +28,10 @@ from collections import deque
 from dataclasses import replace
 
 from pipesim.report.metrics import RankTimeline
-from pipesim.sim.engine import row_memo, summarize
+from pipesim.sim.engine import summarize
 from pipesim.sim.memory import ChangeIds, MemoryTracker
 from pipesim.sim.network import Port
-from pipesim.sim.workload import Workload, collective_seconds
+from pipesim.sim.workload import STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
 
 
 def applies(w: Workload, trace: bool) -> str | None:
@@ -47,18 +47,7 @@ def applies(w: Workload, trace: bool) -> str | None:
     return None
 
 
-COMPUTE, SEND, RECV = 0, 1, 2
-_COMPACT: dict = {}     # id(steps row) -> (row, its ops as tuples)
-
-
-def _compact(steps) -> list:
-    return [op.packed for op in steps]
-
-
-def compact(steps) -> list:
-    """A plan row as (code, cost key, kind, stage, grad_last, message key, peer) tuples, built once
-    per cached plan: tuple unpacking is the cheapest per-action read in the pass."""
-    return row_memo(_COMPACT, steps, _compact)
+COMPUTE, SEND, RECV = STEP_COMPUTE, STEP_SEND, STEP_RECV
 
 
 def symmetric(w: Workload) -> bool:
@@ -200,7 +189,7 @@ class DagRun:
         the sender queues it on `pending` when the message is posted) or the plan ends. A generator
         keeps the rank's locals bound between resumptions."""
         g = self.w.gangs[gid]
-        ops, table = compact(g.steps), g.table
+        ops, table = g.steps, g.table
         tl = self.tl[gid]
         mtimes, mids, reg = self.mem[gid].flat
         compute, recv = tl.compute, tl.recv
@@ -211,7 +200,7 @@ class DagRun:
         my_ports = ports[gid]
         dp_port = dp.port
         overlap = self.w.overlap_grad_reduce
-        for code, key, kind, stage, grad_last, rkey, peer in ops:
+        for code, key, kind, stage, grad_last, rkey, peer, _, _, _ in ops:
             c = table[key]
             if code == COMPUTE:
                 start = t

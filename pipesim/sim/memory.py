@@ -137,7 +137,7 @@ class MemoryTracker:
             self.peak = float(totals[i])
             upto = int(ends[i])
             cats, ds = all_c[flat[:upto]], deltas[:upto]
-            for k in np.unique(cats):
+            for k in np.flatnonzero(np.bincount(cats, minlength=len(CATEGORIES))):   # (np.unique loads numpy.ma)
                 name = CATEGORIES[k]
                 cur[name] = float(np.cumsum(np.concatenate(([cur[name]], ds[cats == k])))[-1])
             self.peak_by = cur

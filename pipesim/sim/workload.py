@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, collective_time, p2p_time
 from pipesim.costs.topology import links as topology_links
@@ -33,36 +34,44 @@ _COMPUTE = frozenset(("F", "B", "I", "W", "R"))
 _GATHER = frozenset(("F", "B", "I"))
 
 
-class Step:
+class Step(NamedTuple):
     """One action of a rank's lowered plan: structure only (shared by every cost model, and by
-    every cached plan that has the same action: see `plan_steps`)."""
-    __slots__ = ("kind", "stage", "mb", "key", "peer", "grad_last", "gather", "compute", "rkey", "packed")
-
-    def __init__(self, kind, stage, mb, peer=-1, grad_last=False):
-        self.kind = kind
-        self.stage = stage
-        self.mb = mb
-        self.key = stage * NKINDS + KIND_CODE[kind]   # index into a rank's cost table
-        self.peer = peer                # pipeline rank at the other end (SEND/RECV)
-        self.grad_last = grad_last      # last gradient-producing action of its stage (DP buckets)
-        self.compute = kind in _COMPUTE
-        self.gather = kind in _GATHER                  # needs the stage's weights (ZeRO-3)
-        # mailbox key of the message: a RECV's own (kind, stage, mb), a SEND's matching RECV's
-        if kind == "SEND_F":
-            self.rkey = ("RECV_F", stage + 1, mb)
-        elif kind == "SEND_B":
-            self.rkey = ("RECV_B", stage - 1, mb)
-        else:
-            self.rkey = (kind, stage, mb)
-        self.pack()
-
-    def pack(self) -> None:
-        """The fields the DAG pass reads, as one tuple (sim/dag.py `compact`)."""
-        code = 0 if self.compute else 1 if self.kind in ("SEND_F", "SEND_B") else 2
-        self.packed = (code, self.key, self.kind, self.stage, self.grad_last, self.rkey, self.peer)
+    every cached plan that has the same action: see `plan_steps`). A tuple, so that building one
+    is a C call and the DAG pass unpacks it directly (its first seven fields)."""
+    code: int           # STEP_COMPUTE | STEP_SEND | STEP_RECV
+    key: int            # stage * NKINDS + KIND_CODE[kind]: index into a rank's cost table
+    kind: str
+    stage: int
+    grad_last: bool     # last gradient-producing action of its stage (DP buckets)
+    rkey: tuple         # mailbox key of the message: a RECV's own (kind, stage, mb), a SEND's matching RECV's
+    peer: int           # pipeline rank at the other end (SEND/RECV), else -1
+    mb: int
+    compute: bool
+    gather: bool        # needs the stage's weights (ZeRO-3)
 
     def __repr__(self):
         return f"Step({self.stage}{self.kind}{self.mb})"
+
+
+STEP_COMPUTE, STEP_SEND, STEP_RECV = 0, 1, 2
+# kind -> (code, compute, gather)
+_KIND_INFO = {k: (STEP_COMPUTE if k in _COMPUTE else STEP_SEND if k.startswith("SEND") else STEP_RECV,
+                  k in _COMPUTE, k in _GATHER) for k in KIND_CODE}
+
+
+def make_step(kind: str, stage: int, mb: int, peer: int = -1, grad_last: bool = False) -> Step:
+    code, compute, gather = _KIND_INFO[kind]
+    if kind == "SEND_F":
+        rkey = ("RECV_F", stage + 1, mb)
+    elif kind == "SEND_B":
+        rkey = ("RECV_B", stage - 1, mb)
+    else:
+        rkey = (kind, stage, mb)
+    return _new_tuple(Step, (code, stage * NKINDS + KIND_CODE[kind], kind, stage, grad_last, rkey, peer, mb,
+                             compute, gather))
+
+
+_new_tuple = tuple.__new__      # a NamedTuple without its Python-level __new__
 
 
 class Cost:
@@ -117,7 +126,7 @@ def plan_steps(plan) -> tuple[tuple[Step, ...], ...]:
             key = (k, st, mb, peer, idx in marks)
             step = _STEPS.get(key)
             if step is None:
-                step = _STEPS[key] = Step(*key)
+                step = _STEPS[key] = make_step(*key)
             out.append(step)
         rows.append(tuple(out))
     return tuple(rows)
