@@ -11,7 +11,9 @@ Prints, in one run:
    path that ran (dag | simpy), and the same with the SimPy engine forced. With CALCULON=PATH (a
    git checkout of calculon-ai/calculon, which imports pandas) the same configuration through
    Calculon in the same fresh process: first call and warm median, and the ratios (targets:
-   first <= 10x, warm <= 3x);
+   first <= 10x, warm <= 3x). Calculon's modules are imported before its first call is timed;
+   the "1f1b, modules" row does the same for pipesim (the modules a simulation imports lazily are
+   imported first), the "1f1b" row times pipesim's lazy imports inside its first call;
 2. full mode with 4096 GPUs x 64 micro-batches: GPT-3 at tensor 8, pipeline 8, data 64 (512
    simulated TP gangs), and tensor 1, pipeline 8, data 512 (4096 simulated rank processes);
    --huge adds 16,384 ranks (targets: 4096 ranks at tensor 1 <= 3 s, 16,384 <= 12 s);
@@ -60,6 +62,8 @@ import pipesim
 from sim_speed import gpt3_dict, CALCULON_EXECUTION
 out = {{}}
 s = pipesim.load_scenario(gpt3_dict({schedule!r}, {virtual}))
+if {preimport}:   # the modules a simulation imports lazily, imported up front as Calculon's are below
+    import pipesim.sim.dag, pipesim.model_stages, pipesim.costs.stage, pipesim.calibrate.host, pipesim.schedules  # noqa
 def cpu(fn):
     c = time.process_time(); r = fn(); return time.process_time() - c, r
 out["pipesim_first"], rep = cpu(lambda: pipesim.simulate(s, trace=False))
@@ -156,8 +160,9 @@ def first_and_warm(repeat: int) -> None:
     calc = os.environ.get("CALCULON")
     print("1. GPT-3 175B, 1024 x A100 (t8 p8 d16, mb 1, gbs 1536, selective recompute), representative mode; "
           "CPU s in a fresh process" + ("" if calc else " (set CALCULON=PATH to compare with Calculon)"))
-    for label, sched, v in (("1f1b", "1f1b", 1), ("interleaved v=2", "interleaved", 2)):
-        code = FIRST_CALL.format(bench=here, schedule=sched, virtual=v, repeat=repeat)
+    for label, sched, v, pre in (("1f1b", "1f1b", 1, False), ("1f1b, modules", "1f1b", 1, True),
+                                 ("interleaved v=2", "interleaved", 2, False)):
+        code = FIRST_CALL.format(bench=here, schedule=sched, virtual=v, repeat=repeat, preimport=pre)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         line = (f"   {label:16s} first call {r['pipesim_first']:6.3f} s, warm {r['pipesim_warm'] * 1e3:6.1f} ms "

@@ -263,6 +263,14 @@ def rank_links(s, link_dps) -> tuple[dict, dict]:
 _LINKS: dict = {}
 
 
+def clear_shape_caches() -> None:
+    """Forget what is cached per layout (links, stage costs), keeping the plan cache: what a
+    benchmark clears to time a warm plan cache without re-used per-scenario results."""
+    from pipesim.model_stages import clear_cache
+    _LINKS.clear()
+    clear_cache()
+
+
 def w_fraction(s) -> float:
     m = s.model
     if m.arch != "transformer" or m.hidden_size <= 0:
