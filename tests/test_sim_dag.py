@@ -129,3 +129,12 @@ def test_flat_memory_replay_equals_the_tuple_replay():
         a.finish(False)
         b.finish(False)
         assert (a.peak, a.peak_by) == (b.peak, b.peak_by)
+
+
+def test_dag_runs_twice_on_one_workload():
+    """Costs keep their memory change ids between runs of the same workload: equal results."""
+    from pipesim.sim.dag import DagRun
+    from pipesim.sim.workload import build
+    w = build(tiny(P=P, M=M, schedule="1f1b", data=2), "representative")
+    a, b = DagRun(w).run(), DagRun(w).run()
+    assert [m.peak for m in a.mem] == [m.peak for m in b.mem] and [m.peak_by for m in a.mem] == [m.peak_by for m in b.mem]

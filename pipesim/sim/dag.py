@@ -137,8 +137,11 @@ class DagRun:
         self.tl = [RankTimeline(rank=g.id, stage=g.pp, stages=tuple(w.plan.stages_of(g.pp))) for g in w.gangs]
         self.mem = [MemoryTracker(g.static) for g in w.gangs]
         self.events: list = []
-        # memory logs as flat (time, change id) lists, replayed with numpy (memory.py _peak_flat)
-        self.change_ids = reg = ChangeIds()
+        # memory logs as flat (time, change id) lists, replayed with numpy (memory.py _peak_flat);
+        # the numbering lives with the workload, whose Costs carry their ids across runs
+        if w.change_ids is None:
+            w.change_ids = ChangeIds()
+        reg = w.change_ids
         for g in w.gangs:
             self.mem[g.id].flat = ([], [], reg)
             for c in g.table:

@@ -175,6 +175,7 @@ class Workload:
     rc_working: dict          # stage -> recompute working bytes
     explicit_r: bool
     cache: dict = field(default_factory=dict)   # memoised collective times
+    change_ids: object = None   # memory.ChangeIds numbering this workload's Cost.ids (set by sim/dag.py)
 
 
 def merge_step_ops(per_chunk, speed: float) -> tuple:
