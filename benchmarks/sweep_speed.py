@@ -116,7 +116,9 @@ def error_band() -> None:
 # 8K tokens on 512 H100s, over expert x tensor x pipeline x context x virtual stages x micro-batch x
 # recompute x schedule x ZeRO x compression (104,664 layouts).
 SEARCH_GPUS = 512
+# Sequence parallelism on: Megatron-Core requires it for expert layers under tensor parallelism.
 SEARCH_BASE = {"model": {"preset": "qwen3-30b-a3b", "seq_length": 8192}, "system": {"preset": "dgx-h100"},
+               "parallel": {"sequence_parallel": True},
                "training": {"micro_batch_size": 1, "global_batch_size": 1024, "precision": "bf16"}}
 
 

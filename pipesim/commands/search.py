@@ -25,6 +25,8 @@ def add_arguments(p) -> None:
     p.add_argument("--pipeline", help="restrict pipeline sizes, e.g. 4,8,16")
     p.add_argument("--context", help="context-parallel sizes to try, e.g. 1,2,4,8 (default: powers of two "
                                      "down to 4096 tokens per GPU)")
+    p.add_argument("--expert", help="expert-parallel sizes to try for an MoE model, e.g. 1,8,16,32 (default: "
+                                    "the scenario's)")
     p.add_argument("--micro-batch", help="micro-batch sizes to try (default 1,2,4,8)")
     p.add_argument("--schedules", help="schedules to try (default 1f1b,interleaved,zb-h1,zb-v)")
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
@@ -54,6 +56,8 @@ def run(args) -> int:
         space.pipeline = _ints(args.pipeline)
     if args.context:
         space.context = _ints(args.context)
+    if args.expert:
+        space.extra["parallel.expert"] = _ints(args.expert)
     if args.micro_batch:
         space.micro_batch = _ints(args.micro_batch)
     if args.schedules:

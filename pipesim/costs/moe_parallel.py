@@ -11,7 +11,7 @@ island before it leaves it.
 from __future__ import annotations
 
 from pipesim.costs.collectives import GroupPlacement
-from pipesim.costs.topology import links, rank_of
+from pipesim.costs.topology import links, rank_of, strides
 from pipesim.scenario.config import Scenario
 
 
@@ -41,7 +41,14 @@ def group_ranks(s: Scenario, group: str, which: int = 0, pp: int = 0) -> list[in
     par = s.parallel
     et, ep, edp = par.expert_tensor, par.expert, expert_data_size(s)
     stride, size = {"etp": (1, et), "ep": (et, ep), "edp": (et * ep, edp)}[group]
-    return [_stage_rank(s, which + k * stride, pp) for k in range(size)]
+    t, c = par.tensor, par.context
+    st = strides(s)          # _stage_rank's arithmetic with the strides looked up once
+    base = pp * st["pp"]
+    out = []
+    for k in range(size):
+        index = which + k * stride
+        out.append(base + (index % t) * st["tp"] + ((index // t) % c) * st["cp"] + (index // (t * c)) * st["dp"])
+    return out
 
 
 def expert_placement(s: Scenario, group: str) -> GroupPlacement:
