@@ -194,6 +194,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
     from pipesim.calibrate.host import action_seconds
     host_action = action_seconds(cm.profile)
+    from pipesim.costs.eager_copies import layer_copy_seconds
+    copy_fwd, copy_bwd = layer_copy_seconds(s, cm)     # eager layout copies (CPU emulator only)
     layer = costed_layer_ops(s)
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
@@ -226,6 +228,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         n_cp = n_layers + n_moe       # every layer's attention exchanges K/V under context parallelism
         acc = _Acc()
         acc.add(s, cm, layer, n_layers)
+        acc.fwd += n_cp * copy_fwd
+        acc.bwd += n_cp * copy_bwd
+        acc.dgrad += n_cp * copy_bwd
         extras = (emb if first else []) + (head if last else [])
         acc.add(s, cm, extras, 1)
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)

@@ -47,6 +47,13 @@ def message_sizes(s) -> list[int]:
     return sorted({4096, act, 4 * act, 4 * 2**20})
 
 
+def in_model_supported(s) -> bool:
+    """Whether the ops can be timed inside this rank's stages: stages whose forward and backward
+    run on random inputs without peers (context parallelism and MoE routing exchange data with
+    other ranks inside a layer; tensor-parallel collectives are symmetric and take part)."""
+    return s.parallel.context == 1 and not s.model.is_moe
+
+
 def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET_S, executor=None,
                       run_dir: str | None = None, status=None, when: str = "before") -> dict:
     """Measure on this rank (every rank of the run calls it at the same point); returns the part
@@ -67,7 +74,15 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     # (Taking turns, one rank idle while the other timed its ops, predicted shape A's step 12 and
     # 19 % short at load 12-15 against 12 and 5 % for all at once, measured back to back.)
     dist.barrier()
-    ops = measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s)
+    ops = [m.to_dict() for m in measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s)]
+    replaced = 0
+    if executor is not None and in_model_supported(s):
+        # the same ops timed where they run: inside this rank's own stages (in_context.py)
+        from pipesim.calibrate.in_context import in_context, trace_stages
+        rt = executor.rt
+        records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter)
+        rt.tp.log.clear()           # the trace's TP collectives are not the step's
+        ops, replaced = in_context(ops, items, records)
     dispatch = measure_dispatch(s)
     action = measure_action(executor) if executor is not None else 0.0
     p2p = []
@@ -77,7 +92,7 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
             if op == "sendrecv":
                 p2p.append([nbytes, summarize(times)[0]])
     dist.barrier()
-    part = {"rank": rank, "measurements": [m.to_dict() for m in ops], "notes": notes,
+    part = {"rank": rank, "measurements": ops, "notes": notes, "in_model_keys": replaced,
             "dispatch": dispatch, "action_s": action, "p2p": p2p}
     if run_dir:
         with open(os.path.join(run_dir, f"rank{rank}.profile.{when}.json"), "w") as fh:

@@ -1,0 +1,98 @@
+"""Op costs timed inside the model (pipesim/calibrate/in_context.py) and the eager layout copies
+(pipesim/costs/eager_copies.py)."""
+import json
+import os
+
+import pytest
+
+from pipesim.calibrate.in_context import samples_by_key
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+TINY = os.path.join(ROOT, "scenarios", "emulator", "tiny_1f1b.yaml")
+
+F32 = {"dtype": "fp32"}
+ITEMS = [("gemm", dict(F32, m=8, k=4, n=12)), ("gemm", dict(F32, m=4, k=8, n=12)),
+         ("bmm", dict(F32, batch=2, m=8, n=8, k=4, bias=True)),
+         ("bmm", dict(F32, batch=2, m=8, n=4, k=8, bias=False)),
+         ("softmax_fwd", dict(F32, rows=16, cols=8)), ("layer_norm_bwd", dict(F32, rows=8, cols=4)),
+         ("gelu_fwd", dict(F32, numel=96)), ("bias_bwd", dict(F32, rows=8, cols=12)), ("copy", {"bytes": 384})]
+
+
+def _key(op, shape):
+    return (op, tuple(sorted(shape.items())))
+
+
+def test_aten_calls_map_onto_the_cost_models_keys():
+    rec = [("addmm", [(12,), (8, 4), (4, 12)], "fwd", 5e-3, 384),       # linear with a bias
+           ("mm", [(8, 4), (4, 12)], "bwd", 4e-3, 384),                  # same GEMM in a backward
+           ("addmm_", [(12, 4), (12, 8), (8, 4)], "bwd", 3e-3, 192),     # weight gradient, transposed
+           ("baddbmm", [(8, 8), (2, 8, 4), (2, 4, 8)], "fwd", 2e-3, 512),
+           ("bmm", [(2, 4, 8), (2, 8, 8)], "bwd", 1e-3, 256),            # P^T dC: the transpose of (8, 4, k=8)
+           ("_softmax", [(2, 8, 8)], "fwd", 7e-4, 512),
+           ("native_layer_norm_backward", [(8, 4), (8, 4)], "bwd", 6e-4, 128),
+           ("gelu", [(8, 12)], "fwd", 5e-4, 384), ("sum", [(8, 12)], "bwd", 4e-4, 48),
+           ("cat", [], "bwd", 3e-4, 384), ("clone", [(8, 12)], "bwd", 9.0, 384),   # clone only counts forward
+           ("view", [(8, 12)], "fwd", 9.0, 0)]
+    got = samples_by_key(rec, ITEMS, {(8, 12): 1e-3})
+    assert got[_key("gemm", dict(F32, m=8, k=4, n=12))] == pytest.approx([4e-3, 4e-3])   # 5 ms less the 1 ms bias
+    assert got[_key("gemm", dict(F32, m=4, k=8, n=12))] == [3e-3]
+    assert got[_key("bmm", dict(F32, batch=2, m=8, n=8, k=4, bias=True))] == [2e-3]
+    assert got[_key("bmm", dict(F32, batch=2, m=8, n=4, k=8, bias=False))] == [1e-3]
+    assert got[_key("softmax_fwd", dict(F32, rows=16, cols=8))] == [7e-4]
+    assert got[_key("layer_norm_bwd", dict(F32, rows=8, cols=4))] == [6e-4]
+    assert got[_key("gelu_fwd", dict(F32, numel=96))] == [5e-4]
+    assert got[_key("bias_bwd", dict(F32, rows=8, cols=12))] == [4e-4]
+    assert got[_key("copy", {"bytes": 384})] == [3e-4]
+    assert len(got) == 9
+
+
+def test_stage_trace_replaces_the_isolated_timings():
+    torch = pytest.importorskip("torch")
+    from pipesim.calibrate.in_context import in_context, trace_stages
+    from pipesim.calibrate.run import measure_ops, plan
+    from pipesim.emulator import prepare
+    from pipesim.emulator.layers import TPGroup, WeightGradStore
+    from pipesim.emulator.model import build_stages
+    s = prepare(TINY)
+    stages, _ = build_stages(s, [0, 1], TPGroup(), WeightGradStore(), 0, torch.float32, False)
+    items, notes = plan("cpu", s)
+    ops = [m.to_dict() for m in measure_ops(items, "cpu", quick=True, notes=notes, budget_s=0.0)]
+    shape = (s.model.seq_length, s.training.micro_batch_size, s.model.hidden_size)
+    records = trace_stages(stages, shape, s.model.vocab_size, patterns=1)
+    out, replaced = in_context(ops, items, records)
+    now = {m["op"] for m in out if m.get("impl") == "torch in-model"}
+    assert now >= {"gemm", "bmm", "softmax_fwd", "softmax_bwd", "layer_norm_fwd", "layer_norm_bwd",
+                   "gelu_fwd", "gelu_bwd", "copy"}
+    assert replaced == sum(m.get("impl") == "torch in-model" for m in out)
+    assert all(m["median_s"] > 0 and m["isolated_s"] > 0 for m in out if "isolated_s" in m)
+    assert len(out) == len(ops)
+    for m in stages.values():                   # the trace leaves no gradient behind
+        assert all(p.grad is None or not p.grad.any() for p in m.parameters())
+
+
+def test_layout_copies_only_on_cpu_profiles_with_a_host_model(tmp_path):
+    from pipesim.costs.eager_copies import copy_bytes, lookups
+    from pipesim.costs.stage import stage_costs
+    from pipesim.costs.summary import required_measurements
+    from pipesim.emulator import prepare
+    s = prepare(TINY)
+    m = s.model
+    T = s.training.micro_batch_size * m.seq_length
+    fwd, bwd = copy_bytes(s)
+    assert fwd == [T * m.hidden_size * 4]
+    assert bwd == [T * 3 * m.hidden_size * 4, T * m.hidden_size * 4, T * m.hidden_size * 4]
+    assert all(item in required_measurements(s) for item in lookups(s))
+    meas = [{"op": "copy", "shape": {"bytes": n}, "median_s": 1e-3} for n in sorted(set(fwd + bwd))]
+    prof = {"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu"}, "measurements": meas}
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(prof))
+    prof["device"]["host"] = {"layout": {"cores": 2, "ranks": 2, "threads_per_rank": 1}, "action_s": 0.0,
+                              "kernel_launch_s": 0.0}
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps(prof))
+    a = stage_costs(prepare(TINY, [f"costs.profile={plain}"]))[0]
+    b = stage_costs(prepare(TINY, [f"costs.profile={host}"]))[0]
+    assert b.forward - a.forward == pytest.approx(a.layers * 1e-3)
+    assert b.backward - a.backward == pytest.approx(a.layers * 3e-3)
+    assert b.input_grad - a.input_grad == pytest.approx(a.layers * 3e-3)
+    assert b.weight_grad == pytest.approx(a.weight_grad)
