@@ -96,3 +96,12 @@ def test_layout_copies_only_on_cpu_profiles_with_a_host_model(tmp_path):
     assert b.backward - a.backward == pytest.approx(a.layers * 3e-3)
     assert b.input_grad - a.input_grad == pytest.approx(a.layers * 3e-3)
     assert b.weight_grad == pytest.approx(a.weight_grad)
+
+
+def test_contention_leaves_tensor_parallel_waits_out():
+    from pipesim.emulator.results import contention
+    from pipesim.report.trace import TraceEvent
+    busy = TraceEvent(0, "compute", "F", 0, 0, 0.0, 0.010, args={"cpu_s": 0.008})
+    waiting = TraceEvent(1, "compute", "F", 0, 0, 0.0, 0.020, args={"cpu_s": 0.008, "tp": 0.010})
+    assert contention([busy]) == pytest.approx(1.25)
+    assert contention([busy, waiting]) == pytest.approx(1.25)     # the 10 ms in the all-reduce is not contention
