@@ -15,7 +15,8 @@ ITEMS = [("gemm", dict(F32, m=8, k=4, n=12)), ("gemm", dict(F32, m=4, k=8, n=12)
          ("bmm", dict(F32, batch=2, m=8, n=8, k=4, bias=True)),
          ("bmm", dict(F32, batch=2, m=8, n=4, k=8, bias=False)),
          ("softmax_fwd", dict(F32, rows=16, cols=8)), ("layer_norm_bwd", dict(F32, rows=8, cols=4)),
-         ("gelu_fwd", dict(F32, numel=96)), ("bias_bwd", dict(F32, rows=8, cols=12)), ("copy", {"bytes": 384})]
+         ("gelu_fwd", dict(F32, numel=96)), ("bias_bwd", dict(F32, rows=8, cols=12)), ("copy", {"bytes": 384}),
+         ("cross_entropy_bwd", {"tokens": 8, "vocab": 12})]
 
 
 def _key(op, shape):
@@ -32,7 +33,11 @@ def test_aten_calls_map_onto_the_cost_models_keys():
            ("native_layer_norm_backward", [(8, 4), (8, 4)], "bwd", 6e-4, 128),
            ("gelu", [(8, 12)], "fwd", 5e-4, 384), ("sum", [(8, 12)], "bwd", 4e-4, 48),
            ("cat", [], "bwd", 3e-4, 384), ("clone", [(8, 12)], "bwd", 9.0, 384),   # clone only counts forward
-           ("view", [(8, 12)], "fwd", 9.0, 0)]
+           ("view", [(8, 12)], "fwd", 9.0, 0),
+           ("nll_loss_backward", [(), (8, 12), (8,), ()], "bwd", 1e-4, 384),          # a cross-entropy's
+           ("_log_softmax_backward_data", [(8, 12), (8, 12)], "bwd", 2e-4, 384),      # two halves
+           ("nll_loss_backward", [(), (8, 12), (8,), ()], "bwd", 3e-4, 384),
+           ("_log_softmax_backward_data", [(8, 12), (8, 12)], "bwd", 2e-4, 384)]
     got = samples_by_key(rec, ITEMS, {(8, 12): 1e-3})
     assert got[_key("gemm", dict(F32, m=8, k=4, n=12))] == pytest.approx([4e-3, 4e-3])   # 5 ms less the 1 ms bias
     assert got[_key("gemm", dict(F32, m=4, k=8, n=12))] == [3e-3]
@@ -43,7 +48,8 @@ def test_aten_calls_map_onto_the_cost_models_keys():
     assert got[_key("gelu_fwd", dict(F32, numel=96))] == [5e-4]
     assert got[_key("bias_bwd", dict(F32, rows=8, cols=12))] == [4e-4]
     assert got[_key("copy", {"bytes": 384})] == [3e-4]
-    assert len(got) == 9
+    assert got[_key("cross_entropy_bwd", {"tokens": 8, "vocab": 12})] == [pytest.approx(4e-4)]  # medians 2e-4 + 2e-4
+    assert len(got) == 10
 
 
 def test_stage_trace_replaces_the_isolated_timings():
@@ -62,7 +68,7 @@ def test_stage_trace_replaces_the_isolated_timings():
     out, replaced = in_context(ops, items, records)
     now = {m["op"] for m in out if m.get("impl") == "torch in-model"}
     assert now >= {"gemm", "bmm", "softmax_fwd", "softmax_bwd", "layer_norm_fwd", "layer_norm_bwd",
-                   "gelu_fwd", "gelu_bwd", "copy"}
+                   "gelu_fwd", "gelu_bwd", "copy", "cross_entropy_fwd", "cross_entropy_bwd"}
     assert replaced == sum(m.get("impl") == "torch in-model" for m in out)
     assert all(m["median_s"] > 0 and m["isolated_s"] > 0 for m in out if "isolated_s" in m)
     assert len(out) == len(ops)

@@ -23,6 +23,7 @@ Mapping (aten call -> profile key), matched against the keys the cost model will
   gelu / gelu_backward                 gelu_fwd / gelu_bwd
   sum(gy[m,n]) in a backward           bias_bwd rows=m, cols=n
   clone (forward), cat, mul (backward) copy of their output's bytes (pipesim/costs/eager_copies.py)
+  _log_softmax + nll_loss_forward      cross_entropy_fwd tokens, vocab (and their backwards: _bwd)
 Calls that match no key (views, copies, residual adds) are left to the host model (dispatch
 term) and the roofline, as before.
 """
@@ -32,6 +33,9 @@ import statistics
 import time
 from collections import defaultdict
 
+# torch's cross_entropy on CPU: log_softmax then nll_loss, and their backwards
+CE_PARTS = {"_log_softmax": "cross_entropy_fwd", "nll_loss_forward": "cross_entropy_fwd",
+            "nll_loss_backward": "cross_entropy_bwd", "_log_softmax_backward_data": "cross_entropy_bwd"}
 # 1F1B patterns (F F B F B B) per stage: a fixed count, the same on every rank, because the
 # tensor-parallel ranks of a stage meet in its collectives
 PATTERNS = 3
@@ -117,6 +121,7 @@ def samples_by_key(records: list, items: list, bias_fwd: dict) -> dict:
     for op, shape in items:
         wanted[op].append((_freeze(op, shape), shape))
     out: dict = defaultdict(list)
+    ce: dict = {}
 
     def add(op, shape, seconds, alts=()):
         for cand in (shape,) + tuple(alts):
@@ -164,6 +169,12 @@ def samples_by_key(records: list, items: list, bias_fwd: dict) -> dict:
             add("bias_bwd", {"rows": shapes[0][0], "cols": shapes[0][1]}, sec)
         elif (name == "clone" and phase == "fwd") or (name in ("cat", "mul") and phase == "bwd"):
             add("copy", {"bytes": nbytes}, sec)        # the layout copies of costs/eager_copies.py
+        elif name in CE_PARTS and any(len(x) == 2 for x in shapes):
+            logits = next(x for x in shapes if len(x) == 2)
+            ce.setdefault((CE_PARTS[name], logits), defaultdict(list))[name].append(sec)
+    for (op, (tokens, vocab)), parts in ce.items():
+        # one cross-entropy = its parts, each at its median (they come in pairs, call by call)
+        add(op, {"tokens": tokens, "vocab": vocab}, sum(statistics.median(v) for v in parts.values()))
     return out
 
 
