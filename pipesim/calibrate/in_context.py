@@ -36,6 +36,9 @@ from collections import defaultdict
 # torch's cross_entropy on CPU: log_softmax then nll_loss, and their backwards
 CE_PARTS = {"_log_softmax": "cross_entropy_fwd", "nll_loss_forward": "cross_entropy_fwd",
             "nll_loss_backward": "cross_entropy_bwd", "_log_softmax_backward_data": "cross_entropy_bwd"}
+# every aten call samples_by_key can map onto a profile key
+MAPPED = {"mm", "addmm", "addmm_", "bmm", "baddbmm", "_softmax", "_softmax_backward_data", "native_layer_norm",
+          "native_layer_norm_backward", "gelu", "gelu_backward", "sum", "clone", "cat", "mul", *CE_PARTS}
 # 1F1B patterns (F F B F B B) per stage: a fixed count, the same on every rank, because the
 # tensor-parallel ranks of a stage meet in its collectives
 PATTERNS = 3
