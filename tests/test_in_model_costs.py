@@ -111,3 +111,13 @@ def test_contention_leaves_tensor_parallel_waits_out():
     waiting = TraceEvent(1, "compute", "F", 0, 0, 0.0, 0.020, args={"cpu_s": 0.008, "tp": 0.010})
     assert contention([busy]) == pytest.approx(1.25)
     assert contention([busy, waiting]) == pytest.approx(1.25)     # the 10 ms in the all-reduce is not contention
+
+
+def test_fitted_memory_rate_ignores_ops_timed_in_the_model():
+    from pipesim.costs.profile import IN_MODEL, profile_from_dict
+    copy = {"op": "copy", "shape": {"bytes": 2**24}, "median_s": 1e-3}
+    slow = {"op": "gelu_fwd", "shape": {"numel": 2**24, "dtype": "fp32"}, "median_s": 1.0, "impl": IN_MODEL}
+    dev = {"name": "cpu-core-fp32", "kind": "cpu"}
+    alone = profile_from_dict({"version": 1, "device": dev, "measurements": [copy]}).achieved("memory")
+    both = profile_from_dict({"version": 1, "device": dev, "measurements": [copy, slow]}).achieved("memory")
+    assert both == pytest.approx(alone)

@@ -190,7 +190,7 @@ def in_context(measurements: list, items: list, records: list) -> tuple[list, in
     """The measurements (dicts, pipesim.costs.profile format) with every key that the traced
     calls cover replaced by the median of its in-model timings (impl "torch in-model"); returns
     (measurements, keys replaced)."""
-    from pipesim.costs.profile import throughput_fields
+    from pipesim.costs.profile import IN_MODEL, throughput_fields
     bias_fwd = {(m["shape"]["rows"], m["shape"]["cols"]): m["median_s"] for m in measurements
                 if m["op"] == "bias_fwd"}
     samples = samples_by_key(records, items, bias_fwd)
@@ -204,7 +204,7 @@ def in_context(measurements: list, items: list, records: list) -> tuple[list, in
         med = statistics.median(times)
         tflops, gbps = throughput_fields(m["op"], m["shape"], med)
         out.append(dict(m, median_s=med, p10_s=times[len(times) // 10], p90_s=times[(9 * len(times)) // 10],
-                        n=len(times), tflops=tflops, gbps=gbps, impl="torch in-model",
+                        n=len(times), tflops=tflops, gbps=gbps, impl=IN_MODEL,
                         isolated_s=m["median_s"]))
         replaced += 1
     return out, replaced

@@ -233,6 +233,9 @@ def throughput_fields(op: str, shape: dict, seconds: float) -> tuple[float | Non
     return (w / 1e12, None) if spec.unit == "flops" else (None, w / 1e9)
 
 
+IN_MODEL = "torch in-model"     # Measurement.impl of ops timed inside the emulator's model
+
+
 @dataclass
 class Measurement:
     op: str
@@ -316,14 +319,16 @@ class CostProfile:
 
         The fit is total work ÷ total time over the larger half of the points (by work): the
         asymptotic throughput the roofline fallback needs, not dominated by launch overhead of
-        tiny shapes."""
+        tiny shapes. Ops timed inside a model (impl "torch in-model", pipesim/calibrate/in_context.py)
+        are left out: their time holds the model's cache state and strided layouts, not the
+        streaming rate the fallback (an optimizer step, residual adds) runs at."""
         if kind not in _ACHIEVED_OPS:
             raise ValueError(f"achieved(): kind must be one of {sorted(_ACHIEVED_OPS)}, got {kind!r}")
         if dtype is not None:
             dtype = _DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
         pts = []
         for m in self.measurements:
-            if m.op not in _ACHIEVED_OPS[kind] or m.median_s <= 0:
+            if m.op not in _ACHIEVED_OPS[kind] or m.median_s <= 0 or m.impl == IN_MODEL:
                 continue
             if dtype is not None and "dtype" in m.shape and m.shape["dtype"] != dtype:
                 continue
