@@ -134,6 +134,9 @@ def _mean_over_ranks(lists) -> list[dict]:
     for ms in by_key.values():
         m = dict(ms[0])
         m["median_s"] = statistics.fmean(x["median_s"] for x in ms)
+        iso = [x["isolated_s"] for x in ms if "isolated_s" in x]
+        if iso:
+            m["isolated_s"] = statistics.fmean(iso)
         m["p10_s"] = min(x["p10_s"] for x in ms)
         m["p90_s"] = max(x["p90_s"] for x in ms)
         m["n"] = sum(x["n"] for x in ms)
