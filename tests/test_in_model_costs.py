@@ -123,3 +123,16 @@ def test_fitted_memory_rate_ignores_ops_timed_in_the_model():
     both = profile_from_dict({"version": 1, "device": dev, "measurements": [copy, slow]})
     assert both.achieved("memory") == pytest.approx(alone.achieved("memory"))
     assert both.lookup("gelu_fwd", numel=2**24, dtype="fp32")[0] == 1.0     # lookups use the in-model time
+
+
+def test_ranks_that_ran_an_op_in_their_stages_give_its_cost():
+    from pipesim.costs.profile import IN_MODEL
+    from pipesim.emulator.rank_calibration import _mean_over_ranks
+    key = {"op": "gemm", "shape": {"m": 8, "k": 8, "n": 8, "dtype": "fp32"}, "p10_s": 1.0, "p90_s": 1.0, "n": 3}
+    alone = dict(key, median_s=1.0)                                   # rank 0 has no LM head: timed alone
+    inside = dict(key, median_s=3.0, impl=IN_MODEL, isolated_s=1.5)   # rank 1 ran it in its stage
+    other = dict(key, median_s=5.0, impl=IN_MODEL, isolated_s=2.5)
+    (m,) = _mean_over_ranks([[alone], [inside], [other]])
+    assert m["median_s"] == pytest.approx(4.0) and m["isolated_s"] == pytest.approx(2.0) and m["impl"] == IN_MODEL
+    (m,) = _mean_over_ranks([[alone], [dict(alone, median_s=3.0)]])
+    assert m["median_s"] == pytest.approx(2.0)

@@ -126,12 +126,16 @@ def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
 
 def _mean_over_ranks(lists) -> list[dict]:
     """Per (op, shape): the mean of the ranks' medians, the widest p10-p90, all samples."""
+    from pipesim.costs.profile import IN_MODEL
     by_key: dict = {}
     for ms in lists:
         for m in ms:
             by_key.setdefault((m["op"], json.dumps(m["shape"], sort_keys=True)), []).append(m)
     out = []
     for ms in by_key.values():
+        # a key timed inside some rank's stages (that rank runs the op) is taken from those ranks
+        inside = [x for x in ms if x.get("impl") == IN_MODEL]
+        ms = inside or ms
         m = dict(ms[0])
         m["median_s"] = statistics.fmean(x["median_s"] for x in ms)
         iso = [x["isolated_s"] for x in ms if "isolated_s" in x]
