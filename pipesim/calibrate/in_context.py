@@ -3,16 +3,20 @@ forwards and backwards at the scenario's shapes while a dispatch mode times ever
 thread CPU time; the calls are mapped onto the profile's (op, shape) keys and their medians
 replace the same keys timed in isolation.
 
-Why: timed alone (pipesim.calibrate.run.time_cpu: L2 flushed, operands in L3) the ops of a layer
-added up to 76-95 % of the same layer's CPU time inside the model, measured at the same moment
-in the same process (issue 16, docs/EMULATOR.md "Where the in-model cost went"). The gap is not
+Why: timed alone (pipesim.calibrate.run.time_cpu: L2 flushed, operands in L3) the ops of shape A's
+first stage, with the host model, added up to 76 % of its forward's and 87 % of its backward's
+CPU time inside the model, measured minutes apart in the same process at load 2.4 (issue 16, docs/EMULATOR.md "Where the in-model cost went"). The gap is not
 in how the model calls them (transposed weights, the bias folded into addmm, strided attention
 operands: all within +-5 % of the calibrated calls, interleaved), but in where their operands
 and outputs are: the ranks' working sets (weights, gradients, saved activations: 37-67 MB per
 rank for issue 16's shapes A and B) outgrow their share of the 32 MB L3, so inside the model a
 part of every op's operands and output lines come from DRAM, by an amount that moves with what
 else shares the L3. Timing the calls where they run measures that state instead of guessing it
-(the trace-driven op costs of Daydream, Zhu et al., USENIX ATC 2020, Sec. 4.1).
+(per-op costs taken from a trace of the model's own run, as Daydream does from a profiled
+iteration: Zhu et al., "Daydream: Accurately Estimating the Efficacy of Optimizations for DNN
+Training", USENIX ATC 2020). A `mul` in a backward is costed as a copy of its size (the logits'
+scalings; a rotary or gated-MLP multiply of the same size lands on the same key, which is
+about as fast).
 
 Mapping (aten call -> profile key), matched against the keys the cost model will look up:
   addmm(bias, A[m,k], B[k,n])          gemm m,k,n, less the isolated bias_fwd of (m, n)
