@@ -136,3 +136,24 @@ def test_ranks_that_ran_an_op_in_their_stages_give_its_cost():
     assert m["median_s"] == pytest.approx(4.0) and m["isolated_s"] == pytest.approx(2.0) and m["impl"] == IN_MODEL
     (m,) = _mean_over_ranks([[alone], [dict(alone, median_s=3.0)]])
     assert m["median_s"] == pytest.approx(2.0)
+
+
+def test_measured_allreduce_replaces_the_link_for_groups_of_its_size(tmp_path):
+    from pipesim.calibrate.host import allreduce_seconds, host_model
+    from pipesim.costs.ops import Comm
+    from pipesim.costs.profile import load_profile
+    from pipesim.costs.stage import comm_seconds
+    from pipesim.emulator import prepare
+    s = prepare(TINY)
+    host = host_model(s, {"layer_fwd_s": 1e-4, "layer_bwd_s": 1e-4}, 0.0, [], {"cores": 2, "ranks": 2},
+                      [(4096, 1e-3 + 4096 / 1e8), (2**20, 1e-3 + 2**20 / 1e8)], ranks=2)
+    assert host["allreduce"]["latency_s"] == pytest.approx(1e-3) and host["allreduce"]["bandwidth_Bps"] == pytest.approx(1e8)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": host},
+                                "measurements": []}))
+    prof = load_profile(path)
+    assert allreduce_seconds(prof, 1e6, 2) == pytest.approx(1e-3 + 1e-2)
+    assert allreduce_seconds(prof, 1e6, 4) is None                      # measured over 2 ranks only
+    two, four = Comm("all_reduce", 1e6, "tp", 2, count=3), Comm("all_reduce", 1e6, "tp", 4)
+    assert comm_seconds(s, [two], prof) == pytest.approx(3 * (1e-3 + 1e-2))
+    assert comm_seconds(s, [four], prof) == pytest.approx(comm_seconds(s, [four]))   # the link, as before

@@ -125,8 +125,8 @@ class _Acc:
             self.wgrad += times * b.seconds * (1 - op.dgrad_fraction)
             for src, sec in ((f.source, f.seconds), (b.source, b.seconds)):
                 self.sources[src] = self.sources.get(src, 0.0) + times * sec
-            self.tp_fwd += times * exposed_tp(s, comm_seconds(s, op.comm_fwd), f.seconds, op.gemms_fwd)
-            self.tp_bwd += times * exposed_tp(s, comm_seconds(s, op.comm_bwd), b.seconds, op.gemms_bwd)
+            self.tp_fwd += times * exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd)
+            self.tp_bwd += times * exposed_tp(s, comm_seconds(s, op.comm_bwd, cm.profile), b.seconds, op.gemms_bwd)
             self.tp_bytes_fwd += times * sum(c.total_bytes for c in op.comm_fwd)
             self.tp_bytes_bwd += times * sum(c.total_bytes for c in op.comm_bwd)
 
@@ -142,9 +142,17 @@ def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:
     return comm / s.parallel.tensor + max(0.0, comm - gemm)
 
 
-def comm_seconds(s: Scenario, comms) -> float:
-    return sum(c.count * collective_time(c.kind, c.bytes, placement(s, c.group), s.parallel.collective)
-               for c in comms)
+def comm_seconds(s: Scenario, comms, profile=None) -> float:
+    """Seconds of the collectives `comms`; an all-reduce that the profile's CPU host model
+    measured for a group of its size (pipesim/calibrate/host.py) takes the measured time."""
+    from pipesim.calibrate.host import allreduce_seconds
+    total = 0.0
+    for c in comms:
+        t = allreduce_seconds(profile, c.bytes, c.size) if c.kind == "all_reduce" else None
+        if t is None:
+            t = collective_time(c.kind, c.bytes, placement(s, c.group), s.parallel.collective)
+        total += c.count * t
+    return total
 
 
 def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0.0) -> tuple[float, float, float]:
@@ -163,7 +171,7 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0
     # sequence parallelism) and re-run the whole forward, including its TP communication.
     sh = shapes_of(s)
     checkpoint = sh.tokens * sh.h * sh.e / sh.tp.token_div
-    t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd]) + cp_fwd
+    t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd], cm.profile) + cp_fwd
     return t, checkpoint, saved_all
 
 

@@ -85,15 +85,18 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
         ops, replaced = in_context(ops, items, records)
     dispatch = measure_dispatch(s)
     action = measure_action(executor) if executor is not None else 0.0
-    p2p = []
+    p2p, allreduce = [], []
     if world % 2 == 0:
         peer = rank + 1 if rank % 2 == 0 else rank - 1
         for op, nbytes, times in time_comm(rank, peer, message_sizes(s), budget_s, torch.device("cpu")):
             if op == "sendrecv":
                 p2p.append([nbytes, summarize(times)[0]])
+            elif op == "allreduce":
+                allreduce.append([nbytes, summarize(times)[0]])
     dist.barrier()
     part = {"rank": rank, "measurements": ops, "notes": notes, "in_model_keys": replaced,
-            "dispatch": dispatch, "action_s": action, "p2p": p2p}
+            "dispatch": dispatch, "action_s": action, "p2p": p2p,
+            "allreduce": allreduce}
     if run_dir:
         with open(os.path.join(run_dir, f"rank{rank}.profile.{when}.json"), "w") as fh:
             json.dump(part, fh)
@@ -115,8 +118,13 @@ def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
         for nbytes, sec in p["p2p"]:
             pts.setdefault(nbytes, []).append(sec)
     p2p = [(b, statistics.fmean(v)) for b, v in sorted(pts.items())]
+    ar: dict = {}
+    for p in parts:
+        for nbytes, sec in p.get("allreduce", []):
+            ar.setdefault(nbytes, []).append(sec)
+    allreduce = [(b, statistics.fmean(v)) for b, v in sorted(ar.items())]
     info = device_info("cpu", threads)
-    info["host"] = host_model(s, dispatch, action, p2p, layout(nproc, threads))
+    info["host"] = host_model(s, dispatch, action, p2p, layout(nproc, threads), allreduce, nproc)
     info["calibrated"] = "inside the emulator's ranks"
     notes = sorted({n for p in parts for n in p.get("notes", [])})
     if notes:
