@@ -157,3 +157,29 @@ def test_measured_allreduce_replaces_the_link_for_groups_of_its_size(tmp_path):
     two, four = Comm("all_reduce", 1e6, "tp", 2, count=3), Comm("all_reduce", 1e6, "tp", 4)
     assert comm_seconds(s, [two], prof) == pytest.approx(3 * (1e-3 + 1e-2))
     assert comm_seconds(s, [four], prof) == pytest.approx(comm_seconds(s, [four]))   # the link, as before
+
+
+def test_first_and_last_stage_pay_their_measured_host_extra(tmp_path):
+    from pipesim.calibrate.host import launches_per_layer, stage_extras
+    from pipesim.costs.stage import stage_costs
+    from pipesim.emulator import prepare
+    s = prepare(TINY)
+    per_op = 1e-5
+    n = launches_per_layer(s)
+    dispatch = {"layer_fwd_s": n * per_op / 2, "layer_bwd_s": n * per_op / 2,
+                "first_fwd_s": 1e-3, "first_bwd_s": 2e-3, "last_fwd_s": 3e-3, "last_bwd_s": 4e-3}
+    ex = stage_extras(s, dispatch)
+    # embedding: 1 op (1 launch forward, 1 backward); head: norm, LM head, loss (3 forward, 4 backward)
+    assert ex == pytest.approx({"first_fwd_s": 1e-3 - per_op, "first_bwd_s": 2e-3 - per_op,
+                                "last_fwd_s": 3e-3 - 3 * per_op, "last_bwd_s": 4e-3 - 4 * per_op})
+    host = {"layout": {"cores": 2, "ranks": 2, "threads_per_rank": 1}, "action_s": 0.0, "kernel_launch_s": 0.0}
+    paths = []
+    for i, h in enumerate((host, dict(host, stage_extra=ex))):
+        path = tmp_path / f"p{i}.json"
+        path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": h},
+                                    "measurements": []}))
+        paths.append(stage_costs(prepare(TINY, [f"costs.profile={path}"])))
+    (a0, a1), (b0, b1) = paths
+    assert b0.forward - a0.forward == pytest.approx(ex["first_fwd_s"])
+    assert b1.backward - a1.backward == pytest.approx(ex["last_bwd_s"])
+    assert b1.input_grad - a1.input_grad == pytest.approx(ex["last_bwd_s"])

@@ -10,6 +10,8 @@ Terms (all measured, none fitted to a crosscheck result):
   a negligible size (h = 8 per head, s = 4) so that only host time remains; per layer divided by
   the launches the cost model counts, less one bare torch call (already inside every measured op
   time), gives `gpu.kernel_launch_us` (launch_overlaps false: a CPU runs ops synchronously);
+- stage extras: the first and last stage's host time beyond their ops' launches (embedding,
+  head and loss at negligible size), added to their F and B;
 - action: the executor's own cost per plan action (status record, trace event, memory sample),
   from no-op actions run through the executor; added to each compute action;
 - p2p: gloo send/recv between two ranks (one-way time of a ping-pong, the OSU osu_latency
@@ -100,8 +102,28 @@ def launches_per_layer(s) -> int:
     """Launches the cost model charges per layer, forward + backward (roofline.with_launch: one
     per op forward, two backward for ops with weights)."""
     from pipesim.costs.layers import layer_ops
-    ops = layer_ops(s)
+    return _launches(layer_ops(s))
+
+
+def _launches(ops) -> int:
     return len(ops) + sum(2 if o.dgrad_fraction < 1 else 1 for o in ops)
+
+
+def stage_extras(s, dispatch: dict) -> dict:
+    """Host seconds of the first stage (embedding) and of the last (head and loss) beyond what
+    the cost model already charges their ops as launches: the measured extra of a 1-layer first
+    or last stage over a layer (measure_dispatch), less the launches of embedding_ops / head_ops
+    at the measured host time per op. It holds what no op stands for -- the stage's own call,
+    autograd's start of a backward, the loss's scalar ops (tiny models lost 12-20 % of their
+    forward to it, docs/EMULATOR.md)."""
+    from pipesim.costs.layers import embedding_ops, head_ops
+    per_op = (dispatch["layer_fwd_s"] + dispatch["layer_bwd_s"]) / launches_per_layer(s)
+    out = {}
+    for side, ops in (("first", embedding_ops(s)), ("last", head_ops(s))):
+        fwd, total = len(ops), _launches(ops)
+        out[f"{side}_fwd_s"] = max(0.0, dispatch.get(f"{side}_fwd_s", 0.0) - fwd * per_op)
+        out[f"{side}_bwd_s"] = max(0.0, dispatch.get(f"{side}_bwd_s", 0.0) - (total - fwd) * per_op)
+    return out
 
 
 def fit_link(points) -> tuple[float, float] | None:
@@ -126,6 +148,8 @@ def host_model(s, dispatch: dict, action_s: float, p2p_points, layout: dict, all
     per_layer = dispatch["layer_fwd_s"] + dispatch["layer_bwd_s"]
     launch = max(0.0, per_layer / launches_per_layer(s) - dispatch.get("bare_call_s", 0.0))
     out = {"layout": layout, "dispatch": dispatch, "action_s": action_s, "kernel_launch_s": launch}
+    if "first_fwd_s" in dispatch:
+        out["stage_extra"] = stage_extras(s, dispatch)
     link = fit_link(p2p_points)
     if link is not None:
         out["p2p"] = {"latency_s": link[0], "bandwidth_Bps": link[1],
@@ -152,6 +176,16 @@ def host_of(profile) -> dict | None:
     if profile is None or profile.device.get("kind") != "cpu":
         return None
     return profile.device.get("host")
+
+
+def stage_extra_seconds(profile, first: bool, last: bool) -> tuple[float, float]:
+    """(forward, backward) host seconds a stage pays for holding the embedding / the head
+    (stage_extras; 0 without a CPU host model)."""
+    host = host_of(profile)
+    ex = host.get("stage_extra", {}) if host else {}
+    fwd = (ex.get("first_fwd_s", 0.0) if first else 0.0) + (ex.get("last_fwd_s", 0.0) if last else 0.0)
+    bwd = (ex.get("first_bwd_s", 0.0) if first else 0.0) + (ex.get("last_bwd_s", 0.0) if last else 0.0)
+    return fwd, bwd
 
 
 def action_seconds(profile) -> float:

@@ -198,7 +198,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
     # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
-    from pipesim.calibrate.host import action_seconds
+    from pipesim.calibrate.host import action_seconds, stage_extra_seconds
     host_action = action_seconds(cm.profile)
     from pipesim.costs.eager_copies import layer_copy_seconds
     copy_fwd, copy_bwd = layer_copy_seconds(s, cm)     # eager layout copies (CPU emulator only)
@@ -239,6 +239,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         acc.dgrad += n_cp * copy_bwd
         extras = (emb if first else []) + (head if last else [])
         acc.add(s, cm, extras, 1)
+        host_fwd, host_bwd = stage_extra_seconds(cm.profile, first, last)   # CPU host model only
+        acc.fwd += host_fwd
+        acc.bwd += host_bwd
+        acc.dgrad += host_bwd
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
