@@ -8,7 +8,7 @@ emulator's ranks (pipesim/emulator/model.py, Block.attention):
             backward of `split`), and, for the eager core, the two scalings of the gradients of
             q and k by the logits' 1/sqrt(d) (autograd's backward of `baddbmm(..., alpha)`).
 
-Measured inside shape A's ranks (issue 16) these were 0.05 ms forward and 0.4 ms backward per
+Measured inside shape A's stage (issue 16) these were 0.05 ms forward and 0.3-0.4 ms backward per
 layer, 2-3 % of a layer, always on the input-gradient path. Megatron-LM makes the same copies on
 a GPU (`context.permute(...).contiguous()`, the split of mixed_x_layer), where they are small
 beside the GEMMs and the analytic model leaves them out.
