@@ -113,7 +113,7 @@ def sc_cores(profile_path: str) -> int:
 
 
 def crosscheck_scenario(s, steps: int = 6, warmup: int = 2, timeout: float = 300.0, nice: int = 20,
-                        pin: bool = True) -> dict:
+                        pin: bool = True, budget_s: float = 0.1) -> dict:
     """Emulate (float32, calibrated in the ranks) and simulate an MoE scenario; per action mean
     seconds, measured vs simulated: F and B per stage, one all-to-all (dispatch or combine), the
     step (median over the timed steps)."""
@@ -123,7 +123,8 @@ def crosscheck_scenario(s, steps: int = 6, warmup: int = 2, timeout: float = 300
     cfg = config_of(s)
     ep, pp = s.parallel.expert, s.parallel.pipeline
     world = ep * pp
-    res = run(ep, pp, cfg, timeout=timeout, opts=RunOptions(steps=steps, warmup=warmup, pin=pin, nice=nice, calibrate=s))
+    res = run(ep, pp, cfg, timeout=timeout, opts=RunOptions(steps=steps, warmup=warmup, pin=pin, nice=nice, calibrate=s,
+                                                                budget_s=budget_s))
     out_dir = res["out_dir"]
     paths = {}
     for when, parts in (("", read_parts(out_dir, world, "before") + read_parts(out_dir, world, "after")),
