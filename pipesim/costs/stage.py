@@ -15,17 +15,15 @@ from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.moe_host import comm_sm_share
 from pipesim.costs.ops import Op
+from pipesim.costs.optimizer import grad_norm_bytes, optimizer_bytes
 from pipesim.costs.roofline import CostModel
 from pipesim.costs.topology import placement, stage_link
 from pipesim.scenario.config import Scenario
 
-# Adam update traffic per parameter: read fp32 master, m, v and the gradient, write master, m, v
-# and the half-precision weight (4*3*2 + 2 + 2 bytes); memory bound (Rajbhandari et al. 2020 Sec. 3.1
-# for the state sizes).
+# Adam update traffic per parameter of the CNN path (pipesim/partition/cnn_stages.py): read fp32
+# master, m, v and the gradient, write master, m, v and the half-precision weight (4*3*2 + 2 + 2).
+# Transformer stages count Megatron's optimizer kernels one by one (pipesim/costs/optimizer.py).
 ADAM_BYTES_PER_PARAM = 28.0
-# SGD with momentum: read master (or fp32 weight), gradient, momentum; write master, momentum and
-# the half-precision weight: 4 + 2 + 4 + 4 + 4 + 2 = 20 bytes (fp32 training: 4·5 = 20 as well).
-OPTIMIZER_BYTES_PER_PARAM = {"adam": ADAM_BYTES_PER_PARAM, "sgd": 20.0}
 QUANT_GROUP = 128        # elements per quantization scale (pipesim.kernels.quantize default)
 
 
@@ -266,8 +264,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
             static = StaticMemory(static.weights + fp8_params * FP8_WEIGHT_COPY_BYTES, static.gradients,
                                   static.optimizer)
-        opt_step = cm.memory_time(local_params * OPTIMIZER_BYTES_PER_PARAM[tr.optimizer])
         elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)       # gradient bytes per parameter
+        opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         out.append(StageCosts(
@@ -344,7 +342,7 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
         # an all-reduce of 2 members is one exchange of the buffer each way: α + B β
         out.append(("EMBED_GRAD_AR", p2p_time(emb, stage_link(s, 0, par.pipeline - 1))))
     if tr.optimizer == "adam":
-        grads = local_params * elem
+        grads = grad_norm_bytes(local_params)
         scalar = sum(collective_time("all_reduce", 4.0, placement(s, g), par.collective) for g in ("tp", "pp", "dp_cp"))
         out.append(("GRAD_NORM", cm.memory_time(grads) + scalar))
     out.append(("OPTIMIZER", opt_step))
