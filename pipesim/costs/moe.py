@@ -237,9 +237,11 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     cal = measured_a2a(s)
     if cal is not None and tr.moe_dispatcher == "alltoall":
         # a CPU profile: the all-to-all as the emulator's ranks timed it (gloo's all_to_all_single
-        # over this EP group, latency + bytes to the other ranks / bandwidth; moe_calibration.py)
-        one = cal["latency_s"] + lam * X * (ep - 1) / ep / cal["bandwidth_Bps"] + etp_s
-        counts = cal["counts_s"]
+        # over this EP group, latency + bytes to the other ranks / bandwidth; moe_calibration.py),
+        # plus the wake-up of the ranks that wait asleep for the last one (measured the same way)
+        wake = cal.get("wakeup_s", 0.0)
+        one = cal["latency_s"] + wake + lam * X * (ep - 1) / ep / cal["bandwidth_Bps"] + etp_s
+        counts = cal["counts_s"] + wake
     return A2ACost(2 * one + counts, 2 * one, sent, sent, intra, inter)
 
 

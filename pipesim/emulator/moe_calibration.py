@@ -26,6 +26,8 @@ import time
 from dataclasses import replace
 
 A2A_REPS = 30
+WAKE_NAP_S = 1e-3     # how late one rank arrives at the woken all-to-all (comm_ops)
+SKIP = -1.0           # an op's return value: this rank's time is not kept (time_comm_ops)
 
 
 def measure_moe_dispatch(cfg, ep: int, ep_rank: int, nap: float = 0.0, reps: int = 40) -> dict:
@@ -92,6 +94,20 @@ def comm_ops(rank: int, ep: int, pp: int, groups, cfg, p2p_sizes) -> list:
                             lambda y=y, x=x, split=split, g=g: dist.all_to_all_single(y, x, split, split, group=g)))
             cx, cy = torch.zeros(cfg.experts, dtype=torch.int64), torch.empty(cfg.experts, dtype=torch.int64)
             ops.append((("counts", 0), members, lambda cy=cy, cx=cx, g=g: dist.all_to_all_single(cy, cx, group=g)))
+            # the dispatch as the steps meet it: one rank arrives WAKE_NAP_S late, the others wait
+            # asleep in gloo and are woken by its data; their time less the nap is the exchange
+            # plus the wake-up (the first member's own time is not kept)
+            rows = max(1, a2a_sizes(cfg, ep)[0] // (4 * ep))
+            x, y, split = torch.zeros(rows * ep, 1), torch.empty(rows * ep, 1), [rows] * ep
+            first = k * ep
+
+            def woken(y=y, x=x, split=split, g=g, first=first):
+                late = rank == first
+                if late:
+                    time.sleep(WAKE_NAP_S)
+                dist.all_to_all_single(y, x, split, split, group=g)
+                return SKIP if late else WAKE_NAP_S
+            ops.append((("a2a_woken", 4.0 * rows * (ep - 1)), members, woken))
     world = ep * pp
     pairs = ([(k * ep + j, (k + 1) * ep + j) for k in range(pp - 1) for j in range(ep)] if pp > 1
              else [(r, r + 1) for r in range(0, world - 1, 2)])
@@ -113,7 +129,8 @@ def time_comm_ops(rank: int, ops, reps: int = A2A_REPS) -> dict:
     """Median wall seconds per key of `ops`, timed in turn (one round of every op per repetition,
     so that a burst of load on the shared machine hits all sizes alike) between a world barrier
     and the call's return; only the op's members take part, the other ranks wait in the barrier.
-    A ping-pong's time is halved (one-way, the OSU osu_latency method)."""
+    A ping-pong's time is halved (one-way, the OSU osu_latency method). An op may return the
+    seconds it idled on purpose (subtracted), or SKIP when this rank's time is not kept."""
     import torch.distributed as dist
     times: dict = {}
     for i in range(reps + 1):                  # the first round warms up (connections, buffers)
@@ -121,9 +138,10 @@ def time_comm_ops(rank: int, ops, reps: int = A2A_REPS) -> dict:
             dist.barrier()
             if rank in members:
                 t0 = time.perf_counter()
-                fn()
-                if i:
-                    times.setdefault(key, []).append((time.perf_counter() - t0) * (0.5 if key[0] == "p2p" else 1.0))
+                idle = fn() or 0.0
+                if i and idle != SKIP:
+                    sec = (time.perf_counter() - t0 - idle) * (0.5 if key[0] == "p2p" else 1.0)
+                    times.setdefault(key, []).append(sec)
     return {key: statistics.median(v) for key, v in times.items()}
 
 
@@ -141,13 +159,16 @@ def calibrate_moe_rank(s, cfg, rank: int, world: int, ep: int, groups, budget_s:
     pp = world // ep
     timed = time_comm_ops(rank, comm_ops(rank, ep, pp, groups, cfg, message_sizes(s)))
     a2a = [[k[1], t] for k, t in sorted(timed.items()) if k[0] == "a2a"]
+    woken = [t for k, t in timed.items() if k[0] == "a2a_woken"]
+    wakeup = max(0.0, woken[0] - a2a[0][1]) if woken and a2a else None
     counts = timed.get(("counts", 0))
     p2p = [[k[1], t] for k, t in sorted(timed.items()) if k[0] == "p2p" and k[2] == rank]
     # the loopback blocks as long as this rank's all-to-all at the dispatch's size (the smallest)
     dispatch = measure_moe_dispatch(cfg, ep, rank % ep, nap=a2a[0][1] if a2a else 0.0)
     dist.barrier()
     part = {"rank": rank, "measurements": [m.to_dict() for m in ops], "notes": notes, "dispatch": dispatch,
-            "action_s": 0.0, "p2p": p2p, "a2a": a2a, "counts_s": counts}
+            "action_s": 0.0, "p2p": p2p, "a2a": a2a, "counts_s": counts,
+            "wakeup_s": wakeup}
     with open(os.path.join(run_dir, f"rank{rank}.profile.{when}.json"), "w") as fh:
         json.dump(part, fh)
     return part
@@ -155,7 +176,7 @@ def calibrate_moe_rank(s, cfg, rank: int, world: int, ep: int, groups, budget_s:
 
 def merge_moe_profiles(s, parts: list[dict], nproc: int) -> dict:
     """rank_calibration.merge_profiles plus the all-to-all fit: host.a2a = {latency_s,
-    bandwidth_Bps, counts_s, points} (mean over the ranks that timed it)."""
+    bandwidth_Bps, counts_s, wakeup_s, points} (mean over the ranks that timed it)."""
     from pipesim.calibrate.host import fit_link
     from pipesim.emulator.rank_calibration import merge_profiles
     prof = merge_profiles(s, parts, 1, nproc)
@@ -165,9 +186,11 @@ def merge_moe_profiles(s, parts: list[dict], nproc: int) -> dict:
             pts.setdefault(nbytes, []).append(sec)
     points = [(b, statistics.fmean(v)) for b, v in sorted(pts.items())]
     counts = [p["counts_s"] for p in parts if p.get("counts_s") is not None]
+    wakeups = [p["wakeup_s"] for p in parts if p.get("wakeup_s") is not None]
     link = fit_link(points)
     if link is not None:
         prof["device"]["host"]["a2a"] = {"latency_s": link[0], "bandwidth_Bps": link[1],
                                          "counts_s": statistics.fmean(counts) if counts else link[0],
+                                         "wakeup_s": statistics.fmean(wakeups) if wakeups else 0.0,
                                          "points": [[b, t] for b, t in points]}
     return prof
