@@ -9,9 +9,10 @@ An MoE layer: router logits -> softmax -> top-k -> token copies sorted by destin
 dispatch all-to-all -> local experts (SwiGLU) -> combine all-to-all -> weighted sum. The
 all-to-all is `all_to_all_single` with split sizes (gloo supports it in torch 2.x) and falls back
 to point-to-point isend/irecv where a backend lacks it; its backward is the reverse exchange.
-Schedule: GPipe (all forwards, then all backwards) over `microbatches` per rank; the loss is the
-mean over every token of the global batch, so gradients equal a single process's on the whole
-batch (`reference`).
+Step: GPipe (all forwards, then all backwards) over `microbatches` per rank, dense gradients
+all-reduced, gradient clipping and Adam; the loss is the mean over every token of the global
+batch, so gradients equal a single process's on the whole batch (`reference`). Timed runs (warm-up,
+steps, in-rank calibration) are pipesim/emulator/moe_crosscheck.py's.
 """
 from __future__ import annotations
 
