@@ -83,26 +83,39 @@ def measure_dispatch(s, reps: int = 40) -> dict:
             if i >= 2:
                 times[(k, layers)][0].append(t1 - t0)
                 times[(k, layers)][1].append(t2 - t1)
+    return split_dispatch({key: (statistics.median(f), statistics.median(b)) for key, (f, b) in times.items()})
+
+
+def bare_call_s(reps: int = 200) -> float:
+    """Thread CPU seconds of one bare torch call at negligible size (median)."""
+    import torch
     a, w = torch.randn(TINY_SEQ, 8), torch.randn(8, 8)
     bare = []
-    for _ in range(200):
-        t0 = clock()
+    for _ in range(reps):
+        t0 = time.thread_time()
         torch.mm(a, w)
-        bare.append(clock() - t0)
-    t = {key: (statistics.median(f), statistics.median(b)) for key, (f, b) in times.items()}
+        bare.append(time.thread_time() - t0)
+    return statistics.median(bare)
+
+
+def split_dispatch(t: dict) -> dict:
+    """The dispatch record from the (forward, backward) host seconds of 2-stage models of 1 and 3
+    layers per stage, keyed (stage, layers): per layer = difference / 2 (averaged over both
+    stages), the first stage's and the last's extra = their 1-layer time less one layer."""
     per_layer = [max(0.0, (t[(0, 3)][i] - t[(0, 1)][i] + t[(1, 3)][i] - t[(1, 1)][i]) / 4) for i in range(2)]
     first = [max(0.0, t[(0, 1)][i] - per_layer[i]) for i in range(2)]
     last = [max(0.0, t[(1, 1)][i] - per_layer[i]) for i in range(2)]
     return {"layer_fwd_s": per_layer[0], "layer_bwd_s": per_layer[1], "first_fwd_s": first[0],
             "first_bwd_s": first[1], "last_fwd_s": last[0], "last_bwd_s": last[1],
-            "bare_call_s": statistics.median(bare)}
+            "bare_call_s": bare_call_s()}
 
 
 def launches_per_layer(s) -> int:
     """Launches the cost model charges per layer, forward + backward (roofline.with_launch: one
-    per op forward, two backward for ops with weights)."""
+    per op forward, two backward for ops with weights); an MoE model's layers are MoE layers
+    (the MoE emulator's are all MoE)."""
     from pipesim.costs.layers import layer_ops
-    return _launches(layer_ops(s))
+    return _launches(layer_ops(s, moe=s.model.is_moe))
 
 
 def _launches(ops) -> int:
