@@ -44,7 +44,7 @@ def main() -> None:
     import torch
     import torch.fx.experimental.symbolic_shapes  # noqa: F401 - first backward imports sympy
     from pipesim.calibrate.host import host_model, measure_dispatch, with_host_model
-    from pipesim.calibrate.in_context import MAPPED, in_context, trace_stages
+    from pipesim.calibrate.in_context import MAPPED, PATTERNS, in_context, trace_stages
     from pipesim.calibrate.run import device_info, measure_ops, plan
     from pipesim.costs.stage import stage_costs
     from pipesim.emulator import prepare
@@ -93,7 +93,7 @@ def main() -> None:
     for name, shapes, phase, sec, _ in records:
         if name not in MAPPED:
             rest[(phase, name)] += sec
-    calls = 3 * 3          # forwards (and backwards) per trace: 3 patterns of F F B F B B
+    calls = 3 * PATTERNS    # forwards (and backwards) per trace: patterns of F F B F B B
     print("\naten calls of kinds no key covers (timer overhead included), us per micro-batch:")
     for (phase, name), sec in sorted(rest.items(), key=lambda kv: -kv[1])[:15]:
         print(f"  {phase} {name:32s} {sec / calls * 1e6:8.1f}")
