@@ -10,11 +10,18 @@ Terms (all measured, none fitted to a crosscheck result):
   a negligible size (h = 8 per head, s = 4) so that only host time remains; per layer divided by
   the launches the cost model counts, less one bare torch call (already inside every measured op
   time), gives `gpu.kernel_launch_us` (launch_overlaps false: a CPU runs ops synchronously);
+- stage extras: the first and last stage's host time beyond their ops' launches (embedding,
+  head and loss at negligible size), added to their F and B;
 - action: the executor's own cost per plan action (status record, trace event, memory sample),
   from no-op actions run through the executor; added to each compute action;
 - p2p: gloo send/recv between two ranks (one-way time of a ping-pong, the OSU osu_latency
   method) fitted to latency + bytes / bandwidth: the sender's copy into the socket, the wire
-  (loopback) and the receiver's copy out, i.e. both sides' costs (`intra_node`).
+  (loopback) and the receiver's copy out, i.e. both sides' costs (`intra_node`);
+- allreduce: gloo all-reduce over the run's ranks (the OSU osu_allreduce method), fitted the same
+  way and used for the all-reduces of a group of that size inside F and B (tensor parallelism):
+  gloo's all-reduce of 2 CPU processes took 0.6-3.6 ms for 4-884 KB where the point-to-point fit
+  gives 0.2-0.7 ms (its chunked ring waits on the peer at every step), so the p2p link would
+  predict it 3-5x short.
 """
 from __future__ import annotations
 
@@ -76,27 +83,60 @@ def measure_dispatch(s, reps: int = 40) -> dict:
             if i >= 2:
                 times[(k, layers)][0].append(t1 - t0)
                 times[(k, layers)][1].append(t2 - t1)
+    return split_dispatch({key: (statistics.median(f), statistics.median(b)) for key, (f, b) in times.items()})
+
+
+def bare_call_s(reps: int = 200) -> float:
+    """Thread CPU seconds of one bare torch call at negligible size (median)."""
+    import torch
     a, w = torch.randn(TINY_SEQ, 8), torch.randn(8, 8)
     bare = []
-    for _ in range(200):
-        t0 = clock()
+    for _ in range(reps):
+        t0 = time.thread_time()
         torch.mm(a, w)
-        bare.append(clock() - t0)
-    t = {key: (statistics.median(f), statistics.median(b)) for key, (f, b) in times.items()}
+        bare.append(time.thread_time() - t0)
+    return statistics.median(bare)
+
+
+def split_dispatch(t: dict) -> dict:
+    """The dispatch record from the (forward, backward) host seconds of 2-stage models of 1 and 3
+    layers per stage, keyed (stage, layers): per layer = difference / 2 (averaged over both
+    stages), the first stage's and the last's extra = their 1-layer time less one layer."""
     per_layer = [max(0.0, (t[(0, 3)][i] - t[(0, 1)][i] + t[(1, 3)][i] - t[(1, 1)][i]) / 4) for i in range(2)]
     first = [max(0.0, t[(0, 1)][i] - per_layer[i]) for i in range(2)]
     last = [max(0.0, t[(1, 1)][i] - per_layer[i]) for i in range(2)]
     return {"layer_fwd_s": per_layer[0], "layer_bwd_s": per_layer[1], "first_fwd_s": first[0],
             "first_bwd_s": first[1], "last_fwd_s": last[0], "last_bwd_s": last[1],
-            "bare_call_s": statistics.median(bare)}
+            "bare_call_s": bare_call_s()}
 
 
 def launches_per_layer(s) -> int:
     """Launches the cost model charges per layer, forward + backward (roofline.with_launch: one
-    per op forward, two backward for ops with weights)."""
+    per op forward, two backward for ops with weights); an MoE model's layers are MoE layers
+    (the MoE emulator's are all MoE)."""
     from pipesim.costs.layers import layer_ops
-    ops = layer_ops(s)
+    return _launches(layer_ops(s, moe=s.model.is_moe))
+
+
+def _launches(ops) -> int:
     return len(ops) + sum(2 if o.dgrad_fraction < 1 else 1 for o in ops)
+
+
+def stage_extras(s, dispatch: dict) -> dict:
+    """Host seconds of the first stage (embedding) and of the last (head and loss) beyond what
+    the cost model already charges their ops as launches: the measured extra of a 1-layer first
+    or last stage over a layer (measure_dispatch), less the launches of embedding_ops / head_ops
+    at the measured host time per op. It holds what no op stands for -- the stage's own call,
+    autograd's start of a backward, the loss's scalar ops (tiny models lost 12-20 % of their
+    forward to it, docs/EMULATOR.md)."""
+    from pipesim.costs.layers import embedding_ops, head_ops
+    per_op = (dispatch["layer_fwd_s"] + dispatch["layer_bwd_s"]) / launches_per_layer(s)
+    out = {}
+    for side, ops in (("first", embedding_ops(s)), ("last", head_ops(s))):
+        fwd, total = len(ops), _launches(ops)
+        out[f"{side}_fwd_s"] = max(0.0, dispatch.get(f"{side}_fwd_s", 0.0) - fwd * per_op)
+        out[f"{side}_bwd_s"] = max(0.0, dispatch.get(f"{side}_bwd_s", 0.0) - (total - fwd) * per_op)
+    return out
 
 
 def fit_link(points) -> tuple[float, float] | None:
@@ -113,18 +153,35 @@ def fit_link(points) -> tuple[float, float] | None:
     return max(0.0, my - slope * mx), 1.0 / slope
 
 
-def host_model(s, dispatch: dict, action_s: float, p2p_points, layout: dict) -> dict:
+def host_model(s, dispatch: dict, action_s: float, p2p_points, layout: dict, allreduce_points=(),
+               ranks: int = 2) -> dict:
     """The device.host record of a profile from what the ranks measured."""
     # A measured op's time already holds one bare call (the calibration times torch.mm etc. from
     # Python); the launch term is the host time beyond it, so it is not counted twice.
     per_layer = dispatch["layer_fwd_s"] + dispatch["layer_bwd_s"]
     launch = max(0.0, per_layer / launches_per_layer(s) - dispatch.get("bare_call_s", 0.0))
     out = {"layout": layout, "dispatch": dispatch, "action_s": action_s, "kernel_launch_s": launch}
+    if "first_fwd_s" in dispatch:
+        out["stage_extra"] = stage_extras(s, dispatch)
     link = fit_link(p2p_points)
     if link is not None:
         out["p2p"] = {"latency_s": link[0], "bandwidth_Bps": link[1],
                       "points": [[b, t] for b, t in p2p_points]}
+    fit = fit_link(allreduce_points)
+    if fit is not None:
+        out["allreduce"] = {"ranks": ranks, "latency_s": fit[0], "bandwidth_Bps": fit[1],
+                            "points": [[b, t] for b, t in allreduce_points]}
     return out
+
+
+def allreduce_seconds(profile, nbytes: float, ranks: int) -> float | None:
+    """A measured all-reduce of `nbytes` over `ranks` processes (latency + bytes / bandwidth of
+    the host model's fit), or None when the profile has no fit for a group of that size."""
+    host = host_of(profile)
+    fit = host.get("allreduce") if host else None
+    if not fit or fit.get("ranks") != ranks or nbytes <= 0:
+        return None
+    return fit["latency_s"] + nbytes / fit["bandwidth_Bps"]
 
 
 def host_of(profile) -> dict | None:
@@ -132,6 +189,16 @@ def host_of(profile) -> dict | None:
     if profile is None or profile.device.get("kind") != "cpu":
         return None
     return profile.device.get("host")
+
+
+def stage_extra_seconds(profile, first: bool, last: bool) -> tuple[float, float]:
+    """(forward, backward) host seconds a stage pays for holding the embedding / the head
+    (stage_extras; 0 without a CPU host model)."""
+    host = host_of(profile)
+    ex = host.get("stage_extra", {}) if host else {}
+    fwd = (ex.get("first_fwd_s", 0.0) if first else 0.0) + (ex.get("last_fwd_s", 0.0) if last else 0.0)
+    bwd = (ex.get("first_bwd_s", 0.0) if first else 0.0) + (ex.get("last_bwd_s", 0.0) if last else 0.0)
+    return fwd, bwd
 
 
 def action_seconds(profile) -> float:

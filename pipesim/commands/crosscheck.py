@@ -253,9 +253,11 @@ def run(args) -> int:
 
 
 def _run_moe(args) -> int:
-    from pipesim.emulator.moe import crosscheck_scenario, format_crosscheck
+    from pipesim.emulator.moe_crosscheck import crosscheck_scenario, format_crosscheck
     from pipesim.scenario.load import load_scenario
-    result = crosscheck_scenario(load_scenario(args.scenario, args.overrides))
+    result = crosscheck_scenario(load_scenario(args.scenario, args.overrides), steps=args.steps, warmup=args.warmup,
+                                 timeout=max(args.timeout, 300.0), nice=args.nice, pin=not args.no_pin,
+                                 budget_s=0.05 if args.quick else 0.1)
     print(format_crosscheck(result))
     if args.json_out:
         with open(args.json_out, "w") as fh:

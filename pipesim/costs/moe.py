@@ -234,7 +234,26 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     # latency-bound all-to-all in the forward; DeepEP's fused kernel computes its layout inside.
     counts = (ep - 1) * (inter_link.latency if islands > 1 else intra_link.latency) \
         if tr.moe_dispatcher == "alltoall" else 0.0
+    cal = measured_a2a(s)
+    if cal is not None and tr.moe_dispatcher == "alltoall":
+        # a CPU profile: the all-to-all as the emulator's ranks timed it (gloo's all_to_all_single
+        # over this EP group, latency + bytes to the other ranks / bandwidth; moe_calibration.py),
+        # plus the wake-up of the ranks that wait asleep for the last one (measured the same way)
+        wake = cal.get("wakeup_s", 0.0)
+        one = cal["latency_s"] + wake + lam * X * (ep - 1) / ep / cal["bandwidth_Bps"] + etp_s
+        counts = cal["counts_s"] + wake
     return A2ACost(2 * one + counts, 2 * one, sent, sent, intra, inter)
+
+
+def measured_a2a(s: Scenario) -> dict | None:
+    """The all-to-all the MoE emulator's ranks measured, from a CPU profile's host model
+    (pipesim/emulator/moe_calibration.py), else None."""
+    if s.costs.profile is None:
+        return None
+    from pipesim.calibrate.host import host_of
+    from pipesim.costs.stage import load_profile_for
+    host = host_of(load_profile_for(s))
+    return host.get("a2a") if host else None
 
 
 def _comb(n: int, k: int) -> float:

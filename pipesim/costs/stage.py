@@ -15,17 +15,15 @@ from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.moe_host import comm_sm_share
 from pipesim.costs.ops import Op
+from pipesim.costs.optimizer import grad_norm_bytes, optimizer_bytes
 from pipesim.costs.roofline import CostModel
 from pipesim.costs.topology import placement, stage_link
 from pipesim.scenario.config import Scenario
 
-# Adam update traffic per parameter: read fp32 master, m, v and the gradient, write master, m, v
-# and the half-precision weight (4*3*2 + 2 + 2 bytes); memory bound (Rajbhandari et al. 2020 Sec. 3.1
-# for the state sizes).
+# Adam update traffic per parameter of the CNN path (pipesim/partition/cnn_stages.py): read fp32
+# master, m, v and the gradient, write master, m, v and the half-precision weight (4*3*2 + 2 + 2).
+# Transformer stages count Megatron's optimizer kernels one by one (pipesim/costs/optimizer.py).
 ADAM_BYTES_PER_PARAM = 28.0
-# SGD with momentum: read master (or fp32 weight), gradient, momentum; write master, momentum and
-# the half-precision weight: 4 + 2 + 4 + 4 + 4 + 2 = 20 bytes (fp32 training: 4·5 = 20 as well).
-OPTIMIZER_BYTES_PER_PARAM = {"adam": ADAM_BYTES_PER_PARAM, "sgd": 20.0}
 QUANT_GROUP = 128        # elements per quantization scale (pipesim.kernels.quantize default)
 
 
@@ -144,8 +142,8 @@ def op_terms(s: Scenario, cm: CostModel, op: Op) -> tuple:
     """One op's (fwd seconds, source, bwd seconds, source, exposed TP fwd, bwd, TP bytes fwd, bwd)."""
     f, b = cm.time(op, "fwd"), cm.time(op, "bwd")
     return (f.seconds, f.source, b.seconds, b.source,
-            exposed_tp(s, comm_seconds(s, op.comm_fwd), f.seconds, op.gemms_fwd),
-            exposed_tp(s, comm_seconds(s, op.comm_bwd), b.seconds, op.gemms_bwd),
+            exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd),
+            exposed_tp(s, comm_seconds(s, op.comm_bwd, cm.profile), b.seconds, op.gemms_bwd),
             sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd))
 
 
@@ -160,9 +158,17 @@ def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:
     return comm / s.parallel.tensor + max(0.0, comm - gemm)
 
 
-def comm_seconds(s: Scenario, comms) -> float:
-    return sum(c.count * collective_time(c.kind, c.bytes, placement(s, c.group), s.parallel.collective)
-               for c in comms)
+def comm_seconds(s: Scenario, comms, profile=None) -> float:
+    """Seconds of the collectives `comms`; an all-reduce that the profile's CPU host model
+    measured for a group of its size (pipesim/calibrate/host.py) takes the measured time."""
+    from pipesim.calibrate.host import allreduce_seconds
+    total = 0.0
+    for c in comms:
+        t = allreduce_seconds(profile, c.bytes, c.size) if c.kind == "all_reduce" else None
+        if t is None:
+            t = collective_time(c.kind, c.bytes, placement(s, c.group), s.parallel.collective)
+        total += c.count * t
+    return total
 
 
 def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0.0) -> tuple[float, float, float]:
@@ -181,7 +187,7 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0
     # sequence parallelism) and re-run the whole forward, including its TP communication.
     sh = shapes_of(s)
     checkpoint = sh.tokens * sh.h * sh.e / sh.tp.token_div
-    t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd]) + cp_fwd
+    t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd], cm.profile) + cp_fwd
     return t, checkpoint, saved_all
 
 
@@ -208,8 +214,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
     # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
-    from pipesim.calibrate.host import action_seconds
+    from pipesim.calibrate.host import action_seconds, stage_extra_seconds
     host_action = action_seconds(cm.profile)
+    from pipesim.costs.eager_copies import layer_copy_seconds
+    copy_fwd, copy_bwd = layer_copy_seconds(s, cm)     # eager layout copies (CPU emulator only)
     layer = costed_layer_ops(s)
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
@@ -243,8 +251,15 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         n_cp = n_layers + n_moe       # every layer's attention exchanges K/V under context parallelism
         acc = _Acc()
         acc.add(s, cm, layer, n_layers, memo)
+        acc.fwd += n_cp * copy_fwd
+        acc.bwd += n_cp * copy_bwd
+        acc.dgrad += n_cp * copy_bwd
         extras = (emb if first else []) + (head if last else [])
         acc.add(s, cm, extras, 1, memo)
+        host_fwd, host_bwd = stage_extra_seconds(cm.profile, first, last)   # CPU host model only
+        acc.fwd += host_fwd
+        acc.bwd += host_bwd
+        acc.dgrad += host_bwd
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
@@ -283,8 +298,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
             static = StaticMemory(static.weights + fp8_params * FP8_WEIGHT_COPY_BYTES, static.gradients,
                                   static.optimizer)
-        opt_step = cm.memory_time(local_params * OPTIMIZER_BYTES_PER_PARAM[tr.optimizer])
         elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)       # gradient bytes per parameter
+        opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         out.append(StageCosts(
@@ -378,7 +393,7 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
         # an all-reduce of 2 members is one exchange of the buffer each way: α + B β
         out.append(("EMBED_GRAD_AR", p2p_time(emb, stage_link(s, 0, par.pipeline - 1))))
     if tr.optimizer == "adam":
-        grads = local_params * elem
+        grads = grad_norm_bytes(local_params)
         out.append(("GRAD_NORM", cm.memory_time(grads) + norm_all_reduce(s)))
     out.append(("OPTIMIZER", opt_step))
     if fp8_params:      # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not

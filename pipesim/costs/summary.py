@@ -72,6 +72,8 @@ def required_measurements(s: Scenario) -> list[tuple[str, dict]]:
             if ident not in seen:
                 seen.add(ident)
                 out.append((key, dict(shape)))
+    from pipesim.costs.eager_copies import lookups
+    out += [item for item in lookups(s) if item not in out]
     bits = s.training.activation_compression_bits
     if bits < 16:
         from pipesim.costs.layers import shapes_of

@@ -9,15 +9,17 @@ An MoE layer: router logits -> softmax -> top-k -> token copies sorted by destin
 dispatch all-to-all -> local experts (SwiGLU) -> combine all-to-all -> weighted sum. The
 all-to-all is `all_to_all_single` with split sizes (gloo supports it in torch 2.x) and falls back
 to point-to-point isend/irecv where a backend lacks it; its backward is the reverse exchange.
-Schedule: GPipe (all forwards, then all backwards) over `microbatches` per rank; the loss is the
-mean over every token of the global batch, so gradients equal a single process's on the whole
-batch (`reference`).
+Step: GPipe (all forwards, then all backwards) over `microbatches` per rank, dense gradients
+all-reduced, gradient clipping and Adam; the loss is the mean over every token of the global
+batch, so gradients equal a single process's on the whole batch (`reference`). Timed runs (warm-up,
+steps, in-rank calibration) are pipesim/emulator/moe_crosscheck.py's.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 
@@ -83,10 +85,14 @@ def attention(x, p, i, cfg: TinyMoE):
 
 
 class Comm:
-    """Expert-parallel communicator of one rank (None group = single process, EP 1)."""
+    """Expert-parallel communicator of one rank (None group = single process, EP 1). With no
+    group and ep > 1 it is a loopback: the rank's host work is the same (counts, split sizes,
+    the autograd exchange), its tokens come back unsent -- the in-rank calibration times the
+    layer's host side with it (moe_calibration.py), sleeping `nap` seconds per exchange as the
+    rank blocks in gloo during the steps."""
 
-    def __init__(self, group=None, ep: int = 1, ep_rank: int = 0, recorder=None):
-        self.group, self.ep, self.ep_rank, self.recorder = group, ep, ep_rank, recorder
+    def __init__(self, group=None, ep: int = 1, ep_rank: int = 0, recorder=None, nap: float = 0.0):
+        self.group, self.ep, self.ep_rank, self.recorder, self.nap = group, ep, ep_rank, recorder, nap
 
     def exchange(self, x, send_counts: list[int], recv_counts: list[int], tag: str):
         """Variable-size all-to-all of rows of x (autograd: the backward exchanges back)."""
@@ -97,18 +103,25 @@ class Comm:
     def counts(self, per_expert):
         """Copies per expert -> for each source rank, its copies per local expert (ep·E/ep)."""
         import torch.distributed as dist
+        if self.group is None:
+            time.sleep(self.nap)
+            return per_expert.clone()
         out = per_expert.new_empty(per_expert.shape)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         dist.all_to_all_single(out, per_expert.contiguous(), group=self.group)
         if self.recorder is not None:
-            self.recorder.event("A2A", "counts", t0, time.perf_counter(), per_expert.numel() * 8)
+            self.recorder.event("A2A", "counts", t0, time.perf_counter(), per_expert.numel() * 8,
+                                time.thread_time() - c0)
         return out
 
     def raw_exchange(self, x, send_counts, recv_counts, tag):
         import torch
         import torch.distributed as dist
+        if self.group is None:
+            time.sleep(self.nap)
+            return x.clone()
         out = x.new_empty((sum(recv_counts),) + tuple(x.shape[1:]))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             dist.all_to_all_single(out, x.contiguous(), recv_counts, send_counts, group=self.group)
         except (RuntimeError, NotImplementedError):      # backends without all_to_all: p2p
@@ -123,7 +136,8 @@ class Comm:
             recvs[self.ep_rank].copy_(sends[self.ep_rank])
             out = torch.cat(recvs) if recvs else out
         if self.recorder is not None:
-            self.recorder.event("A2A", tag, t0, time.perf_counter(), x.numel() * x.element_size())
+            self.recorder.event("A2A", tag, t0, time.perf_counter(), x.numel() * x.element_size(),
+                                time.thread_time() - c0)
         return out
 
 
@@ -217,14 +231,21 @@ def reference(cfg: TinyMoE, dp: int) -> tuple[float, dict]:
 
 
 class Recorder:
-    """Per-action wall times of one rank, as TraceEvent-like dicts (times relative to a barrier)."""
+    """Per-action wall and thread-CPU times of one rank, as TraceEvent-like dicts (times relative
+    to the barrier that starts the step; `step` numbers the steps, warm-up included)."""
 
     def __init__(self, rank: int):
-        self.rank, self.t0, self.events, self.stack = rank, time.perf_counter(), [], []
+        self.rank, self.t0, self.events, self.step = rank, time.perf_counter(), [], 0
 
-    def event(self, kind: str, label: str, start: float, end: float, nbytes: float = 0.0):
-        self.events.append({"rank": self.rank, "kind": kind, "label": label, "start": start - self.t0,
-                            "end": end - self.t0, "bytes": nbytes})
+    def event(self, kind: str, label: str, start: float, end: float, nbytes: float = 0.0, cpu: float | None = None):
+        self.events.append({"rank": self.rank, "step": self.step, "kind": kind, "label": label,
+                            "start": start - self.t0, "end": end - self.t0, "bytes": nbytes, "cpu_s": cpu})
+
+    @contextmanager
+    def timed(self, kind: str, label: str, nbytes: float = 0.0):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        yield
+        self.event(kind, label, t0, time.perf_counter(), nbytes, time.thread_time() - c0)
 
 
 def _stage_of(cfg: TinyMoE, pp: int, k: int) -> range:
@@ -232,12 +253,106 @@ def _stage_of(cfg: TinyMoE, pp: int, k: int) -> range:
     return range(k * per, (k + 1) * per)
 
 
-def worker(rank: int, world: int, ep: int, pp: int, cfg: TinyMoE, port: int, out_dir: str, threads: int = 1) -> None:
-    """One rank: GPipe over cfg.microbatches, then gradients (dense all-reduced over the stage's
-    data-parallel ranks) and per-action times written to out_dir/rank{r}.pt / .json."""
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run is timed: `warmup` untimed-then-discarded steps before `steps` measured ones;
+    `pin` rank r to core r mod cores and raise its priority by `nice` (root only;
+    pipesim/emulator/host.py, as the dense emulator's ranks); `calibrate` the scenario whose
+    op costs and host model each rank measures before the warm-up and after the steps
+    (moe_calibration.py), None for a gradient check only."""
+    steps: int = 1
+    warmup: int = 0
+    pin: bool = False
+    nice: int = 0
+    calibrate: object = None
+    budget_s: float = 0.1
+
+
+def _gpipe_step(rank, ep, cfg, p, comm, rec, layers, first, last, total, groups, stage, ep_rank):
+    """One training step: GPipe forwards, backwards, dense gradients all-reduced over the stage's
+    data-parallel (EP) ranks. Returns the step's (unscaled) loss sum on the last stage."""
     import torch
     import torch.distributed as dist
+    dtype = getattr(torch, cfg.dtype)
+    shape = (cfg.micro_batch, cfg.seq, cfg.hidden)
+    outs, ins, loss = [], [], 0.0
+    for mb in range(cfg.microbatches):                       # forwards
+        x, y = batch(cfg, ep, ep_rank, mb)
+        if not first:
+            x = torch.empty(shape, dtype=dtype)
+            with rec.timed("RECV_F", f"mb{mb}"):
+                dist.recv(x, rank - ep)
+            x.requires_grad_(True)
+        ins.append(x)
+        with rec.timed("F", f"mb{mb}"):
+            out = stage_forward(x, p, cfg, layers, comm, first, last, y)
+        if last:
+            out = out / total
+            loss += float(out.detach())
+        else:
+            with rec.timed("SEND_F", f"mb{mb}", out.numel() * out.element_size()):
+                dist.send(out.detach().contiguous(), rank + ep)
+        outs.append(out)
+    for mb in range(cfg.microbatches):                       # backwards
+        if last:
+            with rec.timed("B", f"mb{mb}"):
+                outs[mb].backward()
+        else:
+            g = torch.empty(shape, dtype=dtype)
+            with rec.timed("RECV_B", f"mb{mb}"):
+                dist.recv(g, rank + ep)
+            with rec.timed("B", f"mb{mb}"):
+                outs[mb].backward(g)
+        if not first:
+            gx = ins[mb].grad.contiguous()
+            with rec.timed("SEND_B", f"mb{mb}", gx.numel() * gx.element_size()):
+                dist.send(gx, rank - ep)
+    if ep > 1:                                               # dense weights: data parallel in the stage
+        dense = [v.grad if v.grad is not None else torch.zeros_like(v) for k, v in p.items() if ".expert" not in k]
+        flat = torch.cat([g.reshape(-1) for g in dense])
+        with rec.timed("DP", "allreduce", flat.numel() * flat.element_size()):
+            dist.all_reduce(flat, group=groups[stage])
+        for (k, v), g in zip(((k, v) for k, v in p.items() if ".expert" not in k), flat.split([g.numel() for g in dense])):
+            v.grad = g.view_as(v)
+    return loss
+
+
+CLIP_GRAD = 1.0     # Megatron-LM's default --clip-grad
+
+
+def clip_grad_norm(params, max_norm: float = CLIP_GRAD) -> float:
+    """Megatron-LM's gradient clipping (megatron/core/optimizer/clip_grads.py): the L2 norm of
+    the local gradients, summed (squared) over every rank, and the gradients scaled only when it
+    exceeds max_norm. Returns the scale applied (1 when none). (Replicated dense gradients count
+    once per replica here; the norm only sets the scale.)"""
+    import torch
+    import torch.distributed as dist
+    grads = [q.grad for q in params if q.grad is not None]
+    sq = torch.stack([g.detach().pow(2).sum() for g in grads]).sum().reshape(1).double() if grads else \
+        torch.zeros(1, dtype=torch.float64)
+    dist.all_reduce(sq)
+    norm = float(sq.sqrt())
+    scale = max_norm / (norm + 1e-6) if norm > max_norm else 1.0
+    if scale < 1.0:
+        for g in grads:
+            g.mul_(scale)
+    return scale
+
+
+def worker(rank: int, world: int, ep: int, pp: int, cfg: TinyMoE, port: int, out_dir: str, threads: int = 1,
+           opts: RunOptions = RunOptions()) -> None:
+    """One rank: opts.warmup + opts.steps training steps (GPipe over cfg.microbatches, dense
+    gradients all-reduced, gradient clipping, Adam), then the gradients of the last step and the
+    loss of the last step (with one step: those of the initial weights) and per-action times written to
+    out_dir/rank{r}.pt / .json (and the calibrations to rank{r}.profile.{before,after}.json)."""
+    import torch
+    import torch.distributed as dist
+    from pipesim.emulator.host import pin_to_core, raise_priority
+    from pipesim.emulator.optim import Optimizer
     torch.set_num_threads(threads)
+    raise_priority(opts.nice)
+    if opts.pin:
+        pin_to_core(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     stage, ep_rank = divmod(rank, ep)
@@ -250,54 +365,34 @@ def worker(rank: int, world: int, ep: int, pp: int, cfg: TinyMoE, port: int, out
     mine = {k: v for k, v in full.items() if _owned(k, layers, first, last, cfg, ep, ep_rank)}
     p = {k: v.clone().requires_grad_(True) for k, v in mine.items()}
     total = cfg.micro_batch * cfg.seq * cfg.microbatches * ep
-    shape = (cfg.micro_batch, cfg.seq, cfg.hidden)
-    dist.barrier()
-    rec.t0 = time.perf_counter()
-    outs, ins, loss = [], [], 0.0
-    for mb in range(cfg.microbatches):                       # forwards
-        x, y = batch(cfg, ep, ep_rank, mb)
-        if not first:
-            t0 = time.perf_counter()
-            x = torch.empty(shape, dtype=getattr(torch, cfg.dtype))
-            dist.recv(x, rank - ep)
-            rec.event("RECV_F", f"mb{mb}", t0, time.perf_counter())
-            x.requires_grad_(True)
-        ins.append(x)
-        t0 = time.perf_counter()
-        out = stage_forward(x, p, cfg, layers, comm, first, last, y)
-        rec.event("F", f"mb{mb}", t0, time.perf_counter())
-        if last:
-            out = out / total
-            loss += float(out.detach())
-        else:
-            t0 = time.perf_counter()
-            dist.send(out.detach().contiguous(), rank + ep)
-            rec.event("SEND_F", f"mb{mb}", t0, time.perf_counter(), out.numel() * out.element_size())
-        outs.append(out)
-    for mb in range(cfg.microbatches):                       # backwards
-        t0 = time.perf_counter()
-        if last:
-            outs[mb].backward()
-        else:
-            g = torch.empty(shape, dtype=getattr(torch, cfg.dtype))
-            dist.recv(g, rank + ep)
-            rec.event("RECV_B", f"mb{mb}", t0, time.perf_counter())
-            t0 = time.perf_counter()
-            outs[mb].backward(g)
-        rec.event("B", f"mb{mb}", t0, time.perf_counter())
-        if not first:
-            t0 = time.perf_counter()
-            dist.send(ins[mb].grad.contiguous(), rank - ep)
-            rec.event("SEND_B", f"mb{mb}", t0, time.perf_counter(), ins[mb].grad.numel() * ins[mb].grad.element_size())
-    grads = {}
-    for k, v in p.items():
-        g = v.grad if v.grad is not None else torch.zeros_like(v)
-        if ".expert" not in k and ep > 1:                    # dense weights: data parallel in the stage
-            dist.all_reduce(g, group=groups[stage])
-        grads[k] = g.detach()
-    loss_t = torch.tensor([loss], dtype=torch.float64)
+    opt = Optimizer(p.values(), "adam")
+
+    def calibrate(when):
+        if opts.calibrate is not None:
+            from pipesim.emulator.moe_calibration import calibrate_moe_rank
+            calibrate_moe_rank(opts.calibrate, cfg, rank, world, ep, groups, opts.budget_s, out_dir, when)
+
+    calibrate("before")
+    losses = []
+    for step in range(opts.warmup + opts.steps):
+        for v in p.values():
+            v.grad = None
+        rec.step = step
+        dist.barrier()
+        rec.t0 = t0 = time.perf_counter()
+        c0 = time.thread_time()
+        loss = _gpipe_step(rank, ep, cfg, p, comm, rec, layers, first, last, total, groups, stage, ep_rank)
+        with rec.timed("GRAD_NORM", "clip"):
+            scale = clip_grad_norm(list(p.values()))
+        with rec.timed("OPTIMIZER", "adam"):
+            opt.step()
+        rec.event("STEP", "step", t0, time.perf_counter(), cpu=time.thread_time() - c0)
+        losses.append(loss)
+    calibrate("after")
+    # the last step's gradients before clipping (the check compares them with one process's)
+    grads = {k: (v.grad / scale if v.grad is not None else torch.zeros_like(v)).detach() for k, v in p.items()}
+    loss_t = torch.tensor([losses[-1]], dtype=torch.float64)
     dist.all_reduce(loss_t)
-    rec.event("STEP", "step", rec.t0, time.perf_counter())
     torch.save({"grads": grads, "loss": float(loss_t)}, os.path.join(out_dir, f"rank{rank}.pt"))
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
         json.dump(rec.events, fh)
@@ -324,8 +419,10 @@ def _owned(name: str, layers: range, first: bool, last: bool, cfg: TinyMoE, ep: 
 START_METHOD = "fork" if hasattr(os, "fork") else "spawn"
 
 
-def run(ep: int, pp: int = 1, cfg: TinyMoE = TinyMoE(), out_dir: str | None = None, timeout: float = 120.0) -> dict:
-    """Run world = ep·pp ranks; returns {"loss", "grads" (full model), "events" (per rank)}."""
+def run(ep: int, pp: int = 1, cfg: TinyMoE = TinyMoE(), out_dir: str | None = None, timeout: float = 120.0,
+        opts: RunOptions = RunOptions()) -> dict:
+    """Run world = ep·pp ranks; returns {"loss", "grads" (full model), "events" (per rank),
+    "out_dir"}."""
     import tempfile
 
     import torch.multiprocessing as mp
@@ -335,7 +432,7 @@ def run(ep: int, pp: int = 1, cfg: TinyMoE = TinyMoE(), out_dir: str | None = No
         raise PipesimError(f"experts({cfg.experts}) % ep({ep}) and layers({cfg.layers}) % pp({pp}) must be 0")
     out_dir = out_dir or tempfile.mkdtemp(prefix="pipesim-moe-")
     world = ep * pp
-    ctx = mp.start_processes(worker, args=(world, ep, pp, cfg, free_port(), out_dir), nprocs=world,
+    ctx = mp.start_processes(worker, args=(world, ep, pp, cfg, free_port(), out_dir, 1, opts), nprocs=world,
                              join=False, start_method=START_METHOD)
     deadline = time.monotonic() + timeout
     while not ctx.join(timeout=0.5):
@@ -352,62 +449,5 @@ def run(ep: int, pp: int = 1, cfg: TinyMoE = TinyMoE(), out_dir: str | None = No
             grads.setdefault(k, g)          # replicas hold equal (all-reduced) dense gradients
         with open(os.path.join(out_dir, f"rank{r}.json")) as fh:
             events += json.load(fh)
-    return {"loss": loss, "grads": grads, "events": events, "config": asdict(cfg), "ep": ep, "pp": pp}
-
-
-# ---- crosscheck: the same model in the simulator ---------------------------------------------
-def config_of(s) -> TinyMoE:
-    """The emulated model of an MoE scenario; the emulator supports EP folded onto data
-    parallelism (tensor 1, data = expert), GPipe, one micro-batch size."""
-    from pipesim.errors import ScenarioError
-    m, par, tr = s.model, s.parallel, s.training
-    problems = [f"{what} ({got})" for what, got, ok in (
-        ("tensor must be 1", par.tensor, par.tensor == 1), ("data must equal expert", f"{par.data} vs {par.expert}",
-                                                            par.data == par.expert),
-        ("schedule must be gpipe", tr.schedule, tr.schedule == "gpipe"),
-        ("virtual_stages must be 1", par.virtual_stages, par.virtual_stages == 1),
-        ("every layer MoE", m.num_moe_layers, m.num_moe_layers == m.num_layers)) if not ok]
-    if problems:
-        raise ScenarioError(f"{s.source}: the MoE emulator runs EP folded onto data with GPipe: " + "; ".join(problems))
-    return TinyMoE(vocab=m.vocab_size, hidden=m.hidden_size, heads=m.num_attention_heads, layers=m.num_layers,
-                   experts=m.num_experts, top_k=m.moe_top_k, ffn=m.moe_ffn, seq=m.seq_length,
-                   micro_batch=tr.micro_batch_size, microbatches=s.num_microbatches, dtype="float32")
-
-
-def crosscheck_scenario(s) -> dict:
-    """Emulate (float32) and simulate an MoE scenario; per action mean seconds, measured vs
-    simulated: F and B per stage, one all-to-all (dispatch or combine), the step."""
-    from statistics import mean
-
-    from pipesim.costs import stage_costs
-    from pipesim.sim import simulate
-    cfg = config_of(s)
-    ep, pp = s.parallel.expert, s.parallel.pipeline
-    measured = run(ep, pp, cfg)["events"]
-    costs = stage_costs(s)
-    sim = simulate(s, trace=False).to_dict()
-    rows = []
-    for k in range(pp):
-        ranks = range(k * ep, (k + 1) * ep)
-        for kind, sec in (("F", costs[k].forward), ("B", costs[k].backward)):
-            got = [e["end"] - e["start"] for e in measured if e["kind"] == kind and e["rank"] in ranks]
-            rows.append({"action": f"{kind} stage {k}", "measured_s": mean(got), "simulated_s": sec})
-        a2a = [e["end"] - e["start"] for e in measured if e["kind"] == "A2A" and e["rank"] in ranks
-               and e["label"].startswith(("dispatch", "combine")) and not e["label"].endswith("_bwd")]
-        if ep > 1:
-            one = costs[k].ep_comm_bwd / max(1, 2 * costs[k].moe_layers)    # one dispatch or combine
-            rows.append({"action": f"A2A stage {k}", "measured_s": mean(a2a), "simulated_s": one})
-    step = max(e["end"] - e["start"] for e in measured if e["kind"] == "STEP")
-    rows.append({"action": "step", "measured_s": step, "simulated_s": sim["step_time_s"]})
-    for r in rows:
-        r["error_pct"] = 100 * (r["simulated_s"] / r["measured_s"] - 1) if r["measured_s"] else None
-    return {"ep": ep, "pp": pp, "rows": rows, "step_error_pct": rows[-1]["error_pct"]}
-
-
-def format_crosscheck(result: dict) -> str:
-    lines = [f"tiny MoE on {result['ep'] * result['pp']} CPU ranks (EP {result['ep']} x PP {result['pp']}, gloo)",
-             f"  {'action':14s} {'measured ms':>12s} {'simulated ms':>13s} {'err %':>7s}"]
-    for r in result["rows"]:
-        lines.append(f"  {r['action']:14s} {1e3 * r['measured_s']:12.3f} {1e3 * r['simulated_s']:13.3f} "
-                     f"{r['error_pct']:+7.1f}")
-    return "\n".join(lines)
+    return {"loss": loss, "grads": grads, "events": events, "config": asdict(cfg), "ep": ep, "pp": pp,
+            "out_dir": out_dir}

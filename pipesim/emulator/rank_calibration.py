@@ -47,6 +47,13 @@ def message_sizes(s) -> list[int]:
     return sorted({4096, act, 4 * act, 4 * 2**20})
 
 
+def in_model_supported(s) -> bool:
+    """Whether the ops can be timed inside this rank's stages: stages whose forward and backward
+    run on random inputs without peers (context parallelism and MoE routing exchange data with
+    other ranks inside a layer; tensor-parallel collectives are symmetric and take part)."""
+    return s.parallel.context == 1 and not s.model.is_moe
+
+
 def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET_S, executor=None,
                       run_dir: str | None = None, status=None, when: str = "before") -> dict:
     """Measure on this rank (every rank of the run calls it at the same point); returns the part
@@ -67,18 +74,29 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     # (Taking turns, one rank idle while the other timed its ops, predicted shape A's step 12 and
     # 19 % short at load 12-15 against 12 and 5 % for all at once, measured back to back.)
     dist.barrier()
-    ops = measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s)
+    ops = [m.to_dict() for m in measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s)]
+    replaced = 0
+    if executor is not None and in_model_supported(s):
+        # the same ops timed where they run: inside this rank's own stages (in_context.py)
+        from pipesim.calibrate.in_context import in_context, trace_stages
+        rt = executor.rt
+        records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter)
+        rt.tp.log.clear()           # the trace's TP collectives are not the step's
+        ops, replaced = in_context(ops, items, records)
     dispatch = measure_dispatch(s)
     action = measure_action(executor) if executor is not None else 0.0
-    p2p = []
+    p2p, allreduce = [], []
     if world % 2 == 0:
         peer = rank + 1 if rank % 2 == 0 else rank - 1
         for op, nbytes, times in time_comm(rank, peer, message_sizes(s), budget_s, torch.device("cpu")):
             if op == "sendrecv":
                 p2p.append([nbytes, summarize(times)[0]])
+            elif op == "allreduce":
+                allreduce.append([nbytes, summarize(times)[0]])
     dist.barrier()
-    part = {"rank": rank, "measurements": [m.to_dict() for m in ops], "notes": notes,
-            "dispatch": dispatch, "action_s": action, "p2p": p2p}
+    part = {"rank": rank, "measurements": ops, "notes": notes, "in_model_keys": replaced,
+            "dispatch": dispatch, "action_s": action, "p2p": p2p,
+            "allreduce": allreduce}
     if run_dir:
         with open(os.path.join(run_dir, f"rank{rank}.profile.{when}.json"), "w") as fh:
             json.dump(part, fh)
@@ -100,8 +118,13 @@ def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
         for nbytes, sec in p["p2p"]:
             pts.setdefault(nbytes, []).append(sec)
     p2p = [(b, statistics.fmean(v)) for b, v in sorted(pts.items())]
+    ar: dict = {}
+    for p in parts:
+        for nbytes, sec in p.get("allreduce", []):
+            ar.setdefault(nbytes, []).append(sec)
+    allreduce = [(b, statistics.fmean(v)) for b, v in sorted(ar.items())]
     info = device_info("cpu", threads)
-    info["host"] = host_model(s, dispatch, action, p2p, layout(nproc, threads))
+    info["host"] = host_model(s, dispatch, action, p2p, layout(nproc, threads), allreduce, nproc)
     info["calibrated"] = "inside the emulator's ranks"
     notes = sorted({n for p in parts for n in p.get("notes", [])})
     if notes:
@@ -111,14 +134,21 @@ def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
 
 def _mean_over_ranks(lists) -> list[dict]:
     """Per (op, shape): the mean of the ranks' medians, the widest p10-p90, all samples."""
+    from pipesim.costs.profile import IN_MODEL
     by_key: dict = {}
     for ms in lists:
         for m in ms:
             by_key.setdefault((m["op"], json.dumps(m["shape"], sort_keys=True)), []).append(m)
     out = []
     for ms in by_key.values():
+        # a key timed inside some rank's stages (that rank runs the op) is taken from those ranks
+        inside = [x for x in ms if x.get("impl") == IN_MODEL]
+        ms = inside or ms
         m = dict(ms[0])
         m["median_s"] = statistics.fmean(x["median_s"] for x in ms)
+        iso = [x["isolated_s"] for x in ms if "isolated_s" in x]
+        if iso:
+            m["isolated_s"] = statistics.fmean(iso)
         m["p10_s"] = min(x["p10_s"] for x in ms)
         m["p90_s"] = max(x["p90_s"] for x in ms)
         m["n"] = sum(x["n"] for x in ms)

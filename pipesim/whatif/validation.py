@@ -26,6 +26,8 @@ import yaml
 from pipesim.errors import PipesimError, ScenarioError
 
 DEFAULT_FILE = Path(__file__).resolve().parents[2] / "scenarios" / "validation" / "published.yaml"
+# Published runs outside the shared set, kept apart so the shared file stays a verbatim copy.
+HELDOUT_FILE = DEFAULT_FILE.with_name("heldout.yaml")
 
 SUITES = {
     "sc21-table1": ("sc21-t1-", 5.0),
@@ -34,10 +36,11 @@ SUITES = {
     "mcore-h100": ("mcore-h100-", 8.0),      # pipesim/whatif/families.py
     "nemo2407": ("nemo2407-", 8.0),
     "llama3-405b": ("llama3-405b-", 10.0),  # pipesim/whatif/validation_cp.py
+    "korthikanti22": ("rac22-", None),       # held out: pipesim/whatif/validation_heldout.py
 }
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
-METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model"}
+METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
 # DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
@@ -74,7 +77,12 @@ class Case:
 
 
 def load_cases(path=None) -> list[Case]:
-    path = Path(path or DEFAULT_FILE)
+    if path is None:
+        return _load_file(DEFAULT_FILE) + _load_file(HELDOUT_FILE)
+    return _load_file(Path(path))
+
+
+def _load_file(path: Path) -> list[Case]:
     if not path.is_file():
         raise ScenarioError(f"{path}: validation file not found")
     data = yaml.safe_load(path.read_text())
@@ -110,6 +118,9 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite == "llama3-405b":
         from pipesim.whatif.validation_cp import llama3_scenario
         return llama3_scenario(case)
+    if case.suite == "korthikanti22":
+        from pipesim.whatif.validation_heldout import rac22_scenario
+        return rac22_scenario(case)
     if case.suite in METRIC:
         from pipesim.whatif.families import mcore_scenario, nemo_scenario
         return (mcore_scenario if case.suite == "mcore-h100" else nemo_scenario)(case)
@@ -321,7 +332,10 @@ def error_budget(r: Result) -> list[str]:
     total_src = sum(srcs.values()) or 1.0
     busy = rank["compute_busy_s"]
     steps = {}
+    mine = set(rank.get("stages", ()))      # the step ops of rank 0's own model stages only
     for c in rep.get("stage_costs", []):
+        if mine and c.get("stage") not in mine:
+            continue
         for name, sec in (c.get("step_ops") or {}).items():
             steps[name] = steps.get(name, 0.0) + sec
     step_total = sum(steps.values())

@@ -1,0 +1,185 @@
+"""Op costs timed inside the model (pipesim/calibrate/in_context.py) and the eager layout copies
+(pipesim/costs/eager_copies.py)."""
+import json
+import os
+
+import pytest
+
+from pipesim.calibrate.in_context import samples_by_key
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+TINY = os.path.join(ROOT, "scenarios", "emulator", "tiny_1f1b.yaml")
+
+F32 = {"dtype": "fp32"}
+ITEMS = [("gemm", dict(F32, m=8, k=4, n=12)), ("gemm", dict(F32, m=4, k=8, n=12)),
+         ("bmm", dict(F32, batch=2, m=8, n=8, k=4, bias=True)),
+         ("bmm", dict(F32, batch=2, m=8, n=4, k=8, bias=False)),
+         ("softmax_fwd", dict(F32, rows=16, cols=8)), ("layer_norm_bwd", dict(F32, rows=8, cols=4)),
+         ("gelu_fwd", dict(F32, numel=96)), ("bias_bwd", dict(F32, rows=8, cols=12)), ("copy", {"bytes": 384}),
+         ("cross_entropy_bwd", {"tokens": 8, "vocab": 12})]
+
+
+def _key(op, shape):
+    return (op, tuple(sorted(shape.items())))
+
+
+def test_aten_calls_map_onto_the_cost_models_keys():
+    rec = [("addmm", [(12,), (8, 4), (4, 12)], "fwd", 5e-3, 384),       # linear with a bias
+           ("mm", [(8, 4), (4, 12)], "bwd", 4e-3, 384),                  # same GEMM in a backward
+           ("addmm_", [(12, 4), (12, 8), (8, 4)], "bwd", 3e-3, 192),     # weight gradient, transposed
+           ("baddbmm", [(8, 8), (2, 8, 4), (2, 4, 8)], "fwd", 2e-3, 512),
+           ("bmm", [(2, 4, 8), (2, 8, 8)], "bwd", 1e-3, 256),            # P^T dC: the transpose of (8, 4, k=8)
+           ("_softmax", [(2, 8, 8)], "fwd", 7e-4, 512),
+           ("native_layer_norm_backward", [(8, 4), (8, 4)], "bwd", 6e-4, 128),
+           ("gelu", [(8, 12)], "fwd", 5e-4, 384), ("sum", [(8, 12)], "bwd", 4e-4, 48),
+           ("cat", [], "bwd", 3e-4, 384), ("clone", [(8, 12)], "bwd", 9.0, 384),   # clone only counts forward
+           ("view", [(8, 12)], "fwd", 9.0, 0),
+           ("nll_loss_backward", [(), (8, 12), (8,), ()], "bwd", 1e-4, 384),          # a cross-entropy's
+           ("_log_softmax_backward_data", [(8, 12), (8, 12)], "bwd", 2e-4, 384),      # two halves
+           ("nll_loss_backward", [(), (8, 12), (8,), ()], "bwd", 3e-4, 384),
+           ("_log_softmax_backward_data", [(8, 12), (8, 12)], "bwd", 2e-4, 384)]
+    got = samples_by_key(rec, ITEMS, {(8, 12): 1e-3})
+    assert got[_key("gemm", dict(F32, m=8, k=4, n=12))] == pytest.approx([4e-3, 4e-3])   # 5 ms less the 1 ms bias
+    assert got[_key("gemm", dict(F32, m=4, k=8, n=12))] == [3e-3]
+    assert got[_key("bmm", dict(F32, batch=2, m=8, n=8, k=4, bias=True))] == [2e-3]
+    assert got[_key("bmm", dict(F32, batch=2, m=8, n=4, k=8, bias=False))] == [1e-3]
+    assert got[_key("softmax_fwd", dict(F32, rows=16, cols=8))] == [7e-4]
+    assert got[_key("layer_norm_bwd", dict(F32, rows=8, cols=4))] == [6e-4]
+    assert got[_key("gelu_fwd", dict(F32, numel=96))] == [5e-4]
+    assert got[_key("bias_bwd", dict(F32, rows=8, cols=12))] == [4e-4]
+    assert got[_key("copy", {"bytes": 384})] == [3e-4]
+    assert got[_key("cross_entropy_bwd", {"tokens": 8, "vocab": 12})] == [pytest.approx(4e-4)]  # medians 2e-4 + 2e-4
+    assert len(got) == 10
+
+
+def test_stage_trace_replaces_the_isolated_timings():
+    torch = pytest.importorskip("torch")
+    from pipesim.calibrate.in_context import in_context, trace_stages
+    from pipesim.calibrate.run import measure_ops, plan
+    from pipesim.emulator import prepare
+    from pipesim.emulator.layers import TPGroup, WeightGradStore
+    from pipesim.emulator.model import build_stages
+    s = prepare(TINY)
+    stages, _ = build_stages(s, [0, 1], TPGroup(), WeightGradStore(), 0, torch.float32, False)
+    items, notes = plan("cpu", s)
+    ops = [m.to_dict() for m in measure_ops(items, "cpu", quick=True, notes=notes, budget_s=0.0)]
+    shape = (s.model.seq_length, s.training.micro_batch_size, s.model.hidden_size)
+    records = trace_stages(stages, shape, s.model.vocab_size, patterns=1)
+    out, replaced = in_context(ops, items, records)
+    now = {m["op"] for m in out if m.get("impl") == "torch in-model"}
+    assert now >= {"gemm", "bmm", "softmax_fwd", "softmax_bwd", "layer_norm_fwd", "layer_norm_bwd",
+                   "gelu_fwd", "gelu_bwd", "copy", "cross_entropy_fwd", "cross_entropy_bwd"}
+    assert replaced == sum(m.get("impl") == "torch in-model" for m in out)
+    assert all(m["median_s"] > 0 and m["isolated_s"] > 0 for m in out if "isolated_s" in m)
+    assert len(out) == len(ops)
+    for m in stages.values():                   # the trace leaves no gradient behind
+        assert all(p.grad is None or not p.grad.any() for p in m.parameters())
+
+
+def test_layout_copies_only_on_cpu_profiles_with_a_host_model(tmp_path):
+    from pipesim.costs.eager_copies import copy_bytes, lookups
+    from pipesim.costs.stage import stage_costs
+    from pipesim.costs.summary import required_measurements
+    from pipesim.emulator import prepare
+    s = prepare(TINY)
+    m = s.model
+    T = s.training.micro_batch_size * m.seq_length
+    fwd, bwd = copy_bytes(s)
+    assert fwd == [T * m.hidden_size * 4]
+    assert bwd == [T * 3 * m.hidden_size * 4, T * m.hidden_size * 4, T * m.hidden_size * 4]
+    assert all(item in required_measurements(s) for item in lookups(s))
+    meas = [{"op": "copy", "shape": {"bytes": n}, "median_s": 1e-3} for n in sorted(set(fwd + bwd))]
+    prof = {"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu"}, "measurements": meas}
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(prof))
+    prof["device"]["host"] = {"layout": {"cores": 2, "ranks": 2, "threads_per_rank": 1}, "action_s": 0.0,
+                              "kernel_launch_s": 0.0}
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps(prof))
+    a = stage_costs(prepare(TINY, [f"costs.profile={plain}"]))[0]
+    b = stage_costs(prepare(TINY, [f"costs.profile={host}"]))[0]
+    assert b.forward - a.forward == pytest.approx(a.layers * 1e-3)
+    assert b.backward - a.backward == pytest.approx(a.layers * 3e-3)
+    assert b.input_grad - a.input_grad == pytest.approx(a.layers * 3e-3)
+    assert b.weight_grad == pytest.approx(a.weight_grad)
+
+
+def test_contention_leaves_tensor_parallel_waits_out():
+    from pipesim.emulator.results import contention
+    from pipesim.report.trace import TraceEvent
+    busy = TraceEvent(0, "compute", "F", 0, 0, 0.0, 0.010, args={"cpu_s": 0.008})
+    waiting = TraceEvent(1, "compute", "F", 0, 0, 0.0, 0.020, args={"cpu_s": 0.008, "tp": 0.010})
+    assert contention([busy]) == pytest.approx(1.25)
+    assert contention([busy, waiting]) == pytest.approx(1.25)     # the 10 ms in the all-reduce is not contention
+
+
+def test_fitted_memory_rate_ignores_ops_timed_in_the_model():
+    from pipesim.costs.profile import IN_MODEL, profile_from_dict
+    copy = {"op": "copy", "shape": {"bytes": 2**24}, "median_s": 1e-3}
+    gelu = {"op": "gelu_fwd", "shape": {"numel": 2**24, "dtype": "fp32"}, "median_s": 1e-3}
+    dev = {"name": "cpu-core-fp32", "kind": "cpu"}
+    alone = profile_from_dict({"version": 1, "device": dev, "measurements": [copy, gelu]})
+    slow = dict(gelu, median_s=1.0, impl=IN_MODEL, isolated_s=1e-3)     # the same op, timed in the model
+    both = profile_from_dict({"version": 1, "device": dev, "measurements": [copy, slow]})
+    assert both.achieved("memory") == pytest.approx(alone.achieved("memory"))
+    assert both.lookup("gelu_fwd", numel=2**24, dtype="fp32")[0] == 1.0     # lookups use the in-model time
+
+
+def test_ranks_that_ran_an_op_in_their_stages_give_its_cost():
+    from pipesim.costs.profile import IN_MODEL
+    from pipesim.emulator.rank_calibration import _mean_over_ranks
+    key = {"op": "gemm", "shape": {"m": 8, "k": 8, "n": 8, "dtype": "fp32"}, "p10_s": 1.0, "p90_s": 1.0, "n": 3}
+    alone = dict(key, median_s=1.0)                                   # rank 0 has no LM head: timed alone
+    inside = dict(key, median_s=3.0, impl=IN_MODEL, isolated_s=1.5)   # rank 1 ran it in its stage
+    other = dict(key, median_s=5.0, impl=IN_MODEL, isolated_s=2.5)
+    (m,) = _mean_over_ranks([[alone], [inside], [other]])
+    assert m["median_s"] == pytest.approx(4.0) and m["isolated_s"] == pytest.approx(2.0) and m["impl"] == IN_MODEL
+    (m,) = _mean_over_ranks([[alone], [dict(alone, median_s=3.0)]])
+    assert m["median_s"] == pytest.approx(2.0)
+
+
+def test_measured_allreduce_replaces_the_link_for_groups_of_its_size(tmp_path):
+    from pipesim.calibrate.host import allreduce_seconds, host_model
+    from pipesim.costs.ops import Comm
+    from pipesim.costs.profile import load_profile
+    from pipesim.costs.stage import comm_seconds
+    from pipesim.emulator import prepare
+    s = prepare(TINY)
+    host = host_model(s, {"layer_fwd_s": 1e-4, "layer_bwd_s": 1e-4}, 0.0, [], {"cores": 2, "ranks": 2},
+                      [(4096, 1e-3 + 4096 / 1e8), (2**20, 1e-3 + 2**20 / 1e8)], ranks=2)
+    assert host["allreduce"]["latency_s"] == pytest.approx(1e-3) and host["allreduce"]["bandwidth_Bps"] == pytest.approx(1e8)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": host},
+                                "measurements": []}))
+    prof = load_profile(path)
+    assert allreduce_seconds(prof, 1e6, 2) == pytest.approx(1e-3 + 1e-2)
+    assert allreduce_seconds(prof, 1e6, 4) is None                      # measured over 2 ranks only
+    two, four = Comm("all_reduce", 1e6, "tp", 2, count=3), Comm("all_reduce", 1e6, "tp", 4)
+    assert comm_seconds(s, [two], prof) == pytest.approx(3 * (1e-3 + 1e-2))
+    assert comm_seconds(s, [four], prof) == pytest.approx(comm_seconds(s, [four]))   # the link, as before
+
+
+def test_first_and_last_stage_pay_their_measured_host_extra(tmp_path):
+    from pipesim.calibrate.host import launches_per_layer, stage_extras
+    from pipesim.costs.stage import stage_costs
+    from pipesim.emulator import prepare
+    s = prepare(TINY)
+    per_op = 1e-5
+    n = launches_per_layer(s)
+    dispatch = {"layer_fwd_s": n * per_op / 2, "layer_bwd_s": n * per_op / 2,
+                "first_fwd_s": 1e-3, "first_bwd_s": 2e-3, "last_fwd_s": 3e-3, "last_bwd_s": 4e-3}
+    ex = stage_extras(s, dispatch)
+    # embedding: 1 op (1 launch forward, 1 backward); head: norm, LM head, loss (3 forward, 4 backward)
+    assert ex == pytest.approx({"first_fwd_s": 1e-3 - per_op, "first_bwd_s": 2e-3 - per_op,
+                                "last_fwd_s": 3e-3 - 3 * per_op, "last_bwd_s": 4e-3 - 4 * per_op})
+    host = {"layout": {"cores": 2, "ranks": 2, "threads_per_rank": 1}, "action_s": 0.0, "kernel_launch_s": 0.0}
+    paths = []
+    for i, h in enumerate((host, dict(host, stage_extra=ex))):
+        path = tmp_path / f"p{i}.json"
+        path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": h},
+                                    "measurements": []}))
+        paths.append(stage_costs(prepare(TINY, [f"costs.profile={path}"])))
+    (a0, a1), (b0, b1) = paths
+    assert b0.forward - a0.forward == pytest.approx(ex["first_fwd_s"])
+    assert b1.backward - a1.backward == pytest.approx(ex["last_bwd_s"])
+    assert b1.input_grad - a1.input_grad == pytest.approx(ex["last_bwd_s"])
