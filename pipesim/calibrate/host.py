@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import nullcontext
 
 TINY_DIM_PER_HEAD = 8
 TINY_SEQ = 4
@@ -69,20 +70,35 @@ def measure_dispatch(s, reps: int = 40) -> dict:
             variants[(k, layers)] = (m, tiny.model.hidden_size)
     tokens = torch.randint(0, TINY_VOCAB, (1, TINY_SEQ + 1))
     counter = MemoryCounter()
+
+    def setup(k, m, h):
+        def prepared():
+            x = tokens[:, :-1] if k == 0 else torch.randn(TINY_SEQ, 1, h, requires_grad=True)
+            return lambda: m(x, tokens[:, 1:]) if k == 1 else m(x)
+        return prepared
+    return timed_variants({key: setup(key[0], m, h) for key, (m, h) in variants.items()}, reps, counter.hooks)
+
+
+def timed_variants(variants: dict, reps: int, context=None) -> dict:
+    """split_dispatch of the median thread-CPU forward and backward of each variant, keyed
+    (stage, layers) with stage 1 the last (it returns a loss). `variants[key]()` prepares a round
+    untimed and returns the forward to time; the variants run in turn, the first 2 rounds are
+    warm-up. `context` (a context-manager factory) wraps each forward + backward."""
+    import torch
     times: dict = {key: ([], []) for key in variants}
     clock = time.thread_time
     for i in range(reps + 2):
-        for (k, layers), (m, h) in variants.items():
-            x = tokens[:, :-1] if k == 0 else torch.randn(TINY_SEQ, 1, h, requires_grad=True)
-            with counter.hooks():
+        for key, prepare_round in variants.items():
+            forward = prepare_round()
+            with context() if context else nullcontext():
                 t0 = clock()
-                y = m(x, tokens[:, 1:]) if k == 1 else m(x)
+                y = forward()
                 t1 = clock()
-                y.backward() if k == 1 else y.backward(torch.ones_like(y))
+                y.backward() if key[0] == 1 else y.backward(torch.ones_like(y))
                 t2 = clock()
             if i >= 2:
-                times[(k, layers)][0].append(t1 - t0)
-                times[(k, layers)][1].append(t2 - t1)
+                times[key][0].append(t1 - t0)
+                times[key][1].append(t2 - t1)
     return split_dispatch({key: (statistics.median(f), statistics.median(b)) for key, (f, b) in times.items()})
 
 

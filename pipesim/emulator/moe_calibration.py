@@ -40,7 +40,7 @@ def measure_moe_dispatch(cfg, ep: int, ep_rank: int, nap: float = 0.0, reps: int
     naps, 5.1 ms with 2 ms naps), which a tight loop would not see."""
     import torch
 
-    from pipesim.calibrate.host import TINY_DIM_PER_HEAD, TINY_SEQ, TINY_VOCAB, split_dispatch
+    from pipesim.calibrate.host import TINY_DIM_PER_HEAD, TINY_SEQ, TINY_VOCAB, timed_variants
     from pipesim.emulator.moe import Comm, full_params, stage_forward
     comm = Comm(None, ep, ep_rank, nap=nap)
     variants = {}
@@ -51,22 +51,15 @@ def measure_moe_dispatch(cfg, ep: int, ep_rank: int, nap: float = 0.0, reps: int
         variants[(0, n)] = (tiny, p, range(0, n))
         variants[(1, n)] = (tiny, p, range(n, 2 * n))
     tokens = torch.randint(0, TINY_VOCAB, (1, TINY_SEQ + 1))
-    times: dict = {key: ([], []) for key in variants}
-    clock = time.thread_time
-    for i in range(reps + 2):
-        for (k, n), (tiny, p, layers) in variants.items():
+
+    def setup(k, tiny, p, layers):
+        def prepared():
             for v in p.values():
                 v.grad = None
             x = tokens[:, :-1] if k == 0 else torch.randn(1, TINY_SEQ, tiny.hidden, requires_grad=True)
-            t0 = clock()
-            y = stage_forward(x, p, tiny, layers, comm, k == 0, k == 1, tokens[:, 1:])
-            t1 = clock()
-            y.backward() if k == 1 else y.backward(torch.ones_like(y))
-            t2 = clock()
-            if i >= 2:
-                times[(k, n)][0].append(t1 - t0)
-                times[(k, n)][1].append(t2 - t1)
-    return split_dispatch({key: (statistics.median(f), statistics.median(b)) for key, (f, b) in times.items()})
+            return lambda: stage_forward(x, p, tiny, layers, comm, k == 0, k == 1, tokens[:, 1:])
+        return prepared
+    return timed_variants({key: setup(key[0], *v) for key, v in variants.items()}, reps)
 
 
 def a2a_sizes(cfg, ep: int) -> list[int]:
