@@ -87,6 +87,19 @@ def test_alpha_beta_fit_recovers_latency_and_bandwidth():
     assert fit_link([(4096, 1e-4)]) is None
 
 
+def test_alpha_beta_fit_survives_a_loaded_size_and_noise_above_the_byte_term():
+    """One size hit by a burst of load does not move the fit much; when the times do not grow
+    with the bytes at all the link is still fitted, its bandwidth bounded by the noise."""
+    pts = [(n, 50e-6 + n / 2e9) for n in (4096, 1 << 16, 1 << 20, 1 << 23)]
+    pts[1] = (pts[1][0], pts[1][1] * 30)                       # a loaded 64 KiB point
+    lat, bw = fit_link(pts)
+    assert lat == pytest.approx(50e-6, rel=0.05) and bw == pytest.approx(2e9, rel=0.05)
+    flat = [(4096, 3e-4), (1 << 16, 2e-4), (1 << 20, 2.5e-4), (1 << 23, 1e-4)]
+    lat, bw = fit_link(flat)
+    assert 0 < lat <= 3e-4 and 0 < bw < float("inf")
+    assert (1 << 23) / bw <= 1e-4                               # byte term within the noise
+
+
 def _profile(tmp_path, ranks, cores):
     host = {"layout": {"cores": cores, "ranks": ranks, "threads_per_rank": 1}, "action_s": 2e-5,
             "kernel_launch_s": 30e-6, "p2p": {"latency_s": 80e-6, "bandwidth_Bps": 1.5e9},

@@ -156,17 +156,27 @@ def stage_extras(s, dispatch: dict) -> dict:
 
 
 def fit_link(points) -> tuple[float, float] | None:
-    """(latency s, bandwidth bytes/s) of t = latency + bytes / bandwidth, least squares over
-    (bytes, seconds) points (Hockney's alpha-beta model). None with fewer than 2 sizes."""
-    xs = [float(b) for b, _ in points]
-    ys = [float(t) for _, t in points]
-    if len(set(xs)) < 2:
+    """(latency s, bandwidth bytes/s) of t = latency + bytes / bandwidth (Hockney's alpha-beta
+    model) over (bytes, seconds) points; None with fewer than 2 sizes.
+
+    The slope is Theil-Sen's (median of the pairwise slopes; Sen 1968, JASA 63:1379) and the
+    latency the median residual, so one size hit by a burst of load on a shared machine does not
+    tip the fit (least squares gave a negative slope under load and the link went missing). When
+    the byte term is below the timing noise (slope <= 0) the bandwidth is bounded by it: the
+    median absolute deviation of the times spread over the byte range is the largest byte cost
+    the noise could hide."""
+    pts = sorted((float(b), float(t)) for b, t in points)
+    if len({b for b, _ in pts}) < 2:
         return None
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slopes = [(t2 - t1) / (b2 - b1) for i, (b1, t1) in enumerate(pts) for b2, t2 in pts[i + 1:] if b2 > b1]
+    slope = statistics.median(slopes)
     if slope <= 0:
-        return None
-    return max(0.0, my - slope * mx), 1.0 / slope
+        times = [t for _, t in pts]
+        mid = statistics.median(times)
+        spread = statistics.median(abs(t - mid) for t in times) or 1e-9 * mid or 1e-12
+        slope = spread / (pts[-1][0] - pts[0][0])
+    latency = statistics.median(t - slope * b for b, t in pts)
+    return max(0.0, latency), 1.0 / slope
 
 
 def host_model(s, dispatch: dict, action_s: float, p2p_points, layout: dict, allreduce_points=(),
