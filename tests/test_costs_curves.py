@@ -249,3 +249,22 @@ def test_swiglu_backward_moves_five_elements_per_ffn_unit_and_gelu_three():
     gelu = next(o for o in layer_ops(gpt) if o.name == "act")
     gelems = gpt.model.seq_length * gpt.model.ffn / 8
     assert gelu.bytes_bwd == pytest.approx(3 * gelems * 2)
+
+
+def test_weight_gradients_accumulate_into_the_grad_buffer_in_the_gemm_epilogue():
+    """Megatron's gradient-accumulation fusion: every micro-batch's weight-gradient GEMM reads and
+    writes the gradient buffer (beta = 1) instead of storing a 16-bit tile, so an fp32 buffer
+    costs more than a 16-bit one, and neither touches the forward or the input gradient."""
+    from pipesim.costs.layers import layer_ops
+    from pipesim.costs.stage import cost_model_for
+    fp32, half = scenario(grad_reduce_in_fp32=True), scenario()
+    cm32, cm16 = cost_model_for(fp32), cost_model_for(half)
+    assert (cm32.grad_bytes, cm16.grad_bytes) == (4, 2)
+    shape = (4096, 11008, 2048, "bf16")                        # dW of fc1: [h x f], over the tokens
+    plain = cm16.gemm_time(1, *shape)
+    assert plain < cm16.gemm_time(1, *shape, "wgrad") < cm32.gemm_time(1, *shape, "wgrad")
+    fc1_32 = next(o for o in layer_ops(fp32) if o.name == "fc1")
+    fc1_16 = next(o for o in layer_ops(half) if o.name == "fc1")
+    assert [g[5:] for g in fc1_32.gemms_bwd] == [(), ("wgrad",)]
+    assert cm32.time(fc1_32, "fwd").seconds == cm16.time(fc1_16, "fwd").seconds
+    assert cm32.time(fc1_32, "bwd").seconds > cm16.time(fc1_16, "bwd").seconds

@@ -85,7 +85,7 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
                                                 if bias else ()),
               # forward Y = X W; input grad dX = dY W^T (M x K, over N); weight grad dW = X^T dY (K x N, over M)
               gemms_fwd=((1, m_gemm, n_loc, k_loc, dtype),),
-              gemms_bwd=((1, m_gemm, k_loc, n_loc, dtype), (1, k_loc, n_loc, m_gemm, dtype)),
+              gemms_bwd=((1, m_gemm, k_loc, n_loc, dtype), (1, k_loc, n_loc, m_gemm, dtype, "wgrad")),
               measure_bwd=(("gemm", dict(m=shape["m"], k=shape["n"], n=shape["k"], dtype=dtype)),
                            ("gemm", dict(m=shape["k"], k=shape["m"], n=shape["n"], dtype=dtype)))
               + ((("bias_bwd", dict(rows=shape["m"], cols=shape["n"], dtype=dtype)),) if bias else ()))
