@@ -268,3 +268,16 @@ def test_weight_gradients_accumulate_into_the_grad_buffer_in_the_gemm_epilogue()
     assert [g[5:] for g in fc1_32.gemms_bwd] == [(), ("wgrad",)]
     assert cm32.time(fc1_32, "fwd").seconds == cm16.time(fc1_16, "fwd").seconds
     assert cm32.time(fc1_32, "bwd").seconds > cm16.time(fc1_16, "bwd").seconds
+
+
+def test_fp8_gemms_keep_their_fp8_input_copy_for_the_backward():
+    """Transformer Engine saves the FP8 (transposed) copy of a Linear's input, 1 byte per element,
+    not the BF16 tensor; norms, attention and the BF16 LM head keep 16-bit activations."""
+    from pipesim.costs.layers import head_ops, layer_ops
+    fp8, bf16 = scenario(precision="fp8"), scenario()
+    saved8 = {o.name: o.saved_bytes for o in layer_ops(fp8) + head_ops(fp8)}
+    saved16 = {o.name: o.saved_bytes for o in layer_ops(bf16) + head_ops(bf16)}
+    for gemm in ("qkv", "proj", "fc1", "fc2"):
+        assert saved8[gemm] == pytest.approx(saved16[gemm] / 2) and saved16[gemm] > 0
+    for other in ("ln1", "act", "lm_head"):
+        assert saved8[other] == saved16[other] > 0

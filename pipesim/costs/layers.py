@@ -75,6 +75,12 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
     # 1D TP (with or without sequence parallelism) multiplies all tokens: SP gathers them first
     m_gemm = tokens if sh.tp.mode == "1d" else m_loc
     b_loc = (n / _n_div(sh, role)) * e if bias else 0.0       # bias read (and its gradient)
+    if dtype == "fp8":
+        # the weight-gradient GEMM's input is kept as its FP8 copy (Hopper: the column-wise one),
+        # 1 byte per element, not the 16-bit tensor (Transformer Engine Linear; TE issue #1764,
+        # maintainer's answer of 2025-06-16: "we cache the FP8 data (on Blackwell) or the FP8
+        # transpose data (on Hopper)", half the activation memory of the GEMM inputs)
+        saved_input = saved_input / e
     return Op(name, "matmul", flops, 2 * flops, a_loc + w_loc + b_loc + c_loc,
               c_loc + 2 * a_loc + 2 * (w_loc + b_loc),
               saved_bytes=saved_input, params=params, comm_fwd=fwd, comm_bwd=bwd, dgrad_fraction=0.5,
