@@ -268,6 +268,8 @@ def test_weight_gradients_accumulate_into_the_grad_buffer_in_the_gemm_epilogue()
     assert [g[5:] for g in fc1_32.gemms_bwd] == [(), ("wgrad",)]
     assert cm32.time(fc1_32, "fwd").seconds == cm16.time(fc1_16, "fwd").seconds
     assert cm32.time(fc1_32, "bwd").seconds > cm16.time(fc1_16, "bwd").seconds
+    # the zero-bubble W share follows: the dW GEMM now outlasts its dX twin
+    assert 0.5 < cm16.wgrad_share(fc1_16) < cm32.wgrad_share(fc1_32) < 1
 
 
 def test_fp8_gemms_keep_their_fp8_input_copy_for_the_backward():
