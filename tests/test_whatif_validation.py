@@ -76,13 +76,21 @@ def test_mape_with_a_stub(cases):
     assert mape(res) == pytest.approx(sum(abs(x.error_pct) for x in res) / 12)
 
 
-def test_write_scenarios_keep_the_citation(tmp_path):
+def test_write_scenarios_keep_the_citation_and_the_metric(tmp_path):
     files = write_scenarios(tmp_path)
-    assert len(files) == 67
+    assert len(files) == 67 + 9                          # the dense cases and the MoE family's
     text = (tmp_path / "sc21-t1-1.7B.yaml").read_text()
-    assert text.startswith("# sc21-t1-1.7B: Narayanan et al.") and "137 TFLOP/s" in text
+    assert text.startswith("# sc21-t1-1.7B: Narayanan et al.") and "137 (TFLOP/s per GPU" in text
     s = load_scenario(tmp_path / "sc21-t1-1.7B.yaml")
     assert s.num_gpus == 32
+    assert "# published: 16934 (tokens/s per GPU)" in (tmp_path / "nemo2407-LLAMA2-7B-8gpu.yaml").read_text()
+    moe = tmp_path / "moezoo-qwen3-235b-deepep-ep32-pp8.yaml"
+    assert "step time 19.7 s" in moe.read_text() and load_scenario(moe).num_gpus == 256
+
+
+def test_write_scenarios_only_the_suites_asked_for(tmp_path):
+    files = write_scenarios(tmp_path, suites=["nemo2407"])
+    assert len(files) == 12 and all(f.name.startswith("nemo2407-") for f in files)
 
 
 def test_cli_unknown_suite_exits_2(capsys):
