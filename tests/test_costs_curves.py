@@ -249,3 +249,45 @@ def test_swiglu_backward_moves_five_elements_per_ffn_unit_and_gelu_three():
     gelu = next(o for o in layer_ops(gpt) if o.name == "act")
     gelems = gpt.model.seq_length * gpt.model.ffn / 8
     assert gelu.bytes_bwd == pytest.approx(3 * gelems * 2)
+
+
+def test_weight_gradients_accumulate_into_the_grad_buffer_in_the_gemm_epilogue():
+    """Megatron's gradient-accumulation fusion: every micro-batch's weight-gradient GEMM reads and
+    writes the gradient buffer (beta = 1) instead of storing a 16-bit tile, so an fp32 buffer
+    costs more than a 16-bit one, and neither touches the forward or the input gradient."""
+    from pipesim.costs.layers import layer_ops
+    from pipesim.costs.stage import cost_model_for
+    fp32, half = scenario(grad_reduce_in_fp32=True), scenario()
+    cm32, cm16 = cost_model_for(fp32), cost_model_for(half)
+    assert (cm32.grad_bytes, cm16.grad_bytes) == (4, 2)
+    shape = (4096, 11008, 2048, "bf16")                        # dW of fc1: [h x f], over the tokens
+    plain = cm16.gemm_time(1, *shape)
+    assert plain < cm16.gemm_time(1, *shape, "wgrad") < cm32.gemm_time(1, *shape, "wgrad")
+    fc1_32 = next(o for o in layer_ops(fp32) if o.name == "fc1")
+    fc1_16 = next(o for o in layer_ops(half) if o.name == "fc1")
+    assert [g[5:] for g in fc1_32.gemms_bwd] == [(), ("wgrad",)]
+    assert cm32.time(fc1_32, "fwd").seconds == cm16.time(fc1_16, "fwd").seconds
+    assert cm32.time(fc1_32, "bwd").seconds > cm16.time(fc1_16, "bwd").seconds
+
+
+def test_fp8_gemms_keep_their_fp8_input_copy_for_the_backward():
+    """Transformer Engine saves the FP8 (transposed) copy of a Linear's input, 1 byte per element,
+    not the BF16 tensor; norms, attention and the BF16 LM head keep 16-bit activations."""
+    from pipesim.costs.layers import head_ops, layer_ops
+    fp8, bf16 = scenario(precision="fp8"), scenario()
+    saved8 = {o.name: o.saved_bytes for o in layer_ops(fp8) + head_ops(fp8)}
+    saved16 = {o.name: o.saved_bytes for o in layer_ops(bf16) + head_ops(bf16)}
+    for gemm in ("qkv", "proj", "fc1", "fc2"):
+        assert saved8[gemm] == pytest.approx(saved16[gemm] / 2) and saved16[gemm] > 0
+    for other in ("ln1", "act", "lm_head"):
+        assert saved8[other] == saved16[other] > 0
+
+
+def test_rotary_models_pay_a_memory_bound_rope_pass_over_q_and_k():
+    from pipesim.costs.layers import layer_ops
+    llama = scenario()                                        # rotary, tensor 2 (heads split)
+    rope = next(o for o in layer_ops(llama) if o.name == "rope")
+    m = llama.model
+    elems = llama.training.micro_batch_size * m.seq_length * (m.num_attention_heads + m.kv_heads) * m.head_dim / 2
+    assert rope.kind == "vector" and rope.bytes_fwd == pytest.approx(2 * elems * 2) and rope.saved_bytes == 0
+    assert "rope" not in {o.name for o in layer_ops(load_scenario(base()))}     # learned positions

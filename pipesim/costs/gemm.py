@@ -41,11 +41,12 @@ BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 def _raw_time(m: float, n: float, k: float, batch: float, sms: int, per_sm: float, fill_per_sm: float,
-              persistent: bool = True, store_per_sm: float = math.inf) -> float:
+              persistent: bool = True, store_per_sm: float = math.inf, out_bytes: float = OUT_BYTES) -> float:
     """Fastest tile / split-K choice: whole waves of tiles plus the pipeline fill -- once per SM
     for persistent kernels (Hopper/Blackwell warp-specialized GEMMs prefetch the next tile during
     the previous epilogue: CUTLASS 3 "persistent" kernel schedules), once per wave otherwise
-    (Volta/Ampere kernels launch one CTA per tile)."""
+    (Volta/Ampere kernels launch one CTA per tile). `out_bytes`: HBM bytes per output element of
+    the epilogue (a 16-bit store; read + write of the gradient buffer when it accumulates)."""
     best = math.inf
     for (tm, tn), tile_eff in TILES:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * math.ceil(batch)
@@ -57,7 +58,7 @@ def _raw_time(m: float, n: float, k: float, batch: float, sms: int, per_sm: floa
             kk = math.ceil(k / split)
             fills = 1 if persistent else waves
             t = 2 * tm * tn * (waves * kk / per_sm + fills * TILE_FILL_K / fill_per_sm) / eff
-            t += waves * tm * tn * OUT_BYTES / store_per_sm
+            t += waves * tm * tn * out_bytes / store_per_sm
             best = min(best, t)
     return best
 
@@ -86,23 +87,32 @@ def _rate_scale(sms: int, mamf: float, fill_rate: float, best_shape: tuple, pers
 @lru_cache(maxsize=4096)
 def gemm_compute_time(m: float, n: float, k: float, batch: float, sms: int, mamf: float, fill_rate: float,
                       best_shape: tuple, persistent: bool = True, store_bandwidth: float = math.inf,
-                      anchor_rate: float | None = None) -> float:
+                      anchor_rate: float | None = None, out_bytes: float = OUT_BYTES) -> float:
     """Seconds of tensor-core work for `batch` GEMMs of M x N x K. `mamf` is the published
     achievable FLOP/s of the dtype (the cap); the per-SM rate is set so that the model returns
     exactly `anchor_rate` (default: the MAMF) at `best_shape` (M, N, K). `fill_rate` (FLOP/s)
-    times the pipeline fill; `store_bandwidth` (bytes/s, achievable HBM) the tile epilogues."""
+    times the pipeline fill; `store_bandwidth` (bytes/s, achievable HBM) the tile epilogues, which
+    move `out_bytes` per output element (the anchor was measured with a 16-bit store)."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     store = store_bandwidth / sms
     anchor = anchor_rate or mamf
     scale = _rate_scale(sms, anchor, fill_rate, tuple(best_shape), persistent, store)
-    t = _raw_time(m, n, k, batch, sms, anchor * scale / sms, fill_rate * scale / sms, persistent, store)
+    t = _raw_time(m, n, k, batch, sms, anchor * scale / sms, fill_rate * scale / sms, persistent, store, out_bytes)
     # the MAMF is the best any shape reached: no shape runs faster
     return max(t, 2 * m * n * k * batch / mamf)
 
 
-def gemm_bytes(m: float, n: float, k: float, dtype: str, batch: float = 1, out_bytes: int = 2) -> float:
-    """Operands read once, the output written once (16-bit output unless fp32)."""
-    e = BYTES[dtype]
-    out = 4 if dtype in ("fp32", "tf32") else out_bytes
-    return batch * ((m * k + k * n) * e + m * n * out)
+def out_bytes_of(dtype: str, accumulate_bytes: float = 0) -> float:
+    """HBM bytes per output element of a GEMM's epilogue: the C store (16-bit, fp32 for fp32/tf32
+    GEMMs), or, when it accumulates into a gradient buffer of `accumulate_bytes` elements
+    (C = A B + C, beta = 1), a read and a write of it."""
+    if accumulate_bytes:
+        return 2 * accumulate_bytes
+    return 4 if dtype in ("fp32", "tf32") else OUT_BYTES
+
+
+def gemm_bytes(m: float, n: float, k: float, dtype: str, batch: float = 1, out_bytes: float | None = None) -> float:
+    """Operands read once, the output moved once (`out_bytes` per element, out_bytes_of)."""
+    out = out_bytes_of(dtype) if out_bytes is None else out_bytes
+    return batch * ((m * k + k * n) * BYTES[dtype] + m * n * out)

@@ -75,6 +75,12 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
     # 1D TP (with or without sequence parallelism) multiplies all tokens: SP gathers them first
     m_gemm = tokens if sh.tp.mode == "1d" else m_loc
     b_loc = (n / _n_div(sh, role)) * e if bias else 0.0       # bias read (and its gradient)
+    if dtype == "fp8":
+        # the weight-gradient GEMM's input is kept as its FP8 copy (Hopper: the column-wise one),
+        # 1 byte per element, not the 16-bit tensor (Transformer Engine Linear; TE issue #1764,
+        # maintainer's answer of 2025-06-16: "we cache the FP8 data (on Blackwell) or the FP8
+        # transpose data (on Hopper)", half the activation memory of the GEMM inputs)
+        saved_input = saved_input / e
     return Op(name, "matmul", flops, 2 * flops, a_loc + w_loc + b_loc + c_loc,
               c_loc + 2 * a_loc + 2 * (w_loc + b_loc),
               saved_bytes=saved_input, params=params, comm_fwd=fwd, comm_bwd=bwd, dgrad_fraction=0.5,
@@ -85,7 +91,7 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
                                                 if bias else ()),
               # forward Y = X W; input grad dX = dY W^T (M x K, over N); weight grad dW = X^T dY (K x N, over M)
               gemms_fwd=((1, m_gemm, n_loc, k_loc, dtype),),
-              gemms_bwd=((1, m_gemm, k_loc, n_loc, dtype), (1, k_loc, n_loc, m_gemm, dtype)),
+              gemms_bwd=((1, m_gemm, k_loc, n_loc, dtype), (1, k_loc, n_loc, m_gemm, dtype, "wgrad")),
               measure_bwd=(("gemm", dict(m=shape["m"], k=shape["n"], n=shape["k"], dtype=dtype)),
                            ("gemm", dict(m=shape["k"], k=shape["m"], n=shape["n"], dtype=dtype)))
               + ((("bias_bwd", dict(rows=shape["m"], cols=shape["n"], dtype=dtype)),) if bias else ()))
@@ -157,6 +163,13 @@ def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
     attn_start = len(ops)
     ops.append(matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype,
                       bias=m.bias))
+    if m.position == "rotary":
+        # rotary embedding of Q and K (Su et al. 2021, "RoFormer", Eq. 34: each pair of features
+        # rotated, 2 mul + 1 add per element), one memory-bound pass each way: read Q and K,
+        # write them rotated (Megatron-Core's fused RoPE, apply_rope_fusion; the backward rotates
+        # the gradients back). Nothing saved but the angle table.
+        ops.append(vector("rope", sh.b * sh.s * (heads + kv) * sh.d / (tp.size // hd if tp.mode != "1d" else 1),
+                          sh, (3, 3)))
     flash = tr.attention == "flash"
     if sh.cp > 1:        # ring / all-gather attention: blockwise flash kernels (pipesim.costs.context)
         from pipesim.costs.context import context_attention_ops

@@ -97,7 +97,7 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
                   saved_bytes=T_loc * sh.h * e, params=sh.h * E + (E if m.bias else 0), dgrad_fraction=0.5,
                   param_tensors=1, measure_fwd=(("gemm", dict(m=int(T_loc), k=sh.h, n=E, dtype=rdt)),),
                   gemms_fwd=((1, T_loc, E, sh.h, rdt),),
-                  gemms_bwd=((1, T_loc, sh.h, E, rdt), (1, sh.h, E, T_loc, rdt))))
+                  gemms_bwd=((1, T_loc, sh.h, E, rdt), (1, sh.h, E, T_loc, rdt, "wgrad"))))
     ops.append(Op("router_topk", "vector", 8 * T_loc * E, 4 * T_loc * E, 2 * T_loc * E * FP32,
                   3 * T_loc * E * FP32, saved_bytes=T_loc * k * (FP32 + 8)))
     # permute (local, T_loc·k copies) and the post-dispatch sort by local expert (rows copies):
@@ -128,13 +128,13 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
 TE_GEMM_STREAMS = 4
 
 
-def expert_gemm_rounds(groups: int, m: float, n: float, k: float, dtype: str) -> tuple:
+def expert_gemm_rounds(groups: int, m: float, n: float, k: float, dtype: str, *role: str) -> tuple:
     """The experts' GEMMs as the GPU runs them: rounds of up to TE_GEMM_STREAMS concurrent GEMMs,
     each round one batch on the GEMM curve (the concurrent GEMMs' tiles share the SMs' waves; the
-    rounds follow each other). (batch, M, N, K, dtype) tuples."""
+    rounds follow each other). (batch, M, N, K, dtype[, role]) tuples (role: CostModel.gemm_time)."""
     full, rest = divmod(groups, TE_GEMM_STREAMS)
-    rounds = ((TE_GEMM_STREAMS, m, n, k, dtype),) * full
-    return rounds + (((rest, m, n, k, dtype),) if rest else ())
+    rounds = ((TE_GEMM_STREAMS, m, n, k, dtype, *role),) * full
+    return rounds + (((rest, m, n, k, dtype, *role),) if rest else ())
 
 
 def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int, dtype: str, bias: bool,
@@ -152,7 +152,7 @@ def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int
               # the GEMM curve (pipesim/costs/gemm.py) times the per-expert GEMMs in TE's rounds,
               # (batch, M, N, K): forward Y = X W, input grad dX = dY W^T, weight grad dW = X^T dY
               gemms_fwd=expert_gemm_rounds(groups, m_e, n, k, dtype),
-              gemms_bwd=expert_gemm_rounds(groups, m_e, k, n, dtype) + expert_gemm_rounds(groups, k, n, m_e, dtype),
+              gemms_bwd=expert_gemm_rounds(groups, m_e, k, n, dtype) + expert_gemm_rounds(groups, k, n, m_e, dtype, "wgrad"),
               measure_fwd=(("gemm", per),) * groups,
               measure_bwd=(("gemm", dict(m=per["m"], k=per["n"], n=per["k"], dtype=dtype)),
                            ("gemm", dict(m=per["k"], k=per["m"], n=per["n"], dtype=dtype))) * groups)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipesim.costs.flash import attention_tflops
-from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
+from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
 from pipesim.costs.ops import Op
 from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, gemm_anchor
 from pipesim.scenario.config import GPUSpec
@@ -38,8 +38,10 @@ class OpTime:
 class CostModel:
     """Times ops on one GPU type at one precision, optionally from a measured profile."""
 
-    def __init__(self, gpu: GPUSpec, precision: str, profile=None):
-        self.gpu, self.precision, self.profile = gpu, precision, profile
+    def __init__(self, gpu: GPUSpec, precision: str, profile=None, grad_bytes: int = 0):
+        """`grad_bytes`: element size of the gradient buffer that weight-gradient GEMMs
+        accumulate into (0: the 16-bit C store of a plain GEMM)."""
+        self.gpu, self.precision, self.profile, self.grad_bytes = gpu, precision, profile, grad_bytes
         # the kernel curves apply unless the user pinned a flat matmul efficiency
         self.curve = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
         flat = gpu.matmul_efficiency if gpu.matmul_efficiency is not None else GENERIC_MATMUL_EFFICIENCY
@@ -79,15 +81,22 @@ class CostModel:
             seconds, source = max(compute, memory), ("fitted" if self._fitted else "roofline")
         return OpTime(compute, memory, self.with_launch(seconds, op, phase), source)
 
-    def gemm_time(self, batch: float, m: float, n: float, k: float, dtype: str) -> float:
-        """One (batched) GEMM on the GPU's curve: max(tile/wave compute time, memory roof)."""
+    def gemm_time(self, batch: float, m: float, n: float, k: float, dtype: str, role: str = "") -> float:
+        """One (batched) GEMM on the GPU's curve: max(tile/wave compute time, memory roof).
+        role "wgrad": a weight gradient, accumulated into the gradient buffer in the GEMM's
+        epilogue (beta = 1): Megatron-LM's gradient-accumulation fusion
+        (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication:
+        fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32 / _fp16 into weight.main_grad;
+        Transformer Engine's fuse_wgrad_accumulation, on by default in Megatron-Core). Every
+        micro-batch reads and writes the buffer's elements instead of storing a 16-bit tile."""
         c = self.curve
         dt = dtype if dtype in c["mamf_tflops"] else "bf16"
         shape, anchor = gemm_anchor(c, dt)
+        out = out_bytes_of(dt, self.grad_bytes if role == "wgrad" else 0)
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
                                     c["mamf_tflops"]["fp16"] * 1e12, shape, c["persistent"],
-                                    self._mem_rate, anchor)
-        return max(compute, gemm_bytes(m, n, k, dt, batch) / self._mem_rate)
+                                    self._mem_rate, anchor, out)
+        return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)
 
     def with_launch(self, kernel_seconds: float, op: Op, phase: str) -> float:
         """Each op launches one kernel forward and, with weights, two backward (input and weight

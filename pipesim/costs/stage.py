@@ -101,7 +101,7 @@ def load_profile_for(s: Scenario):
 def cost_model_for(s: Scenario, profile=None) -> CostModel:
     if profile is None:
         profile = load_profile_for(s)
-    return CostModel(s.system.gpu, s.training.precision, profile)
+    return CostModel(s.system.gpu, s.training.precision, profile, grad_elem_bytes(s.training))
 
 
 @dataclass
@@ -298,7 +298,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
             static = StaticMemory(static.weights + fp8_params * FP8_WEIGHT_COPY_BYTES, static.gradients,
                                   static.optimizer)
-        elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)       # gradient bytes per parameter
+        elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
         opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
@@ -355,6 +355,11 @@ def moe_stage_parts(s: Scenario, cm: CostModel, sh):
 def elem_of(tr) -> int:
     """Bytes of a 16/32-bit weight or gradient element (FP8 training keeps BF16 weights)."""
     return 4 if tr.precision in ("fp32", "tf32") else 2
+
+
+def grad_elem_bytes(tr) -> int:
+    """Bytes per element of the gradient buffer the backward accumulates into."""
+    return 4 if tr.grad_reduce_in_fp32 else elem_of(tr)
 
 
 def norm_all_reduce(s: Scenario) -> float:
