@@ -153,6 +153,10 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     # and DeepSpeed ZeRO overlap it with the backward. The 2020 README runs used Megatron's
     # default, local DDP.
     ddp = par.get("ddp_impl", "torch" if zero else "local")
+    # Gradient buckets as each framework cuts them: torch DDP bucket_cap_mb = 25 MB (pipesim's
+    # default); DeepSpeed ZeRO reduce_bucket_size = 5e8 elements (deepspeed/runtime/zero/
+    # constants.py, ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT), fp16 here: 1000 MB.
+    bucket = {"grad_bucket_MB": 5e8 * 2 / 1e6} if zero else {}
     return {
         "model": {"name": cid, "num_layers": m["layers"], "hidden_size": m["hidden"],
                   "num_attention_heads": m["heads"], "ffn_hidden_size": m.get("ffn_hidden", 4 * m["hidden"]),
@@ -165,7 +169,7 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
         "training": {"micro_batch_size": micro, "global_batch_size": gbs,
                      "schedule": "interleaved" if v > 1 or "interleav" in sched else "1f1b",
                      "recompute": "full", "precision": "fp16", "zero_stage": zero, "optimizer": "adam",
-                     "attention": "eager", "overlap_grad_reduce": ddp != "local"},
+                     "attention": "eager", "overlap_grad_reduce": ddp != "local", **bucket},
     }
 
 
