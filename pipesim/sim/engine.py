@@ -167,6 +167,7 @@ class Engine:
         ops, table = g.steps, g.table
         trace = self.trace
         zero3 = w.zero_stage == 3 and self.dp_n > 1
+        prefetch = w.zero3_prefetch
         overlap = w.overlap_grad_reduce
         gathers = [i for i, op in enumerate(ops) if op.gather] if zero3 else []
         gather_ev, gather_next = {}, 0
@@ -186,7 +187,7 @@ class Engine:
                     if not ev.processed:
                         pc[gid] = idx
                         yield ev
-                    if gather_next < len(gathers):
+                    if prefetch and gather_next < len(gathers):
                         j = gathers[gather_next]
                         gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
                         gather_next += 1
@@ -206,6 +207,11 @@ class Engine:
                     recv_buffer = 0.0
                 if zero3 and op.gather:
                     mlog.append((end, (("buffers", -self._gathered(op.stage)),)))
+                    if not prefetch and gather_next < len(gathers):
+                        # synchronous gathers: the next one starts once this compute is done
+                        j = gathers[gather_next]
+                        gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
+                        gather_next += 1
                 if trace:
                     self.record(gid, "compute", k, op.stage, op.mb, start, end, tp=c.tp)
             elif k == "SEND_F" or k == "SEND_B":
@@ -301,7 +307,10 @@ class Engine:
     def _issue_gather(self, g, op, j):
         ev = self.env.event()
         self.mem[g.id].add("buffers", self._gathered(op.stage), self.env.now)
-        self.put(g.id, ("gather", op.stage, j, ev))
+        # a backward that recomputes its forward gathers twice when the framework releases the
+        # weights after every module forward, the recomputed one too (w.regather_recompute)
+        passes = 2 if self.w.regather_recompute and op.kind in ("B", "I") else 1
+        self.put(g.id, ("gather", op.stage, j, ev, passes))
         return ev
 
     # ---------------------------------------------------------------- DP stream
@@ -331,13 +340,15 @@ class Engine:
                     for b, (start, end) in enumerate(ivs):
                         self.record(g.id, "dp", "DP", st, -1, start, end, sizes[b], bucket=b, op=w.grad_kind)
             elif typ == "gather":
-                _, st, j, ev = job
-                nbytes = w.weights_full[st]
+                _, st, j, ev, passes = job
+                nbytes = w.weights_full[st] * passes
                 # One ring all-gather per parameter tensor over the flat data-parallel group, as
                 # ZeRO-3 issues them (NCCL all-gather is a ring): each pays (N-1) latencies
                 # (Thakur et al. 2005), which dominates at large N.
-                n = w.gather_tensors[st]
+                n = w.gather_tensors[st] * passes
                 sec = n * collective_seconds(w, "all_gather", nbytes / n, g.pp, "ring")
+                if w.zero3_gather_rate:        # the framework's own rate, when it is the slower
+                    sec = max(sec, nbytes * (1 - 1 / self.dp_n) / w.zero3_gather_rate)
                 start, end = yield from self._collective(g, ("gather", g.pp, j), sec)
                 tl.comm.setdefault("ZERO_GATHER", []).append((start, end))
                 self.record(g.id, "dp", "ZERO_GATHER", st, -1, start, end, nbytes)
