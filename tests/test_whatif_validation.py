@@ -152,3 +152,10 @@ def test_error_budget_counts_only_the_first_ranks_step_ops():
     lines = error_budget(Result(case, 110.0, 10.0, 1.0, report=rep))
     opt = next(line for line in lines if "OPTIMIZER" in line)
     assert "0.200 s" in opt                     # stages 0 and 2, not all four
+
+
+def test_cli_analytic_engine_prints_the_table_without_an_error_budget(capsys):
+    from pipesim.cli import main
+    assert main(["validate", "sc21-table2", "--engine", "analytic"]) == 0
+    out = capsys.readouterr().out
+    assert "sc21-t2-ZeRO-3-174.6B-384gpu" in out and "MAPE" in out and "error budget" not in out

@@ -340,6 +340,8 @@ def error_budget(r: Result) -> list[str]:
     """Where the worst case's predicted step time goes, and how far it is from the step that
     would reproduce the published figure: the terms large enough to explain the gap alone."""
     rep, step = r.report, r.step_time_s
+    if not rep.get("ranks"):           # the closed form (--engine analytic) has no per-rank terms
+        return []
     # throughput metrics: the published figure implies step * pred / pub
     gap = step - step * r.predicted / r.case.target
     rank = rep["ranks"][0]
