@@ -37,10 +37,11 @@ SUITES = {
     "nemo2407": ("nemo2407-", 8.0),
     "llama3-405b": ("llama3-405b-", 10.0),  # pipesim/whatif/validation_cp.py
     "korthikanti22": ("rac22-", None),       # held out: pipesim/whatif/validation_heldout.py
+    "bridge2511": ("bridge2511-", None),     # held out: pipesim/whatif/validation_bridge.py
 }
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
-METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens"}
+METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
 # DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
@@ -121,6 +122,9 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite == "korthikanti22":
         from pipesim.whatif.validation_heldout import rac22_scenario
         return rac22_scenario(case)
+    if case.suite == "bridge2511":
+        from pipesim.whatif.validation_bridge import bridge_scenario
+        return bridge_scenario(case)
     if case.suite in METRIC:
         from pipesim.whatif.families import mcore_scenario, nemo_scenario
         return (mcore_scenario if case.suite == "mcore-h100" else nemo_scenario)(case)

@@ -1,0 +1,98 @@
+"""Held-out family bridge2511 (scenarios/validation/heldout.yaml): the NVIDIA Megatron-Bridge /
+NeMo performance summary, "25.11 NeMo Container" pre-training tables for DGX-GB200, DGX-B200 and
+DGX-H100 (https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary.html, archive
+page). Test only: nothing in pipesim is set from these rows. Metric: tokens/s per GPU.
+
+What the table states is mapped as published: #GPUs, GBS, MBS, sequence length, TP, PP, CP, VP,
+EP, FSDP and precision (FP8-CS = FP8 with current per-tensor scaling -> fp8_recipe tensorwise;
+FP8-MX = MXFP8, 32x32 blocks on B200/GB200 -> fp8_recipe mxfp8; BF16). FSDP > 0 -> ZeRO-3 over
+the data-parallel group (FSDP equals dp in every transcribed row; other values are refused).
+
+Assumptions the table does not state, made once for the whole family (Megatron-Core defaults as
+for nemo2407 in pipesim/whatif/families.py): sequence parallelism with TP, TP comm overlap, the
+distributed optimizer (ZeRO-1) unless FSDP, overlapped grad reduce and param gather, fp32
+gradient reduction, Megatron's default DDP bucket, flash (cuDNN) attention, no activation
+recompute, no dropout, ring context parallelism. Layers that do not split evenly over
+pipeline·virtual chunks are placed as Megatron's account_for_embedding/loss_in_pipeline_split
+does: layers+2 slots split as evenly as possible (the remainder to the first
+chunks), the first and last chunk giving a slot to the embedding and
+the head (as llama3-405b, pipesim/whatif/validation_cp.py). A GB200 run is one NVLink domain of
+the largest multiple of 4 GPUs <= 72 dividing the run (64 for 64 and 256 GPUs: NVL72 racks
+filled with 16 of their 18 trays), since 72 divides none of the published GPU counts. MoE: the footnote says token distribution is
+force-balanced and dropless -> moe_routing balanced; dispatcher alltoall, expert TP 1.
+Rows pipesim cannot express are refused with a one-line note that `pipesim validate` lists:
+DeepSeek-V3 with multi-token prediction (no MTP head in pipesim).
+"""
+from __future__ import annotations
+
+from pipesim.errors import ScenarioError
+from pipesim.whatif.families import megatron_bucket_MB
+
+# Published system names -> (pipesim system preset, GPUs per preset node: pipesim/presets/systems.py).
+BRIDGE_SYSTEMS = {"DGX-H100": ("dgx-h100", 8), "DGX-B200": ("dgx-b200", 8), "DGX-GB200": ("gb200-nvl72", 4)}
+# Published model names -> pipesim model presets (pipesim/presets/models.py).
+BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
+                 "DeepSeekV3 (w/o MTP)": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b",
+                 "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
+UNSUPPORTED_MODELS = {"DeepSeekV3 (w/ MTP)": "skipped: multi-token prediction (MTP) is not modelled in pipesim"}
+# Published precision -> (training.precision, training.fp8_recipe).
+BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "FP8-MX": ("fp8", "mxfp8")}
+
+
+def bridge_scenario(case) -> dict:
+    c, cid = case.raw, case.id
+    name, par, hw = c["model"]["name"], c["parallel"], c["hardware"]
+    if name in UNSUPPORTED_MODELS:
+        raise ScenarioError(f"{cid}: {UNSUPPORTED_MODELS[name]}")
+    if name not in BRIDGE_MODELS:
+        raise ScenarioError(f"{cid}: model.name {name!r} has no preset mapping; known: {', '.join(BRIDGE_MODELS)}")
+    if hw["system"] not in BRIDGE_SYSTEMS:
+        raise ScenarioError(f"{cid}: hardware.system {hw['system']!r} has no system preset; "
+                            f"known: {', '.join(BRIDGE_SYSTEMS)}")
+    if c.get("precision") not in BRIDGE_PRECISIONS:
+        raise ScenarioError(f"{cid}: precision {c.get('precision')!r} is not expressible in pipesim; "
+                            f"known: {', '.join(BRIDGE_PRECISIONS)}")
+    preset, per_node = BRIDGE_SYSTEMS[hw["system"]]
+    n = int(hw["num_gpus"])
+    tp, pp, cp, ep, fsdp = (int(par[k]) for k in ("tp", "pp", "cp", "ep", "fsdp"))
+    vp = 1 if par["vp"] == "n/a" else int(par["vp"])
+    if n % (tp * pp * cp):
+        raise ScenarioError(f"{cid}: tensor({tp})·pipeline({pp})·context({cp}) does not divide {n} GPUs")
+    dp = n // (tp * pp * cp)
+    if fsdp and fsdp != dp:
+        raise ScenarioError(f"{cid}: parallel.fsdp {fsdp} ≠ data-parallel size {dp}; partial sharding is not mapped")
+    if n % per_node and n > per_node:
+        raise ScenarioError(f"{cid}: {n} GPUs is not a whole number of {per_node}-GPU {hw['system']} nodes")
+    system = ({"preset": preset, "num_nodes": 1, "gpus_per_node": n} if n < per_node
+              else {"preset": preset, "num_nodes": n // per_node})
+    if preset == "gb200-nvl72" and n > per_node:
+        system["nvlink_domain"] = max(d for d in range(per_node, 73, per_node) if n % d == 0)
+    precision, recipe = BRIDGE_PRECISIONS[c["precision"]]
+    parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp}
+    layers = _preset_layers(BRIDGE_MODELS[name])
+    if layers % (pp * vp):
+        k = pp * vp
+        base, extra = divmod(layers + 2, k)
+        chunks = [base + 1] * extra + [base] * (k - extra)
+        chunks[0] -= 1
+        chunks[-1] -= 1
+        parallel["layers_per_stage"] = chunks
+    if cp > 1:
+        parallel.update(context=cp, context_mode="ring")
+    training = {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
+                "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": precision,
+                "attention": "flash", "zero_stage": 3 if fsdp else 1, "overlap_grad_reduce": True,
+                "overlap_param_gather": True, "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": True,
+                "grad_bucket_MB": megatron_bucket_MB(dp)}
+    if recipe:
+        training["fp8_recipe"] = recipe
+    model = {"preset": BRIDGE_MODELS[name], "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False}
+    if ep > 1:
+        parallel.update(expert=ep, expert_tensor=1)
+        training.update(moe_routing="balanced", moe_dispatcher="alltoall")
+    return {"model": model, "system": system, "parallel": parallel, "training": training}
+
+
+def _preset_layers(preset: str) -> int:
+    from pipesim.presets.models import MODELS
+    return int(MODELS[preset]["num_layers"])
