@@ -1,0 +1,40 @@
+"""bridge2511 held-out family: the converter maps the published rows as stated (no simulation)."""
+import pytest
+
+from pipesim.errors import ScenarioError
+from pipesim.whatif.validation import case_scenario, load_cases
+
+
+def _cases():
+    return {c.id: c for c in load_cases() if c.suite == "bridge2511"}
+
+
+def test_one_row_per_system_maps_as_published():
+    cases = _cases()
+    h100 = case_scenario(cases["bridge2511-h100-llama3-8b"])         # FSDP 8, FP8-CS, MBS 1
+    assert h100["system"] == {"preset": "dgx-h100", "num_nodes": 1}
+    assert h100["training"]["zero_stage"] == 3 and h100["parallel"]["data"] == 8
+    assert (h100["training"]["precision"], h100["training"]["fp8_recipe"]) == ("fp8", "tensorwise")
+    b200 = case_scenario(cases["bridge2511-b200-llama3.1-405b-mx"])   # TP4 PP8 CP2 VP8, 128 GPUs
+    assert b200["system"] == {"preset": "dgx-b200", "num_nodes": 16}
+    assert b200["training"]["fp8_recipe"] == "mxfp8" and b200["training"]["zero_stage"] == 1
+    assert b200["parallel"]["context"] == 2 and b200["parallel"]["data"] == 2
+    assert sum(b200["parallel"]["layers_per_stage"]) == 126 and len(b200["parallel"]["layers_per_stage"]) == 64
+    gb200 = case_scenario(cases["bridge2511-gb200-qwen3-235b-a22b-bf16"])  # EP 32, 256 GPUs
+    assert gb200["system"] == {"preset": "gb200-nvl72", "num_nodes": 64, "nvlink_domain": 64}
+    assert gb200["training"]["precision"] == "bf16" and "fp8_recipe" not in gb200["training"]
+    assert gb200["parallel"]["expert"] == 32 and gb200["training"]["moe_routing"] == "balanced"
+    assert cases["bridge2511-gb200-llama3-70b"].target == 4312.0
+
+
+def test_unknown_system_and_unexpressible_rows_are_one_line_errors():
+    case = _cases()["bridge2511-h100-llama3-70b"]
+    case.raw = dict(case.raw, hardware={"system": "DGX-X999", "num_gpus": 64})
+    with pytest.raises(ScenarioError, match=r"hardware.system 'DGX-X999' has no system preset") as e:
+        case_scenario(case)
+    assert "\n" not in str(e.value)
+    case.raw = dict(case.raw, hardware={"system": "DGX-H100", "num_gpus": 64}, precision="NVFP4")
+    with pytest.raises(ScenarioError, match="NVFP4"):
+        case_scenario(case)
+    with pytest.raises(ScenarioError, match="skipped: multi-token prediction"):
+        case_scenario(_cases()["bridge2511-b200-deepseekv3-mtp-mx"])
