@@ -311,7 +311,9 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
                 from pipesim.whatif.families import MCORE_MICRO_BATCH
                 mb = f"{MCORE_MICRO_BATCH}*"
             v = p.get("virtual_stages_per_gpu", p.get("vp", 1))
-            lines.append(f"  {r.case.id:34s} {n:>5} {p.get('tp', 1):>2} {p.get('pp', 1):>3} {p.get('dp', 1):>4} "
+            # bridge2511 rows publish no dp: derived as GPUs / (tp·pp·cp)
+            dp = p.get("dp", int(n) // (int(p.get("tp", 1)) * int(p.get("pp", 1)) * int(p.get("cp", 1))))
+            lines.append(f"  {r.case.id:34s} {n:>5} {p.get('tp', 1):>2} {p.get('pp', 1):>3} {dp:>4} "
                          f"{v:>2} {mb:>3} {step:>8s} {pred:>7s} {r.case.target:>7.0f} {err:>7s}"
                          + (f"  {r.note}" if r.note else ""))
         lines.append("  " + summary_line(suite, results))
