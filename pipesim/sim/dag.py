@@ -28,8 +28,8 @@ from collections import deque
 from dataclasses import replace
 
 from pipesim.report.metrics import RankTimeline
-from pipesim.sim.engine import summarize
-from pipesim.sim.memory import ChangeIds, MemoryTracker
+from pipesim.sim.engine import flat_memory_logs, summarize
+from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
 from pipesim.sim.workload import STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
 
@@ -137,16 +137,7 @@ class DagRun:
         self.tl = [RankTimeline(rank=g.id, stage=g.pp, stages=tuple(w.plan.stages_of(g.pp))) for g in w.gangs]
         self.mem = [MemoryTracker(g.static) for g in w.gangs]
         self.events: list = []
-        # memory logs as flat (time, change id) lists, replayed with numpy (memory.py _peak_flat);
-        # the numbering lives with the workload, whose Costs carry their ids across runs
-        if w.change_ids is None:
-            w.change_ids = ChangeIds()
-        reg = w.change_ids
-        for g in w.gangs:
-            self.mem[g.id].flat = ([], [], reg)
-            for c in g.table:
-                if c is not None and c.ids is None:
-                    c.ids = (reg.id_of(c.mem0), reg.id_of(c.mem1), reg.id_of(c.buf_alloc), reg.id_of(c.buf_free))
+        flat_memory_logs(w, self.mem)       # memory logs as flat (time, change id) lists
 
     def run(self):
         w = self.w

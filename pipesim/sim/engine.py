@@ -25,9 +25,9 @@ from heapq import heappush
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.a2a_overlap import exposed_a2a
-from pipesim.sim.memory import MemoryTracker
+from pipesim.sim.memory import ChangeIds, MemoryTracker
 from pipesim.sim.network import Network, reserve_all
-from pipesim.sim.workload import Workload, collective_seconds
+from pipesim.sim.workload import STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
 
 
 @contextmanager
@@ -103,6 +103,20 @@ def at(env, t: float, priority: int = NORMAL):
     return ev
 
 
+def flat_memory_logs(w: Workload, mems, gangs=None) -> None:
+    """Keep each rank's memory log as flat (time, change id) lists, replayed with numpy
+    (memory.py `_peak_flat`); the numbering lives with the workload, whose Costs carry their ids
+    (mem0, mem1, buffer alloc, buffer free) across runs."""
+    if w.change_ids is None:
+        w.change_ids = ChangeIds()
+    reg = w.change_ids
+    for g in (gangs if gangs is not None else w.gangs):
+        mems[g.id].flat = ([], [], reg)
+        for c in g.table:
+            if c is not None and c.ids is None:
+                c.ids = (reg.id_of(c.mem0), reg.id_of(c.mem1), reg.id_of(c.buf_alloc), reg.id_of(c.buf_free))
+
+
 def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
     """Per rank after the run: work counters, TP seconds, memory peak (shared by sim/dag.py;
     `gangs` = the gangs `tls` and `mems` belong to, default all)."""
@@ -135,6 +149,7 @@ class Engine:
         self.pc = [0] * n
         self.tl = [RankTimeline(rank=g.id, stage=g.pp, stages=tuple(w.plan.stages_of(g.pp))) for g in w.gangs]
         self.mem = [MemoryTracker(g.static) for g in w.gangs]
+        flat_memory_logs(w, self.mem)
         self.events: list = []
         self.dp_peers: dict = {}
         for g in w.gangs:
@@ -158,9 +173,15 @@ class Engine:
 
     # ---------------------------------------------------------------- rank process
     def rank(self, g):
+        """Generator: rank g's plan. The hot loop waits on one reused event (`timer`: re-armed
+        with a fresh callback list and pushed at its absolute due time, exactly where a Timeout
+        of the same delay lands) and logs memory as flat (time, change id) lists: no object per
+        action beyond the timeline tuples the report reads."""
         env, w, net = self.env, self.w, self.net
-        tl, mem = self.tl[g.id], self.mem[g.id]
-        boxes, mlog, pc, gid = net.boxes, mem.log, self.pc, g.id
+        gid = g.id
+        tl = self.tl[gid]
+        mtimes, mids, reg = self.mem[gid].flat
+        boxes, pc = net.boxes, self.pc
         box = boxes[gid]
         ports = net.ports[gid]
         peers = {q: w.gang_at[(g.dp, q)] for q in range(w.plan.num_ranks) if (g.dp, q) in w.gang_at}
@@ -174,14 +195,17 @@ class Engine:
             gather_ev[gathers[0]] = self._issue_gather(g, ops[gathers[0]], 0)
             gather_next = 1
         recv_buffer = 0.0
-        compute = tl.compute
+        recv_free = 0                     # change id freeing the one buffered message (0: several)
+        compute, recv_log = tl.compute, tl.recv
         p2p = tl.comm.setdefault("P2P", [])
-        timeout = env.timeout
-        for idx, op in enumerate(ops):
-            k = op.kind
-            c = table[op.key]
-            if op.compute:
-                if zero3 and op.gather:
+        queue, eid = env._queue, env._eid
+        timer = _Event(env)
+        timer._ok = True
+        timer._value = None
+        for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, gather) in enumerate(ops):
+            c = table[key]
+            if code == COMPUTE:
+                if zero3 and gather:
                     ev = gather_ev.pop(idx)
                     if not ev.processed:
                         pc[gid] = idx
@@ -191,76 +215,97 @@ class Engine:
                         gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
                         gather_next += 1
                 start = env._now
-                if c.mem0:
-                    mlog.append((start, c.mem0))
-                if op.grad_last and overlap:
-                    self.put(gid, ("grad", op.stage, start, c.dur))
+                m0, m1, _, _ = c.ids
+                if m0:
+                    mtimes.append(start)
+                    mids.append(m0)
+                if grad_last and overlap:
+                    self.put(gid, ("grad", stage, start, c.dur))
                 pc[gid] = idx
-                yield timeout(c.dur)
+                timer.callbacks = []
+                heappush(queue, (start + c.dur, NORMAL, next(eid), timer))
+                yield timer
                 end = env._now
-                compute.append((start, end, k))
-                if c.mem1:
-                    mlog.append((end, c.mem1))
+                compute.append((start, end, kind))
+                if m1:
+                    mtimes.append(end)
+                    mids.append(m1)
                 if recv_buffer:
-                    mlog.append((end, (("buffers", -recv_buffer),)))
+                    mtimes.append(end)
+                    mids.append(recv_free or reg.buffer_free(recv_buffer))
                     recv_buffer = 0.0
-                if zero3 and op.gather:
-                    mlog.append((end, (("buffers", -self._gathered(op.stage)),)))
+                if zero3 and gather:
+                    mtimes.append(end)
+                    mids.append(reg.buffer_free(self._gathered(stage)))
                 if trace:
-                    self.record(gid, "compute", k, op.stage, op.mb, start, end, tp=c.tp)
-            elif k == "SEND_F" or k == "SEND_B":
+                    self.record(gid, "compute", kind, stage, mb, start, end, tp=c.tp)
+            elif code == SEND:
                 if c.extra:                      # quantize on the sender's compute stream
                     start = env._now
                     pc[gid] = idx
-                    yield timeout(c.extra)
+                    timer.callbacks = []
+                    heappush(queue, (start + c.extra, NORMAL, next(eid), timer))
+                    yield timer
                     compute.append((start, env._now, "QUANTIZE"))
                     if trace:
-                        self.record(gid, "compute", "QUANTIZE", op.stage, op.mb, start, env._now)
-                # isend: reserve this rank's port, post the message (network.py)
+                        self.record(gid, "compute", "QUANTIZE", stage, mb, start, env._now)
+                # isend: reserve this rank's port (Port.reserve inlined), post the message (network.py)
                 now = env._now
-                dst = peers[op.peer]
+                port = ports[c.port]
+                free = port.free_at
+                wire = now if now > free else free
+                end = port.free_at = wire + c.dur
+                dst = peers[peer]
                 dbox = boxes[dst]
-                wire, end = ports[c.port].reserve(now, c.dur)
-                waiting = dbox.get(op.rkey)
+                waiting = dbox.get(rkey)
                 if waiting is None:
-                    dbox[op.rkey] = (wire, end)
+                    dbox[rkey] = (wire, end)
                 else:
-                    waiting._ok = True
                     waiting._value = (wire, end)
-                    heappush(env._queue, (end, NORMAL, next(env._eid), waiting))
+                    heappush(queue, (end, NORMAL, next(eid), waiting))
                 if c.nbytes:
-                    mlog.append((now, c.buf_alloc))
-                    mlog.append((end, c.buf_free))
+                    _, _, alloc, release = c.ids
+                    mtimes.append(now)
+                    mids.append(alloc)
+                    mtimes.append(end)
+                    mids.append(release)
                 p2p.append((wire, end))
                 if trace:
-                    self.record(gid, "send", k, op.stage, op.mb, wire, end, c.nbytes, issued=now, dst=op.peer,
-                                flow=(dst,) + op.rkey)
+                    self.record(gid, "send", kind, stage, mb, wire, end, c.nbytes, issued=now, dst=peer,
+                                flow=(dst,) + rkey)
             else:                                 # RECV_F / RECV_B: wait for the message
-                key = op.rkey
                 reached = env._now
-                posted = box.get(key)
-                pc[gid] = idx
-                if posted is None:
-                    ev = box[key] = env.event()
-                    yield ev
-                    wire, arrived = ev._value
+                posted = box.pop(rkey, None)
+                if posted is None:                # not sent yet: the sender pushes `timer` when it lands
+                    pc[gid] = idx
+                    timer.callbacks = []
+                    box[rkey] = timer
+                    yield timer
+                    del box[rkey]
+                    wire, arrived = timer._value
                 else:
                     wire, arrived = posted
                     if arrived > reached:
-                        yield at(env, arrived)
-                del box[key]
+                        pc[gid] = idx
+                        timer.callbacks = []
+                        heappush(queue, (arrived, NORMAL, next(eid), timer))
+                        yield timer
                 now = env._now
-                tl.recv.append((reached, now, wire, k))
+                recv_log.append((reached, now, wire, kind))
                 if c.nbytes:
-                    mlog.append((now, c.buf_alloc))
+                    mtimes.append(now)
+                    mids.append(c.ids[2])
+                    recv_free = 0 if recv_buffer else c.ids[3]
                     recv_buffer += c.nbytes
                 if trace:
-                    self.record(gid, "recv", k, op.stage, op.mb, reached, now, c.nbytes, wire_start=wire, src=op.peer)
+                    self.record(gid, "recv", kind, stage, mb, reached, now, c.nbytes, wire_start=wire, src=peer)
                 if c.extra:                      # dequantize on the receiver
-                    yield timeout(c.extra)
+                    timer.callbacks = []
+                    heappush(queue, (now + c.extra, NORMAL, next(eid), timer))
+                    yield timer
                     compute.append((now, env._now, "DEQUANTIZE"))
                     if trace:
-                        self.record(gid, "compute", "DEQUANTIZE", op.stage, op.mb, now, env._now)
+                        self.record(gid, "compute", "DEQUANTIZE", stage, mb, now, env._now)
         pc[gid] = len(ops)
         tl.pipe_end = env._now
         # ---- end of step: gradient reduction, optimizer, ZeRO-1/2 weight all-gather
@@ -273,7 +318,7 @@ class Engine:
             if sec <= 0:
                 continue
             start = env._now
-            yield timeout(sec)
+            yield env.timeout(sec)
             compute.append((start, env._now, name))
             self.record(gid, "compute", name, -1, -1, start, env._now)
         # the distributed optimizer's parameter all-gather; with Megatron's --overlap-param-gather
@@ -300,7 +345,11 @@ class Engine:
 
     def _issue_gather(self, g, op, j):
         ev = self.env.event()
-        self.mem[g.id].add("buffers", self._gathered(op.stage), self.env.now)
+        gathered = self._gathered(op.stage)
+        if gathered:
+            times, ids, reg = self.mem[g.id].flat
+            times.append(self.env.now)
+            ids.append(reg.id_of((("buffers", gathered),)))
         self.put(g.id, ("gather", op.stage, j, ev))
         return ev
 
@@ -421,6 +470,11 @@ class Engine:
         stuck = [g for g, p in zip(self.w.gangs, procs) if p.is_alive]
         if stuck:
             raise self._deadlock(stuck)
+        if self.trace:                    # samples need the change tuples (MemoryTracker.finish)
+            for mem in self.mem:
+                times, ids, reg = mem.flat
+                mem.log = [(t, reg.changes[i]) for t, i in zip(times, ids)]
+                mem.flat = None
         summarize(self.w, self.tl, self.mem, self.trace)
         return self
 
