@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 from collections import Counter, deque
 from contextlib import contextmanager
-from heapq import heappush
+from heapq import heappop, heappush
 
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
@@ -117,6 +117,20 @@ def flat_memory_logs(w: Workload, mems, gangs=None) -> None:
                 c.ids = (reg.id_of(c.mem0), reg.id_of(c.mem1), reg.id_of(c.buf_alloc), reg.id_of(c.buf_free))
 
 
+def run_queue(env) -> None:
+    """`env.run()` until the queue drains, with SimPy's `Environment.step` inlined (one Python
+    call less per event): pop the earliest (time, priority, event id), run its callbacks, crash
+    on a failed event nobody handled (what `step` does)."""
+    queue = env._queue
+    while queue:
+        env._now, _, _, ev = heappop(queue)
+        callbacks, ev.callbacks = ev.callbacks, None
+        for callback in callbacks:
+            callback(ev)
+        if not ev._ok and not hasattr(ev, "_defused"):
+            raise ev._value
+
+
 def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
     """Per rank after the run: work counters, TP seconds, memory peak (shared by sim/dag.py;
     `gangs` = the gangs `tls` and `mems` belong to, default all)."""
@@ -146,7 +160,7 @@ class Engine:
         n = len(w.gangs)
         self.queues = [deque() for _ in range(n)]
         self.wake = [None] * n
-        self.pc = [0] * n
+        self.pc = [-1] * n          # -1: inside its plan (the frame's `idx`), else where it stopped
         self.tl = [RankTimeline(rank=g.id, stage=g.pp, stages=tuple(w.plan.stages_of(g.pp))) for g in w.gangs]
         self.mem = [MemoryTracker(g.static) for g in w.gangs]
         flat_memory_logs(w, self.mem)
@@ -184,8 +198,9 @@ class Engine:
         boxes, pc = net.boxes, self.pc
         box = boxes[gid]
         ports = net.ports[gid]
-        peers = {q: w.gang_at[(g.dp, q)] for q in range(w.plan.num_ranks) if (g.dp, q) in w.gang_at}
+        peers = [w.gang_at.get((g.dp, q)) for q in range(w.plan.num_ranks)]
         ops, table = g.steps, g.table
+        send_port = [ports[c.port] if c is not None and c.port else None for c in table]
         trace = self.trace
         zero3 = w.zero_stage == 3 and self.dp_n > 1
         overlap = w.overlap_grad_reduce
@@ -208,7 +223,6 @@ class Engine:
                 if zero3 and gather:
                     ev = gather_ev.pop(idx)
                     if not ev.processed:
-                        pc[gid] = idx
                         yield ev
                     if gather_next < len(gathers):
                         j = gathers[gather_next]
@@ -221,7 +235,6 @@ class Engine:
                     mids.append(m0)
                 if grad_last and overlap:
                     self.put(gid, ("grad", stage, start, c.dur))
-                pc[gid] = idx
                 timer.callbacks = []
                 heappush(queue, (start + c.dur, NORMAL, next(eid), timer))
                 yield timer
@@ -242,7 +255,6 @@ class Engine:
             elif code == SEND:
                 if c.extra:                      # quantize on the sender's compute stream
                     start = env._now
-                    pc[gid] = idx
                     timer.callbacks = []
                     heappush(queue, (start + c.extra, NORMAL, next(eid), timer))
                     yield timer
@@ -251,7 +263,7 @@ class Engine:
                         self.record(gid, "compute", "QUANTIZE", stage, mb, start, env._now)
                 # isend: reserve this rank's port (Port.reserve inlined), post the message (network.py)
                 now = env._now
-                port = ports[c.port]
+                port = send_port[key]
                 free = port.free_at
                 wire = now if now > free else free
                 end = port.free_at = wire + c.dur
@@ -277,7 +289,6 @@ class Engine:
                 reached = env._now
                 posted = box.pop(rkey, None)
                 if posted is None:                # not sent yet: the sender pushes `timer` when it lands
-                    pc[gid] = idx
                     timer.callbacks = []
                     box[rkey] = timer
                     yield timer
@@ -286,7 +297,6 @@ class Engine:
                 else:
                     wire, arrived = posted
                     if arrived > reached:
-                        pc[gid] = idx
                         timer.callbacks = []
                         heappush(queue, (arrived, NORMAL, next(eid), timer))
                         yield timer
@@ -466,8 +476,8 @@ class Engine:
         for g in self.w.gangs:
             env.process(self.dp_stream(g))
         with no_gc():
-            env.run()
-        stuck = [g for g, p in zip(self.w.gangs, procs) if p.is_alive]
+            run_queue(env)
+        stuck = [(g, p) for g, p in zip(self.w.gangs, procs) if p.is_alive]
         if stuck:
             raise self._deadlock(stuck)
         if self.trace:                    # samples need the change tuples (MemoryTracker.finish)
@@ -482,8 +492,10 @@ class Engine:
         from pipesim.schedules import format_grid
         plan = self.w.plan
         why, marks, seen = [], [], set()
-        for g in stuck:
+        for g, proc in stuck:
             idx = self.pc[g.id]
+            if idx < 0:                   # blocked inside its plan: the rank generator's loop index
+                idx = proc._generator.gi_frame.f_locals["idx"]
             label = f"rank {g.pp}" + (f" (dp {g.dp})" if self.w.mode == "full" else "")
             if idx < len(g.steps):
                 op = g.steps[idx]
