@@ -117,6 +117,27 @@ def flat_memory_logs(w: Workload, mems, gangs=None) -> None:
                 c.ids = (reg.id_of(c.mem0), reg.id_of(c.mem1), reg.id_of(c.buf_alloc), reg.id_of(c.buf_free))
 
 
+_CODES: dict = {}       # id(steps row) -> (row, {cost key: step code})
+
+
+def step_info(steps, table, ports) -> list:
+    """Per cost-table key, what the rank loop reads, unpacked in one go: compute (seconds,
+    memory change ids at start and end), send (wire seconds, port, quantize seconds, buffer
+    alloc / free ids, 0 without bytes), receive (bytes, dequantize seconds, alloc / free ids)."""
+    codes = row_memo(_CODES, steps, lambda row: {op.key: op.code for op in row})
+    info = [None] * len(table)
+    for key, code in codes.items():
+        c = table[key]
+        m0, m1, alloc, release = c.ids
+        if code == COMPUTE:
+            info[key] = (c.dur, m0, m1)
+        elif code == SEND:
+            info[key] = (c.dur, ports[c.port], c.extra, alloc if c.nbytes else 0, release)
+        else:
+            info[key] = (c.nbytes, c.extra, alloc, release)
+    return info
+
+
 def run_queue(env) -> None:
     """`env.run()` until the queue drains, with SimPy's `Environment.step` inlined (one Python
     call less per event): pop the earliest (time, priority, event id), run its callbacks, crash
@@ -137,10 +158,9 @@ def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
     per_row: dict = {}
     for g, tl, mem in zip(gangs if gangs is not None else w.gangs, tls, mems):
         if id(g.table) not in per_row:
-            per_row[id(g.table)] = work_of(g.steps, g.table)
-        tl.work, tl.tp_s = per_row[id(g.table)]
+            per_row[id(g.table)] = work_of(g.steps, g.table), exposed_a2a(g.steps, g.table)
+        (tl.work, tl.tp_s), tl.a2a_s = per_row[id(g.table)]
         tl.work = {k: list(v) for k, v in tl.work.items()}
-        tl.a2a_s = exposed_a2a(g.steps, g.table)
         mem.finish(trace)
         tl.peak_memory = mem.peak
         tl.peak_by_category = dict(mem.peak_by)
@@ -199,8 +219,9 @@ class Engine:
         box = boxes[gid]
         ports = net.ports[gid]
         peers = [w.gang_at.get((g.dp, q)) for q in range(w.plan.num_ranks)]
+        peer_box = [None if q is None else boxes[q] for q in peers]
         ops, table = g.steps, g.table
-        send_port = [ports[c.port] if c is not None and c.port else None for c in table]
+        info = step_info(ops, table, ports)
         trace = self.trace
         zero3 = w.zero_stage == 3 and self.dp_n > 1
         overlap = w.overlap_grad_reduce
@@ -218,7 +239,6 @@ class Engine:
         timer._ok = True
         timer._value = None
         for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, gather) in enumerate(ops):
-            c = table[key]
             if code == COMPUTE:
                 if zero3 and gather:
                     ev = gather_ev.pop(idx)
@@ -228,15 +248,15 @@ class Engine:
                         j = gathers[gather_next]
                         gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
                         gather_next += 1
+                dur, m0, m1 = info[key]
                 start = env._now
-                m0, m1, _, _ = c.ids
                 if m0:
                     mtimes.append(start)
                     mids.append(m0)
                 if grad_last and overlap:
-                    self.put(gid, ("grad", stage, start, c.dur))
+                    self.put(gid, ("grad", stage, start, dur))
                 timer.callbacks = []
-                heappush(queue, (start + c.dur, NORMAL, next(eid), timer))
+                heappush(queue, (start + dur, NORMAL, next(eid), timer))
                 yield timer
                 end = env._now
                 compute.append((start, end, kind))
@@ -251,40 +271,38 @@ class Engine:
                     mtimes.append(end)
                     mids.append(reg.buffer_free(self._gathered(stage)))
                 if trace:
-                    self.record(gid, "compute", kind, stage, mb, start, end, tp=c.tp)
+                    self.record(gid, "compute", kind, stage, mb, start, end, tp=table[key].tp)
             elif code == SEND:
-                if c.extra:                      # quantize on the sender's compute stream
+                dur, port, extra, alloc, release = info[key]
+                if extra:                        # quantize on the sender's compute stream
                     start = env._now
                     timer.callbacks = []
-                    heappush(queue, (start + c.extra, NORMAL, next(eid), timer))
+                    heappush(queue, (start + extra, NORMAL, next(eid), timer))
                     yield timer
                     compute.append((start, env._now, "QUANTIZE"))
                     if trace:
                         self.record(gid, "compute", "QUANTIZE", stage, mb, start, env._now)
                 # isend: reserve this rank's port (Port.reserve inlined), post the message (network.py)
                 now = env._now
-                port = send_port[key]
                 free = port.free_at
                 wire = now if now > free else free
-                end = port.free_at = wire + c.dur
-                dst = peers[peer]
-                dbox = boxes[dst]
+                end = port.free_at = wire + dur
+                dbox = peer_box[peer]
                 waiting = dbox.get(rkey)
                 if waiting is None:
                     dbox[rkey] = (wire, end)
                 else:
                     waiting._value = (wire, end)
                     heappush(queue, (end, NORMAL, next(eid), waiting))
-                if c.nbytes:
-                    _, _, alloc, release = c.ids
+                if alloc:
                     mtimes.append(now)
                     mids.append(alloc)
                     mtimes.append(end)
                     mids.append(release)
                 p2p.append((wire, end))
                 if trace:
-                    self.record(gid, "send", kind, stage, mb, wire, end, c.nbytes, issued=now, dst=peer,
-                                flow=(dst,) + rkey)
+                    self.record(gid, "send", kind, stage, mb, wire, end, table[key].nbytes, issued=now, dst=peer,
+                                flow=(peers[peer],) + rkey)
             else:                                 # RECV_F / RECV_B: wait for the message
                 reached = env._now
                 posted = box.pop(rkey, None)
@@ -302,16 +320,17 @@ class Engine:
                         yield timer
                 now = env._now
                 recv_log.append((reached, now, wire, kind))
-                if c.nbytes:
+                nbytes, extra, alloc, release = info[key]
+                if nbytes:
                     mtimes.append(now)
-                    mids.append(c.ids[2])
-                    recv_free = 0 if recv_buffer else c.ids[3]
-                    recv_buffer += c.nbytes
+                    mids.append(alloc)
+                    recv_free = 0 if recv_buffer else release
+                    recv_buffer += nbytes
                 if trace:
-                    self.record(gid, "recv", kind, stage, mb, reached, now, c.nbytes, wire_start=wire, src=peer)
-                if c.extra:                      # dequantize on the receiver
+                    self.record(gid, "recv", kind, stage, mb, reached, now, nbytes, wire_start=wire, src=peer)
+                if extra:                        # dequantize on the receiver
                     timer.callbacks = []
-                    heappush(queue, (now + c.extra, NORMAL, next(eid), timer))
+                    heappush(queue, (now + extra, NORMAL, next(eid), timer))
                     yield timer
                     compute.append((now, env._now, "DEQUANTIZE"))
                     if trace:
