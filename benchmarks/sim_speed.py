@@ -13,7 +13,9 @@ Prints, in one run:
    Calculon in the same fresh process: first call and warm median, and the ratios (targets:
    first <= 10x, warm <= 3x). Calculon's modules are imported before its first call is timed;
    the "1f1b, modules" row does the same for pipesim (the modules a simulation imports lazily are
-   imported first), the "1f1b" row times pipesim's lazy imports inside its first call;
+   imported first), the "1f1b" row times pipesim's lazy imports inside its first call. Every row
+   runs twice: modules compiled from source at import (no bytecode cache) and with a primed
+   bytecode cache (an installed package's state);
 2. full mode with 4096 GPUs x 64 micro-batches: GPT-3 at tensor 8, pipeline 8, data 64 (512
    simulated TP gangs), and tensor 1, pipeline 8, data 512 (4096 simulated rank processes);
    --huge adds 16,384 ranks (targets: 4096 ranks at tensor 1 <= 3 s, 16,384 <= 12 s);
@@ -157,27 +159,39 @@ def generators() -> None:
 
 
 def first_and_warm(repeat: int) -> None:
+    """Each row twice: in a fresh process whose imports compile every module from source (as
+    here, where PYTHONDONTWRITEBYTECODE=1 is set: nothing is cached), and in a fresh process with
+    a bytecode cache primed by an earlier process (PYTHONPYCACHEPREFIX: what an installed package
+    has, pip compiles it at install time). Calculon's modules are imported outside its timing in
+    both, so only pipesim's lazy imports see the difference."""
     import json
     import os
     import subprocess
+    import tempfile
     from pathlib import Path
     here = str(Path(__file__).resolve().parent)
     calc = os.environ.get("CALCULON")
     print("1. GPT-3 175B, 1024 x A100 (t8 p8 d16, mb 1, gbs 1536, selective recompute), representative mode; "
           "CPU s in a fresh process" + ("" if calc else " (set CALCULON=PATH to compare with Calculon)"))
+    cached = dict(os.environ, PYTHONPYCACHEPREFIX=tempfile.mkdtemp(prefix="pipesim-pyc-"))
+    cached.pop("PYTHONDONTWRITEBYTECODE", None)
+    source = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     for label, sched, v, pre in (("1f1b", "1f1b", 1, False), ("1f1b, modules", "1f1b", 1, True),
                                  ("interleaved v=2", "interleaved", 2, False)):
         code = FIRST_CALL.format(bench=here, schedule=sched, virtual=v, repeat=repeat, preimport=pre)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        line = (f"   {label:16s} first call {r['pipesim_first']:6.3f} s, warm {r['pipesim_warm'] * 1e3:6.1f} ms "
-                f"[{r['engine']}] (SimPy engine forced: warm {r['simpy_warm'] * 1e3:6.1f} ms), step {r['step']:.3f} s")
-        print(line)
-        if "calculon_first" in r:
-            print(f"   {'Calculon':16s} first call {r['calculon_first']:6.3f} s, warm {r['calculon_warm'] * 1e3:6.1f} ms, "
-                  f"step {r['calculon_step']:.3f} s  ->  pipesim / Calculon: first "
-                  f"{r['pipesim_first'] / r['calculon_first']:.1f}x (target <= 10x), warm "
-                  f"{r['pipesim_warm'] / r['calculon_warm']:.1f}x (target <= 3x)")
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cached)  # prime
+        for how, env in (("from source", source), ("bytecode cached", cached)):
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            line = (f"   {label:16s} {how:15s} first call {r['pipesim_first']:6.3f} s, warm "
+                    f"{r['pipesim_warm'] * 1e3:6.1f} ms [{r['engine']}] (SimPy engine forced: warm "
+                    f"{r['simpy_warm'] * 1e3:6.1f} ms), step {r['step']:.3f} s")
+            if "calculon_first" in r:
+                line += (f"\n   {'  Calculon':32s} first call {r['calculon_first']:6.3f} s, warm "
+                         f"{r['calculon_warm'] * 1e3:6.1f} ms, step {r['calculon_step']:.3f} s  ->  pipesim / "
+                         f"Calculon: first {r['pipesim_first'] / r['calculon_first']:.1f}x (target <= 10x), warm "
+                         f"{r['pipesim_warm'] / r['calculon_warm']:.1f}x (target <= 3x)")
+            print(line)
 
 
 def main(argv=None) -> int:
