@@ -21,6 +21,7 @@ import gc
 from collections import Counter, deque
 from contextlib import contextmanager
 from heapq import heappop, heappush
+from operator import itemgetter
 
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
@@ -59,10 +60,13 @@ def row_memo(cache: dict, steps, build):
 _COUNTS: dict = {}      # id(steps row) -> (row, its (key, stage, kind, compute, count) list)
 
 
+_KEY = itemgetter(1)    # Step.key
+
+
 def _count(steps) -> list:
-    counts = Counter(op.key for op in steps)
-    kinds = {op.key: (op.stage, op.kind, op.compute) for op in steps}
-    return [(key, *kinds[key], n) for key, n in counts.items()]
+    counts = Counter(map(_KEY, steps))
+    one = dict(zip(map(_KEY, steps), steps))      # a step per key (all of a key share stage and kind)
+    return [(key, one[key].stage, one[key].kind, one[key].compute, n) for key, n in counts.items()]
 
 
 def step_counts(steps) -> list:
