@@ -268,6 +268,8 @@ def test_weight_gradients_accumulate_into_the_grad_buffer_in_the_gemm_epilogue()
     assert [g[5:] for g in fc1_32.gemms_bwd] == [(), ("wgrad",)]
     assert cm32.time(fc1_32, "fwd").seconds == cm16.time(fc1_16, "fwd").seconds
     assert cm32.time(fc1_32, "bwd").seconds > cm16.time(fc1_16, "bwd").seconds
+    # the zero-bubble W share follows: the dW GEMM now outlasts its dX twin
+    assert 0.5 < cm16.wgrad_share(fc1_16) < cm32.wgrad_share(fc1_32) < 1
 
 
 def test_fp8_gemms_keep_their_fp8_input_copy_for_the_backward():
@@ -281,3 +283,13 @@ def test_fp8_gemms_keep_their_fp8_input_copy_for_the_backward():
         assert saved8[gemm] == pytest.approx(saved16[gemm] / 2) and saved16[gemm] > 0
     for other in ("ln1", "act", "lm_head"):
         assert saved8[other] == saved16[other] > 0
+
+
+def test_rotary_models_pay_a_memory_bound_rope_pass_over_q_and_k():
+    from pipesim.costs.layers import layer_ops
+    llama = scenario()                                        # rotary, tensor 2 (heads split)
+    rope = next(o for o in layer_ops(llama) if o.name == "rope")
+    m = llama.model
+    elems = llama.training.micro_batch_size * m.seq_length * (m.num_attention_heads + m.kv_heads) * m.head_dim / 2
+    assert rope.kind == "vector" and rope.bytes_fwd == pytest.approx(2 * elems * 2) and rope.saved_bytes == 0
+    assert "rope" not in {o.name for o in layer_ops(load_scenario(base()))}     # learned positions

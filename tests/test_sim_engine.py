@@ -110,6 +110,23 @@ def test_zero3_gathers_before_forward_and_backward():
     assert r.step_time_s == 3.5
 
 
+def test_zero3_without_prefetch_gathers_when_each_action_is_reached():
+    """DeepSpeed <= 0.3.16: every gather waits for the compute before it (nothing hides); with
+    full recompute the backward gathers twice (the recomputed forward releases the weights); a
+    framework gather rate below the network's sets the gather time."""
+    zero3 = {"zero_stage": 3, "zero3_prefetch": False}
+    s = tiny(P=1, M=1, data=2, extra_training=zero3, extra_parallel={"collective": "ring"})
+    costs = uniform(s, f=1, b=2, params=0.5e9)           # 0.5 s per gather on the ring
+    r = pipesim.simulate(s, stage_costs=costs)
+    assert [(e.start, e.end) for e in r.events if e.kind == "ZERO_GATHER" and e.rank == 0] == [(0.0, 0.5), (1.5, 2.0)]
+    assert r.step_time_s == 4.0                          # 3.5 with the gather prefetched
+    s = tiny(P=1, M=1, data=2, extra_training={**zero3, "recompute": "full"}, extra_parallel={"collective": "ring"})
+    assert pipesim.simulate(s, stage_costs=costs).step_time_s == 4.5
+    s = tiny(P=1, M=1, data=2, extra_training={**zero3, "zero3_gather_GBps": 0.5}, extra_parallel={"collective": "ring"})
+    # 1e9 bytes, half of them from the other rank, at 0.5 GB/s: 1 s per gather
+    assert pipesim.simulate(s, stage_costs=costs).step_time_s == 5.0
+
+
 def test_optimizer_step_ends_the_step():
     s = tiny(P=2, M=1, schedule="gpipe")
     r = pipesim.simulate(s, stage_costs=uniform(s, f=1, b=2, opt=0.25))

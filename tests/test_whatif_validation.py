@@ -76,13 +76,21 @@ def test_mape_with_a_stub(cases):
     assert mape(res) == pytest.approx(sum(abs(x.error_pct) for x in res) / 12)
 
 
-def test_write_scenarios_keep_the_citation(tmp_path):
+def test_write_scenarios_keep_the_citation_and_the_metric(tmp_path):
     files = write_scenarios(tmp_path)
-    assert len(files) == 67
+    assert len(files) == 67 + 9                          # the dense cases and the MoE family's
     text = (tmp_path / "sc21-t1-1.7B.yaml").read_text()
-    assert text.startswith("# sc21-t1-1.7B: Narayanan et al.") and "137 TFLOP/s" in text
+    assert text.startswith("# sc21-t1-1.7B: Narayanan et al.") and "137 (TFLOP/s per GPU" in text
     s = load_scenario(tmp_path / "sc21-t1-1.7B.yaml")
     assert s.num_gpus == 32
+    assert "# published: 16934 (tokens/s per GPU)" in (tmp_path / "nemo2407-LLAMA2-7B-8gpu.yaml").read_text()
+    moe = tmp_path / "moezoo-qwen3-235b-deepep-ep32-pp8.yaml"
+    assert "step time 19.7 s" in moe.read_text() and load_scenario(moe).num_gpus == 256
+
+
+def test_write_scenarios_only_the_suites_asked_for(tmp_path):
+    files = write_scenarios(tmp_path, suites=["nemo2407"])
+    assert len(files) == 12 and all(f.name.startswith("nemo2407-") for f in files)
 
 
 def test_cli_unknown_suite_exits_2(capsys):
@@ -144,3 +152,10 @@ def test_error_budget_counts_only_the_first_ranks_step_ops():
     lines = error_budget(Result(case, 110.0, 10.0, 1.0, report=rep))
     opt = next(line for line in lines if "OPTIMIZER" in line)
     assert "0.200 s" in opt                     # stages 0 and 2, not all four
+
+
+def test_cli_analytic_engine_prints_the_table_without_an_error_budget(capsys):
+    from pipesim.cli import main
+    assert main(["validate", "sc21-table2", "--engine", "analytic"]) == 0
+    out = capsys.readouterr().out
+    assert "sc21-t2-ZeRO-3-174.6B-384gpu" in out and "MAPE" in out and "error budget" not in out

@@ -30,7 +30,7 @@ def run(args) -> int:
     from pipesim.whatif.validation import SUITES, format_results, mape, run_suite, write_scenarios
 
     if args.write_scenarios:
-        files = write_scenarios(args.write_scenarios, args.cases, args.efficiency)
+        files = write_scenarios(args.write_scenarios, args.cases, args.efficiency, args.suites)
         print(f"wrote {len(files)} scenarios to {args.write_scenarios}")
     seeds = [s for s in args.suites if s.startswith("seed-")]
     want_nccl = not args.suites or "nccl" in args.suites

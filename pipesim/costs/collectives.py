@@ -13,8 +13,21 @@ reduce-scatter input), α latency per message, β = 1/bandwidth per byte (per GP
   hierarchical AR      intra RS + inter AR on B/k + intra AG, k GPUs of the group per node
                                                       (Goyal et al. 2017; Jia et al. 2018 "Highly
                                                       scalable DL training system", Sec. 3.2)
-A group that spans nodes is bottlenecked by the inter-node link of each GPU (one NIC per GPU, as
-in DGX systems); a group inside a node uses the NVLink/PCIe bandwidth.
+A group inside a node uses the NVLink/PCIe bandwidth. A ring, reduce-scatter or all-gather over
+a group that spans nodes is NCCL's ring (`ring_time`): one ring through all n ranks, the k
+members of a node chained over NVLink and the ring crossing to the next node through a NIC.
+NCCL splits the buffer over channels that cross on different NICs and runs every link at once
+(the transfers are pipelined in chunks, not done phase after phase), so the time is set by the
+slowest hop: a member's NVLink at the per-GPU bandwidth, or the node's NICs, which carry the
+same 2(n-1)/n·B per direction for all k members together. With one NIC per GPU (DGX/HGX rails)
+the per-rank bandwidth is min(NVLink, k x NIC) (nccl-tests doc/PERFORMANCE.md: "the bus
+bandwidth should reflect the speed of the hardware bottleneck"; nccl-tests issue #119: 3 nodes
+x 8 A100 with 4 HDR NICs each reach 96 GB/s bus bandwidth = 4 x 24 GB/s, the maintainer's
+target, not the 12 GB/s per GPU of a per-GPU-NIC bottleneck; issue #309: DGX H100 nodes with
+8 x 400G reach ~380 GB/s across hosts = 8 x ~48 GB/s). Latency follows NCCL's tuning model
+(src/graph/tuning.cc, ncclTopoTuneModel): of the ring's steps, the 2(N-1) (all-reduce) or N-1
+(reduce-scatter / all-gather) that cross between N nodes pay the network latency, the others
+the NVLink latency.
 """
 from __future__ import annotations
 
@@ -74,8 +87,11 @@ def flat_time(kind: str, nbytes: float, n: int, link: Link, algorithm: str) -> f
 
 
 def collective_time(kind: str, nbytes: float, group: GroupPlacement, algorithm: str = "auto") -> float:
-    """Seconds for one collective on `group`; "auto" takes the fastest algorithm, as NCCL's tuner
-    aims to."""
+    """Seconds for one collective on `group`; "auto" takes the faster of NCCL's algorithms (ring,
+    and tree for all-reduce), as NCCL's tuner aims to (src/graph/tuning.cc). "hierarchical" (a
+    framework-level two-level scheme, phases one after another) is chosen only when asked: NCCL
+    does not run it, and over 2 nodes it would beat the NIC-aggregate bus bandwidth that NVIDIA
+    gives as the target (nccl-tests issue #119, 4 x 24 GB/s)."""
     n = group.size
     if n <= 1 or nbytes <= 0:
         return 0.0
@@ -83,14 +99,30 @@ def collective_time(kind: str, nbytes: float, group: GroupPlacement, algorithm: 
         raise ValueError(f"unknown collective algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
     if algorithm == "auto":
         options = ["ring", "tree"] if kind == "all_reduce" else ["ring"]
-        if group.nodes > 1 and group.per_node > 1 and kind in ("all_reduce", "all_gather", "reduce_scatter"):
-            options.append("hierarchical")
         return min(collective_time(kind, nbytes, group, alg) for alg in options)
     if algorithm == "hierarchical" and group.nodes > 1 and group.per_node > 1:
         return hierarchical_time(kind, nbytes, group)
     if algorithm == "tree" and kind != "all_reduce":
         algorithm = "ring"    # trees are NCCL's all-reduce algorithm only
+    if algorithm == "ring" and group.nodes > 1 and kind in RING_KINDS:
+        return ring_time(kind, nbytes, group)
     return flat_time(kind, nbytes, n, group.bottleneck, algorithm)
+
+
+RING_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def ring_time(kind: str, nbytes: float, group: GroupPlacement) -> float:
+    """NCCL's ring over a group that spans nodes (module docstring): the bandwidth term at the
+    slowest hop, min(NVLink per GPU, per_node x NIC), and the latency term with NCCL's split of
+    steps into network hops (2(N-1) for an all-reduce, N-1 otherwise) and NVLink hops."""
+    n, nodes = group.size, group.nodes
+    # nccl-tests doc/PERFORMANCE.md: all-reduce moves 2(n-1)/n·B per rank, RS / AG (n-1)/n·B
+    hops, inter_hops = (2 * (n - 1), 2 * (nodes - 1)) if kind == "all_reduce" else (n - 1, nodes - 1)
+    per_rank = min(group.intra.bandwidth, group.per_node * group.inter.bandwidth)
+    # NCCL src/graph/tuning.cc: latency += (nsteps - nInterSteps)·intraLat + nInterSteps·interLat
+    latency = (hops - inter_hops) * group.intra.latency + inter_hops * group.inter.latency
+    return latency + hops / n * nbytes / per_rank
 
 
 def hierarchical_time(kind: str, nbytes: float, group: GroupPlacement) -> float:

@@ -163,6 +163,13 @@ def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
     attn_start = len(ops)
     ops.append(matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype,
                       bias=m.bias))
+    if m.position == "rotary":
+        # rotary embedding of Q and K (Su et al. 2021, "RoFormer", Eq. 34: each pair of features
+        # rotated, 2 mul + 1 add per element), one memory-bound pass each way: read Q and K,
+        # write them rotated (Megatron-Core's fused RoPE, apply_rope_fusion; the backward rotates
+        # the gradients back). Nothing saved but the angle table.
+        ops.append(vector("rope", sh.b * sh.s * (heads + kv) * sh.d / (tp.size // hd if tp.mode != "1d" else 1),
+                          sh, (3, 3)))
     flash = tr.attention == "flash"
     if sh.cp > 1:        # ring / all-gather attention: blockwise flash kernels (pipesim.costs.context)
         from pipesim.costs.context import context_attention_ops

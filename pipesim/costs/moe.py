@@ -303,7 +303,7 @@ class MoELayerCosts:
                    edp_ratio(s, "all_gather", "ring"),       # ZeRO-3 gathers are rings (engine.py)
                    sum(cm.time(o, "fwd").seconds for o in block) + host,
                    sum(cm.time(o, "bwd").seconds for o in block), host,
-                   sum(cm.time(o, "bwd").seconds * (1 - o.dgrad_fraction) for o in block))
+                   sum(cm.time(o, "bwd").seconds * cm.wgrad_share(o) for o in block))
 
 
 def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:

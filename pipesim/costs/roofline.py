@@ -98,6 +98,18 @@ class CostModel:
                                     self._mem_rate, anchor, out)
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)
 
+    def wgrad_share(self, op: Op) -> float:
+        """Share of the op's backward that computes weight gradients (the zero-bubble W): from its
+        GEMMs' own times on the curve (a dW GEMM accumulating into an fp32 buffer outlasts its dX
+        twin), the op's nominal split otherwise (a profile times the backward as a whole)."""
+        nominal = 1 - op.dgrad_fraction
+        if not nominal or self.curve is None or not op.gemms_bwd or self._measured(op.measure_bwd) is not None:
+            return nominal
+        times = [self.gemm_time(*g) for g in op.gemms_bwd]
+        w = sum(t for t, g in zip(times, op.gemms_bwd) if g[5:] == ("wgrad",))
+        total = sum(times)
+        return w / total if w and total else nominal
+
     def with_launch(self, kernel_seconds: float, op: Op, phase: str) -> float:
         """Each op launches one kernel forward and, with weights, two backward (input and weight
         gradients). On a GPU launches are queued ahead of the device, so an op lasts

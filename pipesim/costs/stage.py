@@ -125,11 +125,11 @@ class _Acc:
                 hit = op_terms(s, cm, op)
                 if memo is not None:
                     memo[id(op)] = hit
-            fs, fsrc, bs, bsrc, tpf, tpb, bytes_f, bytes_b = hit
+            fs, fsrc, bs, bsrc, tpf, tpb, bytes_f, bytes_b, w_share = hit
             self.fwd += times * fs
             self.bwd += times * bs
-            self.dgrad += times * bs * op.dgrad_fraction
-            self.wgrad += times * bs * (1 - op.dgrad_fraction)
+            self.dgrad += times * bs * (1 - w_share)
+            self.wgrad += times * bs * w_share
             for src, sec in ((fsrc, fs), (bsrc, bs)):
                 self.sources[src] = self.sources.get(src, 0.0) + times * sec
             self.tp_fwd += times * tpf
@@ -139,12 +139,14 @@ class _Acc:
 
 
 def op_terms(s: Scenario, cm: CostModel, op: Op) -> tuple:
-    """One op's (fwd seconds, source, bwd seconds, source, exposed TP fwd, bwd, TP bytes fwd, bwd)."""
+    """One op's (fwd seconds, source, bwd seconds, source, exposed TP fwd, bwd, TP bytes fwd, bwd,
+    weight-gradient share of the backward)."""
     f, b = cm.time(op, "fwd"), cm.time(op, "bwd")
     return (f.seconds, f.source, b.seconds, b.source,
             exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd),
             exposed_tp(s, comm_seconds(s, op.comm_bwd, cm.profile), b.seconds, op.gemms_bwd),
-            sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd))
+            sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd),
+            cm.wgrad_share(op))
 
 
 def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:

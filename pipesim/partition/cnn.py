@@ -218,7 +218,7 @@ def cnn_graph(preset: str, gpu: GPUSpec, batch: int, precision: str = "fp32", in
             name, "+".join(p.kind for p in prims), inputs,
             fwd=sum(cm.time(o, "fwd").seconds for o in ops),
             bwd=sum(cm.time(o, "bwd").seconds for o in ops),
-            wgrad=sum(cm.time(o, "bwd").seconds * (1 - o.dgrad_fraction) for o in ops),
+            wgrad=sum(cm.time(o, "bwd").seconds * cm.wgrad_share(o) for o in ops),
             flops=sum(o.flops_fwd + o.flops_bwd for o in ops), params=sum(p.params for p in prims),
             out_bytes=batch * prod(prims[-1].out_shape) * elem,
             saved_bytes=sum(o.saved_bytes for o in ops), spec=("cnn", prims)))

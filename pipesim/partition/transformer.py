@@ -26,7 +26,7 @@ def _times(s: Scenario, cm, ops) -> tuple[float, float]:
 
 
 def _wgrad(cm, ops) -> float:
-    return sum(cm.time(o, "bwd").seconds * (1 - o.dgrad_fraction) for o in ops)
+    return sum(cm.time(o, "bwd").seconds * cm.wgrad_share(o) for o in ops)
 
 
 def _flops(ops) -> float:

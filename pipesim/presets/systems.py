@@ -11,12 +11,19 @@ pipesim assumes by default (documented in docs/COSTS.md); they can be overridden
 # benchmarks); `matmul_efficiency` stays available as an explicit user override only.
 # memory: STREAM-like copies reach ~85-90 % of HBM peak (McCalpin STREAM; NVIDIA nvbandwidth /
 # BabelStream results on A100/H100 reach 85-92 %), so 0.85.
-# network: NCCL bus bandwidth reaches ~80 % of link peak (nccl-tests).
+# NVLink: NCCL bus bandwidth reaches ~80 % of the NVLink line rate (nccl-tests PERFORMANCE.md
+# busbw; e.g. ~230 of 300 GB/s per direction on DGX A100).
 # kernel_launch_us: fixed cost per launched kernel; CUDA launches take ~4-5 us end to end
 # (NVIDIA CUDA C++ Best Practices Guide, "kernel launch overhead"; Lustig & Martonosi measure
 # 4-8 us), which dominates small ops such as CIFAR-sized convolutions.
 _EFF = dict(vector_efficiency=0.80, memory_efficiency=0.85, kernel_launch_us=5.0)
 _LINK_EFF = 0.80
+# InfiniBand NICs: NCCL reaches 96 % of the line rate per NIC. NVIDIA/nccl-tests issue #119
+# (maintainer sjeaugey, 2022-11-17): "we usually consider 24GB/s is the peak performance per 200G
+# NIC (12 GB/s for 100G NICs)" = 24/25 of HDR's 25 GB/s; the same fraction of NDR's 50 GB/s is
+# the ~48 GB/s per NIC behind DGX H100's ~380 GB/s multi-host bus bandwidth (nccl-tests issue
+# #309). Ethernet/TCP (10GbE below) keeps the NVLink-like 0.80.
+_NIC_EFF = 0.96
 
 # NVIDIA A100 Tensor Core GPU datasheet (2021): FP16/BF16 tensor 312 TF dense, TF32 156, FP32 19.5,
 # FP16 non-tensor 78; HBM2 1,555 GB/s (40 GB) / HBM2e 2,039 GB/s (80 GB); NVLink 3 600 GB/s total
@@ -73,14 +80,14 @@ def _nvl72(gpu: dict, nic_GBps: float) -> dict:
     """A GB200/GB300 NVL72 rack: 18 trays of 4 GPUs, one 72-GPU NVLink domain spanning them."""
     return dict(num_nodes=18, gpus_per_node=4, nvlink_domain=72, gpu=gpu,
                 intra_node=dict(bandwidth_GBps=900, latency_us=2.0, efficiency=_LINK_EFF),
-                inter_node=dict(bandwidth_GBps=nic_GBps, latency_us=5.0, efficiency=_LINK_EFF))
+                inter_node=dict(bandwidth_GBps=nic_GBps, latency_us=5.0, efficiency=_NIC_EFF))
 
 
 def _dgx(gpu: dict, nvlink_GBps: float, nic_GBps: float, nvlink_latency_us: float = 2.0) -> dict:
     """An 8-GPU DGX node: NVLink inside, one InfiniBand NIC per GPU between nodes."""
     return dict(num_nodes=1, gpus_per_node=8, gpu=gpu,
                 intra_node=dict(bandwidth_GBps=nvlink_GBps, latency_us=nvlink_latency_us, efficiency=_LINK_EFF),
-                inter_node=dict(bandwidth_GBps=nic_GBps, latency_us=5.0, efficiency=_LINK_EFF))
+                inter_node=dict(bandwidth_GBps=nic_GBps, latency_us=5.0, efficiency=_NIC_EFF))
 
 
 SYSTEMS: dict[str, dict] = {

@@ -285,6 +285,12 @@ class TrainingConfig:
                                              "(Megatron --tp-comm-overlap)")
     overlap_param_gather: bool = field(False, doc="overlap the distributed optimizer's parameter all-gather "
                                                   "with the next step's forward (Megatron --overlap-param-gather)")
+    zero3_prefetch: bool = field(True, doc="ZeRO-3: gather the next module's parameters while the current one "
+                                           "computes (FSDP, DeepSpeed since mid-2021); false: every gather "
+                                           "waits for the compute before it (DeepSpeed <= 0.3.16, PR #1188)")
+    zero3_gather_GBps: Optional[float] = field(None, doc="ZeRO-3: the framework's achieved parameter-gather rate "
+                                                         "per GPU, GB/s, when below the network's (DeepSpeed 0.3.16 "
+                                                         "on 8 NVLink A100: 21, issue #1174; docs/WHATIF.md)")
 
     def __post_init__(self):
         if self.micro_batch_size < 1 or self.global_batch_size < 1:
@@ -296,6 +302,8 @@ class TrainingConfig:
                              f"{self.activation_compression_bits}")
         if self.grad_bucket_MB <= 0:
             raise ValueError("grad_bucket_MB must be positive")
+        if self.zero3_gather_GBps is not None and self.zero3_gather_GBps <= 0:
+            raise ValueError(f"zero3_gather_GBps must be positive, got {self.zero3_gather_GBps}")
         if self.moe_capacity_factor <= 0:
             raise ValueError(f"moe_capacity_factor must be positive, got {self.moe_capacity_factor}")
         if self.moe_routing_skew < 0:

@@ -228,6 +228,7 @@ class Engine:
         info = step_info(ops, table, ports)
         trace = self.trace
         zero3 = w.zero_stage == 3 and self.dp_n > 1
+        prefetch = w.zero3_prefetch
         overlap = w.overlap_grad_reduce
         gathers = [i for i, op in enumerate(ops) if op.gather] if zero3 else []
         gather_ev, gather_next = {}, 0
@@ -248,7 +249,7 @@ class Engine:
                     ev = gather_ev.pop(idx)
                     if not ev.processed:
                         yield ev
-                    if gather_next < len(gathers):
+                    if prefetch and gather_next < len(gathers):
                         j = gathers[gather_next]
                         gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
                         gather_next += 1
@@ -274,6 +275,11 @@ class Engine:
                 if zero3 and gather:
                     mtimes.append(end)
                     mids.append(reg.buffer_free(self._gathered(stage)))
+                    if not prefetch and gather_next < len(gathers):
+                        # synchronous gathers: the next one starts once this compute is done
+                        j = gathers[gather_next]
+                        gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
+                        gather_next += 1
                 if trace:
                     self.record(gid, "compute", kind, stage, mb, start, end, tp=table[key].tp)
             elif code == SEND:
@@ -383,7 +389,10 @@ class Engine:
             times, ids, reg = self.mem[g.id].flat
             times.append(self.env.now)
             ids.append(reg.id_of((("buffers", gathered),)))
-        self.put(g.id, ("gather", op.stage, j, ev))
+        # a backward that recomputes its forward gathers twice when the framework releases the
+        # weights after every module forward, the recomputed one too (w.regather_recompute)
+        passes = 2 if self.w.regather_recompute and op.kind in ("B", "I") else 1
+        self.put(g.id, ("gather", op.stage, j, ev, passes))
         return ev
 
     # ---------------------------------------------------------------- DP stream
@@ -413,13 +422,15 @@ class Engine:
                     for b, (start, end) in enumerate(ivs):
                         self.record(g.id, "dp", "DP", st, -1, start, end, sizes[b], bucket=b, op=w.grad_kind)
             elif typ == "gather":
-                _, st, j, ev = job
-                nbytes = w.weights_full[st]
+                _, st, j, ev, passes = job
+                nbytes = w.weights_full[st] * passes
                 # One ring all-gather per parameter tensor over the flat data-parallel group, as
                 # ZeRO-3 issues them (NCCL all-gather is a ring): each pays (N-1) latencies
                 # (Thakur et al. 2005), which dominates at large N.
-                n = w.gather_tensors[st]
+                n = w.gather_tensors[st] * passes
                 sec = n * collective_seconds(w, "all_gather", nbytes / n, g.pp, "ring")
+                if w.zero3_gather_rate:        # the framework's own rate, when it is the slower
+                    sec = max(sec, nbytes * (1 - 1 / self.dp_n) / w.zero3_gather_rate)
                 start, end = yield from self._collective(g, ("gather", g.pp, j), sec)
                 tl.comm.setdefault("ZERO_GATHER", []).append((start, end))
                 self.record(g.id, "dp", "ZERO_GATHER", st, -1, start, end, nbytes)

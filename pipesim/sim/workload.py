@@ -185,6 +185,9 @@ class Workload:
     w_fraction: float         # share of activations kept from I until W
     rc_working: dict          # stage -> recompute working bytes
     explicit_r: bool
+    zero3_prefetch: bool = True   # ZeRO-3: gather one compute action ahead (else when it is reached)
+    zero3_gather_rate: float | None = None   # ZeRO-3: the framework's gather bytes/s per GPU, if capped
+    regather_recompute: bool = False   # ZeRO-3: a recomputing backward gathers its weights twice
     cache: dict = field(default_factory=dict)   # memoised collective times
     change_ids: object = None   # memory.ChangeIds numbering this workload's Cost.ids (set by sim/dag.py)
 
@@ -488,7 +491,11 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         act_bytes={c.stage: c.activation_bytes for c in costs},
         w_fraction=wf,
         rc_working={c.stage: (c.recompute_working_bytes if tr.recompute != "none" else 0.0) for c in costs},
-        explicit_r=explicit_r)
+        explicit_r=explicit_r, zero3_prefetch=tr.zero3_prefetch,
+        # DeepSpeed releases a module's weights after each forward (stage3 post-forward hook), the
+        # recomputed one inside the backward too, so the backward's own hook gathers them again
+        regather_recompute=not tr.zero3_prefetch and tr.recompute == "full",
+        zero3_gather_rate=tr.zero3_gather_GBps * 1e9 if tr.zero3_gather_GBps else None)
 
 
 def collective_seconds(w: Workload, kind: str, nbytes: float, pp: int, algorithm: str | None = None) -> float:

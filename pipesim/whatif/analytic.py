@@ -86,10 +86,18 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # ZeRO-3: all-gather the parameters before F and before B of every micro-batch, and
         # reduce-scatter the gradients (Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x DP volume per pass);
         # prefetching overlaps it with that micro-batch's compute.
-        per_mb = 2 * collective_time("all_gather", grad, group, alg) + collective_time("reduce_scatter", grad, group, alg)
+        gather = collective_time("all_gather", grad, group, alg)
+        if tr.zero3_gather_GBps:       # the framework's own gather rate, when it is the slower
+            gather = max(gather, grad * (1 - 1 / d) / (tr.zero3_gather_GBps * 1e9))
+        # a recomputing backward gathers twice when the weights are released after every forward
+        # (the non-prefetching DeepSpeed mode: pipesim/sim/workload.py regather_recompute)
+        regather = not tr.zero3_prefetch and tr.recompute == "full"
+        per_mb = (3 if regather else 2) * gather + collective_time("reduce_scatter", grad, group, alg)
         compute = sum(st.forward + st.backward for st in stages_of_rank)
         M = s.num_microbatches
-        return M * max(0.0, per_mb - compute), M * per_mb
+        # without prefetch every gather waits for the compute before it: nothing hides
+        hidden = compute if tr.zero3_prefetch else 0.0
+        return M * max(0.0, per_mb - hidden), M * per_mb
     if tr.zero_stage >= 1:
         # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated parameters (same volume
         # as one all-reduce; Rajbhandari et al. 2020, Sec. 7.2.1).

@@ -27,6 +27,15 @@ from pipesim.errors import ScenarioError
 MCORE_MICRO_BATCH = 1
 
 
+def megatron_bucket_MB(dp: int) -> float:
+    """Megatron-Core DDP's default gradient bucket, in MB of fp32 gradients: max(40M, 1M x dp)
+    parameters, growing with dp so that each rank's share of a bucket keeps the ring bandwidth-
+    bound (megatron/core/distributed/distributed_data_parallel.py, r0.8 and later). Not
+    PyTorch DDP's 25 MB default: at dp 48 that would be 7.7x more buckets, each paying the ring's
+    latency."""
+    return max(40e6, 1e6 * dp) * 4 / 1e6
+
+
 def mcore_scenario(case) -> dict:
     c = case.raw
     m, par = c["model"], c["parallel"]
@@ -42,7 +51,8 @@ def mcore_scenario(case) -> dict:
         "training": {"micro_batch_size": MCORE_MICRO_BATCH, "global_batch_size": int(par["global_batch"]),
                      "schedule": "1f1b", "recompute": "none", "precision": "bf16", "attention": "flash",
                      "zero_stage": 1, "overlap_grad_reduce": True, "overlap_param_gather": True,
-                     "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": True},
+                     "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": True,
+                     "grad_bucket_MB": megatron_bucket_MB(dp)},
     }
 
 
@@ -99,7 +109,7 @@ def nemo_scenario(case) -> dict:
                      "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": "fp8",
                      "fp8_recipe": "delayed", "attention": "flash", "zero_stage": 1,
                      "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_tp_comm": tp > 1,
-                     "grad_reduce_in_fp32": True},
+                     "grad_reduce_in_fp32": True, "grad_bucket_MB": megatron_bucket_MB(dp)},
     }
 
 
