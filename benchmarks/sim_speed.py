@@ -1,4 +1,4 @@
-"""Simulator speed: `python benchmarks/sim_speed.py [--repeat N] [--skip-full] [--huge]`
+"""Simulator speed: `python benchmarks/sim_speed.py [--repeat N] [--skip-full] [--huge] [--pairs N] [--only-engine]`
 
 Prints, in one run:
 0. every schedule generator at P=8, M=64 (V=2 where the schedule needs chunks): generation
