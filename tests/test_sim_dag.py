@@ -111,16 +111,18 @@ def test_moe_a2a_overlap_plans_bit_equal(schedule, p, v):
     assert a == b
 
 
-def test_flat_memory_replay_equals_the_tuple_replay():
-    """The DAG's flat (time, change id) memory log replays to the same peak and breakdown, bit
-    for bit, as the engine's (time, changes) log: random logs with ties and multi-entry changes."""
+@pytest.mark.parametrize("most", [1, 3])
+def test_flat_memory_replay_equals_the_tuple_replay(most):
+    """The flat (time, change id) memory log (DAG pass and engine) replays to the same peak and
+    breakdown, bit for bit, as a (time, changes) tuple log: random logs with ties, integer static
+    bytes, and changes of one entry (the one-delta fast path) or up to three."""
     import random
     from pipesim.sim.memory import CATEGORIES, ChangeIds, MemoryTracker
-    rng = random.Random(7)
+    rng = random.Random(7 + most)
     for _ in range(200):
-        static = {c: rng.choice([0.0, rng.random() * 1e9]) for c in CATEGORIES[:3]}
+        static = {c: rng.choice([0, 0.0, rng.random() * 1e9]) for c in CATEGORIES[:3]}
         a, b, reg = MemoryTracker(static), MemoryTracker(static), ChangeIds()
-        pool = [tuple((rng.choice(CATEGORIES), rng.uniform(-1e8, 3e8)) for _ in range(rng.randint(1, 3)))
+        pool = [tuple((rng.choice(CATEGORIES), rng.uniform(-1e8, 3e8)) for _ in range(rng.randint(1, most)))
                 for _ in range(6)]
         times, ids = [], []
         for _ in range(rng.randint(0, 60)):
@@ -131,7 +133,9 @@ def test_flat_memory_replay_equals_the_tuple_replay():
         b.flat = (times, ids, reg)
         a.finish(False)
         b.finish(False)
+        assert reg.single or most > 1
         assert (a.peak, a.peak_by) == (b.peak, b.peak_by)
+        assert [type(v) for v in a.peak_by.values()] == [type(v) for v in b.peak_by.values()]
 
 
 def test_dag_runs_twice_on_one_workload():
