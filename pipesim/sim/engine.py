@@ -488,15 +488,23 @@ class Engine:
         t_max = max(t for t, _ in arrivals)
         ivs = []
         single = ports[0] if len(ports) == 1 else None
+        queue, eid = env._queue, env._eid
+        timer = _Event(env)              # one event re-armed per wait (as in the rank loop)
+        timer._ok = True
+        timer._value = None
         for b in range(n):
             frac = (b + 1) / n
             ready = t_max + dur * frac if same else max(t + d * frac for t, d in arrivals)
-            now = env.now
+            now = env._now
             if ready > now:
-                yield at(env, ready, DP_PRIORITY)
+                timer.callbacks = []
+                heappush(queue, (ready, DP_PRIORITY, next(eid), timer))
+                yield timer
                 now = ready
             start, end = single.reserve(now, sec) if single else reserve_all(ports, now, sec)
-            yield at(env, end, DP_PRIORITY)
+            timer.callbacks = []
+            heappush(queue, (end, DP_PRIORITY, next(eid), timer))
+            yield timer
             ivs.append((start, end))
         if len(members) > 1:
             bar.data = ivs
