@@ -1,4 +1,4 @@
-"""Simulator speed: `python benchmarks/sim_speed.py [--repeat N] [--skip-full] [--huge]`
+"""Simulator speed: `python benchmarks/sim_speed.py [--repeat N] [--skip-full] [--huge] [--pairs N] [--only-engine]`
 
 Prints, in one run:
 0. every schedule generator at P=8, M=64 (V=2 where the schedule needs chunks): generation
@@ -13,12 +13,18 @@ Prints, in one run:
    Calculon in the same fresh process: first call and warm median, and the ratios (targets:
    first <= 10x, warm <= 3x). Calculon's modules are imported before its first call is timed;
    the "1f1b, modules" row does the same for pipesim (the modules a simulation imports lazily are
-   imported first), the "1f1b" row times pipesim's lazy imports inside its first call;
+   imported first), the "1f1b" row times pipesim's lazy imports inside its first call. Every row
+   runs twice: modules compiled from source at import (no bytecode cache) and with a primed
+   bytecode cache (an installed package's state);
 2. full mode with 4096 GPUs x 64 micro-batches: GPT-3 at tensor 8, pipeline 8, data 64 (512
    simulated TP gangs), and tensor 1, pipeline 8, data 512 (4096 simulated rank processes);
    --huge adds 16,384 ranks (targets: 4096 ranks at tensor 1 <= 3 s, 16,384 <= 12 s);
 3. engine events per second against a bare SimPy loop processing the same number of events
-   with as many processes (target: engine time <= 2x the bare loop); CPU seconds, best of 5.
+   (every event the engine schedules: timeouts, message and bucket wake-ups, process starts and
+   ends) with as many processes (a rank process and a DP stream per simulated rank); target:
+   engine time <= 2x the bare loop. CPU seconds; engine and bare runs alternate (--pairs N, each
+   pair sees the same load) and the figures are the best of each and the median of the pairs'
+   ratios.
 Wall and CPU seconds are both shown: on a shared machine wall time includes other jobs.
 """
 from __future__ import annotations
@@ -124,13 +130,14 @@ def bare_simpy(n_events: int, n_procs: int) -> float:
 
 
 def engine_events(s, mode):
+    """(CPU s of Engine.run including its per-rank summaries, events scheduled, processes, plan actions)."""
     from pipesim.sim.engine import Engine
     from pipesim.sim.workload import build
     w = build(s, mode)
     eng = Engine(w, trace=False)
     timed(eng.run)
     actions = sum(len(g.steps) for g in w.gangs)
-    return LAST_CPU, next(eng.env._eid), len(w.gangs), actions
+    return LAST_CPU, next(eng.env._eid), 2 * len(w.gangs), actions
 
 
 def generators() -> None:
@@ -152,27 +159,39 @@ def generators() -> None:
 
 
 def first_and_warm(repeat: int) -> None:
+    """Each row twice: in a fresh process whose imports compile every module from source (as
+    here, where PYTHONDONTWRITEBYTECODE=1 is set: nothing is cached), and in a fresh process with
+    a bytecode cache primed by an earlier process (PYTHONPYCACHEPREFIX: what an installed package
+    has, pip compiles it at install time). Calculon's modules are imported outside its timing in
+    both, so only pipesim's lazy imports see the difference."""
     import json
     import os
     import subprocess
+    import tempfile
     from pathlib import Path
     here = str(Path(__file__).resolve().parent)
     calc = os.environ.get("CALCULON")
     print("1. GPT-3 175B, 1024 x A100 (t8 p8 d16, mb 1, gbs 1536, selective recompute), representative mode; "
           "CPU s in a fresh process" + ("" if calc else " (set CALCULON=PATH to compare with Calculon)"))
+    cached = dict(os.environ, PYTHONPYCACHEPREFIX=tempfile.mkdtemp(prefix="pipesim-pyc-"))
+    cached.pop("PYTHONDONTWRITEBYTECODE", None)
+    source = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     for label, sched, v, pre in (("1f1b", "1f1b", 1, False), ("1f1b, modules", "1f1b", 1, True),
                                  ("interleaved v=2", "interleaved", 2, False)):
         code = FIRST_CALL.format(bench=here, schedule=sched, virtual=v, repeat=repeat, preimport=pre)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        line = (f"   {label:16s} first call {r['pipesim_first']:6.3f} s, warm {r['pipesim_warm'] * 1e3:6.1f} ms "
-                f"[{r['engine']}] (SimPy engine forced: warm {r['simpy_warm'] * 1e3:6.1f} ms), step {r['step']:.3f} s")
-        print(line)
-        if "calculon_first" in r:
-            print(f"   {'Calculon':16s} first call {r['calculon_first']:6.3f} s, warm {r['calculon_warm'] * 1e3:6.1f} ms, "
-                  f"step {r['calculon_step']:.3f} s  ->  pipesim / Calculon: first "
-                  f"{r['pipesim_first'] / r['calculon_first']:.1f}x (target <= 10x), warm "
-                  f"{r['pipesim_warm'] / r['calculon_warm']:.1f}x (target <= 3x)")
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cached)  # prime
+        for how, env in (("from source", source), ("bytecode cached", cached)):
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            line = (f"   {label:16s} {how:15s} first call {r['pipesim_first']:6.3f} s, warm "
+                    f"{r['pipesim_warm'] * 1e3:6.1f} ms [{r['engine']}] (SimPy engine forced: warm "
+                    f"{r['simpy_warm'] * 1e3:6.1f} ms), step {r['step']:.3f} s")
+            if "calculon_first" in r:
+                line += (f"\n   {'  Calculon':32s} first call {r['calculon_first']:6.3f} s, warm "
+                         f"{r['calculon_warm'] * 1e3:6.1f} ms, step {r['calculon_step']:.3f} s  ->  pipesim / "
+                         f"Calculon: first {r['pipesim_first'] / r['calculon_first']:.1f}x (target <= 10x), warm "
+                         f"{r['pipesim_warm'] / r['calculon_warm']:.1f}x (target <= 3x)")
+            print(line)
 
 
 def main(argv=None) -> int:
@@ -180,14 +199,17 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--skip-full", action="store_true")
     ap.add_argument("--huge", action="store_true", help="also 16,384 ranks at tensor 1 in full mode")
+    ap.add_argument("--pairs", type=int, default=15, help="alternating engine / bare SimPy runs in section 3")
+    ap.add_argument("--only-engine", action="store_true", help="section 3 only")
     args = ap.parse_args(argv)
     import os
     import pipesim
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    generators()
-    first_and_warm(args.repeat)
+    if not args.only_engine:
+        generators()
+        first_and_warm(args.repeat)
 
-    if not args.skip_full:
+    if not args.skip_full and not args.only_engine:
         print("2. full mode, 64 micro-batches (1F1B)")
         cases = [("4096 GPUs t8 p8 d64 (512 gangs)", dict(tensor=8, data=64, nodes=512, batch=4096)),
                  ("4096 GPUs t1 p8 d512 (4096 ranks)", dict(tensor=1, data=512, nodes=512, batch=32768))]
@@ -211,13 +233,17 @@ def main(argv=None) -> int:
     if not args.skip_full:
         cases.append(("full t8 p8 d64", gpt3(tensor=8, data=64, nodes=512, batch=4096), "full"))
     for label, s, mode in cases:
-        runs = [engine_events(s, mode) for _ in range(5)]
-        sec = min(r[0] for r in runs)
-        _, n, procs, actions = runs[0]
-        bare = min(bare_simpy(n, procs) for _ in range(5))
-        print(f"   {label:28s} {n:9d} events ({actions} plan actions)  engine {sec:6.3f} s "
+        _, n, procs, actions = engine_events(s, mode)
+        eng, bare = [], []
+        for _ in range(args.pairs):
+            eng.append(engine_events(s, mode)[0])
+            bare.append(bare_simpy(n, procs))
+        sec, base = min(eng), min(bare)
+        ratio = statistics.median(e / b for e, b in zip(eng, bare))
+        print(f"   {label:28s} {n:9d} events, {procs} processes ({actions} plan actions)  engine {sec:6.3f} s "
               f"({n / sec / 1e3:7.1f} k ev/s, {actions / sec / 1e3:7.1f} k actions/s)  "
-              f"bare {bare:6.3f} s ({n / bare / 1e3:7.1f} k ev/s)  overhead {sec / bare:4.2f}x")
+              f"bare {base:6.3f} s ({n / base / 1e3:7.1f} k ev/s)  overhead {sec / base:4.2f}x best/best, "
+              f"{ratio:4.2f}x median of {args.pairs} pairs")
     return 0
 
 

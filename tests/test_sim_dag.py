@@ -111,16 +111,18 @@ def test_moe_a2a_overlap_plans_bit_equal(schedule, p, v):
     assert a == b
 
 
-def test_flat_memory_replay_equals_the_tuple_replay():
-    """The DAG's flat (time, change id) memory log replays to the same peak and breakdown, bit
-    for bit, as the engine's (time, changes) log: random logs with ties and multi-entry changes."""
+@pytest.mark.parametrize("most", [1, 3])
+def test_flat_memory_replay_equals_the_tuple_replay(most):
+    """The flat (time, change id) memory log (DAG pass and engine) replays to the same peak and
+    breakdown, bit for bit, as a (time, changes) tuple log: random logs with ties, integer static
+    bytes, and changes of one entry (the one-delta fast path) or up to three."""
     import random
     from pipesim.sim.memory import CATEGORIES, ChangeIds, MemoryTracker
-    rng = random.Random(7)
+    rng = random.Random(7 + most)
     for _ in range(200):
-        static = {c: rng.choice([0.0, rng.random() * 1e9]) for c in CATEGORIES[:3]}
+        static = {c: rng.choice([0, 0.0, rng.random() * 1e9]) for c in CATEGORIES[:3]}
         a, b, reg = MemoryTracker(static), MemoryTracker(static), ChangeIds()
-        pool = [tuple((rng.choice(CATEGORIES), rng.uniform(-1e8, 3e8)) for _ in range(rng.randint(1, 3)))
+        pool = [tuple((rng.choice(CATEGORIES), rng.uniform(-1e8, 3e8)) for _ in range(rng.randint(1, most)))
                 for _ in range(6)]
         times, ids = [], []
         for _ in range(rng.randint(0, 60)):
@@ -131,7 +133,9 @@ def test_flat_memory_replay_equals_the_tuple_replay():
         b.flat = (times, ids, reg)
         a.finish(False)
         b.finish(False)
+        assert reg.single or most > 1
         assert (a.peak, a.peak_by) == (b.peak, b.peak_by)
+        assert [type(v) for v in a.peak_by.values()] == [type(v) for v in b.peak_by.values()]
 
 
 def test_dag_runs_twice_on_one_workload():
@@ -141,3 +145,71 @@ def test_dag_runs_twice_on_one_workload():
     w = build(tiny(P=P, M=M, schedule="1f1b", data=2), "representative")
     a, b = DagRun(w).run(), DagRun(w).run()
     assert [m.peak for m in a.mem] == [m.peak for m in b.mem] and [m.peak_by for m in a.mem] == [m.peak_by for m in b.mem]
+
+
+def _reference_buckets(jobs, sends, sec):
+    """The bucket stream as one Python loop per bucket (the engine's `_grad_reduce` with one
+    member), interleaved with sends that reserve the same port at given times."""
+    free, t, ivs, out = 0.0, 0.0, [], []
+    pending = [(t0, dur, n, b) for t0, dur, n in jobs for b in range(n)]
+    i = 0
+    for when, dur_send in sends + [(float("inf"), 0.0)]:
+        while i < len(pending):
+            t0, dur, n, b = pending[i]
+            if b == 0 and t0 > t:
+                t = t0
+            ready = t0 + dur * ((b + 1) / n)
+            req = ready if ready > t else t
+            if req >= when:
+                break
+            start = req if req > free else free
+            free = t = start + sec
+            if ivs and ivs[-1][1] == start:
+                ivs[-1] = (ivs[-1][0], t)
+            else:
+                ivs.append((start, t))
+            i += 1
+            if b == n - 1:
+                out.extend(ivs)
+                ivs.clear()
+        if when != float("inf"):
+            start = when if when > free else free
+            free = start + dur_send
+    return out, free, t
+
+
+def test_bucket_stream_stretches_equal_the_per_bucket_loop():
+    """The DAG's bucket stream advances long stretches in numpy (one cumsum chain when buckets
+    queue, elementwise when each starts at its ready time): intervals, stream and port times equal
+    a per-bucket Python loop bit for bit, with sends taking the port between advances."""
+    import random
+    from types import SimpleNamespace
+    from pipesim.sim.dag import DPStream
+    from pipesim.sim.network import Port
+    import pipesim.sim.dag as dag_module
+    rng = random.Random(3)
+    for case in range(60):
+        n = rng.choice([1, 5, 40, 300])
+        sec = rng.choice([1e-3, 3e-3, 7e-3]) * rng.random()
+        jobs, t0 = [], 0.0
+        for _ in range(rng.randint(1, 3)):
+            t0 += rng.random()
+            jobs.append((t0, rng.choice([0.0, 0.1, 0.5, 2.0]) * rng.random(), n))
+        sends = sorted((rng.random() * 4, rng.random() * 0.05) for _ in range(rng.randint(0, 12)))
+        w = SimpleNamespace(buckets={k: [1.0] * n for k in range(len(jobs))},
+                            scenario=SimpleNamespace(parallel=SimpleNamespace(data=2)), grad_kind="all_reduce")
+        port, dp_ivs = Port(), []
+        stream = DPStream(w, 0, port, dp_ivs)
+        orig = dag_module.collective_seconds
+        dag_module.collective_seconds = lambda *a, **k: sec
+        try:
+            for k, (t0, dur, _) in enumerate(jobs):
+                stream.put(k, t0, dur)
+            for when, dur_send in sends:
+                stream.advance(when)
+                port.reserve(when, dur_send)
+            stream.advance()
+        finally:
+            dag_module.collective_seconds = orig
+        ref, free, t = _reference_buckets(jobs, sends, sec)
+        assert (dp_ivs, port.free_at, stream.t) == (ref, free, t), case

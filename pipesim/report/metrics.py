@@ -19,10 +19,12 @@ Definitions (seconds, per GPU):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import itemgetter
+from itertools import compress
+from operator import itemgetter, sub
 
 PIPELINE_KINDS = frozenset(("F", "B", "I", "W", "R", "FB", "QUANTIZE", "DEQUANTIZE"))
 COMM_KINDS = ("P2P", "DP", "ZERO_GATHER", "ZERO_ALLGATHER")
+_START, _END, _KIND = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 @dataclass
@@ -73,8 +75,11 @@ def minus(intervals, cover) -> float:
 def rank_entry(tl: RankTimeline, span: float, detail: bool = True) -> dict:
     """One rank's entry. `detail=False` leaves out `comm_busy_s` (the union of its communication
     intervals), which only the per-rank table reads: sweeps skip it."""
-    busy = sum(e - s for s, e, _ in tl.compute)
-    pipe = sum(e - s for s, e, k in tl.compute if k in PIPELINE_KINDS)
+    # the same left-to-right float sums as a loop, with C-level iteration (sweeps call this per rank)
+    starts, ends = list(map(_START, tl.compute)), list(map(_END, tl.compute))
+    busy = sum(map(sub, ends, starts))
+    pipeline = list(map(PIPELINE_KINDS.__contains__, map(_KIND, tl.compute)))
+    pipe = sum(compress(map(sub, ends, starts), pipeline))
     exposed = {"P2P": sum(max(0.0, av - max(reached, wire)) for reached, av, wire, _ in tl.recv),
                "TP": tl.tp_s}
     if tl.a2a_s:
@@ -83,7 +88,7 @@ def rank_entry(tl: RankTimeline, span: float, detail: bool = True) -> dict:
     for kind in COMM_KINDS[1:]:
         if tl.comm.get(kind):
             if compute_iv is None:
-                compute_iv = [(s, e) for s, e, _ in tl.compute]
+                compute_iv = list(zip(starts, ends))
                 covered = measure(compute_iv)
             exposed[kind] = max(0.0, measure(tl.comm[kind] + compute_iv) - covered)
     entry = {

@@ -5,6 +5,8 @@ the matching RECV (the wait on the irecv) right before the compute that consumes
 """
 from __future__ import annotations
 
+from itertools import chain
+
 from pipesim.schedules.actions import Action
 from pipesim.schedules.plan import Plan
 
@@ -42,35 +44,49 @@ def peer_of(c: Action) -> Action:
     }[c.kind]
 
 
+_EXPANSIONS: dict = {}     # stage_to_rank -> {Action: the actions it lowers to}
+
+
+def _handoffs(where) -> tuple[list, list]:
+    """Per stage: does F(s) receive its input from another rank, does it send its output to one."""
+    S = len(where)
+    f_in = [s > 0 and where[s - 1] != where[s] for s in range(S)]          # F(s) receives its input
+    f_out = [s < S - 1 and where[s + 1] != where[s] for s in range(S)]     # F(s) sends its output
+    return f_in, f_out
+
+
+def _expand(a: Action, f_in: list, f_out: list) -> tuple:
+    new = tuple.__new__          # Action(...) without the NamedTuple's Python-level __new__
+    s, kind, m = a
+    if kind == "F":
+        return ((new(Action, (s, "RECV_F", m)),) if f_in[s] else ()) + (a,) + \
+            ((new(Action, (s, "SEND_F", m)),) if f_out[s] else ())
+    if kind == "B" or kind == "I":    # its gradient input comes from stage s+1's rank
+        return ((new(Action, (s, "RECV_B", m)),) if f_out[s] else ()) + (a,) + \
+            ((new(Action, (s, "SEND_B", m)),) if f_in[s] else ())
+    return (a,)
+
+
 def lower(plan: Plan) -> Plan:
     """Return `plan` with SEND_F/RECV_F/SEND_B/RECV_B inserted; a plan already lowered is returned as is.
 
     The same rule as recv_before/send_after, tabulated per stage first (which hand-offs cross a
-    rank boundary), so lowering is one pass with no per-action lookups."""
+    rank boundary)."""
     if plan.is_lowered:
         return plan
-    where, S = plan.stage_to_rank, plan.num_stages
-    f_in = [s > 0 and where[s - 1] != where[s] for s in range(S)]          # F(s) receives its input
-    f_out = [s < S - 1 and where[s + 1] != where[s] for s in range(S)]     # F(s) sends its output
+    where = plan.stage_to_rank
+    # each action's expansion, cached per stage map (plans of a sweep share most of their actions):
+    # a row is then one C-level chain over its actions' expansions
+    if len(_EXPANSIONS) > 64 or sum(map(len, _EXPANSIONS.values())) > 1 << 20:
+        _EXPANSIONS.clear()
+    cache = _EXPANSIONS.setdefault(where, {})
     rows = []
-    new = tuple.__new__          # Action(...) without the NamedTuple's Python-level __new__
     for row in plan.ranks:
-        out: list[Action] = []
-        for a in row:
-            s, kind, m = a
-            if kind == "F":
-                if f_in[s]:
-                    out.append(new(Action, (s, "RECV_F", m)))
-                out.append(a)
-                if f_out[s]:
-                    out.append(new(Action, (s, "SEND_F", m)))
-            elif kind == "B" or kind == "I":
-                if f_out[s]:                 # its gradient input comes from stage s+1's rank
-                    out.append(new(Action, (s, "RECV_B", m)))
-                out.append(a)
-                if f_in[s]:
-                    out.append(new(Action, (s, "SEND_B", m)))
-            else:
-                out.append(a)
-        rows.append(tuple(out))
+        parts = list(map(cache.get, row))
+        if None in parts:
+            f_in, f_out = _handoffs(where)
+            for idx, a in enumerate(row):
+                if parts[idx] is None:
+                    parts[idx] = cache[a] = _expand(a, f_in, f_out)
+        rows.append(tuple(chain.from_iterable(parts)))
     return Plan(plan.name, plan.num_ranks, plan.num_stages, plan.num_microbatches, plan.stage_to_rank, tuple(rows))

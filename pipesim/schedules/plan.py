@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from pipesim.errors import PlanError
-from pipesim.schedules.actions import Action
+from pipesim.schedules.actions import COMM_KINDS, Action
+
+_COMM = frozenset(COMM_KINDS)
+_KIND = itemgetter(1)    # Action.kind
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class Plan:
 
     @property
     def is_lowered(self) -> bool:
-        return any(a.is_comm for row in self.ranks for a in row)
+        return any(not _COMM.isdisjoint(map(_KIND, row)) for row in self.ranks)   # C-level scans
 
     def compute_only(self) -> "Plan":
         """The same plan with SEND/RECV removed."""

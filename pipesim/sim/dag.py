@@ -28,8 +28,8 @@ from collections import deque
 from dataclasses import replace
 
 from pipesim.report.metrics import RankTimeline
-from pipesim.sim.engine import summarize
-from pipesim.sim.memory import ChangeIds, MemoryTracker
+from pipesim.sim.engine import flat_memory_logs, summarize
+from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
 from pipesim.sim.workload import STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
 
@@ -74,7 +74,7 @@ class DPStream:
         self.w, self.pp, self.port = w, pp, port
         self.jobs: deque = deque()
         self.t = 0.0          # when the stream is next free
-        self.cur = None       # (t0, dur, sizes, sec) of the job in progress
+        self.cur = None       # (bucket ready times as a list and an array, seconds per bucket) of the job in progress
         self.b = 0
         self.ivs: list = []
         self.dp_ivs = dp_ivs  # the rank timeline's DP intervals
@@ -94,31 +94,49 @@ class DPStream:
                 self.t = t0   # an idle stream wakes when the job is queued
             if w.scenario.parallel.data <= 1 or not sizes:
                 continue
-            self.cur = (t0, dur, len(sizes), collective_seconds(w, w.grad_kind, sizes[0], self.pp))
+            arr = ready_times(t0, dur, len(sizes))
+            self.cur = (arr.tolist(), arr, collective_seconds(w, w.grad_kind, sizes[0], self.pp))
             self.b = 0
         return True
 
     def advance(self, before: float | None = None) -> None:
         """Issue every bucket reservation requested before `before` (all pending ones if None).
-        One tight loop per job: bucket b is requested at max(stream free, t0 + dur (b+1)/n) and
-        holds the port for `sec` (the engine's `_grad_reduce` with one member, same arithmetic)."""
+        Bucket b is requested at max(stream free, its ready time) and holds the port for `sec`
+        (the engine's `_grad_reduce` with one member, same arithmetic); back-to-back buckets
+        extend one interval (the same union). Long stretches run in numpy (`_stretch`)."""
         port, ivs = self.port, self.ivs
+        limit = INF if before is None else before
         while self._start_job():
-            t0, dur, n, sec = self.cur
+            ready, arr, sec = self.cur
+            n = len(ready)
             t, b = self.t, self.b
             free = port.free_at
+            # the current run of back-to-back buckets, merged into ivs when it ends
+            run_start, run_end = (ivs.pop() if ivs else (None, None))
+            python = 1                    # buckets to step in Python before trying numpy
             while b < n:
-                ready = t0 + dur * ((b + 1) / n)
-                req = ready if ready > t else t
-                if before is not None and req >= before:
+                stop = b + python
+                while b < n and b < stop:
+                    r = ready[b]
+                    req = r if r > t else t
+                    if req >= limit:
+                        break
+                    start = req if req > free else free
+                    if start != run_end:
+                        if run_end is not None:
+                            ivs.append((run_start, run_end))
+                        run_start = start
+                    free = t = run_end = start + sec
+                    b += 1
+                if b < stop or b >= n:    # stopped at `before`, or done
                     break
-                start = req if req > free else free
-                free = t = start + sec
-                if ivs and ivs[-1][1] == start:   # back-to-back buckets: one interval, same union
-                    ivs[-1] = (ivs[-1][0], t)
-                else:
-                    ivs.append((start, t))
-                b += 1
+                m, run_start, run_end = _stretch(arr, b, t, sec, limit, run_start, run_end, ivs)
+                if m:
+                    b += m
+                    free = t = run_end
+                python = 1 if m >= 16 else 32   # short stretches: numpy costs more than it saves
+            if run_end is not None:
+                ivs.append((run_start, run_end))
             port.free_at = free
             self.t, self.b = t, b
             if b < n:
@@ -126,6 +144,53 @@ class DPStream:
             self.dp_ivs.extend(ivs)
             ivs.clear()
             self.cur = None
+
+
+INF = float("inf")
+
+
+def _stretch(ready, b: int, t: float, sec: float, limit: float, run_start, run_end, ivs):
+    """Buckets b, b+1, ... of one job while they stay in one regime, with the stream free at t
+    (= the port's horizon, = run_end): returns (how many, run start, run end).
+    Behind (bucket b ready by t): bucket b+j starts at T_j = t + sec + ... + sec, summed left to
+    right (cumsum is sequential, as the Python loop adds), while it is ready by T_j and T_j is
+    before `limit`: all one interval. Ahead: bucket b+j starts at its ready time S_j and ends at
+    S_j + sec, while S_j is at or after the previous end and before `limit`."""
+    import numpy as np
+    rest = ready[b:]
+    if rest[0] <= t:
+        T = np.cumsum(np.concatenate(([t], np.full(len(rest), sec))))
+        ok = (rest <= T[:-1]) & (T[:-1] < limit)
+        m = len(rest) if ok.all() else int(np.argmin(ok))
+        if m:
+            run_end = float(T[m])
+        return m, run_start, run_end
+    E = rest + sec
+    ok = rest < limit
+    ok[1:] &= rest[1:] >= E[:-1]
+    m = len(rest) if ok.all() else int(np.argmin(ok))
+    if not m:
+        return 0, run_start, run_end
+    S, E = rest[:m], E[:m]
+    new = np.empty(m, dtype=bool)
+    new[0] = True                        # S_0 > t = run_end
+    new[1:] = S[1:] != E[:-1]
+    last = np.empty(m, dtype=bool)
+    last[:-1] = new[1:]
+    last[-1] = True
+    if run_end is not None:
+        ivs.append((run_start, run_end))
+    runs = list(zip(S[new].tolist(), E[last].tolist()))
+    run_start, run_end = runs.pop()
+    ivs.extend(runs)
+    return m, run_start, run_end
+
+
+def ready_times(t0: float, dur: float, n: int):
+    """Bucket b of n is ready at t0 + dur (b+1)/n: numpy's elementwise IEEE operations in the
+    engine's order ((b+1)/n, times dur, plus t0), so every value equals the engine's."""
+    import numpy as np
+    return t0 + dur * (np.arange(1, n + 1) / n)
 
 
 class DagRun:
@@ -137,16 +202,7 @@ class DagRun:
         self.tl = [RankTimeline(rank=g.id, stage=g.pp, stages=tuple(w.plan.stages_of(g.pp))) for g in w.gangs]
         self.mem = [MemoryTracker(g.static) for g in w.gangs]
         self.events: list = []
-        # memory logs as flat (time, change id) lists, replayed with numpy (memory.py _peak_flat);
-        # the numbering lives with the workload, whose Costs carry their ids across runs
-        if w.change_ids is None:
-            w.change_ids = ChangeIds()
-        reg = w.change_ids
-        for g in w.gangs:
-            self.mem[g.id].flat = ([], [], reg)
-            for c in g.table:
-                if c is not None and c.ids is None:
-                    c.ids = (reg.id_of(c.mem0), reg.id_of(c.mem1), reg.id_of(c.buf_alloc), reg.id_of(c.buf_free))
+        flat_memory_logs(w, self.mem)       # memory logs as flat (time, change id) lists
 
     def run(self):
         w = self.w

@@ -20,14 +20,15 @@ from __future__ import annotations
 import gc
 from collections import Counter, deque
 from contextlib import contextmanager
-from heapq import heappush
+from heapq import heappop, heappush
+from operator import itemgetter
 
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.a2a_overlap import exposed_a2a
-from pipesim.sim.memory import MemoryTracker
+from pipesim.sim.memory import ChangeIds, MemoryTracker
 from pipesim.sim.network import Network, reserve_all
-from pipesim.sim.workload import Workload, collective_seconds
+from pipesim.sim.workload import STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
 
 
 @contextmanager
@@ -59,10 +60,13 @@ def row_memo(cache: dict, steps, build):
 _COUNTS: dict = {}      # id(steps row) -> (row, its (key, stage, kind, compute, count) list)
 
 
+_KEY = itemgetter(1)    # Step.key
+
+
 def _count(steps) -> list:
-    counts = Counter(op.key for op in steps)
-    kinds = {op.key: (op.stage, op.kind, op.compute) for op in steps}
-    return [(key, *kinds[key], n) for key, n in counts.items()]
+    counts = Counter(map(_KEY, steps))
+    one = dict(zip(map(_KEY, steps), steps))      # a step per key (all of a key share stage and kind)
+    return [(key, one[key].stage, one[key].kind, one[key].compute, n) for key, n in counts.items()]
 
 
 def step_counts(steps) -> list:
@@ -103,16 +107,64 @@ def at(env, t: float, priority: int = NORMAL):
     return ev
 
 
+def flat_memory_logs(w: Workload, mems, gangs=None) -> None:
+    """Keep each rank's memory log as flat (time, change id) lists, replayed with numpy
+    (memory.py `_peak_flat`); the numbering lives with the workload, whose Costs carry their ids
+    (mem0, mem1, buffer alloc, buffer free) across runs."""
+    if w.change_ids is None:
+        w.change_ids = ChangeIds()
+    reg = w.change_ids
+    for g in (gangs if gangs is not None else w.gangs):
+        mems[g.id].flat = ([], [], reg)
+        for c in g.table:
+            if c is not None and c.ids is None:
+                c.ids = (reg.id_of(c.mem0), reg.id_of(c.mem1), reg.id_of(c.buf_alloc), reg.id_of(c.buf_free))
+
+
+_CODES: dict = {}       # id(steps row) -> (row, {cost key: step code})
+
+
+def step_info(steps, table, ports) -> list:
+    """Per cost-table key, what the rank loop reads, unpacked in one go: compute (seconds,
+    memory change ids at start and end), send (wire seconds, port, quantize seconds, buffer
+    alloc / free ids, 0 without bytes), receive (bytes, dequantize seconds, alloc / free ids)."""
+    codes = row_memo(_CODES, steps, lambda row: {op.key: op.code for op in row})
+    info = [None] * len(table)
+    for key, code in codes.items():
+        c = table[key]
+        m0, m1, alloc, release = c.ids
+        if code == COMPUTE:
+            info[key] = (c.dur, m0, m1)
+        elif code == SEND:
+            info[key] = (c.dur, ports[c.port], c.extra, alloc if c.nbytes else 0, release)
+        else:
+            info[key] = (c.nbytes, c.extra, alloc, release)
+    return info
+
+
+def run_queue(env) -> None:
+    """`env.run()` until the queue drains, with SimPy's `Environment.step` inlined (one Python
+    call less per event): pop the earliest (time, priority, event id), run its callbacks, crash
+    on a failed event nobody handled (what `step` does)."""
+    queue = env._queue
+    while queue:
+        env._now, _, _, ev = heappop(queue)
+        callbacks, ev.callbacks = ev.callbacks, None
+        for callback in callbacks:
+            callback(ev)
+        if not ev._ok and not hasattr(ev, "_defused"):
+            raise ev._value
+
+
 def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
     """Per rank after the run: work counters, TP seconds, memory peak (shared by sim/dag.py;
     `gangs` = the gangs `tls` and `mems` belong to, default all)."""
     per_row: dict = {}
     for g, tl, mem in zip(gangs if gangs is not None else w.gangs, tls, mems):
         if id(g.table) not in per_row:
-            per_row[id(g.table)] = work_of(g.steps, g.table)
-        tl.work, tl.tp_s = per_row[id(g.table)]
+            per_row[id(g.table)] = work_of(g.steps, g.table), exposed_a2a(g.steps, g.table)
+        (tl.work, tl.tp_s), tl.a2a_s = per_row[id(g.table)]
         tl.work = {k: list(v) for k, v in tl.work.items()}
-        tl.a2a_s = exposed_a2a(g.steps, g.table)
         mem.finish(trace)
         tl.peak_memory = mem.peak
         tl.peak_by_category = dict(mem.peak_by)
@@ -132,9 +184,10 @@ class Engine:
         n = len(w.gangs)
         self.queues = [deque() for _ in range(n)]
         self.wake = [None] * n
-        self.pc = [0] * n
+        self.pc = [-1] * n          # -1: inside its plan (the frame's `idx`), else where it stopped
         self.tl = [RankTimeline(rank=g.id, stage=g.pp, stages=tuple(w.plan.stages_of(g.pp))) for g in w.gangs]
         self.mem = [MemoryTracker(g.static) for g in w.gangs]
+        flat_memory_logs(w, self.mem)
         self.events: list = []
         self.dp_peers: dict = {}
         for g in w.gangs:
@@ -158,13 +211,21 @@ class Engine:
 
     # ---------------------------------------------------------------- rank process
     def rank(self, g):
+        """Generator: rank g's plan. The hot loop waits on one reused event (`timer`: re-armed
+        with a fresh callback list and pushed at its absolute due time, exactly where a Timeout
+        of the same delay lands) and logs memory as flat (time, change id) lists: no object per
+        action beyond the timeline tuples the report reads."""
         env, w, net = self.env, self.w, self.net
-        tl, mem = self.tl[g.id], self.mem[g.id]
-        boxes, mlog, pc, gid = net.boxes, mem.log, self.pc, g.id
+        gid = g.id
+        tl = self.tl[gid]
+        mtimes, mids, reg = self.mem[gid].flat
+        boxes, pc = net.boxes, self.pc
         box = boxes[gid]
         ports = net.ports[gid]
-        peers = {q: w.gang_at[(g.dp, q)] for q in range(w.plan.num_ranks) if (g.dp, q) in w.gang_at}
+        peers = [w.gang_at.get((g.dp, q)) for q in range(w.plan.num_ranks)]
+        peer_box = [None if q is None else boxes[q] for q in peers]
         ops, table = g.steps, g.table
+        info = step_info(ops, table, ports)
         trace = self.trace
         zero3 = w.zero_stage == 3 and self.dp_n > 1
         prefetch = w.zero3_prefetch
@@ -175,98 +236,115 @@ class Engine:
             gather_ev[gathers[0]] = self._issue_gather(g, ops[gathers[0]], 0)
             gather_next = 1
         recv_buffer = 0.0
-        compute = tl.compute
+        recv_free = 0                     # change id freeing the one buffered message (0: several)
+        compute, recv_log = tl.compute, tl.recv
         p2p = tl.comm.setdefault("P2P", [])
-        timeout = env.timeout
-        for idx, op in enumerate(ops):
-            k = op.kind
-            c = table[op.key]
-            if op.compute:
-                if zero3 and op.gather:
+        queue, eid = env._queue, env._eid
+        timer = _Event(env)
+        timer._ok = True
+        timer._value = None
+        for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, gather) in enumerate(ops):
+            if code == COMPUTE:
+                if zero3 and gather:
                     ev = gather_ev.pop(idx)
                     if not ev.processed:
-                        pc[gid] = idx
                         yield ev
                     if prefetch and gather_next < len(gathers):
                         j = gathers[gather_next]
                         gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
                         gather_next += 1
+                dur, m0, m1 = info[key]
                 start = env._now
-                if c.mem0:
-                    mlog.append((start, c.mem0))
-                if op.grad_last and overlap:
-                    self.put(gid, ("grad", op.stage, start, c.dur))
-                pc[gid] = idx
-                yield timeout(c.dur)
+                if m0:
+                    mtimes.append(start)
+                    mids.append(m0)
+                if grad_last and overlap:
+                    self.put(gid, ("grad", stage, start, dur))
+                timer.callbacks = []
+                heappush(queue, (start + dur, NORMAL, next(eid), timer))
+                yield timer
                 end = env._now
-                compute.append((start, end, k))
-                if c.mem1:
-                    mlog.append((end, c.mem1))
+                compute.append((start, end, kind))
+                if m1:
+                    mtimes.append(end)
+                    mids.append(m1)
                 if recv_buffer:
-                    mlog.append((end, (("buffers", -recv_buffer),)))
+                    mtimes.append(end)
+                    mids.append(recv_free or reg.buffer_free(recv_buffer))
                     recv_buffer = 0.0
-                if zero3 and op.gather:
-                    mlog.append((end, (("buffers", -self._gathered(op.stage)),)))
+                if zero3 and gather:
+                    mtimes.append(end)
+                    mids.append(reg.buffer_free(self._gathered(stage)))
                     if not prefetch and gather_next < len(gathers):
                         # synchronous gathers: the next one starts once this compute is done
                         j = gathers[gather_next]
                         gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
                         gather_next += 1
                 if trace:
-                    self.record(gid, "compute", k, op.stage, op.mb, start, end, tp=c.tp)
-            elif k == "SEND_F" or k == "SEND_B":
-                if c.extra:                      # quantize on the sender's compute stream
+                    self.record(gid, "compute", kind, stage, mb, start, end, tp=table[key].tp)
+            elif code == SEND:
+                dur, port, extra, alloc, release = info[key]
+                if extra:                        # quantize on the sender's compute stream
                     start = env._now
-                    pc[gid] = idx
-                    yield timeout(c.extra)
+                    timer.callbacks = []
+                    heappush(queue, (start + extra, NORMAL, next(eid), timer))
+                    yield timer
                     compute.append((start, env._now, "QUANTIZE"))
                     if trace:
-                        self.record(gid, "compute", "QUANTIZE", op.stage, op.mb, start, env._now)
-                # isend: reserve this rank's port, post the message (network.py)
+                        self.record(gid, "compute", "QUANTIZE", stage, mb, start, env._now)
+                # isend: reserve this rank's port (Port.reserve inlined), post the message (network.py)
                 now = env._now
-                dst = peers[op.peer]
-                dbox = boxes[dst]
-                wire, end = ports[c.port].reserve(now, c.dur)
-                waiting = dbox.get(op.rkey)
+                free = port.free_at
+                wire = now if now > free else free
+                end = port.free_at = wire + dur
+                dbox = peer_box[peer]
+                waiting = dbox.get(rkey)
                 if waiting is None:
-                    dbox[op.rkey] = (wire, end)
+                    dbox[rkey] = (wire, end)
                 else:
-                    waiting._ok = True
                     waiting._value = (wire, end)
-                    heappush(env._queue, (end, NORMAL, next(env._eid), waiting))
-                if c.nbytes:
-                    mlog.append((now, c.buf_alloc))
-                    mlog.append((end, c.buf_free))
+                    heappush(queue, (end, NORMAL, next(eid), waiting))
+                if alloc:
+                    mtimes.append(now)
+                    mids.append(alloc)
+                    mtimes.append(end)
+                    mids.append(release)
                 p2p.append((wire, end))
                 if trace:
-                    self.record(gid, "send", k, op.stage, op.mb, wire, end, c.nbytes, issued=now, dst=op.peer,
-                                flow=(dst,) + op.rkey)
+                    self.record(gid, "send", kind, stage, mb, wire, end, table[key].nbytes, issued=now, dst=peer,
+                                flow=(peers[peer],) + rkey)
             else:                                 # RECV_F / RECV_B: wait for the message
-                key = op.rkey
                 reached = env._now
-                posted = box.get(key)
-                pc[gid] = idx
-                if posted is None:
-                    ev = box[key] = env.event()
-                    yield ev
-                    wire, arrived = ev._value
+                posted = box.pop(rkey, None)
+                if posted is None:                # not sent yet: the sender pushes `timer` when it lands
+                    timer.callbacks = []
+                    box[rkey] = timer
+                    yield timer
+                    del box[rkey]
+                    wire, arrived = timer._value
                 else:
                     wire, arrived = posted
                     if arrived > reached:
-                        yield at(env, arrived)
-                del box[key]
+                        timer.callbacks = []
+                        heappush(queue, (arrived, NORMAL, next(eid), timer))
+                        yield timer
                 now = env._now
-                tl.recv.append((reached, now, wire, k))
-                if c.nbytes:
-                    mlog.append((now, c.buf_alloc))
-                    recv_buffer += c.nbytes
+                recv_log.append((reached, now, wire, kind))
+                nbytes, extra, alloc, release = info[key]
+                if nbytes:
+                    mtimes.append(now)
+                    mids.append(alloc)
+                    recv_free = 0 if recv_buffer else release
+                    recv_buffer += nbytes
                 if trace:
-                    self.record(gid, "recv", k, op.stage, op.mb, reached, now, c.nbytes, wire_start=wire, src=op.peer)
-                if c.extra:                      # dequantize on the receiver
-                    yield timeout(c.extra)
+                    self.record(gid, "recv", kind, stage, mb, reached, now, nbytes, wire_start=wire, src=peer)
+                if extra:                        # dequantize on the receiver
+                    timer.callbacks = []
+                    heappush(queue, (now + extra, NORMAL, next(eid), timer))
+                    yield timer
                     compute.append((now, env._now, "DEQUANTIZE"))
                     if trace:
-                        self.record(gid, "compute", "DEQUANTIZE", op.stage, op.mb, now, env._now)
+                        self.record(gid, "compute", "DEQUANTIZE", stage, mb, now, env._now)
         pc[gid] = len(ops)
         tl.pipe_end = env._now
         # ---- end of step: gradient reduction, optimizer, ZeRO-1/2 weight all-gather
@@ -279,7 +357,7 @@ class Engine:
             if sec <= 0:
                 continue
             start = env._now
-            yield timeout(sec)
+            yield env.timeout(sec)
             compute.append((start, env._now, name))
             self.record(gid, "compute", name, -1, -1, start, env._now)
         # the distributed optimizer's parameter all-gather; with Megatron's --overlap-param-gather
@@ -306,7 +384,11 @@ class Engine:
 
     def _issue_gather(self, g, op, j):
         ev = self.env.event()
-        self.mem[g.id].add("buffers", self._gathered(op.stage), self.env.now)
+        gathered = self._gathered(op.stage)
+        if gathered:
+            times, ids, reg = self.mem[g.id].flat
+            times.append(self.env.now)
+            ids.append(reg.id_of((("buffers", gathered),)))
         # a backward that recomputes its forward gathers twice when the framework releases the
         # weights after every module forward, the recomputed one too (w.regather_recompute)
         passes = 2 if self.w.regather_recompute and op.kind in ("B", "I") else 1
@@ -406,15 +488,23 @@ class Engine:
         t_max = max(t for t, _ in arrivals)
         ivs = []
         single = ports[0] if len(ports) == 1 else None
+        queue, eid = env._queue, env._eid
+        timer = _Event(env)              # one event re-armed per wait (as in the rank loop)
+        timer._ok = True
+        timer._value = None
         for b in range(n):
             frac = (b + 1) / n
             ready = t_max + dur * frac if same else max(t + d * frac for t, d in arrivals)
-            now = env.now
+            now = env._now
             if ready > now:
-                yield at(env, ready, DP_PRIORITY)
+                timer.callbacks = []
+                heappush(queue, (ready, DP_PRIORITY, next(eid), timer))
+                yield timer
                 now = ready
             start, end = single.reserve(now, sec) if single else reserve_all(ports, now, sec)
-            yield at(env, end, DP_PRIORITY)
+            timer.callbacks = []
+            heappush(queue, (end, DP_PRIORITY, next(eid), timer))
+            yield timer
             ivs.append((start, end))
         if len(members) > 1:
             bar.data = ivs
@@ -428,10 +518,15 @@ class Engine:
         for g in self.w.gangs:
             env.process(self.dp_stream(g))
         with no_gc():
-            env.run()
-        stuck = [g for g, p in zip(self.w.gangs, procs) if p.is_alive]
+            run_queue(env)
+        stuck = [(g, p) for g, p in zip(self.w.gangs, procs) if p.is_alive]
         if stuck:
             raise self._deadlock(stuck)
+        if self.trace:                    # samples need the change tuples (MemoryTracker.finish)
+            for mem in self.mem:
+                times, ids, reg = mem.flat
+                mem.log = [(t, reg.changes[i]) for t, i in zip(times, ids)]
+                mem.flat = None
         summarize(self.w, self.tl, self.mem, self.trace)
         return self
 
@@ -439,8 +534,10 @@ class Engine:
         from pipesim.schedules import format_grid
         plan = self.w.plan
         why, marks, seen = [], [], set()
-        for g in stuck:
+        for g, proc in stuck:
             idx = self.pc[g.id]
+            if idx < 0:                   # blocked inside its plan: the rank generator's loop index
+                idx = proc._generator.gi_frame.f_locals["idx"]
             label = f"rank {g.pp}" + (f" (dp {g.dp})" if self.w.mode == "full" else "")
             if idx < len(g.steps):
                 op = g.steps[idx]

@@ -25,6 +25,7 @@ class ChangeIds:
         self.changes: list = [()]
         self._ids: dict = {}
         self._arrays = None
+        self.single = True      # every change so far has one (category, delta)
 
     def id_of(self, changes: tuple) -> int:
         if not changes:
@@ -34,6 +35,7 @@ class ChangeIds:
             i = self._ids[changes] = len(self.changes)
             self.changes.append(changes)
             self._arrays = None
+            self.single = self.single and len(changes) == 1
         return i
 
     def buffer_free(self, nbytes: float) -> int:
@@ -126,18 +128,28 @@ class MemoryTracker:
         lens_of, off_of, all_d, all_c = reg.arrays()
         order = np.argsort(np.array(times), kind="stable")
         idx = np.array(ids, dtype=np.intp)[order]
-        lens = lens_of[idx]
-        ends = np.cumsum(lens)                       # entry i ends after delta ends[i]-1
-        # the deltas of the sorted entries, in order: each entry's run of its id's deltas
-        flat = np.repeat(off_of[idx] - (ends - lens), lens) + np.arange(ends[-1])
+        if reg.single:                               # one delta per change: entry i is delta i
+            flat = off_of[idx]
+            ends = np.arange(1, len(idx) + 1)
+        else:
+            lens = lens_of[idx]
+            ends = np.cumsum(lens)                   # entry i ends after delta ends[i]-1
+            # the deltas of the sorted entries, in order: each entry's run of its id's deltas
+            flat = np.repeat(off_of[idx] - (ends - lens), lens) + np.arange(ends[-1])
         deltas = all_d[flat]
         totals = np.cumsum(np.concatenate(([base], deltas)))[ends]
         i = int(np.argmax(totals))
         if totals[i] > base:
             self.peak = float(totals[i])
             upto = int(ends[i])
-            cats, ds = all_c[flat[:upto]], deltas[:upto]
+            # per category, its deltas up to the peak summed left to right after its static
+            # bytes: one row per category, the other categories' deltas 0.0 (adding 0.0 leaves a
+            # float as it is), summed by one sequential cumsum along the rows
+            cats = all_c[flat[:upto]]
+            rows = np.zeros((len(CATEGORIES), upto + 1))
+            rows[:, 0] = [cur[name] for name in CATEGORIES]
+            rows[cats, np.arange(1, upto + 1)] = deltas[:upto]
+            sums = np.cumsum(rows, axis=1)[:, -1]
             for k in np.flatnonzero(np.bincount(cats, minlength=len(CATEGORIES))):   # (np.unique loads numpy.ma)
-                name = CATEGORIES[k]
-                cur[name] = float(np.cumsum(np.concatenate(([cur[name]], ds[cats == k])))[-1])
+                cur[CATEGORIES[k]] = float(sums[k])
             self.peak_by = cur

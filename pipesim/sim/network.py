@@ -22,6 +22,8 @@ member); the last member to arrive runs the network phase, the others wait on it
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 
 class Port:
     """FIFO capacity-1 server with known hold times (see module docstring)."""
@@ -37,8 +39,11 @@ class Port:
         return start, end
 
 
+_FREE_AT = attrgetter("free_at")
+
+
 def reserve_all(ports, now: float, dur: float) -> tuple[float, float]:
-    start = max(now, max(p.free_at for p in ports))
+    start = max(now, max(map(_FREE_AT, ports)))
     end = start + dur
     for p in ports:
         p.free_at = end

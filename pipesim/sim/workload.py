@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, collective_time, p2p_time
@@ -72,6 +73,7 @@ def make_step(kind: str, stage: int, mb: int, peer: int = -1, grad_last: bool = 
 
 
 _new_tuple = tuple.__new__      # a NamedTuple without its Python-level __new__
+_KIND = itemgetter(2)            # Step.kind
 
 
 class Cost:
@@ -107,32 +109,41 @@ def plan_steps(plan) -> tuple[tuple[Step, ...], ...]:
         for idx, (st, k, _) in enumerate(row):
             if k == "B" or k == "W":
                 last[st] = (r, idx)
-    lasts = [set() for _ in plan.ranks]
+    lasts = [[] for _ in plan.ranks]
     for r, idx in last.values():
-        lasts[r].add(idx)
-    if len(_STEPS) > 1 << 20:
-        _STEPS.clear()
-    rows = []
+        lasts[r].append(idx)
     where = plan.stage_to_rank
+    # Steps interned per stage map (which fixes every action's peer): Action -> Step, and the
+    # same for the actions marked last-gradient; a row is one C-level map over its actions
+    if len(_STEPS) > 64 or sum(len(c) for c, _ in _STEPS.values()) > 1 << 20:
+        _STEPS.clear()
+    cache, marked = _STEPS.setdefault(where, ({}, {}))
+    rows = []
     for r, row in enumerate(plan.ranks):
-        out = []
-        marks = lasts[r]
-        for idx, (st, k, mb) in enumerate(row):
-            peer = -1
-            if k == "SEND_F" or k == "RECV_B":
-                peer = where[st + 1]
-            elif k == "SEND_B" or k == "RECV_F":
-                peer = where[st - 1]
-            key = (k, st, mb, peer, idx in marks)
-            step = _STEPS.get(key)
-            if step is None:
-                step = _STEPS[key] = make_step(*key)
-            out.append(step)
+        out = list(map(cache.get, row))
+        if None in out:
+            for idx, a in enumerate(row):
+                if out[idx] is None:
+                    out[idx] = cache[a] = _step_of(a, where, False)
+        for idx in lasts[r]:
+            a = row[idx]
+            step = marked.get(a)
+            out[idx] = step if step is not None else marked.setdefault(a, _step_of(a, where, True))
         rows.append(tuple(out))
     return tuple(rows)
 
 
-_STEPS: dict = {}
+def _step_of(action, where, grad_last: bool) -> Step:
+    st, k, mb = action
+    peer = -1
+    if k == "SEND_F" or k == "RECV_B":
+        peer = where[st + 1]
+    elif k == "SEND_B" or k == "RECV_F":
+        peer = where[st - 1]
+    return make_step(k, st, mb, peer, grad_last)
+
+
+_STEPS: dict = {}     # stage_to_rank -> ({Action: Step}, {Action: Step marked grad_last})
 
 
 @dataclass
@@ -348,7 +359,7 @@ def has_recompute_steps(steps) -> bool:
         return hit[1]
     if len(_EXPLICIT_R) > 4096:
         _EXPLICIT_R.clear()
-    out = any(op.kind == "R" for row in steps for op in row)
+    out = any("R" in map(_KIND, row) for row in steps)
     _EXPLICIT_R[id(steps)] = (steps, out)
     return out
 
