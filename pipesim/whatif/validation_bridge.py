@@ -14,12 +14,13 @@ distributed optimizer (ZeRO-1) unless FSDP, overlapped grad reduce and param gat
 gradient reduction, Megatron's default DDP bucket, flash (cuDNN) attention, no activation
 recompute, no dropout, ring context parallelism. Layers that do not split evenly over
 pipeline·virtual chunks are placed as Megatron's account_for_embedding/loss_in_pipeline_split
-does: layers+2 slots split as evenly as possible (the remainder to the first
-chunks), the first and last chunk giving a slot to the embedding and
-the head (as llama3-405b, pipesim/whatif/validation_cp.py). A GB200 run is one NVLink domain of
-the largest multiple of 4 GPUs <= 72 dividing the run (64 for 64 and 256 GPUs: NVL72 racks
-filled with 16 of their 18 trays), since 72 divides none of the published GPU counts. MoE: the footnote says token distribution is
-force-balanced and dropless -> moe_routing balanced; dispatcher alltoall, expert TP 1.
+does: layers+2 slots split as evenly as possible (the remainder to the first chunks), the first
+and last chunk giving a slot to the embedding and the head (as llama3-405b in
+pipesim/whatif/validation_cp.py). A GB200 run is one NVLink domain of the largest multiple of 4
+GPUs <= 72 dividing the run (64 for 64 and 256 GPUs: NVL72 racks with 16 of their 18 trays in
+use), since 72 divides none of the published GPU counts. MoE: the table's footnote says the
+token distribution is force-balanced and dropless -> moe_routing balanced; dispatcher alltoall
+and expert TP 1 (not stated).
 Rows pipesim cannot express are refused with a one-line note that `pipesim validate` lists:
 DeepSeek-V3 with multi-token prediction (no MTP head in pipesim).
 """
