@@ -13,6 +13,9 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
 1c. GEMM, H100 FP8, an independent table never used to choose anything: tile-ai/tilelang
    benchmark/matmul_fp8/README.md (H800 SXM, M = N = 8192, K 256 to 16384, autotuned FP8 GEMM
    with a per-tensor scale: the kind of kernel tensorwise/delayed FP8 training runs).
+1d. GEMM, B200, BF16 and FP8: the OpenXLA default GEMM performance tables for sm_100 (same file
+   as 1, and its later openxla version with FP8 rows): the batch-4 4096^3 rows are the anchors,
+   the rest test the shape dependence and the fixed-time pipeline fill (presets/gpus.py fill_rate).
 2. GEMM, the MAMF best shapes of every GPU (S. Bekman, ml-engineering, "Maximum Achievable Matmul
    FLOPS comparison table"): the curve is scaled to return the MAMF there.
 3. Attention, H100: the FlashAttention-3 paper's cuDNN bars (Shah et al. 2024, Fig. 5) are the
@@ -26,7 +29,7 @@ import statistics
 
 from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
-from pipesim.presets.gpus import KERNEL_CURVES, gemm_anchor
+from pipesim.presets.gpus import KERNEL_CURVES, fill_rate, gemm_anchor
 
 XLA = "OpenXLA matmul_interpolator_data.h (sm_90)"
 # (batch, M, N, K, published bf16 TFLOP/s)
@@ -49,6 +52,45 @@ TILELANG_H800_FP8 = [(256, 376), (512, 622), (1024, 927), (2048, 1174), (4096, 1
 DEEPGEMM_H800_FP8 = [(4096, 2112, 7168, 1058, 1.1), (4096, 24576, 1536, 990, 1.0), (4096, 32768, 512, 590, 1.0),
                      (4096, 7168, 16384, 1358, 1.2), (4096, 4096, 7168, 1304, 1.1), (4096, 7168, 2048, 1025, 1.1)]
 
+XLA_SM100 = "OpenXLA matmul_interpolator_data.h (sm_100)"
+B200_HBM = 8.0e12                                               # dgx-b200 preset value
+# (batch, M, N, K, published TFLOP/s), sm_100 = B200. BF16: tensorflow/tensorflow
+# third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h, sm_100 "bf16xbf16->bf16", its
+# 80 shapes with M, N, K >= 1024. FP8: the later openxla table
+# (xla/backends/gpu/cost_model/matmul_interpolator_data.h), "f8e4m3fnxf8e4m3fn->bf16", its
+# M = 4096 shapes with N, K >= 1024 at batch 1 and 4. The anchors of pipesim/presets/gpus.py are
+# the batch-4 4096^3 rows; every other row tests the shape dependence.
+XLA_B200_BF16 = [
+(2,1024,2048,1024,678.6),(4,4096,4096,2048,1544.0),(2,4096,2048,2048,1276.5),(1,4096,2048,2048,1141.6),
+(1,1024,2048,1024,465.9),(4,2048,1024,1024,868.7),(2,2048,2048,4096,1324.9),(4,2048,4096,4096,1462.7),
+(4,4096,1024,4096,1394.5),(1,2048,2048,4096,1185.8),(4,1024,2048,1024,871.3),(4,4096,2048,2048,1329.2),
+(1,2048,1024,1024,466.7),(2,4096,4096,2048,1337.9),(4,1024,4096,1024,1048.0),(2,2048,1024,1024,679.6),
+(1,4096,4096,2048,1270.1),(2,4096,1024,4096,1339.6),(4,2048,2048,4096,1411.1),(2,2048,4096,4096,1416.7),
+(1,1024,4096,1024,685.5),(2,1024,4096,1024,872.8),(1,4096,1024,4096,1186.9),(4,4096,4096,4096,1690.7),
+(1,2048,4096,4096,1338.6),(2,4096,2048,4096,1411.8),(4,2048,1024,4096,1341.5),(1,4096,2048,4096,1339.0),
+(2,2048,2048,2048,1131.3),(4,4096,1024,1024,1039.2),(1,2048,2048,2048,959.4),(4,1024,1024,2048,931.9),
+(2,2048,1024,4096,1172.6),(2,4096,4096,4096,1455.7),(4,4096,2048,4096,1458.4),(1,2048,1024,4096,961.9),
+(1,4096,4096,4096,1416.5),(1,4096,1024,1024,682.0),(2,2048,4096,2048,1272.3),(1,1024,1024,2048,428.1),
+(4,2048,2048,2048,1276.2),(2,1024,1024,2048,697.1),(1,2048,4096,2048,1142.7),(1,4096,2048,1024,884.3),
+(2,4096,1024,1024,877.8),(1,1024,2048,2048,711.9),(4,2048,1024,2048,1127.2),(2,1024,2048,2048,952.6),
+(2,4096,2048,1024,1045.8),(4,1024,2048,2048,1143.5),(4,4096,4096,1024,1350.4),(2,2048,1024,2048,948.3),
+(4,1024,1024,4096,1185.5),(1,1024,4096,2048,936.7),(2,1024,4096,2048,1140.3),(4,4096,2048,1024,1148.5),
+(1,2048,1024,2048,712.9),(4,1024,4096,2048,1278.2),(2,4096,4096,1024,1153.4),(1,1024,1024,4096,616.3),
+(1,4096,4096,1024,1043.9),(4,2048,4096,1024,1142.6),(1,1024,2048,4096,961.9),(2,1024,1024,4096,956.8),
+(2,1024,2048,4096,1184.9),(4,4096,1024,2048,1268.9),(1,2048,2048,1024,685.5),(4,1024,2048,4096,1343.0),
+(2,2048,2048,1024,885.7),(1,1024,4096,4096,1193.6),(2,2048,4096,1024,1037.7),(2,1024,4096,4096,1344.4),
+(4,1024,1024,1024,676.0),(1,2048,4096,1024,888.7),(2,1024,1024,1024,466.0),(4,1024,4096,4096,1411.5),
+(2,4096,1024,2048,1131.3),(1,4096,1024,2048,940.0),(1,1024,1024,1024,267.3),(4,2048,2048,1024,1038.2),
+]
+XLA_B200_FP8 = [
+    (1, 4096, 1024, 1024, 850.8), (1, 4096, 2048, 1024, 1332.2), (1, 4096, 4096, 1024, 1895.4),
+    (1, 4096, 1024, 2048, 1462.6), (1, 4096, 2048, 2048, 1833.5), (1, 4096, 4096, 2048, 2485.0),
+    (1, 4096, 1024, 4096, 1951.8), (1, 4096, 2048, 4096, 2499.4), (1, 4096, 4096, 4096, 2765.0),
+    (4, 4096, 1024, 1024, 1868.7), (4, 4096, 2048, 1024, 2400.8), (4, 4096, 4096, 1024, 2651.2),
+    (4, 4096, 1024, 2048, 2422.3), (4, 4096, 2048, 2048, 2884.9), (4, 4096, 4096, 2048, 3122.5),
+    (4, 4096, 1024, 4096, 2662.0), (4, 4096, 2048, 4096, 3133.3), (4, 4096, 4096, 4096, 3279.7),
+]
+
 # FA3 paper Fig. 5, FlashAttention-3 bars (H100, head dim 128): fwd non-causal, fwd causal, bwd
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 FA3_KERNEL = {("fwd", False): (467, 565, 625, 638, 646, 648), ("fwd", True): (292, 423, 521, 579, 602, 616),
@@ -57,12 +99,12 @@ FA3_KERNEL = {("fwd", False): (467, 565, 625, 638, 646, 648), ("fwd", True): (29
 TORCHBENCH_FA3_FWD = (430.3, 517.1, 565.5, 590.2, 614.2, 620.7)
 
 
-def gemm_tflops(curve: dict, b: int, m: int, n: int, k: int, dtype: str = "bf16") -> float:
+def gemm_tflops(curve: dict, b: int, m: int, n: int, k: int, dtype: str = "bf16", hbm: float = H100_HBM) -> float:
     shape, anchor = gemm_anchor(curve, dtype)
+    hbm = hbm * MEMORY_EFFICIENCY
     t = gemm_compute_time(m, n, k, b, curve["sms"], curve["mamf_tflops"][dtype] * 1e12,
-                          curve["mamf_tflops"]["fp16"] * 1e12, shape, curve["persistent"],
-                          H100_HBM * MEMORY_EFFICIENCY, anchor)
-    t = max(t, gemm_bytes(m, n, k, dtype, b) / (H100_HBM * MEMORY_EFFICIENCY), LAUNCH)
+                          fill_rate(curve), shape, curve["persistent"], hbm, anchor)
+    t = max(t, gemm_bytes(m, n, k, dtype, b) / hbm, LAUNCH)
     return 2 * b * m * n * k / t / 1e12
 
 
@@ -99,6 +141,19 @@ def main() -> None:
         print(f"   {k:>6} {pub:>10.0f} {pred:>8.0f} {100 * (pred / pub - 1):>+7.1f}")
     print(f"   mean |log error| {100 * statistics.mean(abs(x) for x in logs):.1f} %, "
           f"mean log error {100 * statistics.mean(logs):+.1f} %\n")
+
+    b200 = KERNEL_CURVES["b200"]
+    for dtype, rows in (("bf16", XLA_B200_BF16), ("fp8", XLA_B200_FP8)):
+        print(f"1d. GEMM on B200, {dtype.upper()}, vs {XLA_SM100} ({len(rows)} shapes; the batch-4 "
+              f"4096^3 row is the anchor)")
+        print(f"   {'b':>2} {'M':>6} {'N':>6} {'K':>6} {'published':>10} {'pipesim':>8} {'err %':>7}")
+        logs = []
+        for b, m, n, k, pub in rows:
+            pred = gemm_tflops(b200, b, m, n, k, dtype, B200_HBM)
+            logs.append(math.log(pred / pub))
+            print(f"   {b:>2} {m:>6} {n:>6} {k:>6} {pub:>10.1f} {pred:>8.1f} {100 * (pred / pub - 1):>+7.1f}")
+        print(f"   mean |log error| {100 * statistics.mean(abs(x) for x in logs):.1f} %, "
+              f"mean log error {100 * statistics.mean(logs):+.1f} %\n")
 
     print("2. GEMM at each GPU's MAMF best shape (ml-engineering MAMF table): the curve's anchor "
           "(H100/H800 FP8: anchored on DeepGEMM instead, section 1b)")

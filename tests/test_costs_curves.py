@@ -84,6 +84,26 @@ def test_gemm_curves_stay_within_their_kernel_tables():
     assert sum(abs(x) for x in check) / len(check) < 0.12 and abs(sum(check) / len(check)) < 0.05
 
 
+def test_b200_curves_follow_the_xla_sm100_tables_with_the_h100_fill_time():
+    import importlib.util
+    import math
+    import pathlib
+    from pipesim.presets.gpus import fill_rate
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_curves.py"
+    spec = importlib.util.spec_from_file_location("kernel_curves", path)
+    kc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kc)
+    b200 = KERNEL_CURVES["b200"]
+    # the pipeline fill takes the H100's seconds: its rate grows with the SM count only
+    assert fill_rate(H100) == H100["mamf_tflops"]["fp16"] * 1e12
+    assert fill_rate(b200) == pytest.approx(fill_rate(H100) * 148 / 132)
+    assert fill_rate(KERNEL_CURVES["a100"]) == KERNEL_CURVES["a100"]["mamf_tflops"]["fp16"] * 1e12
+    for dtype, rows in (("bf16", kc.XLA_B200_BF16), ("fp8", kc.XLA_B200_FP8)):
+        logs = [math.log(kc.gemm_tflops(b200, b, m, n, k, dtype, kc.B200_HBM) / pub) for b, m, n, k, pub in rows]
+        assert sum(abs(x) for x in logs) / len(logs) < 0.10, dtype
+        assert abs(sum(logs) / len(logs)) < 0.10, dtype
+
+
 def test_wave_quantisation_steps_when_one_tile_spills_into_a_new_wave():
     sms = H100["sms"]
     full = h100_gemm(128 * sms, 256, 8192)          # exactly one wave of 128x256 tiles

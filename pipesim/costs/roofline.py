@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
 from pipesim.costs.ops import Op
-from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, gemm_anchor
+from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor
 from pipesim.scenario.config import GPUSpec
 
 
@@ -94,7 +94,7 @@ class CostModel:
         shape, anchor = gemm_anchor(c, dt)
         out = out_bytes_of(dt, self.grad_bytes if role == "wgrad" else 0)
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
-                                    c["mamf_tflops"]["fp16"] * 1e12, shape, c["persistent"],
+                                    fill_rate(c), shape, c["persistent"],
                                     self._mem_rate, anchor, out)
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)
 

@@ -56,6 +56,14 @@ _H100_FA2 = {
 # of a brute-force search that the tile model cannot reach (288 tiles on 132 SMs); anchoring
 # there made every training shape ~20 % too fast against this table.
 _HOPPER_FP8_ANCHOR = dict(fp8=(4096, 7168, 16384, 1358.0))
+# B200 at the largest shape of the OpenXLA default GEMM performance table for sm_100 (cuBLAS as
+# XLA calls it, batch 4 of 4096 x 4096 x 4096 = the tiles of one 16384 x 4096 x 4096 GEMM):
+# tensorflow/tensorflow third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h, sm_100,
+# "bf16xbf16->bf16" 1690.7 TFLOP/s; openxla xla/backends/gpu/cost_model/matmul_interpolator_data.h
+# (the later table with FP8 rows), "f8e4m3fnxf8e4m3fn->bf16" 3279.7 TFLOP/s. The MAMF sweep's best
+# shapes are 3-5 % faster than these (a brute-force search keeps its luckiest shape);
+# benchmarks/kernel_curves.py prints the tables' other shapes against the model.
+_B200_ANCHOR = dict(bf16=(16384, 4096, 4096, 1690.7), fp8=(16384, 4096, 4096, 3279.7))
 
 KERNEL_CURVES: dict[str, dict] = {
     # V100: 80 SMs (Volta whitepaper Table 1). The MAMF table has no V100 row: the generic
@@ -85,7 +93,7 @@ KERNEL_CURVES: dict[str, dict] = {
     # 3432.5. No published per-sequence cuDNN table yet: the H100 cuDNN curve scaled by the BF16
     # MAMF ratio 1745.0 / 794.5 (attention is tensor-core bound like the GEMMs).
     "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072)), mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5),
-                 attention=_H100_CUDNN, attention_scale=1745.0 / 794.5),
+                 anchor=_B200_ANCHOR, attention=_H100_CUDNN, attention_scale=1745.0 / 794.5),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536)), mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6),
                   attention=_H100_CUDNN, attention_scale=1822.0 / 794.5),
@@ -112,6 +120,19 @@ GENERIC_MATMUL_EFFICIENCY = 0.80
 # SM), in K-elements of BF16 tile work; a fixed count of pipeline stages, so it is timed at the
 # BF16 rate for every dtype.
 TILE_FILL_K = 384
+
+
+def fill_rate(c: dict) -> float:
+    """FLOP/s at which the TILE_FILL_K pipeline fill is timed. A persistent kernel's fill is the
+    latency of its first TMA loads from HBM, which a faster tensor core does not shorten: it
+    takes the seconds it takes on the H100 it was chosen on, on every Hopper/Blackwell GPU
+    (against the OpenXLA sm_100 table, benchmarks/kernel_curves.py section 1d, timing it at
+    B200's own rate left mid-size GEMMs +22 % too fast; at the H100's, +7 %). Volta/Ampere
+    kernels (one fill per wave) keep their own rate: no table to test another choice on."""
+    if not c["persistent"]:
+        return c["mamf_tflops"]["fp16"] * 1e12
+    ref = KERNEL_CURVES["h100"]
+    return ref["mamf_tflops"]["fp16"] * 1e12 / ref["sms"] * c["sms"]
 # Output tiles cuBLAS/CUTLASS choose between (M x N) and their per-SM throughput relative to the
 # largest (smaller tiles reuse each loaded operand less). CUTLASS 3 Hopper tile shapes:
 # NVIDIA/cutlass include/cutlass/gemm/collective/builders/sm90_gmma_builder.inl.
