@@ -62,7 +62,10 @@ _HOPPER_FP8_ANCHOR = dict(fp8=(4096, 7168, 16384, 1358.0))
 # "bf16xbf16->bf16" 1690.7 TFLOP/s; openxla xla/backends/gpu/cost_model/matmul_interpolator_data.h
 # (the later table with FP8 rows), "f8e4m3fnxf8e4m3fn->bf16" 3279.7 TFLOP/s. The MAMF sweep's best
 # shapes are 3-5 % faster than these (a brute-force search keeps its luckiest shape);
-# benchmarks/kernel_curves.py prints the tables' other shapes against the model.
+# benchmarks/kernel_curves.py prints the tables' other shapes against the model. Caveat: the later
+# table's sm_90 FP8 rows exceed the H100's dense FP8 peak (2593 > 1979 TFLOP/s at batch-4
+# 4096^3), so they are not used anywhere; its sm_100 FP8 rows stay below B200's 4500 TFLOP/s peak
+# at FP8/BF16 = 1.96, the datasheet ratio.
 _B200_ANCHOR = dict(bf16=(16384, 4096, 4096, 1690.7), fp8=(16384, 4096, 4096, 3279.7))
 
 KERNEL_CURVES: dict[str, dict] = {
