@@ -161,3 +161,37 @@ def test_recompute_policies_follow_korthikanti():
     assert full_st.recompute > 0 and none_st.recompute == 0
     assert full_st.backward == pytest.approx(none_st.backward + full_st.recompute)
     assert full_st.input_grad + full_st.weight_grad == pytest.approx(full_st.backward)
+
+
+def test_block_recompute_of_the_first_n_layers_interpolates_none_and_full():
+    # Megatron --recompute-method block --recompute-num-layers N: N layers of the chunk recompute
+    base = scenario("gpt3-1.3b", tensor=4, sequence_parallel=True)
+    def stage(*sets):
+        return stage_costs(load_scenario(base, list(sets)))[0]
+    none, full = stage("training.recompute=none"), stage("training.recompute=full")
+    L = 24
+    for n in (0, 6, 24, 40):
+        st = stage("training.recompute=full", f"training.recompute_num_layers={n}")
+        k = min(n, L) / L
+        assert st.recompute == pytest.approx(k * full.recompute)
+        assert st.activation_bytes == pytest.approx(none.activation_bytes + k * (full.activation_bytes - none.activation_bytes))
+        assert st.backward == pytest.approx(none.backward + st.recompute)
+    assert stage("training.recompute=full", "training.recompute_num_layers=0").recompute_working_bytes == 0
+
+
+@pytest.mark.parametrize("sets,needle", [
+    (["training.recompute_num_layers=2"], "needs recompute: full"),
+    (["training.recompute=full", "training.recompute_num_layers=-1"], "must not be negative"),
+])
+def test_block_recompute_bad_values_get_one_line_errors(sets, needle):
+    from pipesim.errors import ScenarioError
+    with pytest.raises(ScenarioError, match=needle):
+        load_scenario(scenario("gpt3-1.3b"), sets)
+
+
+def test_partitioner_refuses_block_recompute():
+    from pipesim.errors import PipesimError
+    from pipesim.partition.transformer import transformer_graph
+    s = load_scenario(scenario("gpt3-1.3b"), ["training.recompute=full", "training.recompute_num_layers=4"])
+    with pytest.raises(PipesimError, match="recompute_num_layers"):
+        transformer_graph(s)

@@ -54,6 +54,15 @@ def test_tensor_parallel_tied_embeddings_full_recompute(tmp_path):
                                             "model.tied_embeddings=true", "training.recompute=full"])
 
 
+def test_block_recompute_of_the_first_layer_matches_one_process(tmp_path):
+    s, _ = check_against_single_process(tmp_path, ["training.recompute=full", "training.recompute_num_layers=1"])
+    # the stage's first layer recomputes, the others keep their activations
+    from pipesim.emulator.layers import TPGroup, WeightGradStore
+    from pipesim.emulator.model import Builder, StageModel
+    stage = StageModel(Builder(s, TPGroup(), WeightGradStore(), 0, torch.float32), 0, 0, 2, True, False)
+    assert [layer.recompute for layer in stage.layers] == ["full", "none"]
+
+
 def test_selective_recompute_with_split_backward(tmp_path):
     check_against_single_process(tmp_path, ["training.recompute=selective", "training.schedule=zb-h1"])
 

@@ -173,10 +173,12 @@ def comm_seconds(s: Scenario, comms, profile=None) -> float:
     return total
 
 
-def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0.0) -> tuple[float, float, float]:
-    """(recompute seconds, saved bytes, working bytes) of one layer under the recompute policy;
-    `cp_fwd`: the layer's exposed context-parallel exchange, re-run by full recompute."""
-    policy = s.training.recompute
+def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0.0,
+                    policy: str | None = None) -> tuple[float, float, float]:
+    """(recompute seconds, saved bytes, working bytes) of one layer under the recompute policy
+    (`policy`, default training.recompute); `cp_fwd`: the layer's exposed context-parallel
+    exchange, re-run by full recompute."""
+    policy = policy or s.training.recompute
     saved_all = sum(o.saved_bytes for o in ops)
     if policy == "none":
         return 0.0, saved_all, 0.0
@@ -225,8 +227,12 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     emb, head = embedding_ops(s), head_ops(s)
     cpc = context_comm(s, cm, layer)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer, cpc.fwd_exposed)
+    # recompute_num_layers (Megatron's block method): only the first N layers of a chunk recompute
+    rc_limit = tr.recompute_num_layers
+    keep_saved = layer_recompute(s, cm, layer, policy="none")[1] if rc_limit is not None else rc_saved
     sh = shapes_of(s)
     moe = moe_stage_parts(s, cm, sh) if s.model.is_moe else None
+    moe_keep = moe_stage_parts(s, cm, sh, "none") if moe is not None and rc_limit is not None else moe
     n_stages = s.num_model_stages
     bits = tr.activation_compression_bits
     # Activations sent between stages: with tensor parallelism each GPU sends its 1/t slice
@@ -266,24 +272,27 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
         fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
-        activation = n_layers * rc_saved + sum(o.saved_bytes for o in extras)
-        recompute = n_layers * rc_time
+        # the chunk's first n_rc dense layers, then its MoE layers, recompute (layer order of a chunk)
+        n_rc = n_layers if rc_limit is None else min(rc_limit, n_layers)
+        n_rc_moe = n_moe if rc_limit is None else min(max(rc_limit - n_layers, 0), n_moe)
+        activation = n_rc * rc_saved + (n_layers - n_rc) * keep_saved + sum(o.saved_bytes for o in extras)
+        recompute = n_rc * rc_time
         flops = n_layers * sum(o.flops_fwd + o.flops_bwd for o in layer) + sum(
             o.flops_fwd + o.flops_bwd for o in extras)
         ep = _MoEStage()
-        working = rc_working
+        working = rc_working if n_rc else 0.0
         if n_moe:
             acc.add(s, cm, moe.ops, n_moe, memo)
             params += n_moe * sum(o.params for o in moe.ops)
             fp8_params += n_moe * sum(o.params for o in moe.ops if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
-            activation += n_moe * moe.saved
-            recompute += n_moe * moe.recompute
+            activation += n_rc_moe * moe.saved + (n_moe - n_rc_moe) * moe_keep.saved
+            recompute += n_rc_moe * moe.recompute
             flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)
             ep = _MoEStage(n_moe * moe.a2a.fwd, n_moe * moe.a2a.bwd, n_moe * moe.a2a.bytes_fwd,
                            n_moe * moe.a2a.bytes_bwd, n_moe * moe.expert_params,
                            n_moe * moe.block_fwd, n_moe * moe.block_bwd, n_moe * moe.host_fwd,
                            n_moe * moe.block_wgrad)
-            working = max(working, moe.working)
+            working = max(working, moe.working if n_rc_moe else 0.0)
         # routed-expert weights, gradients and optimizer states are sharded over expert-data
         # parallelism, the dense ones over data parallelism (pipesim/costs/moe_parallel.py)
         dense_params = params - ep.params
@@ -348,10 +357,11 @@ class _MoEStage:
     block_wgrad: float = 0.0
 
 
-def moe_stage_parts(s: Scenario, cm: CostModel, sh):
-    """One MoE layer's ops, all-to-all, recompute and expert parameters (pipesim/costs/moe.py)."""
+def moe_stage_parts(s: Scenario, cm: CostModel, sh, policy: str | None = None):
+    """One MoE layer's ops, all-to-all, recompute and expert parameters (pipesim/costs/moe.py),
+    under the recompute `policy` (default training.recompute)."""
     from pipesim.costs.moe import MoELayerCosts
-    return MoELayerCosts.build(s, cm, sh, layer_recompute)
+    return MoELayerCosts.build(s, cm, sh, lambda *a: layer_recompute(*a, policy=policy))
 
 
 def elem_of(tr) -> int:

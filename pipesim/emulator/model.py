@@ -315,9 +315,11 @@ class StageModel(torch.nn.Module):
                  tie_with: Embedding | None = None, tie: bool = False):
         super().__init__()
         self.stage, self.first, self.last = stage, first, last
-        rc = b.s.training.recompute
+        rc, limit = b.s.training.recompute, b.s.training.recompute_num_layers
         self.embedding = Embedding(b) if first else None
-        self.layers = torch.nn.ModuleList(Block(b, first_layer + i, rc) for i in range(n_layers))
+        # Megatron's block method: only the chunk's first `limit` layers recompute
+        self.layers = torch.nn.ModuleList(Block(b, first_layer + i, rc if limit is None or i < limit else "none")
+                                          for i in range(n_layers))
         if tie and tie_with is None:
             tie_with = self.embedding
         self.head = Head(b, tie_with if tie else None) if last else None

@@ -36,6 +36,10 @@ def _flops(ops) -> float:
 def transformer_graph(s: Scenario, granularity: str = "layer", profile=None) -> Graph:
     if granularity not in ("layer", "block"):
         raise PipesimError(f"--granularity {granularity}: expected layer or block for a transformer")
+    if s.training.recompute_num_layers is not None:
+        # which layers recompute depends on the chunk boundaries the partitioner is choosing
+        raise PipesimError(f"{s.source}: training.recompute_num_layers: the partitioner costs every layer "
+                           "under one recompute policy; drop the key (or use recompute none/full) to partition")
     cm = cost_model_for(s, profile)
     sh = shapes_of(s)
     m = s.model

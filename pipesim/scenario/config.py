@@ -259,6 +259,10 @@ class TrainingConfig:
     global_batch_size: int = field(doc="samples per optimizer step")
     schedule: str = field("1f1b", doc="pipeline schedule name or path to an action CSV")
     recompute: Literal["none", "selective", "full"] = field("none", doc="activation recomputation")
+    recompute_num_layers: Optional[int] = field(None, doc="with recompute full: only the first N transformer "
+                                                          "layers of each model chunk recompute, the others keep "
+                                                          "their activations (Megatron --recompute-method block "
+                                                          "--recompute-num-layers N); null = every layer")
     precision: Precision = field("bf16", doc="compute precision (mixed precision with fp32 master weights)")
     zero_stage: int = field(0, doc="ZeRO stage 0-3 over the data-parallel group")
     activation_compression_bits: int = field(16, doc="bits per element sent between stages")
@@ -302,6 +306,12 @@ class TrainingConfig:
                              f"{self.activation_compression_bits}")
         if self.grad_bucket_MB <= 0:
             raise ValueError("grad_bucket_MB must be positive")
+        if self.recompute_num_layers is not None:
+            if self.recompute_num_layers < 0:
+                raise ValueError(f"recompute_num_layers must not be negative, got {self.recompute_num_layers}")
+            if self.recompute != "full":
+                raise ValueError(f"recompute_num_layers needs recompute: full (Megatron's block method), "
+                                 f"got recompute: {self.recompute}")
         if self.zero3_gather_GBps is not None and self.zero3_gather_GBps <= 0:
             raise ValueError(f"zero3_gather_GBps must be positive, got {self.zero3_gather_GBps}")
         if self.moe_capacity_factor <= 0:
