@@ -38,10 +38,12 @@ SUITES = {
     "llama3-405b": ("llama3-405b-", 10.0),  # pipesim/whatif/validation_cp.py
     "korthikanti22": ("rac22-", None),       # held out: pipesim/whatif/validation_heldout.py
     "bridge2511": ("bridge2511-", None),     # held out: pipesim/whatif/validation_bridge.py
+    "titan2024": ("titan2024-", None),       # held out: pipesim/whatif/validation_titan.py
 }
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
-METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens"}
+METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
+          "titan2024": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
 # DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
@@ -125,6 +127,9 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite == "bridge2511":
         from pipesim.whatif.validation_bridge import bridge_scenario
         return bridge_scenario(case)
+    if case.suite == "titan2024":
+        from pipesim.whatif.validation_titan import titan_scenario
+        return titan_scenario(case)
     if case.suite in METRIC:
         from pipesim.whatif.families import mcore_scenario, nemo_scenario
         return (mcore_scenario if case.suite == "mcore-h100" else nemo_scenario)(case)
@@ -306,7 +311,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
             pred = "-" if r.predicted is None else f"{r.predicted:.1f}"
             err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
             step = "-" if r.step_time_s is None else f"{r.step_time_s:.3f}"
-            mb = str(p.get("micro_batch", p.get("batch_per_replica", "-"))).split()[0]
+            mb = str(p.get("micro_batch", p.get("batch_per_replica", p.get("local_batch", "-")))).split()[0]
             if suite == "mcore-h100":
                 from pipesim.whatif.families import MCORE_MICRO_BATCH
                 mb = f"{MCORE_MICRO_BATCH}*"

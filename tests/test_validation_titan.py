@@ -1,0 +1,32 @@
+"""titan2024 held-out family: torchtitan's FSDP2 rows map as published (no simulation)."""
+import pytest
+
+from pipesim.errors import ScenarioError
+from pipesim.scenario.load import load_scenario
+from pipesim.whatif.validation import case_scenario, load_cases
+
+
+def _cases():
+    return {c.id: c for c in load_cases() if c.suite == "titan2024"}
+
+
+def test_rows_map_fsdp_over_every_gpu_and_the_checkpointing_mode():
+    cases = _cases()
+    assert len(cases) == 8
+    layer = case_scenario(cases["titan2024-llama2-13b-ac-layer"])     # every 2nd of 40 layers
+    assert layer["training"]["recompute"] == "full" and layer["training"]["recompute_num_layers"] == 20
+    assert layer["training"]["zero_stage"] == 3 and layer["parallel"]["data"] == 64
+    assert layer["training"]["global_batch_size"] == 128 and layer["model"]["seq_length"] == 4096
+    none = case_scenario(cases["titan2024-llama2-13b-ac-no"])
+    assert none["training"]["recompute"] == "none" and "recompute_num_layers" not in none["training"]
+    full = case_scenario(cases["titan2024-llama3-70b-ac-full"])
+    assert full["system"] == {"preset": "dgx-a100-80gb", "num_nodes": 8}
+    s = load_scenario(full)
+    assert s.num_gpus == 64 and s.num_microbatches == 1
+    assert cases["titan2024-llama3-8b-ac-layer"].target == 2904.0
+
+
+def test_selective_op_rows_are_refused_with_a_one_line_note():
+    with pytest.raises(ScenarioError, match="skipped: activation checkpointing 'selective op'") as e:
+        case_scenario(_cases()["titan2024-llama2-70b-ac-op"])
+    assert "\n" not in str(e.value)
