@@ -16,6 +16,7 @@ def test_rows_map_fsdp_over_every_gpu_and_the_checkpointing_mode():
     layer = case_scenario(cases["titan2024-llama2-13b-ac-layer"])     # every 2nd of 40 layers
     assert layer["training"]["recompute"] == "full" and layer["training"]["recompute_num_layers"] == 20
     assert layer["training"]["zero_stage"] == 3 and layer["parallel"]["data"] == 64
+    assert layer["training"]["kernel_fusion"] == "eager"        # the presets' norm_type rmsnorm, compile false
     assert layer["training"]["global_batch_size"] == 128 and layer["model"]["seq_length"] == 4096
     none = case_scenario(cases["titan2024-llama2-13b-ac-no"])
     assert none["training"]["recompute"] == "none" and "recompute_num_layers" not in none["training"]

@@ -248,6 +248,12 @@ def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
         ops[mlp_start:] = moe_block_ops(s, sh)
     ops += [o for o in (dropout("dropout2", tok * sh.h),) if o]
     ops.append(vector("residual2", tok * sh.h, sh, (1, 0), reads=2, writes=1))
+    if tr.kernel_fusion == "eager":
+        from pipesim.costs.eager import eager_ops
+        per_gpu = tp.size // hd if tp.mode != "1d" else 1
+        ops = eager_ops(ops, gated, m.norm == "rmsnorm", kv_elems=sh.b * sh.s * kv * sh.d / per_gpu,
+                        rep=max(1, round(heads / kv)),
+                        attn_out_elems=T * q_dim / tp.size)
     return ops
 
 
@@ -317,6 +323,9 @@ def head_ops(s: Scenario) -> list[Op]:
     ops = [replace(vector("final_norm", tok * sh.h, sh, (8, 10), saved_bytes=tok * sh.h * e, params=norm_params,
                           measure_fwd=(("layer_norm_fwd", shape),), measure_bwd=(("layer_norm_bwd", shape),)),
                    param_tensors=2 if m.norm == "layernorm" else 1)]
+    if s.training.kernel_fusion == "eager":
+        from pipesim.costs.eager import eager_ops
+        ops = eager_ops(ops, gated=False, rmsnorm=m.norm == "rmsnorm")
     head = matmul("lm_head", T, sh.h, sh.v, sh, "column", saved_input=tok * sh.h * e,
                   dtype=high_precision(s.training.precision), bias=False)
     shares_embedding = m.tied_embeddings and s.parallel.pipeline == 1

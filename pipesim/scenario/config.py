@@ -264,6 +264,10 @@ class TrainingConfig:
                                                           "their activations (Megatron --recompute-method block "
                                                           "--recompute-num-layers N); null = every layer")
     precision: Precision = field("bf16", doc="compute precision (mixed precision with fp32 master weights)")
+    kernel_fusion: Literal["fused", "eager"] = field("fused", doc="fused: Megatron / Transformer Engine kernels "
+                                                     "(one pass per norm, rotary, SwiGLU); eager: PyTorch op by op "
+                                                     "as torchtitan's Llama runs without torch.compile "
+                                                     "(pipesim/costs/eager.py)")
     zero_stage: int = field(0, doc="ZeRO stage 0-3 over the data-parallel group")
     activation_compression_bits: int = field(16, doc="bits per element sent between stages")
     optimizer: Literal["adam", "sgd"] = field("adam", doc="optimizer (state size)")

@@ -247,6 +247,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if m.arch == "cnn":
         _check_cnn(s, loader)
         return
+    _check_kernel_fusion(s, loader)
     if m.hidden_size % m.num_attention_heads and m.kv_channels is None and m.attention_variant == "gqa":
         loader.fail("model", f"hidden_size({m.hidden_size}) is not divisible by num_attention_heads"
                     f"({m.num_attention_heads}); give model.kv_channels for a separate head dimension")
@@ -333,6 +334,15 @@ def schedule_error(s: Scenario, exc: Exception) -> ScenarioError:
     return ScenarioError(f"{s.source}: training.schedule: {exc}; here P = parallel.pipeline({p}), "
                          f"V = parallel.virtual_stages({v}), M = {s.num_microbatches} micro-batches "
                          f"(global_batch_size / (micro_batch_size·data))")
+
+
+def _check_kernel_fusion(s: Scenario, loader: Loader) -> None:
+    """The eager op counts (pipesim/costs/eager.py) are for 16-bit activations cast up to fp32
+    inside the norms and rotary, as torchtitan runs them."""
+    tr = s.training
+    if tr.kernel_fusion == "eager" and tr.precision in ("fp32", "tf32"):
+        loader.fail("training.kernel_fusion", f"eager is costed for 16-bit or fp8 training (bf16 activations "
+                    f"cast to fp32 in the norms and rotary); precision is {tr.precision}")
 
 
 def _check_cnn(s: Scenario, loader: Loader) -> None:

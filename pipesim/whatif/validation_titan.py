@@ -11,7 +11,9 @@ keeps a per-op set of outputs pipesim has no policy for: refused with a note.
 Assumptions the document does not state, made once for the family (torchtitan's defaults of the
 time, torchtitan/config_manager.py and train_configs/*.toml): FSDP2 prefetches the next layer's
 all-gather (zero3_prefetch), reduces gradients in fp32 (mixed_precision_reduce float32), AdamW,
-SDPA flash attention, no dropout, one optimizer step per local batch (no gradient accumulation).
+SDPA flash attention, no dropout, one optimizer step per local batch (no gradient accumulation),
+and eager PyTorch ops (kernel_fusion eager: the 64-A100 presets train_configs/llama2_13b.toml and
+llama3_8b.toml set norm_type "rmsnorm", the unfused RMSNorm, and compile = false).
 The cluster's network is not stated: the dgx-a100-80gb preset (8x 200 Gb/s HDR per node) is used.
 """
 from __future__ import annotations
@@ -37,7 +39,8 @@ def titan_scenario(case) -> dict:
                             f"8-GPU nodes is mapped")
     recompute, every = TITAN_AC[ac]
     training = {"micro_batch_size": local, "global_batch_size": local * n, "schedule": "1f1b",
-                "recompute": recompute, "precision": "bf16", "attention": "flash", "zero_stage": 3,
+                "recompute": recompute, "precision": "bf16", "attention": "flash", "kernel_fusion": "eager",
+                "zero_stage": 3,
                 "zero3_prefetch": True, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True}
     if every:
         from pipesim.presets.models import MODELS
