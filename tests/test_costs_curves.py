@@ -158,6 +158,15 @@ def test_fp8_recipes_differ_in_cast_traffic():
     assert cast_ops(layer_ops(scenario()), "delayed") == []          # bf16: no casts
 
 
+def test_blackwell_per_tensor_fp8_writes_no_transposed_copy():
+    # TE quantizer.cpp: with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()
+    from pipesim.costs.fp8 import cast_bytes, weight_copy_bytes
+    assert cast_bytes("tensorwise", "b200") == cast_bytes("tensorwise", "h100") - 1 == 5
+    assert cast_bytes("delayed", "gb200") == 3 and cast_bytes("mxfp8", "b200") == cast_bytes("mxfp8", None)
+    assert weight_copy_bytes("tensorwise", "b200") == 1 and weight_copy_bytes("mxfp8", "b200") == 2
+    assert weight_copy_bytes("delayed", "h100") == 2
+
+
 def test_tf32_runs_slower_than_bf16():
     t = {p: pipesim.simulate(scenario("dgx-a100-80gb", precision=p)).step_time_s for p in ("bf16", "tf32")}
     assert t["tf32"] > 1.5 * t["bf16"]

@@ -16,6 +16,13 @@ the TN layout). Bytes per element of the BF16 tensor cast, by recipe:
 
 Forward casts the GEMM input X; backward casts the output gradient dY. Weights are cast once per
 step (TE caches the FP8 weight across micro-batches): `weight_cast_bytes` per parameter.
+
+Blackwell's FP8 tensor cores take every layout (nvte_is_non_tn_fp8_gemm_supported()), so
+Transformer Engine writes no transposed copy for per-tensor FP8 there (NVIDIA/TransformerEngine
+transformer_engine/pytorch/csrc/quantizer.cpp: `with_transpose = columnwise_usage &&
+!is_non_tn_fp8_gemm_supported`): delayed 3, tensorwise 5 bytes per element, and one byte per
+weight. MXFP8 keeps both copies (its 32-element scales run along K, which differs between the
+row- and column-wise uses).
 """
 from __future__ import annotations
 
@@ -26,11 +33,25 @@ CAST_BYTES = {"delayed": 4.0, "tensorwise": 6.0, "blockwise": 4.0 + 8 / 128, "mx
 # The weight copy: read BF16 once, write FP8 row- and column-wise (same recipes as above).
 FP8_WEIGHT_COPY_BYTES = 2.0      # per parameter held: the FP8 copy and its transpose
 BLACKWELL_CURVES = ("b200", "gb200", "gb300")
+# per-tensor recipes on Blackwell: no transposed copy (module docstring)
+NO_TRANSPOSE = ("delayed", "tensorwise")
 
 
-def cast_ops(ops: list[Op], recipe: str) -> list[Op]:
+def cast_bytes(recipe: str, curve: str | None) -> float:
+    """Bytes moved per element cast, by recipe, on the GPU of kernel curve `curve`."""
+    if curve in BLACKWELL_CURVES and recipe in NO_TRANSPOSE:
+        return CAST_BYTES[recipe] - 1.0
+    return CAST_BYTES[recipe]
+
+
+def weight_copy_bytes(recipe: str, curve: str | None) -> float:
+    """FP8 weight bytes held per parameter beside the BF16 weight."""
+    return FP8_WEIGHT_COPY_BYTES / 2 if curve in BLACKWELL_CURVES and recipe in NO_TRANSPOSE else FP8_WEIGHT_COPY_BYTES
+
+
+def cast_ops(ops: list[Op], recipe: str, curve: str | None = None) -> list[Op]:
     """One cast op per FP8 GEMM op: forward casts X (M x K), backward casts dY (M x N)."""
-    per = CAST_BYTES[recipe]
+    per = cast_bytes(recipe, curve)
     out = []
     for op in ops:
         if not op.gemms_fwd or op.gemms_fwd[0][4] != "fp8":
@@ -40,6 +61,6 @@ def cast_ops(ops: list[Op], recipe: str) -> list[Op]:
     return out
 
 
-def weight_cast_bytes(gemm_params: float, recipe: str) -> float:
+def weight_cast_bytes(gemm_params: float, recipe: str, curve: str | None = None) -> float:
     """Per step: every FP8 weight re-cast after the optimizer update."""
-    return gemm_params * CAST_BYTES[recipe]
+    return gemm_params * cast_bytes(recipe, curve)

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time, p2p_time
-from pipesim.costs.fp8 import BLACKWELL_CURVES, FP8_WEIGHT_COPY_BYTES, cast_ops, weight_cast_bytes
+from pipesim.costs.fp8 import BLACKWELL_CURVES, cast_ops, weight_cast_bytes, weight_copy_bytes
 from pipesim.costs.context import context_comm
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
@@ -207,7 +207,7 @@ def costed_layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
         raise ScenarioError(f"{s.source}: training.fp8_recipe: mxfp8 needs Blackwell tensor cores "
                             f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
                             f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
-    return layer + cast_ops(layer, tr.fp8_recipe)
+    return layer + cast_ops(layer, tr.fp8_recipe, s.system.gpu.kernel_curve)
 
 
 def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
@@ -306,9 +306,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
             static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         if fp8_params:
-            # FP8 weight copies (row- and column-wise) kept beside the BF16 weights
-            static = StaticMemory(static.weights + fp8_params * FP8_WEIGHT_COPY_BYTES, static.gradients,
-                                  static.optimizer)
+            # FP8 weight copies (row- and column-wise; row-wise only for per-tensor FP8 on Blackwell)
+            copy = weight_copy_bytes(tr.fp8_recipe, s.system.gpu.kernel_curve)
+            static = StaticMemory(static.weights + fp8_params * copy, static.gradients, static.optimizer)
         elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
         opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
@@ -414,5 +414,5 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
         out.append(("GRAD_NORM", cm.memory_time(grads) + norm_all_reduce(s)))
     out.append(("OPTIMIZER", opt_step))
     if fp8_params:      # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not
-        out.append(("FP8_WEIGHT_CAST", cm.memory_time(weight_cast_bytes(fp8_params, tr.fp8_recipe))))
+        out.append(("FP8_WEIGHT_CAST", cm.memory_time(weight_cast_bytes(fp8_params, tr.fp8_recipe, s.system.gpu.kernel_curve))))
     return tuple((name, sec) for name, sec in out if sec > 0)
