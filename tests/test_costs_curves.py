@@ -167,6 +167,15 @@ def test_blackwell_per_tensor_fp8_writes_no_transposed_copy():
     assert weight_copy_bytes("delayed", "h100") == 2
 
 
+def test_fp8_weight_copies_are_sharded_under_zero3():
+    from pipesim.costs.stage import stage_costs
+    weights = {z: stage_costs(scenario(precision="fp8", zero_stage=z))[0].static.weights for z in (1, 3)}
+    bf16 = {z: stage_costs(scenario(zero_stage=z))[0].static.weights for z in (1, 3)}
+    # ZeRO-1 keeps the whole FP8 copy beside the BF16 weights; ZeRO-3 shards both over data (2)
+    assert weights[1] - bf16[1] == pytest.approx(2 * (weights[3] - bf16[3]))
+    assert weights[3] - bf16[3] > 0
+
+
 def test_tf32_runs_slower_than_bf16():
     t = {p: pipesim.simulate(scenario("dgx-a100-80gb", precision=p)).step_time_s for p in ("bf16", "tf32")}
     assert t["tf32"] > 1.5 * t["bf16"]

@@ -306,9 +306,12 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
             static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         if fp8_params:
-            # FP8 weight copies (row- and column-wise; row-wise only for per-tensor FP8 on Blackwell)
+            # FP8 weight copies (row- and column-wise; row-wise only for per-tensor FP8 on Blackwell);
+            # under ZeRO-3 / FSDP they are sharded like the weights (gathered per layer in FP8, as
+            # the ZeRO-3 gathers are costed: 1 byte per parameter)
             copy = weight_copy_bytes(tr.fp8_recipe, s.system.gpu.kernel_curve)
-            static = StaticMemory(static.weights + fp8_params * copy, static.gradients, static.optimizer)
+            shards = dp_cp if tr.zero_stage >= 3 else 1
+            static = StaticMemory(static.weights + fp8_params * copy / shards, static.gradients, static.optimizer)
         elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
         opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
