@@ -7,8 +7,9 @@ from pipesim import load_scenario
 from pipesim.costs import stage_costs
 from pipesim.costs.layers import layer_ops
 from pipesim.costs.moe import TE_GEMM_STREAMS, expert_gemm_rounds
-from pipesim.costs.moe_host import (DEEPEP_SMS, SYNC_ROUND_TRIP_S, TORCH_OP_HOST_S, comm_sm_share, kernels_of, lockstep_exposed,
+from pipesim.costs.moe_host import (SYNC_ROUND_TRIP_S, TORCH_OP_HOST_S, kernels_of, lockstep_exposed,
                                     post_sync_sequence)
+from pipesim.costs.moe_interference import DEEPEP_SMS, comm_sms, cta_makespan, gemm_slowdown
 from pipesim.costs.stage import cost_model_for
 from pipesim.sim.a2a_overlap import pair_cost, two_streams
 from pipesim.sim.workload import Cost
@@ -59,28 +60,47 @@ def test_host_exposure_is_a_real_term():
     assert c.moe_block_fwd >= c.moe_host_fwd
 
 
-def test_comm_sm_share_and_two_stream_pair():
-    assert comm_sm_share(moe(training={"moe_dispatcher": "deepep"})) == pytest.approx(DEEPEP_SMS / 132)
-    assert comm_sm_share(moe(training={"moe_dispatcher": "alltoall"})) == 0.0
+def test_held_sms_and_two_stream_pair():
+    assert comm_sms(moe(training={"moe_dispatcher": "deepep"})) == DEEPEP_SMS == 20
+    assert comm_sms(moe(training={"moe_dispatcher": "alltoall"})) == 0
     w = dict(F_att=0.69, F_moe=1.15, F_dis=1.15, F_com=1.15, B_att=1.62, B_dg=0.99, B_wg=0.99, B_com=1.15, B_dis=1.15)
-    # no SM share: F_att under B_com; then the compute stream never waits: B_dg (under F_dis),
+    # no slowdown: F_att under B_com; then the compute stream never waits: B_dg (under F_dis),
     # B_wg (under B_dis), F_moe, B_att (under F_com) -- by hand
-    assert two_streams(w, 0.0) == pytest.approx(1.15 + 0.99 + 0.99 + 1.15 + 1.62)
-    # share 0.25: F_att 0.69/0.75 < 1.15; B_dg needs 0.99/0.75 = 1.32 > 1.15 -> 1.15 + 0.99 - 0.8625 at full
-    # speed; B_dis starts then: B_wg runs under it at 0.75 -> 0.99/0.75 = 1.32 > 1.15 -> + 0.99 - 0.8625 after;
+    assert two_streams(w) == pytest.approx(1.15 + 0.99 + 0.99 + 1.15 + 1.62)
+    # every task 4/3 slower beside a transfer (rate 0.75): F_att 0.69/0.75 < 1.15; B_dg needs
+    # 0.99/0.75 = 1.32 > 1.15 -> 1.15 + 0.99 - 0.8625 at full speed; B_wg likewise under B_dis;
     # F_moe 1.15 alone; F_com ‖ B_att: 1.15 + 1.62 - 0.8625
+    slow = dict.fromkeys(("F_att", "F_moe", "B_att", "B_dg", "B_wg"), 1 / 0.75)
     rest = 0.99 - 1.15 * 0.75
     hand = 1.15 + (1.15 + rest) + (1.15 + rest) + 1.15 + (1.15 + 1.62 - 1.15 * 0.75)
-    assert two_streams(w, 0.25) == pytest.approx(hand)
-    assert two_streams(w, 0.25) > two_streams(w, 0.0)
+    assert two_streams(w, slow) == pytest.approx(hand)
+    assert two_streams(w, slow) > two_streams(w)
     # nothing to hide: the sum of the compute
-    assert two_streams(dict(F_att=2.0, B_att=3.0), 0.25) == pytest.approx(5.0)
-    f = Cost(3.0, a2a=1.0, moe_block=1.2, comm_sm_share=0.2)
-    b = Cost(5.0, a2a=1.0, moe_block=2.5, comm_sm_share=0.2, moe_wgrad=1.0)
+    assert two_streams(dict(F_att=2.0, B_att=3.0), slow) == pytest.approx(5.0)
+    f = Cost(3.0, a2a=1.0, moe_block=1.2, overlap_slow=(1.1, 1.3))
+    b = Cost(5.0, a2a=1.0, moe_block=2.5, overlap_slow=(1.2, 1.4), moe_wgrad=1.0)
     c = pair_cost(f, b)
     assert c.dur == pytest.approx(two_streams(dict(F_att=0.8, F_moe=1.2, F_dis=0.5, F_com=0.5, B_att=1.5, B_dg=1.5,
-                                                   B_wg=1.0, B_com=0.5, B_dis=0.5), 0.2))
+                                                   B_wg=1.0, B_com=0.5, B_dis=0.5),
+                                              dict(F_att=1.1, F_moe=1.3, B_att=1.2, B_dg=1.4, B_wg=1.4)))
     assert c.a2a_exposed == pytest.approx(c.dur - (3.0 - 1.0) - (5.0 - 1.0))   # minus both computes
+
+
+def test_persistent_gemms_lose_a_wave_to_the_held_sms():
+    # 132 persistent CTAs, 20 SMs held: 20 CTAs wait for a free SM and run a second round
+    assert cta_makespan(132, 1, 132, 132, True) == 1
+    assert cta_makespan(132, 1, 132, 112, True) == 2
+    # 400 tiles: CTAs do 3-4 tiles each; with 112 SMs the 20 late CTAs finish after 3 + 3 rounds
+    assert cta_makespan(400, 1, 132, 132, True) == 4
+    assert cta_makespan(400, 1, 132, 112, True) == 6
+    # one CTA per tile (Ampere): the tiles just spread over fewer SMs
+    assert cta_makespan(400, 1, 108, 88, False) == 5 and cta_makespan(400, 1, 108, 108, False) == 4
+    assert gemm_slowdown(2500, 5120, 1, 132, 0, True) == 1.0
+    assert gemm_slowdown(2500, 5120, 1, 132, 20, True) > 1.3
+    # an MoE layer beside DeepEP runs slower; beside NCCL's all-to-all (no SMs held here) it does not
+    deepep = stage_costs(moe(training={"moe_dispatcher": "deepep"}))[0]
+    assert deepep.moe_overlap_slow_fwd[1] > 1.0 and deepep.moe_overlap_slow_bwd[0] > 1.0
+    assert stage_costs(moe())[0].moe_overlap_slow_fwd == (1.0, 1.0)
 
 
 def test_moe_weight_gradient_share_reaches_the_backward_cost():

@@ -25,6 +25,7 @@ from statistics import NormalDist
 from pipesim.costs.collectives import Link, collective_time
 from pipesim.costs.layers import Shapes, high_precision, matmul, vector
 from pipesim.costs.moe_host import host_exposed_fwd
+from pipesim.costs.moe_interference import overlap_slowdown
 from pipesim.costs.moe_parallel import expert_placement
 from pipesim.costs.ops import Op
 from pipesim.scenario.config import Scenario
@@ -288,6 +289,8 @@ class MoELayerCosts:
     host_fwd: float = 0.0     # host seconds the forward exposes after the dispatcher's count sync
     block_wgrad: float = 0.0  # of block_bwd: the weight gradients (Megatron runs them after the
                               # dispatch backward is launched, a2a_overlap.py)
+    slow_fwd: tuple = (1.0, 1.0)   # (attention, MoE block) forward time beside the all-to-all's
+    slow_bwd: tuple = (1.0, 1.0)   # kernels / alone; ... backward (moe_interference.py)
 
     @classmethod
     def build(cls, s: Scenario, cm, sh: Shapes, layer_recompute) -> "MoELayerCosts":
@@ -298,12 +301,14 @@ class MoELayerCosts:
         host = host_exposed_fwd(s, cm, ops, a2a.fwd)
         if s.training.recompute == "full":       # the recomputed forward dispatches (and syncs) again
             rc_time += a2a.fwd + host
-        block = ops[[o.name for o in ops].index("router"):]
+        split = [o.name for o in ops].index("router")
+        block = ops[split:]
+        slow = {ph: (overlap_slowdown(s, cm, ops[:split], ph), overlap_slowdown(s, cm, block, ph)) for ph in ("fwd", "bwd")}
         return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s),
                    edp_ratio(s, "all_gather", "ring"),       # ZeRO-3 gathers are rings (engine.py)
                    sum(cm.time(o, "fwd").seconds for o in block) + host,
                    sum(cm.time(o, "bwd").seconds for o in block), host,
-                   sum(cm.time(o, "bwd").seconds * cm.wgrad_share(o) for o in block))
+                   sum(cm.time(o, "bwd").seconds * cm.wgrad_share(o) for o in block), slow["fwd"], slow["bwd"])
 
 
 def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:

@@ -1,5 +1,4 @@
-"""Host time an MoE layer exposes after its dispatcher's device-to-host synchronisation, and the
-SMs the dispatcher's kernels take from overlapped compute.
+"""Host time an MoE layer exposes after its dispatcher's device-to-host synchronisation.
 
 Dropless dispatchers need the per-expert token counts on the host before they can size the
 receive buffers and the grouped GEMM: Megatron-Core's alltoall dispatcher copies the splits to
@@ -35,10 +34,6 @@ TORCH_OP_HOST_S = 3.3e-6
 # "device->host round trip : 26.11 us", kernel launch 9.0 µs in the same probe). A community
 # micro-benchmark on consumer GPUs, the only measured figure found; H100 hosts may differ.
 SYNC_ROUND_TRIP_S = 26.1e-6
-# SMs a DeepEP normal-mode kernel occupies while it runs: Megatron-Core's default
-# `moe_deepep_num_sms = 20` (megatron/core/transformer/transformer_config.py, DeepEP V1; the
-# DeepEP V2 README: "For V3-like legacy training, SM usage reduced from 24 to 4 - 6").
-DEEPEP_SMS = 20
 
 
 def kernels_of(op: Op, local_experts: int) -> int:
@@ -89,13 +84,3 @@ def host_exposed_fwd(s, cm, ops: list[Op], a2a_fwd: float) -> float:
     seq = post_sync_sequence(ops, [cm.time(o, "fwd").seconds for o in ops], local, a2a_fwd / 2, a2a_fwd / 2)
     return SYNC_ROUND_TRIP_S + lockstep_exposed(seq, gpu.kernel_launch + TORCH_OP_HOST_S)
 
-
-def comm_sm_share(s) -> float:
-    """Fraction of the GPU's SMs the all-to-all kernels hold while they run: DeepEP's normal
-    kernels DEEPEP_SMS of the kernel curve's SM count. NCCL's all-to-all is not given one (its
-    channel count depends on NCCL's tuning; not modelled)."""
-    from pipesim.presets.gpus import curve
-    if s.training.moe_dispatcher != "deepep":
-        return 0.0
-    c = curve(s.system.gpu.kernel_curve)
-    return min(1.0, DEEPEP_SMS / c["sms"]) if c else 0.0

@@ -13,7 +13,6 @@ from pipesim.costs.fp8 import BLACKWELL_CURVES, cast_ops, weight_cast_bytes, wei
 from pipesim.costs.context import context_comm
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
-from pipesim.costs.moe_host import comm_sm_share
 from pipesim.costs.ops import Op
 from pipesim.costs.optimizer import grad_norm_bytes, optimizer_bytes
 from pipesim.costs.roofline import CostModel
@@ -76,7 +75,9 @@ class StageCosts:
     cp_buffer_bwd: float = 0.0    # K/V + dK/dV buffers while the backward runs
     moe_host_fwd: float = 0.0    # of moe_block_fwd: host time exposed after the dispatchers' count sync
     moe_block_wgrad: float = 0.0     # of moe_block_bwd: weight gradients
-    moe_comm_sm_share: float = 0.0   # SMs the all-to-all kernels take from overlapped compute (moe_host.py)
+    # (attention, MoE block) time beside an overlapped all-to-all / alone (moe_interference.py)
+    moe_overlap_slow_fwd: tuple = (1.0, 1.0)
+    moe_overlap_slow_bwd: tuple = (1.0, 1.0)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources", "step_ops")}
@@ -342,7 +343,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             cp_buffer_fwd=cpc.buffer_fwd if n_cp else 0.0, cp_buffer_bwd=cpc.buffer_bwd if n_cp else 0.0,
             ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
             moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
-            moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_comm_sm_share=comm_sm_share(s) if n_moe else 0.0,
+            moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_overlap_slow_fwd=moe.slow_fwd if n_moe else (1.0, 1.0),
+            moe_overlap_slow_bwd=moe.slow_bwd if n_moe else (1.0, 1.0),
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None))
     return out
 

@@ -11,8 +11,10 @@ B_dis ‖ F_moe, F_com ‖ B_att. pipesim runs Megatron-Core's version of it as 
 dependencies Megatron's TransformerLayerSchedulePlan.run imposes (`two_streams`): the MoE
 backward's weight gradients run after its input gradients, under the dispatch backward, and
 while a transfer runs its kernels hold SMs (DeepEP's normal kernels: 20 of H100's 132 in
-Megatron-Core, pipesim/costs/moe_host.py), so the compute under it advances more slowly. With
-no SM share and no weight-gradient split this reduces to the four slots
+Megatron-Core), so the compute under it advances more slowly — by the factor
+pipesim/costs/moe_interference.py derives per pass for its attention part and its MoE block
+(persistent GEMMs lose a wave to the held SMs). With no slowdown and no weight-gradient split
+this reduces to the four slots
     T_pair = max(F_att, B_com) + max(F_dis, B_moe) + max(F_moe, B_dis) + max(F_com, B_att)
 when each slot's longer side is the one the next slot waits for.
 A pair of chunks is costed as one layer pair of the chunks' summed work (the makespan scales
@@ -47,11 +49,13 @@ COMPUTE_ORDER = (("F_att", ()), ("B_dg", ("B_com",)), ("B_wg", ()), ("F_moe", ("
 COMM_ORDER = (("B_com", ()), ("F_dis", ("F_att",)), ("B_dis", ("B_dg",)), ("F_com", ("F_moe",)))
 
 
-def two_streams(work: dict, sm_share: float) -> float:
+def two_streams(work: dict, slow: dict | None = None) -> float:
     """Makespan of the overlapped layer pair: a compute and a communication stream, each running
     its tasks in order, a task starting when its stream predecessor and its cross-stream
-    dependency are done. While a transfer runs, compute advances at (1 − sm_share) (the SMs the
-    communication kernels hold); transfers keep their own speed. `work`: seconds per task name."""
+    dependency are done. While a transfer runs, a compute task advances at 1 / slow[task] of its
+    speed (slow: time beside the communication kernels / time alone, default 1); transfers keep
+    their own speed. `work`: seconds per task name."""
+    slow = slow or {}
     streams = [list(COMPUTE_ORDER), list(COMM_ORDER)]
     left = {name: work.get(name, 0.0) for order in streams for name, _ in order}
     done: set = set()
@@ -61,7 +65,7 @@ def two_streams(work: dict, sm_share: float) -> float:
         if ready == [None, None]:
             raise RuntimeError("a2a overlap: the layer-pair schedule has a dependency cycle")
         comp, comm = ready
-        rate = 1.0 - sm_share if comm is not None and left[comm] > 0 else 1.0
+        rate = 1.0 / slow.get(comp, 1.0) if comp and comm is not None and left[comm] > 0 else 1.0
         spans = [left[comp] / rate if comp else float("inf"), left[comm] if comm else float("inf")]
         dt = min(spans)
         if comp:
@@ -82,7 +86,8 @@ def pair_cost(f: Cost, b: Cost) -> Cost:
     work = {"F_att": cf - f.moe_block, "F_moe": f.moe_block, "F_dis": f.a2a / 2, "F_com": f.a2a / 2,
             "B_att": cb - b.moe_block, "B_dg": b.moe_block - b.moe_wgrad, "B_wg": b.moe_wgrad,
             "B_com": b.a2a / 2, "B_dis": b.a2a / 2}
-    dur = two_streams(work, max(f.comm_sm_share, b.comm_sm_share))
+    (fa, fm), (ba, bm) = f.overlap_slow, b.overlap_slow
+    dur = two_streams(work, dict(F_att=fa, F_moe=fm, B_att=ba, B_dg=bm, B_wg=bm))
     c = Cost(dur, f.tp + b.tp, mem0=f.mem0 + b.mem0, mem1=f.mem1 + b.mem1)
     c.a2a = f.a2a + b.a2a
     c.a2a_exposed = dur - (cf + cb)

@@ -79,16 +79,16 @@ _KIND = itemgetter(2)            # Step.kind
 class Cost:
     """What a (stage, kind) costs on one rank: seconds, bytes, memory deltas, route."""
     __slots__ = ("dur", "tp", "nbytes", "extra", "mem0", "mem1", "port", "buf_alloc", "buf_free", "a2a",
-                 "a2a_exposed", "moe_block", "moe_wgrad", "comm_sm_share", "ids")
+                 "a2a_exposed", "moe_block", "moe_wgrad", "overlap_slow", "ids")
 
     def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port="", a2a=0.0,
-                 moe_block=0.0, comm_sm_share=0.0, moe_wgrad=0.0):
+                 moe_block=0.0, overlap_slow=(1.0, 1.0), moe_wgrad=0.0):
         self.dur = dur          # compute seconds (after the speed factor) or wire seconds of a send
         self.tp = tp            # blocking TP communication inside `dur`
         self.a2a = a2a          # MoE all-to-all inside `dur` (pipesim/sim/a2a_overlap.py)
         self.a2a_exposed = a2a  # ... of it on the critical path (all of it unless overlapped)
         self.moe_block = moe_block   # compute seconds of its MoE blocks (the rest is attention etc.)
-        self.comm_sm_share = comm_sm_share   # SMs the all-to-all kernels hold while they run
+        self.overlap_slow = overlap_slow   # (attention, MoE block) time beside the all-to-all / alone
         self.moe_wgrad = moe_wgrad   # of moe_block: weight gradients (B only; I leaves them to W)
         self.nbytes = nbytes    # bytes sent (SEND) or received (RECV)
         self.extra = extra      # quantize seconds before a SEND / dequantize after a RECV
@@ -419,19 +419,19 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             table[st * NKINDS + 0] = Cost((c.forward - cf) / speed + cf, c.tp_comm_fwd + c.cp_comm_fwd,
                                           mem0=keep(("activations", act), ("cp_buffers", kf)),
                                           mem1=keep(("cp_buffers", -kf)), a2a=c.ep_comm_fwd,
-                                          moe_block=c.moe_block_fwd / speed, comm_sm_share=c.moe_comm_sm_share)
+                                          moe_block=c.moe_block_fwd / speed, overlap_slow=c.moe_overlap_slow_fwd)
             table[st * NKINDS + 1] = Cost((c.backward - cb) / speed + cb - rc, c.tp_comm_bwd + c.cp_comm_bwd,
                                           mem0=rc0 + keep(("cp_buffers", kb)),
                                           mem1=keep(("activations", -act), ("recompute", -rcw), ("cp_buffers", -kb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd / speed,
-                                          comm_sm_share=c.moe_comm_sm_share, moe_wgrad=c.moe_block_wgrad / speed)
+                                          overlap_slow=c.moe_overlap_slow_bwd, moe_wgrad=c.moe_block_wgrad / speed)
             table[st * NKINDS + 2] = Cost((c.input_grad - cb) / speed + cb - rc,
                                           c.tp_comm_bwd + c.cp_comm_bwd, mem0=rc0 + keep(("cp_buffers", kb)),
                                           mem1=keep(("activations", -(act - act * wf)), ("recompute", -rcw),
                                                     ("cp_buffers", -kb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd * (
                                               c.input_grad / c.backward if c.backward else 1.0) / speed,
-                                          comm_sm_share=c.moe_comm_sm_share)
+                                          overlap_slow=c.moe_overlap_slow_bwd)
             table[st * NKINDS + 3] = Cost(c.weight_grad / speed, mem1=keep(("activations", -act * wf)))
             table[st * NKINDS + 4] = Cost(c.recompute / speed, mem0=keep(("recompute", rcw)))
             if st + 1 < len(costs):
