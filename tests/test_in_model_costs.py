@@ -183,3 +183,49 @@ def test_first_and_last_stage_pay_their_measured_host_extra(tmp_path):
     assert b0.forward - a0.forward == pytest.approx(ex["first_fwd_s"])
     assert b1.backward - a1.backward == pytest.approx(ex["last_bwd_s"])
     assert b1.input_grad - a1.input_grad == pytest.approx(ex["last_bwd_s"])
+
+
+def test_in_model_allreduce_times_override_the_fit_at_their_sizes(tmp_path):
+    from pipesim.calibrate.host import allreduce_seconds, host_model
+    from pipesim.costs.profile import load_profile
+    from pipesim.emulator import prepare
+    s = prepare(TINY)
+    fit = [(4096, 1e-3 + 4096 / 1e8), (2**20, 1e-3 + 2**20 / 1e8)]
+    host = host_model(s, {"layer_fwd_s": 1e-4, "layer_bwd_s": 1e-4}, 0.0, [], {"cores": 2, "ranks": 2},
+                      fit, ranks=2, allreduce_in_model=[(169728, 5e-3)])
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": host},
+                                "measurements": []}))
+    prof = load_profile(path)
+    assert allreduce_seconds(prof, 169728.0, 2) == pytest.approx(5e-3)            # the trace's time
+    assert allreduce_seconds(prof, 169729.0, 2) == pytest.approx(1e-3 + 169729 / 1e8)   # the fit
+    assert allreduce_seconds(prof, 169728.0, 4) is None
+
+
+def test_in_model_allreduce_reads_the_tp_log_by_size():
+    from pipesim.emulator.layers import TPGroup
+    from pipesim.emulator.rank_calibration import in_model_allreduce
+    tp = TPGroup(size=2)
+    tp.log = [("fwd", 0.0, 1.0, 64), ("fwd", 2.0, 5.0, 64), ("bwd", 5.0, 5.5, 8), ("bwd", 6.0, 8.0, 64)]
+    assert in_model_allreduce(tp) == [[8, 0.5], [64, 2.0]]
+    assert in_model_allreduce(TPGroup(size=1)) == []
+    sp = TPGroup(size=2, sequence_parallel=True)
+    sp.log = list(tp.log)
+    assert in_model_allreduce(sp) == []        # all-gathers and reduce-scatters, not all-reduces
+
+
+def test_dp_gradient_allreduce_takes_the_measured_host_time(tmp_path):
+    from pipesim.calibrate.host import host_model
+    from pipesim.emulator import prepare
+    from pipesim.sim.workload import build, collective_seconds
+    s = prepare(TINY)
+    host = host_model(s, {"layer_fwd_s": 1e-4, "layer_bwd_s": 1e-4}, 0.0, [], {"cores": 2, "ranks": 2},
+                      [(4096, 1e-3 + 4096 / 1e8), (2**20, 1e-3 + 2**20 / 1e8)], ranks=2)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": host},
+                                "measurements": []}))
+    over = ["parallel.pipeline=1", "parallel.data=2", "training.schedule=1f1b"]
+    measured = build(prepare(TINY, over + [f"costs.profile={path}"]))
+    analytic = build(prepare(TINY, over))
+    assert collective_seconds(measured, "all_reduce", 1e6, 0) == pytest.approx(1e-3 + 1e6 / 1e8)
+    assert collective_seconds(analytic, "all_reduce", 1e6, 0) != pytest.approx(1e-3 + 1e6 / 1e8)

@@ -21,7 +21,11 @@ Terms (all measured, none fitted to a crosscheck result):
   way and used for the all-reduces of a group of that size inside F and B (tensor parallelism):
   gloo's all-reduce of 2 CPU processes took 0.6-3.6 ms for 4-884 KB where the point-to-point fit
   gives 0.2-0.7 ms (its chunked ring waits on the peer at every step), so the p2p link would
-  predict it 3-5x short.
+  predict it 3-5x short. An all-reduce of a size the in-model trace ran (the TP all-reduces of
+  the stages, pipesim/emulator/rank_calibration.py) takes that trace's time instead: beside the
+  compute, each all-reduce also waits for the partner that left its compute later, and the
+  calibration's back-to-back all-reduces do not (shape tp2 L4 h192 of the suite: 0.5-1.0 ms from
+  the fit, 1.5-1.7 ms per all-reduce in the steps).
 """
 from __future__ import annotations
 
@@ -180,7 +184,7 @@ def fit_link(points) -> tuple[float, float] | None:
 
 
 def host_model(s, dispatch: dict, action_s: float, p2p_points, layout: dict, allreduce_points=(),
-               ranks: int = 2) -> dict:
+               ranks: int = 2, allreduce_in_model=()) -> dict:
     """The device.host record of a profile from what the ranks measured."""
     # A measured op's time already holds one bare call (the calibration times torch.mm etc. from
     # Python); the launch term is the host time beyond it, so it is not counted twice.
@@ -197,6 +201,8 @@ def host_model(s, dispatch: dict, action_s: float, p2p_points, layout: dict, all
     if fit is not None:
         out["allreduce"] = {"ranks": ranks, "latency_s": fit[0], "bandwidth_Bps": fit[1],
                             "points": [[b, t] for b, t in allreduce_points]}
+        if allreduce_in_model:
+            out["allreduce"]["in_model"] = [[b, t] for b, t in allreduce_in_model]
     return out
 
 
@@ -207,6 +213,9 @@ def allreduce_seconds(profile, nbytes: float, ranks: int) -> float | None:
     fit = host.get("allreduce") if host else None
     if not fit or fit.get("ranks") != ranks or nbytes <= 0:
         return None
+    for b, sec in fit.get("in_model", ()):
+        if b == round(nbytes):
+            return sec
     return fit["latency_s"] + nbytes / fit["bandwidth_Bps"]
 
 

@@ -75,12 +75,13 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     # 19 % short at load 12-15 against 12 and 5 % for all at once, measured back to back.)
     dist.barrier()
     ops = [m.to_dict() for m in measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s)]
-    replaced = 0
+    replaced, tp_allreduce = 0, []
     if executor is not None and in_model_supported(s):
         # the same ops timed where they run: inside this rank's own stages (in_context.py)
         from pipesim.calibrate.in_context import in_context, trace_stages
         rt = executor.rt
         records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter)
+        tp_allreduce = in_model_allreduce(rt.tp)
         rt.tp.log.clear()           # the trace's TP collectives are not the step's
         ops, replaced = in_context(ops, items, records)
     dispatch = measure_dispatch(s)
@@ -96,11 +97,24 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     dist.barrier()
     part = {"rank": rank, "measurements": ops, "notes": notes, "in_model_keys": replaced,
             "dispatch": dispatch, "action_s": action, "p2p": p2p,
-            "allreduce": allreduce}
+            "allreduce": allreduce, "allreduce_in_model": tp_allreduce}
     if run_dir:
         with open(os.path.join(run_dir, f"rank{rank}.profile.{when}.json"), "w") as fh:
             json.dump(part, fh)
     return part
+
+
+def in_model_allreduce(tp) -> list:
+    """[[bytes, median wall seconds]] of the tensor-parallel all-reduces the in-model trace ran
+    (without sequence parallelism every TP collective of the stages is an all-reduce). Their wall
+    time holds what the steps' all-reduces hold and a calibration with nothing else running does
+    not: the wait for the partner that left its compute later."""
+    if tp.size <= 1 or tp.sp:
+        return []
+    by_size: dict = {}
+    for _, s0, s1, nbytes in tp.log:
+        by_size.setdefault(nbytes, []).append(s1 - s0)
+    return [[b, statistics.median(v)] for b, v in sorted(by_size.items())]
 
 
 def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
@@ -123,8 +137,15 @@ def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
         for nbytes, sec in p.get("allreduce", []):
             ar.setdefault(nbytes, []).append(sec)
     allreduce = [(b, statistics.fmean(v)) for b, v in sorted(ar.items())]
+    # in-model TP all-reduces: the mean over the ranks (for two ranks, the early one's wait for the
+    # late one is the late one's extra compute, which the mean of their op costs leaves out)
+    inm: dict = {}
+    for p in parts:
+        for nbytes, sec in p.get("allreduce_in_model", []):
+            inm.setdefault(nbytes, []).append(sec)
+    in_model = [(b, statistics.fmean(v)) for b, v in sorted(inm.items()) if len(v) == len(parts)]
     info = device_info("cpu", threads)
-    info["host"] = host_model(s, dispatch, action, p2p, layout(nproc, threads), allreduce, nproc)
+    info["host"] = host_model(s, dispatch, action, p2p, layout(nproc, threads), allreduce, nproc, in_model)
     info["calibrated"] = "inside the emulator's ranks"
     notes = sorted({n for p in parts for n in p.get("notes", [])})
     if notes:

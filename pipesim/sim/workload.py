@@ -189,6 +189,7 @@ class Workload:
     zero3_gather_rate: float | None = None   # ZeRO-3: the framework's gather bytes/s per GPU, if capped
     regather_recompute: bool = False   # ZeRO-3: a recomputing backward gathers its weights twice
     cache: dict = field(default_factory=dict)   # memoised collective times
+    host_profile: object = None   # a CPU profile whose host model measured the all-reduce (calibrate/host.py)
     change_ids: object = None   # memory.ChangeIds numbering this workload's Cost.ids (set by sim/dag.py)
 
 
@@ -495,7 +496,18 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         # DeepSpeed releases a module's weights after each forward (stage3 post-forward hook), the
         # recomputed one inside the backward too, so the backward's own hook gathers them again
         regather_recompute=not tr.zero3_prefetch and tr.recompute == "full",
-        zero3_gather_rate=tr.zero3_gather_GBps * 1e9 if tr.zero3_gather_GBps else None)
+        zero3_gather_rate=tr.zero3_gather_GBps * 1e9 if tr.zero3_gather_GBps else None,
+        host_profile=host_profile_for(s))
+
+
+def host_profile_for(s):
+    """The scenario's cost profile when it carries a CPU host model (calibrate/host.py), else None."""
+    if s.costs.profile is None:
+        return None
+    from pipesim.calibrate.host import host_of
+    from pipesim.costs.stage import load_profile_for
+    profile = load_profile_for(s)
+    return profile if host_of(profile) else None
 
 
 def collective_seconds(w: Workload, kind: str, nbytes: float, pp: int, algorithm: str | None = None) -> float:
@@ -503,5 +515,13 @@ def collective_seconds(w: Workload, kind: str, nbytes: float, pp: int, algorithm
     sec = w.cache.get(key)
     if sec is None:
         group, _ = w.dp_group[pp]
-        sec = w.cache[key] = collective_time(kind, nbytes, group, algorithm or w.scenario.parallel.collective)
+        # On a CPU system the gradient all-reduce is gloo's, timed by the calibration (the TP
+        # all-reduce takes the same measured time: costs/stage.py comm_seconds)
+        sec = None
+        if kind == "all_reduce" and w.host_profile is not None:
+            from pipesim.calibrate.host import allreduce_seconds
+            sec = allreduce_seconds(w.host_profile, nbytes, group.size)
+        if sec is None:
+            sec = collective_time(kind, nbytes, group, algorithm or w.scenario.parallel.collective)
+        w.cache[key] = sec
     return sec
