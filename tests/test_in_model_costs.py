@@ -71,9 +71,18 @@ def test_stage_trace_replaces_the_isolated_timings():
                    "gelu_fwd", "gelu_bwd", "copy", "cross_entropy_fwd", "cross_entropy_bwd"}
     assert replaced == sum(m.get("impl") == "torch in-model" for m in out)
     assert all(m["median_s"] > 0 and m["isolated_s"] > 0 for m in out if "isolated_s" in m)
+    assert {m["op"] for m in out if "mean_s" in m} == now
     assert len(out) == len(ops)
     for m in stages.values():                   # the trace leaves no gradient behind
         assert all(p.grad is None or not p.grad.any() for p in m.parameters())
+
+
+def test_in_model_keys_carry_the_mean_of_their_samples(monkeypatch):
+    from pipesim.calibrate import in_context as ic
+    m = {"op": "copy", "shape": {"bytes": 64}, "median_s": 0.5, "p10_s": 0.5, "p90_s": 0.5, "n": 3}
+    monkeypatch.setattr(ic, "samples_by_key", lambda records, items, bias: {ic._freeze("copy", {"bytes": 64}): [1.0, 1.0, 4.0]})
+    (out,), replaced = ic.in_context([m], [], [])
+    assert replaced == 1 and out["median_s"] == 1.0 and out["mean_s"] == pytest.approx(2.0) and out["isolated_s"] == 0.5
 
 
 def test_layout_copies_only_on_cpu_profiles_with_a_host_model(tmp_path):

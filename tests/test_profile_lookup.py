@@ -106,6 +106,17 @@ def test_save_load_round_trip(tmp_path):
     assert q.lookup("copy", bytes=10) == p.lookup("copy", bytes=10)
 
 
+def test_an_in_model_mean_is_the_cost_and_survives_a_round_trip(tmp_path):
+    # in-model timings are skewed right: an action's expected sum of calls is the sum of their means
+    skewed = dict(_m("copy", dict(bytes=10), 1.0), impl="torch in-model", isolated_s=0.5, mean_s=1.25)
+    p = profile_from_dict(_doc([skewed]))
+    assert p.lookup("copy", bytes=10)[0] == pytest.approx(1.25)
+    assert p.lookup("copy", bytes=40)[0] == pytest.approx(5.0)        # the curve runs through the mean
+    p.save(tmp_path / "out.json")
+    assert load_profile(tmp_path / "out.json").measurements[0].mean_s == pytest.approx(1.25)
+    assert profile_from_dict(_doc(COPY)).measurements[0].mean_s is None   # timed alone: the median
+
+
 @pytest.mark.parametrize("doc,needle", [
     ("{not json", "not valid JSON"),
     (json.dumps([1, 2]), "JSON object"),
@@ -119,6 +130,7 @@ def test_save_load_round_trip(tmp_path):
     (_doc(GEMM + [_m("gemm", dict(m=1, n=1, dtype="fp32"), 1e-6)]), "measurements[2].shape"),
     (_doc([_m("copy", dict(bytes=8), "fast")]), "measurements[0].median_s"),
     (_doc([_m("copy", dict(bytes=-8), 1.0)]), "measurements[0].shape.bytes"),
+    (_doc([dict(_m("copy", dict(bytes=8), 1.0), mean_s=-1.0)]), "measurements[0].mean_s"),
 ])
 def test_malformed_profiles_name_file_and_key(tmp_path, doc, needle):
     path = _write(tmp_path, doc)

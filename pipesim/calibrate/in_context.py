@@ -192,8 +192,8 @@ def _freeze(op: str, shape: dict) -> tuple:
 
 def in_context(measurements: list, items: list, records: list) -> tuple[list, int]:
     """The measurements (dicts, pipesim.costs.profile format) with every key that the traced
-    calls cover replaced by the median of its in-model timings (impl "torch in-model"); returns
-    (measurements, keys replaced)."""
+    calls cover replaced by its in-model timings (impl "torch in-model"; their mean, `mean_s`, is
+    what a cost lookup returns: Measurement.cost_s); returns (measurements, keys replaced)."""
     from pipesim.costs.profile import IN_MODEL, throughput_fields
     bias_fwd = {(m["shape"]["rows"], m["shape"]["cols"]): m["median_s"] for m in measurements
                 if m["op"] == "bias_fwd"}
@@ -209,6 +209,6 @@ def in_context(measurements: list, items: list, records: list) -> tuple[list, in
         tflops, gbps = throughput_fields(m["op"], m["shape"], med)
         out.append(dict(m, median_s=med, p10_s=times[len(times) // 10], p90_s=times[(9 * len(times)) // 10],
                         n=len(times), tflops=tflops, gbps=gbps, impl=IN_MODEL,
-                        isolated_s=m["median_s"]))
+                        isolated_s=m["median_s"], mean_s=statistics.fmean(times)))
         replaced += 1
     return out, replaced

@@ -170,6 +170,9 @@ def _mean_over_ranks(lists) -> list[dict]:
         iso = [x["isolated_s"] for x in ms if "isolated_s" in x]
         if iso:
             m["isolated_s"] = statistics.fmean(iso)
+        means = [x["mean_s"] for x in ms if "mean_s" in x]
+        if means:
+            m["mean_s"] = statistics.fmean(means)
         m["p10_s"] = min(x["p10_s"] for x in ms)
         m["p90_s"] = max(x["p90_s"] for x in ms)
         m["n"] = sum(x["n"] for x in ms)
