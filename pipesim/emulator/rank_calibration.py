@@ -119,8 +119,8 @@ def in_model_allreduce(tp) -> list:
 
 def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
     """One profile (pipesim.costs.profile format, as a dict) from the parts of `nproc` ranks (one
-    or more calibrations each): per (op, shape) the mean of the medians; the host model from the
-    means."""
+    or more calibrations each): per (op, shape) the mean over the ranks of their medians (and of
+    their in-model means); the host model from the means."""
     from pipesim.calibrate.run import device_info
     from pipesim.calibrate.host import host_model
     from pipesim.emulator.host import layout
