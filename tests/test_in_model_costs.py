@@ -215,8 +215,8 @@ def test_in_model_allreduce_reads_the_tp_log_by_size():
     from pipesim.emulator.layers import TPGroup
     from pipesim.emulator.rank_calibration import in_model_allreduce
     tp = TPGroup(size=2)
-    tp.log = [("fwd", 0.0, 1.0, 64), ("fwd", 2.0, 5.0, 64), ("bwd", 5.0, 5.5, 8), ("bwd", 6.0, 8.0, 64)]
-    assert in_model_allreduce(tp) == [[8, 0.5], [64, 2.0]]
+    tp.log = [("fwd", 0.0, 1.0, 64), ("fwd", 2.0, 6.0, 64), ("bwd", 6.0, 6.5, 8), ("bwd", 7.0, 8.0, 64)]
+    assert in_model_allreduce(tp) == [[8, 0.5], [64, 1.0]]         # medians (the mean of 64's is 2)
     assert in_model_allreduce(TPGroup(size=1)) == []
     sp = TPGroup(size=2, sequence_parallel=True)
     sp.log = list(tp.log)

@@ -80,6 +80,9 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
         # the same ops timed where they run: inside this rank's own stages (in_context.py)
         from pipesim.calibrate.in_context import in_context, trace_stages
         rt = executor.rt
+        # the ranks leave the time-budgeted op timing at different moments: start the trace
+        # together, or its first TP all-reduce holds that difference, which no step waits
+        dist.barrier()
         records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter)
         tp_allreduce = in_model_allreduce(rt.tp)
         rt.tp.log.clear()           # the trace's TP collectives are not the step's
@@ -108,7 +111,10 @@ def in_model_allreduce(tp) -> list:
     """[[bytes, median wall seconds]] of the tensor-parallel all-reduces the in-model trace ran
     (without sequence parallelism every TP collective of the stages is an all-reduce). Their wall
     time holds what the steps' all-reduces hold and a calibration with nothing else running does
-    not: the wait for the partner that left its compute later."""
+    not: the wait for the partner that left its compute later. The median, not the mean of the op
+    costs (costs/profile.py Measurement.cost_s): the trace's waits are heavier-tailed than the
+    steps' (tp2 L4 h192 of the suite: trace mean 2.5 ms, median 2.1, the steps' TP all-reduces
+    1.4-1.8 ms on average), the trace drawing fresh random inputs before every forward."""
     if tp.size <= 1 or tp.sp:
         return []
     by_size: dict = {}
