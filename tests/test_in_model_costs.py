@@ -238,3 +238,16 @@ def test_dp_gradient_allreduce_takes_the_measured_host_time(tmp_path):
     analytic = build(prepare(TINY, over))
     assert collective_seconds(measured, "all_reduce", 1e6, 0) == pytest.approx(1e-3 + 1e6 / 1e8)
     assert collective_seconds(analytic, "all_reduce", 1e6, 0) != pytest.approx(1e-3 + 1e6 / 1e8)
+
+
+def test_host_dispatch_is_measured_for_context_parallel_scenarios():
+    # the tiny 2-stage model of the host calibration drops CP (it fails the GPU count otherwise,
+    # and `pipesim crosscheck` of a CP scenario stopped in CALIBRATE_BEFORE)
+    from pipesim.calibrate.host import measure_dispatch, tiny_overrides
+    from pipesim.emulator import prepare
+    s = prepare(os.path.join(ROOT, "scenarios", "emulator", "crosscheck_cp2.yaml"))
+    assert s.parallel.context == 2
+    tiny = prepare(s, tiny_overrides(s, 1))
+    assert (tiny.parallel.context, tiny.parallel.pipeline) == (1, 2)
+    d = measure_dispatch(s, reps=2)
+    assert d["layer_fwd_s"] >= 0 and d["layer_bwd_s"] >= 0 and d["first_fwd_s"] > 0
