@@ -65,12 +65,12 @@ def test_loopback_layer_host_time_is_measured():
 
 
 def test_moe_crosscheck_ep2_end_to_end():
-    """Two timed steps after one warm-up, calibrated in the ranks: every row is measured and
+    """Four timed steps after one warm-up, calibrated in the ranks: every row is measured and
     simulated, the profile carries the gloo all-to-all fit, and the step is predicted within a
     factor of 3 (it was 10x short before the host model had the all-to-all and the routing)."""
     pytest.importorskip("torch")
     from pipesim.emulator.moe_crosscheck import crosscheck_scenario, format_crosscheck
-    res = crosscheck_scenario(load_scenario(EP2), steps=2, warmup=1, nice=0, budget_s=0.02)
+    res = crosscheck_scenario(load_scenario(EP2), steps=4, warmup=1, nice=0, budget_s=0.02)   # a median of 4: one slow step of the shared VM (45 vs 20 ms) once took a 2-step median out of the bound
     assert [r["action"] for r in res["rows"]] == ["F stage 0", "B stage 0", "A2A stage 0", "step"]
     assert all(r["measured_s"] > 0 and r["simulated_s"] > 0 for r in res["rows"])
     with open(res["profile"]) as fh:

@@ -244,6 +244,35 @@ def _cross_entropy_bwd(s, dev):
     return (lambda: torch.autograd.grad(loss, (logits,), retain_graph=True)), "torch"
 
 
+def _ring_block_inputs(s, dev):
+    import torch
+    from pipesim.emulator.context import causal_mask
+    dt = torch_dtype(s["dtype"])
+    b, nq, nk, d = s["batch"], s["q"], s["k"], s["head_dim"]
+    q = torch.randn(b, nq, d, device=dev, dtype=dt)
+    k, v = (torch.randn(b, nk, d, device=dev, dtype=dt) for _ in range(2))
+    # the mask of the diagonal step (queries and keys at the same positions); any step's mask
+    # costs the same to build and add
+    mask = (lambda: causal_mask(torch.arange(nq), torch.arange(nk), q)) if s["causal"] else (lambda: None)
+    return q, k, v, mask, d ** -0.5
+
+
+def _ring_block_fwd(s, dev):
+    from pipesim.emulator.context import block_forward
+    q, k, v, mask, scale = _ring_block_inputs(s, dev)
+    return (lambda: block_forward(q, k, v, scale, mask())), "torch"
+
+
+def _ring_block_bwd(s, dev):
+    import torch
+    from pipesim.emulator.context import block_backward, block_forward
+    q, k, v, mask, scale = _ring_block_inputs(s, dev)
+    out, lse = block_forward(q, k, v, scale, mask())
+    dout = torch.randn_like(out)
+    delta = (dout * out).sum(-1, keepdim=True)
+    return (lambda: block_backward(q, k, v, dout, lse, delta, scale, mask())), "torch"
+
+
 _BUILDERS = {
     "gemm": _gemm, "attention_fwd": _attention_fwd, "attention_bwd": _attention_bwd,
     "layer_norm_fwd": _layer_norm_fwd, "layer_norm_bwd": _layer_norm_bwd,
@@ -252,5 +281,6 @@ _BUILDERS = {
     "bmm": _bmm, "softmax_fwd": _softmax_fwd, "softmax_bwd": _softmax_bwd,
     "bias_fwd": _bias_fwd, "bias_bwd": _bias_bwd,
     "cross_entropy_fwd": _cross_entropy_fwd, "cross_entropy_bwd": _cross_entropy_bwd,
+    "ring_block_fwd": _ring_block_fwd, "ring_block_bwd": _ring_block_bwd,
 }
 COMPUTE_OPS = tuple(_BUILDERS)

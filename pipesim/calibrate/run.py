@@ -43,6 +43,7 @@ _SHRINK_KEYS = {
     "bmm": ("batch",), "softmax_fwd": ("rows",), "softmax_bwd": ("rows",), "bias_fwd": ("rows",),
     "bias_bwd": ("rows",),
     "cross_entropy_fwd": ("tokens",), "cross_entropy_bwd": ("tokens",),
+    "ring_block_fwd": ("batch",), "ring_block_bwd": ("batch",),
 }
 
 
@@ -87,6 +88,9 @@ def default_grid(device: str, quick: bool = False) -> list[tuple[str, dict]]:
                  ("bmm", dict(batch=bh, m=seq, n=64, k=seq, bias=False, dtype=dt)),
                  ("softmax_fwd", dict(rows=bh * seq, cols=seq, dtype=dt)),
                  ("softmax_bwd", dict(rows=bh * seq, cols=seq, dtype=dt))]
+        # one step of the emulator's eager ring attention (context parallelism), causal mask
+        ring = dict(batch=bh, q=seq, k=seq, head_dim=64, causal=True, dtype=dt)
+        grid += [("ring_block_fwd", ring), ("ring_block_bwd", dict(ring))]
     for r in pick(rows):
         grid += [("bias_fwd", dict(rows=r, cols=4096 if gpu else 512, dtype=dt)),
                  ("bias_bwd", dict(rows=r, cols=4096 if gpu else 512, dtype=dt))]

@@ -73,6 +73,17 @@ def _attn_bwd_flops(s):
     return 2.5 * _attn_fwd_flops(s)
 
 
+def _ring_block_flops(s):
+    # The CPU emulator's ring-attention step (pipesim/emulator/context.py block_forward): Q·K^T
+    # and P·V over the whole q x k block, masked entries included: 4·batch·q·k·d.
+    return 4.0 * s["batch"] * s["q"] * s["k"] * s["head_dim"]
+
+
+def _ring_block_bwd_flops(s):
+    # block_backward: the scores recomputed, dP, dQ, dK, dV: 5 GEMMs of 2·batch·q·k·d.
+    return 2.5 * _ring_block_flops(s)
+
+
 def _mlp_fwd_flops(s):
     # Two GEMMs tokens×hidden×ffn: 2·2·t·h·f (Narayanan et al. 2021, Megatron-LM, Eq. 3 MLP term).
     return 4.0 * s["tokens"] * s["hidden"] * s["ffn"]
@@ -182,6 +193,9 @@ OPS: dict[str, OpSpec] = {
     "softmax_bwd": OpSpec(("rows", "cols"), ("dtype",), _softmax_bwd_bytes, "bytes"),
     "cross_entropy_fwd": OpSpec(("tokens", "vocab"), (), _ce_fwd_bytes, "bytes"),
     "cross_entropy_bwd": OpSpec(("tokens", "vocab"), (), _ce_bwd_bytes, "bytes"),
+    # one step of the CPU emulator's eager ring attention (context parallelism), fwd and bwd
+    "ring_block_fwd": OpSpec(("batch", "q", "k", "head_dim"), ("causal", "dtype"), _ring_block_flops, "flops"),
+    "ring_block_bwd": OpSpec(("batch", "q", "k", "head_dim"), ("causal", "dtype"), _ring_block_bwd_flops, "flops"),
     "sendrecv": OpSpec(("bytes",), (), _p2p_bytes, "bytes"),
     "allreduce": OpSpec(("bytes",), ("ranks",), _allreduce_bus_bytes, "bytes"),
 }

@@ -224,6 +224,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     from pipesim.costs.eager_copies import layer_copy_seconds
     copy_fwd, copy_bwd = layer_copy_seconds(s, cm)     # eager layout copies (CPU emulator only)
     layer = costed_layer_ops(s)
+    from pipesim.costs.eager_ring import layer_seconds as ring_seconds
+    ring_fwd, ring_bwd = ring_seconds(s, cm, layer)    # eager ring attention (CPU emulator only)
+    copy_fwd, copy_bwd = copy_fwd + ring_fwd, copy_bwd + ring_bwd
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
     cpc = context_comm(s, cm, layer)

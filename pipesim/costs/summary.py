@@ -73,7 +73,8 @@ def required_measurements(s: Scenario) -> list[tuple[str, dict]]:
                 seen.add(ident)
                 out.append((key, dict(shape)))
     from pipesim.costs.eager_copies import lookups
-    out += [item for item in lookups(s) if item not in out]
+    from pipesim.costs.eager_ring import lookups as ring_lookups
+    out += [item for item in lookups(s) + ring_lookups(s) if item not in out]
     bits = s.training.activation_compression_bits
     if bits < 16:
         from pipesim.costs.layers import shapes_of

@@ -75,14 +75,36 @@ class ContextGroup:
         """Additive causal mask of the local queries against the keys of rank `owner`."""
         if not self.causal:
             return None
-        qpos, kpos = self.positions, self.all_positions[owner]
-        hidden = (qpos[:, None] < kpos[None, :]).to(like.device)
-        return torch.zeros(hidden.shape, dtype=like.dtype, device=like.device).masked_fill_(hidden, MASKED)
+        return causal_mask(self.positions, self.all_positions[owner], like)
+
+
+def causal_mask(qpos: torch.Tensor, kpos: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Additive mask hiding the keys after each query (global positions qpos, kpos)."""
+    hidden = (qpos[:, None] < kpos[None, :]).to(like.device)
+    return torch.zeros(hidden.shape, dtype=like.dtype, device=like.device).masked_fill_(hidden, MASKED)
 
 
 def _scores(q, k, scale, mask):
     s = torch.matmul(q, k.transpose(1, 2)) * scale
     return s if mask is None else s + mask
+
+
+def block_forward(q, k, v, scale: float, mask):
+    """One ring step's attention of the local queries to one K/V block: (output normalised over
+    the block, its log-sum-exp). The CPU calibration times this same function
+    (pipesim/calibrate/ops.py, profile key ring_block_fwd)."""
+    s = _scores(q, k, scale, mask)
+    blse = torch.logsumexp(s, dim=-1)
+    return torch.matmul(torch.exp(s - blse.unsqueeze(-1)), v), blse
+
+
+def block_backward(q, k, v, dout, lse, delta, scale: float, mask):
+    """One ring step's backward against one K/V block (FlashAttention-2 Alg. 2 for the block,
+    the scores recomputed): (dQ part, dK, dV). Timed as ring_block_bwd."""
+    p = torch.exp(_scores(q, k, scale, mask) - lse.unsqueeze(-1))
+    ds = p * (torch.matmul(dout, v.transpose(1, 2)) - delta)
+    return (torch.matmul(ds, k) * scale, torch.matmul(ds.transpose(1, 2), q) * scale,
+            torch.matmul(p.transpose(1, 2), dout))
 
 
 class _RingAttention(torch.autograd.Function):
@@ -93,9 +115,7 @@ class _RingAttention(torch.autograd.Function):
         for i in range(g.size):
             owner = (g.rank - i) % g.size
             waiter = g.exchange(kv, "cp_fwd")[1] if i < g.size - 1 else None
-            s = _scores(q, kv[0], g.scale, g.mask(owner, q))
-            blse = torch.logsumexp(s, dim=-1)
-            bout = torch.matmul(torch.exp(s - blse.unsqueeze(-1)), kv[1])
+            bout, blse = block_forward(q, kv[0], kv[1], g.scale, g.mask(owner, q))
             if out is None:
                 out, lse = bout, blse
             else:       # merge two normalised partial softmaxes by their log-sum-exp weights
@@ -120,13 +140,9 @@ class _RingAttention(torch.autograd.Function):
         for i in range(g.size):
             owner = (g.rank - i) % g.size
             kv_wait = g.exchange(kv, "cp_bwd")[1] if i < g.size - 1 else None
-            s = _scores(q, kv[0], g.scale, g.mask(owner, q))
-            p = torch.exp(s - lse.unsqueeze(-1))
-            dp = torch.matmul(dout, kv[1].transpose(1, 2))
-            ds = p * (dp - delta)
-            dq += torch.matmul(ds, kv[0]) * g.scale
-            dkv = dkv + torch.stack((torch.matmul(ds.transpose(1, 2), q) * g.scale,
-                                     torch.matmul(p.transpose(1, 2), dout)))
+            dq_part, dk, dv = block_backward(q, kv[0], kv[1], dout, lse, delta, g.scale, g.mask(owner, q))
+            dq += dq_part
+            dkv = dkv + torch.stack((dk, dv))
             # the dK/dV of this block go on with it; after the last step they reach their owner
             dkv = g.exchange(dkv, "cp_bwd")[1]()
             if kv_wait is not None:

@@ -1,0 +1,54 @@
+"""The CPU emulator's ring attention (context parallelism), costed as it runs there.
+
+The cost model times a CP rank's attention as the blockwise fused kernels a GPU runs
+(pipesim/costs/context.py: exact causal work per block). The emulator's ring attention
+(pipesim/emulator/context.py) is eager PyTorch instead: every one of the CP ring steps attends
+the rank's whole local query block to a whole visiting K/V block (L x L, L = seq/CP, masked
+entries computed) with a score GEMM, element-wise passes over the block (scale, the causal
+mask built and added, logsumexp, subtract, exp) and the P·V GEMM; the backward recomputes the
+scores. Measured on the 2-core builder (one thread, fp32, 8 x 128 x 128 x 64): one such step
+3.2 ms against 0.6 ms for the fused SDPA of the same causal 128-token attention and 0.5 ms for its
+two GEMMs alone, so the fused figure put crosscheck_cp2's forward 31-36 % short.
+
+On CPU profiles with a host model (the emulator's ranks) a layer's CP blocks are therefore
+replaced by CP measured steps (profile keys ring_block_fwd / ring_block_bwd, timed by the
+calibration running the emulator's own block functions): the correction below is added to the
+layer's forward and backward. Left as they were: the transfer overlap (context_comm) and full
+recompute keep the fused block times.
+"""
+from __future__ import annotations
+
+from pipesim.costs.context import PREFIX
+
+
+def block_shape(s) -> dict | None:
+    """The profile shape of one ring step, or None when the scenario runs no ring attention."""
+    if s.parallel.context <= 1 or s.parallel.context_mode != "ring":
+        return None
+    from pipesim.costs.layers import shapes_of
+    sh = shapes_of(s)
+    return dict(batch=int(sh.b * sh.a / sh.tp.head_div), q=int(sh.s), k=int(sh.s), head_dim=int(sh.d),
+                causal=bool(s.model.causal), dtype=s.training.precision)
+
+
+def lookups(s) -> list[tuple[str, dict]]:
+    """The profile keys of the ring steps (pipesim.costs.required_measurements)."""
+    shape = block_shape(s)
+    return [] if shape is None else [("ring_block_fwd", shape), ("ring_block_bwd", dict(shape))]
+
+
+def layer_seconds(s, cm, layer_ops) -> tuple[float, float]:
+    """(forward, backward) seconds to add to one layer: CP measured ring steps less the fused CP
+    blocks the layer's ops cost; (0, 0) unless the profile is a CPU profile with a host model that
+    measured both steps."""
+    from pipesim.calibrate.host import host_of
+    shape = block_shape(s)
+    if shape is None or host_of(cm.profile) is None:
+        return 0.0, 0.0
+    fwd, bwd = cm.profile.lookup("ring_block_fwd", **shape), cm.profile.lookup("ring_block_bwd", **shape)
+    if fwd is None or bwd is None:
+        return 0.0, 0.0
+    blocks = [o for o in layer_ops if o.name.startswith(PREFIX)]
+    cp = s.parallel.context
+    return (cp * fwd[0] - sum(cm.time(o, "fwd").seconds for o in blocks),
+            cp * bwd[0] - sum(cm.time(o, "bwd").seconds for o in blocks))
