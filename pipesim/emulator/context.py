@@ -136,17 +136,21 @@ class _RingAttention(torch.autograd.Function):
         delta = (dout * out).sum(-1, keepdim=True)            # rowsum(dO ∘ O)
         dq = torch.zeros_like(q)
         kv = torch.stack((k, v))
-        dkv = torch.zeros_like(kv)
+        dkv, dkv_wait = torch.zeros_like(kv), None
         for i in range(g.size):
             owner = (g.rank - i) % g.size
             kv_wait = g.exchange(kv, "cp_bwd")[1] if i < g.size - 1 else None
             dq_part, dk, dv = block_backward(q, kv[0], kv[1], dout, lse, delta, g.scale, g.mask(owner, q))
             dq += dq_part
-            dkv = dkv + torch.stack((dk, dv))
-            # the dK/dV of this block go on with it; after the last step they reach their owner
-            dkv = g.exchange(dkv, "cp_bwd")[1]()
+            # the accumulated dK/dV of the block this rank now holds travelled during the block's
+            # compute (posted at the end of the previous step, as TransformerEngine's
+            # AttnFuncWithCPAndKVP2P overlaps it); add this rank's part and pass them on
+            if dkv_wait is not None:
+                dkv = dkv_wait()
+            dkv_wait = g.exchange(dkv + torch.stack((dk, dv)), "cp_bwd")[1]
             if kv_wait is not None:
                 kv = kv_wait()
+        dkv = dkv_wait()            # after the last step each block's dK/dV reach their owner
         return dq, dkv[0], dkv[1], None
 
 
