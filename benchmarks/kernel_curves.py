@@ -18,6 +18,10 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
    the rest test the shape dependence and the fixed-time pipeline fill (presets/gpus.py fill_rate).
 2. GEMM, the MAMF best shapes of every GPU (S. Bekman, ml-engineering, "Maximum Achievable Matmul
    FLOPS comparison table"): the curve is scaled to return the MAMF there.
+2b. GEMM under a sustained, power-limited load: the burst curve times the GPU's sustained ratio
+   (MSMF / MAMF of one mamf-finder run, presets/gpus.py _SUSTAINED) at the shapes where the MSMF
+   was measured, against the published MSMF. The ratio was taken from the two headlines, not from
+   these shapes, so this tests the curve's shape dependence at the power limit.
 3. Attention, H100: the FlashAttention-3 paper's cuDNN bars (Shah et al. 2024, Fig. 5) are the
    table itself; the FA3 kernel's own bars (same figure) and pytorch/benchmark PR #2391's FA3
    forward runs (batch x seq = 16k, 16 heads, head dim 128) are independent measurements.
@@ -29,7 +33,7 @@ import statistics
 
 from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
-from pipesim.presets.gpus import KERNEL_CURVES, fill_rate, gemm_anchor
+from pipesim.presets.gpus import KERNEL_CURVES, fill_rate, gemm_anchor, sustained_ratio
 
 XLA = "OpenXLA matmul_interpolator_data.h (sm_90)"
 # (batch, M, N, K, published bf16 TFLOP/s)
@@ -54,6 +58,11 @@ DEEPGEMM_H800_FP8 = [(4096, 2112, 7168, 1058, 1.1), (4096, 24576, 1536, 990, 1.0
 
 XLA_SM100 = "OpenXLA matmul_interpolator_data.h (sm_100)"
 B200_HBM = 8.0e12                                               # dgx-b200 preset value
+H200_HBM = 4.8e12                                               # dgx-h200 preset value
+# (GPU, dtype, M, N, K, MSMF TFLOP/s): stas00/ml-engineering compute/accelerator/README.md,
+# "Maximum Achievable and Sustainable Matmul FLOPS" table (commit 082816f, Aug 2026)
+MSMF = [("h200", "bf16", 8192, 8448, 20480, 708.5, H200_HBM), ("h200", "fp8", 8448, 8192, 16384, 1288.7, H200_HBM),
+        ("b200", "bf16", 9472, 8192, 20480, 1456.3, B200_HBM), ("b200", "fp8", 9472, 8192, 16384, 2795.7, B200_HBM)]
 # (batch, M, N, K, published TFLOP/s), sm_100 = B200. BF16: tensorflow/tensorflow
 # third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h, sm_100 "bf16xbf16->bf16", its
 # 80 shapes with M, N, K >= 1024. FP8: the later openxla table
@@ -162,6 +171,18 @@ def main() -> None:
         for dtype, shape in c["best_shape"].items():
             pred = gemm_tflops(c, 1, *shape, dtype=dtype)
             print(f"   {name:>6} {dtype:>5} {'x'.join(map(str, shape)):>20} {c['mamf_tflops'][dtype]:>8.1f} {pred:>8.1f}")
+    print()
+
+    print("2b. GEMM at the power limit: burst curve x sustained ratio at the MSMF shapes (ml-engineering "
+          "MAMF/MSMF table)")
+    print(f"   {'GPU':>6} {'dtype':>5} {'shape':>20} {'ratio':>6} {'burst':>8} {'pipesim':>8} {'MSMF':>8} {'err %':>7}")
+    for name, dtype, m, n, k, pub, hbm in MSMF:
+        c = KERNEL_CURVES[name]
+        burst = gemm_tflops(c, 1, m, n, k, dtype, hbm)
+        ratio = sustained_ratio(c, dtype)
+        pred = burst * ratio
+        print(f"   {name:>6} {dtype:>5} {f'{m}x{n}x{k}':>20} {ratio:>6.3f} {burst:>8.1f} {pred:>8.1f} {pub:>8.1f} "
+              f"{100 * (pred / pub - 1):>+7.1f}")
     print()
 
     print("3. Attention on H100, head dim 128 (pipesim's table = the FA3 paper's cuDNN bars)")

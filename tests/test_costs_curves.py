@@ -331,3 +331,31 @@ def test_rotary_models_pay_a_memory_bound_rope_pass_over_q_and_k():
     elems = llama.training.micro_batch_size * m.seq_length * (m.num_attention_heads + m.kv_heads) * m.head_dim / 2
     assert rope.kind == "vector" and rope.bytes_fwd == pytest.approx(2 * elems * 2) and rope.saved_bytes == 0
     assert "rope" not in {o.name for o in layer_ops(load_scenario(base()))}     # learned positions
+
+
+def test_training_runs_tensor_core_ops_at_the_sustained_not_the_burst_rate():
+    """The kernel tables time bursts at the boost clock; a training step is power-limited, so the
+    cost model slows GEMMs and fused attention by the GPU's measured MSMF / MAMF (H200 run of
+    mamf-finder: BF16 708.5 / 841.9, FP8 1288.7 / 1491.9), and leaves memory-bound ops alone."""
+    from pipesim.costs.layers import layer_ops
+    from pipesim.costs.stage import cost_model_for
+    from pipesim.presets.gpus import sustained_ratio
+    assert sustained_ratio(H100, "bf16") == pytest.approx(708.5 / 841.9)
+    assert sustained_ratio(H100, "fp8") == pytest.approx(1288.7 / 1491.9)
+    assert sustained_ratio(H100, "tf32") == sustained_ratio(H100, "bf16")
+    assert sustained_ratio(KERNEL_CURVES["a100"], "fp16") == pytest.approx(1305 / 1410)
+    assert sustained_ratio(KERNEL_CURVES["v100"], "fp16") == 1.0
+    for c in KERNEL_CURVES.values():
+        for dtype in c["mamf_tflops"]:
+            assert 0.5 < sustained_ratio(c, dtype) <= 1.0
+    cm = cost_model_for(scenario())
+    m, n, k = 4096, 11008, 4096
+    burst = h100_gemm(m, n, k, store=cm._mem_rate)
+    assert cm.gemm_time(1, m, n, k, "bf16") == pytest.approx(burst / sustained_ratio(H100, "bf16"))
+    ops = {o.name: o for o in layer_ops(scenario())}
+    attn = ops["attention"]
+    _, seq, _, causal = attn.flash
+    table = attention_tflops(H100, seq, causal, "fwd") * 1e12
+    assert cm.time(attn, "fwd").compute == pytest.approx(attn.flops_fwd / (table * sustained_ratio(H100, "bf16")))
+    norm = ops["ln1"]
+    assert cm.time(norm, "fwd").memory == pytest.approx(norm.bytes_fwd / cm._mem_rate)

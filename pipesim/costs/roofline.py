@@ -4,6 +4,10 @@
   "gemm-curve"                 GEMMs by shape: tile/wave quantisation over the SMs up to the
                                published achievable peak (pipesim/costs/gemm.py)
   "attention-table"            fused attention from published kernel tables (costs/flash.py)
+
+Both curves were measured in short bursts at the boost clock; a training step runs at the power
+limit, so their rates are scaled by the GPU's measured sustained / burst ratio
+(presets/gpus.py `sustained_ratio`).
   "memory-roofline"            memory-bound ops at the achievable HBM bandwidth
   "roofline"                   flat roofline: an explicit `gpu.matmul_efficiency` override, or a
                                GPU without kernel curves
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
 from pipesim.costs.ops import Op
-from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor
+from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor, sustained_ratio
 from pipesim.scenario.config import GPUSpec
 
 
@@ -70,7 +74,8 @@ class CostModel:
             seconds, source = measured
         elif self.curve is not None and op.flash:
             _, seq, _, causal = op.flash
-            compute = flops / (attention_tflops(self.curve, seq, causal, phase) * 1e12)
+            rate = attention_tflops(self.curve, seq, causal, phase) * sustained_ratio(self.curve, "bf16")
+            compute = flops / (rate * 1e12)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and gemms:
             compute = sum(self.gemm_time(*g) for g in gemms)
@@ -95,7 +100,7 @@ class CostModel:
         out = out_bytes_of(dt, self.grad_bytes if role == "wgrad" else 0)
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
                                     fill_rate(c), shape, c["persistent"],
-                                    self._mem_rate, anchor, out)
+                                    self._mem_rate, anchor, out) / sustained_ratio(c, dt)
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)
 
     def wgrad_share(self, op: Op) -> float:

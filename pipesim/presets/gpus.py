@@ -20,6 +20,8 @@ Fields:
                   {"fwd": ..., "fwd_causal": ..., "bwd": ...}, each ((seq, TFLOP/s), ...)
   attention_scale multiplies the attention table when it was measured on another GPU (documented
                   per entry); 1 for a table measured on this GPU
+  sustained       per dtype: the tensor-core rate a power-saturated training step sustains, as a
+                  fraction of the burst rate the tables above were measured at (_SUSTAINED below)
 """
 from __future__ import annotations
 
@@ -68,6 +70,28 @@ _HOPPER_FP8_ANCHOR = dict(fp8=(4096, 7168, 16384, 1358.0))
 # at FP8/BF16 = 1.96, the datasheet ratio.
 _B200_ANCHOR = dict(bf16=(16384, 4096, 4096, 1690.7), fp8=(16384, 4096, 4096, 3279.7))
 
+# Sustained vs burst tensor-core rate. Every table above (MAMF, OpenXLA, DeepGEMM, FA3) times
+# short bursts, during which the SM clock holds its boost point. A training step is one long
+# dense load: the board sits at its power limit and the clock settles lower (a GEMM's rate is
+# proportional to its clock). The ratio is measured on the same GPU in the same run by
+# mamf-finder's two headlines (S. Bekman, stas00/ml-engineering compute/accelerator/README.md,
+# "Maximum Achievable and Sustainable Matmul FLOPS" table, commit 082816f "faster mamf, plus msmf",
+# Aug 2026, torch 2.13.0+cu130): MAMF = the boost-clock burst, MSMF = the rate a shape holds over a
+# 2 s window at the power limit.
+#   H200 SXM (700 W): BF16 MAMF 841.9 @ 1980 MHz, MSMF 708.5 @ 1465 MHz (8192x8448x20480);
+#                     FP8 MAMF 1491.9, MSMF 1288.7 @ 1374 MHz (8448x8192x16384)
+#   B200 SXM (1000 W): BF16 MAMF 1770.9 @ 1965 MHz, MSMF 1456.3 @ 1339 MHz (9472x8192x20480);
+#                      FP8 MAMF 3435.2, MSMF 2795.7 @ 1331 MHz (9472x8192x16384)
+# H100 and H800 are the H200's die at the same 700 W. GB200 and B300/GB300 have no MSMF row: the
+# B200 ratio is used (their higher power limits may let them sustain more; unmeasured).
+# A100 has no MSMF row either: its sustained clock under a dense power-limited load is the one
+# NVIDIA states its HPL Rpeak at, 1305 MHz against the 1410 MHz boost (G. Lockwood, "Peak FLOPS",
+# glennklockwood.com/garden/peak-FLOPS). V100: no measurement, 1.0.
+# Other dtypes take the BF16 ratio (the same clock; A100 runs FP8 as BF16).
+_HOPPER_SUSTAINED = dict(bf16=708.5 / 841.9, fp8=1288.7 / 1491.9)
+_BLACKWELL_SUSTAINED = dict(bf16=1456.3 / 1770.9, fp8=2795.7 / 3435.2)
+_A100_SUSTAINED = dict(bf16=1305 / 1410)
+
 KERNEL_CURVES: dict[str, dict] = {
     # V100: 80 SMs (Volta whitepaper Table 1). The MAMF table has no V100 row: the generic
     # MAMF/peak of 0.80 (below) times the 125 TFLOP/s FP16 tensor peak. No BF16/TF32/FP8 tensor
@@ -82,28 +106,28 @@ KERNEL_CURVES: dict[str, dict] = {
     # 0.341 x 370 = 126 TFLOP/s forward -- below FA2's published A100 forward (up to 230), so
     # the A100 entry scales the curve to FA2's A100 plateau instead: 230 / 370.
     "a100": dict(persistent=False, sms=108, best_shape=dict(bf16=(1024, 10240, 5120)), mamf_tflops=dict(fp16=271.2, bf16=271.2, tf32=135.6, fp32=19.5 * 0.8, fp8=271.2),
-                 attention=_H100_FA2, attention_scale=230.0 / 370.0),
+                 attention=_H100_FA2, attention_scale=230.0 / 370.0, sustained=_A100_SUSTAINED),
     # H100 SXM5: 132 SMs (Hopper whitepaper Table 2). MAMF BF16 794.5, FP8 1402.6.
     "h100": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
-                 anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0),
+                 anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED),
     # H800: the H100 SXM die (132 SMs, same tensor cores) with NVLink cut to 400 GB/s; same curves.
     "h800": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
-                 anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0),
+                 anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED),
     # H200 SXM: the H100 die with HBM3e; MAMF table: BF16 "H200 is the same" as H100, FP8 1453.4.
     "h200": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1280, 4096, 12032)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1453.4),
-                 attention=_H100_CUDNN, attention_scale=1.0),
+                 attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED),
     # B200: 148 SMs (NVIDIA Blackwell architecture technical brief); MAMF BF16 1745.0, FP8
     # 3432.5. No published per-sequence cuDNN table yet: the H100 cuDNN curve scaled by the BF16
     # MAMF ratio 1745.0 / 794.5 (attention is tensor-core bound like the GEMMs).
     "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072)), mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5),
-                 anchor=_B200_ANCHOR, attention=_H100_CUDNN, attention_scale=1745.0 / 794.5),
+                 anchor=_B200_ANCHOR, attention=_H100_CUDNN, attention_scale=1745.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536)), mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6),
-                  attention=_H100_CUDNN, attention_scale=1822.0 / 794.5),
+                  attention=_H100_CUDNN, attention_scale=1822.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
     # B300 / GB300 (Blackwell Ultra): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025); MAMF
     # B300 SXM BF16 1769.0, FP8 3353.3 (no GB300 row: the B300 row is used).
     "gb300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168)), mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3),
-                  attention=_H100_CUDNN, attention_scale=1769.0 / 794.5),
+                  attention=_H100_CUDNN, attention_scale=1769.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
 }
 
 # A GPU without a curve (a custom `gpu:` block) gets a flat matmul efficiency: 0.80, the median
@@ -149,6 +173,12 @@ SPLIT_K_EFFICIENCY = 0.9
 
 def curve(name: str | None) -> dict | None:
     return KERNEL_CURVES.get(name) if name else None
+
+
+def sustained_ratio(c: dict, dtype: str) -> float:
+    """Sustained / burst tensor-core rate of `dtype` on this GPU (1 where none is measured)."""
+    table = c.get("sustained", {})
+    return table.get(dtype, table.get("bf16", 1.0))
 
 
 def gemm_anchor(c: dict, dtype: str) -> tuple[tuple, float]:
