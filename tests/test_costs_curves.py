@@ -245,6 +245,7 @@ def base(**over):
 
 def test_bad_values_get_one_line_errors_naming_the_key():
     assert "matmul_efficiency" in one_line_error(base(system={"gpu": {"matmul_efficiency": -0.5}}))
+    assert "sustained_ratio" in one_line_error(base(system={"gpu": {"sustained_ratio": 1.5}}))
     assert "fp8_recipe" in one_line_error(base(training={"precision": "fp8", "fp8_recipe": "rowwise"}))
     msg = one_line_error(base(system={"preset": "gb200-nvl72", "num_nodes": 20}))
     assert "nvlink_domain" in msg and "80 GPUs" in msg
@@ -359,3 +360,9 @@ def test_training_runs_tensor_core_ops_at_the_sustained_not_the_burst_rate():
     assert cm.time(attn, "fwd").compute == pytest.approx(attn.flops_fwd / (table * sustained_ratio(H100, "bf16")))
     norm = ops["ln1"]
     assert cm.time(norm, "fwd").memory == pytest.approx(norm.bytes_fwd / cm._mem_rate)
+    # `gpu.sustained_ratio: 1` (clocks held at boost) takes the burst tables as they are
+    held = load_scenario({"model": {"preset": "llama2-7b", "num_layers": 4},
+                          "system": {"preset": "dgx-h100", "num_nodes": 1, "gpu": {"sustained_ratio": 1.0}},
+                          "parallel": {"tensor": 2, "pipeline": 2, "data": 2, "sequence_parallel": True},
+                          "training": {"micro_batch_size": 1, "global_batch_size": 8, "attention": "flash"}})
+    assert cost_model_for(held).gemm_time(1, m, n, k, "bf16") == pytest.approx(burst)

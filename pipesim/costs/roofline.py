@@ -74,7 +74,7 @@ class CostModel:
             seconds, source = measured
         elif self.curve is not None and op.flash:
             _, seq, _, causal = op.flash
-            rate = attention_tflops(self.curve, seq, causal, phase) * sustained_ratio(self.curve, "bf16")
+            rate = attention_tflops(self.curve, seq, causal, phase) * self.sustained("bf16")
             compute = flops / (rate * 1e12)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and gemms:
@@ -100,8 +100,14 @@ class CostModel:
         out = out_bytes_of(dt, self.grad_bytes if role == "wgrad" else 0)
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
                                     fill_rate(c), shape, c["persistent"],
-                                    self._mem_rate, anchor, out) / sustained_ratio(c, dt)
+                                    self._mem_rate, anchor, out) / self.sustained(dt)
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)
+
+    def sustained(self, dtype: str) -> float:
+        """Sustained / burst tensor-core rate: the user's `gpu.sustained_ratio`, else the curve's."""
+        if self.gpu.sustained_ratio is not None:
+            return self.gpu.sustained_ratio
+        return sustained_ratio(self.curve, dtype)
 
     def wgrad_share(self, op: Op) -> float:
         """Share of the op's backward that computes weight gradients (the zero-bubble W): from its

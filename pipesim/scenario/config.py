@@ -126,11 +126,15 @@ class GPUSpec:
                                                   "a100, h100, h800, h200, b200, gb200, gb300, v100)")
     matmul_efficiency: Optional[float] = field(None, doc="explicit override: a flat achievable fraction of "
                                                         "matrix peak for every matmul instead of the kernel curves")
+    sustained_ratio: Optional[float] = field(None, doc="tensor-core rate a training step sustains at the "
+                                                      "power limit, as a fraction of the kernel curves' burst "
+                                                      "rate (default: the curve's measured MSMF / MAMF; 1 = "
+                                                      "clocks held at boost)")
     vector_efficiency: float = field(0.8, doc="achievable fraction of vector peak")
     memory_efficiency: float = field(0.85, doc="achievable fraction of HBM bandwidth")
 
     def __post_init__(self):
-        for name in ("matmul_efficiency", "vector_efficiency", "memory_efficiency"):
+        for name in ("matmul_efficiency", "sustained_ratio", "vector_efficiency", "memory_efficiency"):
             v = getattr(self, name)
             if v is not None and not 0 < v <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
