@@ -275,6 +275,10 @@ def test_report_names_the_source_of_every_cost():
     flat = dataclasses.replace(s, system=dataclasses.replace(
         s.system, gpu=dataclasses.replace(s.system.gpu, matmul_efficiency=0.5)))
     assert set(pipesim.simulate(flat).to_dict()["cost_sources"]) == {"roofline"}
+    # and the sustained / burst ratio the curves ran at, with its origin (none for a flat roofline)
+    assert r["tensor_core_rate"]["sustained_ratio"] == pytest.approx(708.5 / 841.9)
+    assert "h100" in r["tensor_core_rate"]["from"]
+    assert "tensor_core_rate" not in pipesim.simulate(flat).to_dict()
 
 
 def test_swiglu_backward_moves_five_elements_per_ffn_unit_and_gelu_three():

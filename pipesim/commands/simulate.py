@@ -59,6 +59,10 @@ def summary(rep, scenario) -> str:
         + ("   OUT OF MEMORY" if d["oom"] else ""),
         "exposed comm (max rank)  " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in d["exposed_comm_s"].items()),
     ]
+    if "tensor_core_rate" in d:
+        r = d["tensor_core_rate"]
+        lines.append(f"kernel rates        GEMM and attention at {r['sustained_ratio']:.3f} x the burst kernel "
+                     f"tables ({r['from']})")
     if "imbalance" in d:
         lines.append(f"stage imbalance     forward {d['imbalance']['forward']:.3f}  backward "
                      f"{d['imbalance']['backward']:.3f}   (fastest / slowest stage; 1 = balanced)")

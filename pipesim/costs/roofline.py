@@ -27,6 +27,20 @@ from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, ge
 from pipesim.scenario.config import GPUSpec
 
 
+def tensor_core_rate(gpu: GPUSpec, precision: str) -> dict | None:
+    """What the report states about the tensor-core rate: the sustained / burst ratio applied to
+    the kernel curves and where it came from (None when no curve applies: a flat
+    `gpu.matmul_efficiency`, a custom GPU, a CPU)."""
+    c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
+    if c is None:
+        return None
+    dtype = precision if precision in c["mamf_tflops"] else "bf16"
+    if gpu.sustained_ratio is not None:
+        return {"sustained_ratio": gpu.sustained_ratio, "from": "gpu.sustained_ratio"}
+    return {"sustained_ratio": sustained_ratio(c, dtype),
+            "from": f"kernel curve {gpu.kernel_curve}: sustained / burst matmul rate (presets/gpus.py)"}
+
+
 @dataclass(frozen=True)
 class OpTime:
     compute: float       # seconds at the compute roof

@@ -281,6 +281,10 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
             for k, v in c.sources.items():
                 sources[k] = sources.get(k, 0.0) + v
         data["cost_sources"] = sources
+        from pipesim.costs.roofline import tensor_core_rate
+        rate = tensor_core_rate(s.system.gpu, s.training.precision)
+        if rate is not None:
+            data["tensor_core_rate"] = rate
     if extras:
         data.update(extras)
     return Report(data, list(events), list(memory))
