@@ -4,14 +4,14 @@
   "gemm-curve"                 GEMMs by shape: tile/wave quantisation over the SMs up to the
                                published achievable peak (pipesim/costs/gemm.py)
   "attention-table"            fused attention from published kernel tables (costs/flash.py)
-
-Both curves were measured in short bursts at the boost clock; a training step runs at the power
-limit, so their rates are scaled by the GPU's measured sustained / burst ratio
-(presets/gpus.py `sustained_ratio`).
   "memory-roofline"            memory-bound ops at the achievable HBM bandwidth
   "roofline"                   flat roofline: an explicit `gpu.matmul_efficiency` override, or a
                                GPU without kernel curves
   "fitted"                     a profile's fitted achieved throughput (ops it did not measure)
+
+The GEMM curve and the attention tables were measured in short bursts at the boost clock; a
+training step runs at the power limit, so their rates are scaled by the GPU's measured
+sustained / burst ratio (presets/gpus.py `sustained_ratio`, or `gpu.sustained_ratio`).
 
 Roofline (Williams, Waterman & Patterson 2009, "Roofline", Eq. 1):
     t = max(FLOPs / (peak · efficiency), bytes / (bandwidth · efficiency))
