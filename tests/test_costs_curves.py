@@ -279,6 +279,9 @@ def test_report_names_the_source_of_every_cost():
     assert r["tensor_core_rate"]["sustained_ratio"] == pytest.approx(708.5 / 841.9)
     assert "h100" in r["tensor_core_rate"]["from"]
     assert "tensor_core_rate" not in pipesim.simulate(flat).to_dict()
+    from pipesim.report.html import _metrics
+    page = _metrics(r, scenario())
+    assert "kernel rates" in page and "0.842 x the burst" in page and "gemm-curve" in page
 
 
 def test_swiglu_backward_moves_five_elements_per_ffn_unit_and_gelu_three():

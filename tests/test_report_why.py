@@ -76,6 +76,8 @@ def test_simulate_writes_the_report_folder(tmp_path, capsys):
     assert "<script src" not in page and "cdn.plot.ly" not in page.split("</script>")[-1]
     for fig in ("fig-timeline", "fig-memory", "fig-stages", "fig-ranks"):
         assert fig in page
+    assert "op costs from</td><td>roofline 100 %" in page     # a GTX-1080Ti: no kernel curve
+    assert "kernel rates" not in page
 
 
 def test_default_folder_and_no_files(tmp_path, monkeypatch, capsys):

@@ -131,6 +131,14 @@ def _metrics(d: dict, s) -> str:
                      f"data {s.parallel.data}, virtual {s.parallel.virtual_stages})"),
             ("schedule", f"{d.get('plan', d['schedule'])}, {d['num_microbatches']} micro-batches of "
                          f"{s.training.micro_batch_size}, {d.get('mode', '')} mode")]
+    if "tensor_core_rate" in d:
+        r = d["tensor_core_rate"]
+        rows.append(("kernel rates", f"GEMM and attention at {r['sustained_ratio']:.3f} x the burst kernel tables "
+                                     f"({r['from']})"))
+    if d.get("cost_sources"):
+        total = sum(d["cost_sources"].values()) or 1.0
+        rows.append(("op costs from", ", ".join(f"{k} {v / total * 100:.0f} %" for k, v in
+                                                 sorted(d["cost_sources"].items(), key=lambda kv: -kv[1]))))
     return _table(["metric", "value"], rows)
 
 
