@@ -14,7 +14,9 @@ def load_scenario(path_or_dict, overrides=()):
 def simulate(scenario, **options):
     """Simulate one training step; `scenario` may be a Scenario, a dict or a path."""
     from pipesim.sim import simulate as _simulate
-    from pipesim.calibrate.host import with_host_model
     if not hasattr(scenario, "model"):
         scenario = load_scenario(scenario)
-    return _simulate(with_host_model(scenario), **options)
+    if scenario.costs.profile is not None:      # only a profile can carry a CPU host model
+        from pipesim.calibrate.host import with_host_model
+        scenario = with_host_model(scenario)
+    return _simulate(scenario, **options)

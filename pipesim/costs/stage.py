@@ -164,10 +164,11 @@ def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:
 def comm_seconds(s: Scenario, comms, profile=None) -> float:
     """Seconds of the collectives `comms`; an all-reduce that the profile's CPU host model
     measured for a group of its size (pipesim/calibrate/host.py) takes the measured time."""
-    from pipesim.calibrate.host import allreduce_seconds
+    if profile is not None:
+        from pipesim.calibrate.host import allreduce_seconds
     total = 0.0
     for c in comms:
-        t = allreduce_seconds(profile, c.bytes, c.size) if c.kind == "all_reduce" else None
+        t = allreduce_seconds(profile, c.bytes, c.size) if c.kind == "all_reduce" and profile is not None else None
         if t is None:
             t = collective_time(c.kind, c.bytes, placement(s, c.group), s.parallel.collective)
         total += c.count * t
@@ -218,15 +219,18 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
-    # A CPU profile's host model: the emulator's executor cost per compute action (calibrate_host.py)
-    from pipesim.calibrate.host import action_seconds, stage_extra_seconds
-    host_action = action_seconds(cm.profile)
-    from pipesim.costs.eager_copies import layer_copy_seconds
-    copy_fwd, copy_bwd = layer_copy_seconds(s, cm)     # eager layout copies (CPU emulator only)
     layer = costed_layer_ops(s)
-    from pipesim.costs.eager_ring import layer_seconds as ring_seconds
-    ring_fwd, ring_bwd = ring_seconds(s, cm, layer)    # eager ring attention (CPU emulator only)
-    copy_fwd, copy_bwd = copy_fwd + ring_fwd, copy_bwd + ring_bwd
+    host_action, copy_fwd, copy_bwd = 0.0, 0.0, 0.0
+    if cm.profile is not None:
+        # A CPU profile's host model: the emulator's executor cost per compute action
+        # (calibrate/host.py), its eager layout copies and eager ring attention (CPU emulator only)
+        from pipesim.calibrate.host import action_seconds
+        from pipesim.costs.eager_copies import layer_copy_seconds
+        from pipesim.costs.eager_ring import layer_seconds as ring_seconds
+        host_action = action_seconds(cm.profile)
+        copy_fwd, copy_bwd = layer_copy_seconds(s, cm)
+        ring_fwd, ring_bwd = ring_seconds(s, cm, layer)
+        copy_fwd, copy_bwd = copy_fwd + ring_fwd, copy_bwd + ring_bwd
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
     cpc = context_comm(s, cm, layer)
@@ -268,10 +272,12 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         acc.dgrad += n_cp * copy_bwd
         extras = (emb if first else []) + (head if last else [])
         acc.add(s, cm, extras, 1, memo)
-        host_fwd, host_bwd = stage_extra_seconds(cm.profile, first, last)   # CPU host model only
-        acc.fwd += host_fwd
-        acc.bwd += host_bwd
-        acc.dgrad += host_bwd
+        if cm.profile is not None:                                          # CPU host model only
+            from pipesim.calibrate.host import stage_extra_seconds
+            host_fwd, host_bwd = stage_extra_seconds(cm.profile, first, last)
+            acc.fwd += host_fwd
+            acc.bwd += host_bwd
+            acc.dgrad += host_bwd
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
