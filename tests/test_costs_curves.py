@@ -278,6 +278,8 @@ def test_report_names_the_source_of_every_cost():
     # and the sustained / burst ratio the curves ran at, with its origin (none for a flat roofline)
     assert r["tensor_core_rate"]["sustained_ratio"] == pytest.approx(708.5 / 841.9)
     assert "h100" in r["tensor_core_rate"]["from"]
+    fp8 = pipesim.simulate(scenario(precision="fp8")).to_dict()["tensor_core_rate"]
+    assert (fp8["sustained_ratio"], fp8["attention_ratio"]) == pytest.approx((1288.7 / 1491.9, 708.5 / 841.9))
     assert "tensor_core_rate" not in pipesim.simulate(flat).to_dict()
     from pipesim.report.html import _metrics
     page = _metrics(r, scenario())

@@ -60,9 +60,8 @@ def summary(rep, scenario) -> str:
         "exposed comm (max rank)  " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in d["exposed_comm_s"].items()),
     ]
     if "tensor_core_rate" in d:
-        r = d["tensor_core_rate"]
-        lines.append(f"kernel rates        GEMM and attention at {r['sustained_ratio']:.3f} x the burst kernel "
-                     f"tables ({r['from']})")
+        from pipesim.costs.roofline import rate_text
+        lines.append(f"kernel rates        {rate_text(d['tensor_core_rate'])}")
     if "imbalance" in d:
         lines.append(f"stage imbalance     forward {d['imbalance']['forward']:.3f}  backward "
                      f"{d['imbalance']['backward']:.3f}   (fastest / slowest stage; 1 = balanced)")

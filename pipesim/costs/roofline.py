@@ -29,16 +29,26 @@ from pipesim.scenario.config import GPUSpec
 
 def tensor_core_rate(gpu: GPUSpec, precision: str) -> dict | None:
     """What the report states about the tensor-core rate: the sustained / burst ratio applied to
-    the kernel curves and where it came from (None when no curve applies: a flat
-    `gpu.matmul_efficiency`, a custom GPU, a CPU)."""
+    the kernel curves (GEMMs at the precision's, fused attention at BF16's) and where it came
+    from (None when no curve applies: a flat `gpu.matmul_efficiency`, a custom GPU, a CPU)."""
     c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
     if c is None:
         return None
-    dtype = precision if precision in c["mamf_tflops"] else "bf16"
     if gpu.sustained_ratio is not None:
-        return {"sustained_ratio": gpu.sustained_ratio, "from": "gpu.sustained_ratio"}
-    return {"sustained_ratio": sustained_ratio(c, dtype),
+        return {"sustained_ratio": gpu.sustained_ratio, "attention_ratio": gpu.sustained_ratio,
+                "from": "gpu.sustained_ratio"}
+    dtype = precision if precision in c["mamf_tflops"] else "bf16"
+    return {"sustained_ratio": sustained_ratio(c, dtype), "attention_ratio": sustained_ratio(c, "bf16"),
             "from": f"kernel curve {gpu.kernel_curve}: sustained / burst matmul rate (presets/gpus.py)"}
+
+
+def rate_text(r: dict) -> str:
+    """The report's one line about `tensor_core_rate`."""
+    if r["attention_ratio"] == r["sustained_ratio"]:
+        rates = f"GEMM and attention at {r['sustained_ratio']:.3f}"
+    else:
+        rates = f"GEMMs at {r['sustained_ratio']:.3f}, attention at {r['attention_ratio']:.3f}"
+    return f"{rates} x the burst kernel tables ({r['from']})"
 
 
 @dataclass(frozen=True)

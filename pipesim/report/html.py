@@ -132,9 +132,8 @@ def _metrics(d: dict, s) -> str:
             ("schedule", f"{d.get('plan', d['schedule'])}, {d['num_microbatches']} micro-batches of "
                          f"{s.training.micro_batch_size}, {d.get('mode', '')} mode")]
     if "tensor_core_rate" in d:
-        r = d["tensor_core_rate"]
-        rows.append(("kernel rates", f"GEMM and attention at {r['sustained_ratio']:.3f} x the burst kernel tables "
-                                     f"({r['from']})"))
+        from pipesim.costs.roofline import rate_text
+        rows.append(("kernel rates", rate_text(d["tensor_core_rate"])))
     if d.get("cost_sources"):
         total = sum(d["cost_sources"].values()) or 1.0
         rows.append(("op costs from", ", ".join(f"{k} {v / total * 100:.0f} %" for k, v in
