@@ -25,7 +25,6 @@ from operator import itemgetter
 
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
-from pipesim.sim.a2a_overlap import exposed_a2a
 from pipesim.sim.memory import ChangeIds, MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.workload import STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
@@ -156,13 +155,21 @@ def run_queue(env) -> None:
             raise ev._value
 
 
+def _exposed_a2a(row, table) -> float:
+    """A rank's exposed all-to-all seconds (sim/a2a_overlap.py, imported for MoE plans only)."""
+    if not any(c is not None and c.a2a_exposed for c in table):
+        return 0.0
+    from pipesim.sim.a2a_overlap import exposed_a2a
+    return exposed_a2a(row, table)
+
+
 def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
     """Per rank after the run: work counters, TP seconds, memory peak (shared by sim/dag.py;
     `gangs` = the gangs `tls` and `mems` belong to, default all)."""
     per_row: dict = {}
     for g, tl, mem in zip(gangs if gangs is not None else w.gangs, tls, mems):
         if id(g.table) not in per_row:
-            per_row[id(g.table)] = work_of(g.steps, g.table), exposed_a2a(g.steps, g.table)
+            per_row[id(g.table)] = work_of(g.steps, g.table), _exposed_a2a(g.steps, g.table)
         (tl.work, tl.tp_s), tl.a2a_s = per_row[id(g.table)]
         tl.work = {k: list(v) for k, v in tl.work.items()}
         mem.finish(trace)
