@@ -375,3 +375,27 @@ def test_training_runs_tensor_core_ops_at_the_sustained_not_the_burst_rate():
                           "parallel": {"tensor": 2, "pipeline": 2, "data": 2, "sequence_parallel": True},
                           "training": {"micro_batch_size": 1, "global_batch_size": 8, "attention": "flash"}})
     assert cost_model_for(held).gemm_time(1, m, n, k, "bf16") == pytest.approx(burst)
+
+
+def test_attention_kernel_picks_the_published_table_and_refuses_one_without():
+    """`training.attention_kernel`: Hopper has the FlashAttention-3 paper's cuDNN, FA2 and FA3
+    bars (Fig. 5); auto is cuDNN (Transformer Engine). A100 has FA2 only: fa3 is a one-line error
+    naming the file and the key."""
+    from pipesim.costs.layers import layer_ops
+    from pipesim.costs.stage import cost_model_for
+    attn = next(o for o in layer_ops(scenario()) if o.name == "attention")
+    _, seq, _, causal = attn.flash
+    times = {k: cost_model_for(scenario(attention_kernel=k)).time(attn, "fwd").compute
+             for k in ("auto", "cudnn", "fa2", "fa3")}
+    assert times["auto"] == times["cudnn"]
+    for k in ("fa2", "fa3"):
+        table = KERNEL_CURVES["h100"]["attention_kernels"][k][0]
+        want = attention_tflops(H100, seq, causal, "fwd") / attention_tflops(H100, seq, causal, "fwd", k)
+        assert times[k] / times["cudnn"] == pytest.approx(want)
+        assert table is not H100["attention"]
+    assert times["fa2"] > times["cudnn"] > times["fa3"]          # at seq 4096: 319 < 518 < 579 TFLOP/s
+    with pytest.raises(ScenarioError) as err:     # found when costing, like mxfp8 off Blackwell
+        pipesim.simulate(load_scenario(base(system={"preset": "dgx-a100-80gb"},
+                                            training={"attention": "flash", "attention_kernel": "fa3"})))
+    msg = str(err.value)
+    assert "training.attention_kernel" in msg and "fa2" in msg and "\n" not in msg

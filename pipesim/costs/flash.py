@@ -25,9 +25,13 @@ def _interp(table, seq: float) -> float:
     raise AssertionError("unreachable")
 
 
-def attention_tflops(curve: dict, seq: float, causal: bool, phase: str) -> float:
-    """Achieved TFLOP/s of the fused attention kernel on this GPU."""
-    table, scale = curve["attention"], curve["attention_scale"]
+def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: str = "auto") -> float:
+    """Achieved TFLOP/s of the fused attention kernel on this GPU (`kernel`: a name of the curve's
+    `attention_kernels`, or "auto" for its default table)."""
+    if kernel == "auto":
+        table, scale = curve["attention"], curve["attention_scale"]
+    else:
+        table, scale = curve["attention_kernels"][kernel]
     if phase == "fwd":
         return scale * _interp(table["fwd_causal" if causal else "fwd"], seq)
     bwd = _interp(table["bwd"], seq)

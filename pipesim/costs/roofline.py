@@ -66,12 +66,20 @@ class OpTime:
 class CostModel:
     """Times ops on one GPU type at one precision, optionally from a measured profile."""
 
-    def __init__(self, gpu: GPUSpec, precision: str, profile=None, grad_bytes: int = 0):
+    def __init__(self, gpu: GPUSpec, precision: str, profile=None, grad_bytes: int = 0,
+                 attention_kernel: str = "auto"):
         """`grad_bytes`: element size of the gradient buffer that weight-gradient GEMMs
-        accumulate into (0: the 16-bit C store of a plain GEMM)."""
+        accumulate into (0: the 16-bit C store of a plain GEMM). `attention_kernel`: which
+        published fused-attention table times flash attention (`training.attention_kernel`)."""
         self.gpu, self.precision, self.profile, self.grad_bytes = gpu, precision, profile, grad_bytes
         # the kernel curves apply unless the user pinned a flat matmul efficiency
         self.curve = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
+        self.attention_kernel = attention_kernel
+        if attention_kernel != "auto" and self.curve is not None and \
+                attention_kernel not in self.curve["attention_kernels"]:
+            from pipesim.errors import ScenarioError
+            raise ScenarioError(f"training.attention_kernel: {attention_kernel!r} has no published table on "
+                                f"{gpu.name}; known here: auto, {', '.join(sorted(self.curve['attention_kernels']))}")
         flat = gpu.matmul_efficiency if gpu.matmul_efficiency is not None else GENERIC_MATMUL_EFFICIENCY
         self._matmul_rate = gpu.matrix_peak(precision) * flat
         self._vector_rate = gpu.vector_peak(precision) * gpu.vector_efficiency
@@ -98,7 +106,7 @@ class CostModel:
             seconds, source = measured
         elif self.curve is not None and op.flash:
             _, seq, _, causal = op.flash
-            rate = attention_tflops(self.curve, seq, causal, phase) * self.sustained("bf16")
+            rate = attention_tflops(self.curve, seq, causal, phase, self.attention_kernel) * self.sustained("bf16")
             compute = flops / (rate * 1e12)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and gemms:

@@ -102,7 +102,12 @@ def load_profile_for(s: Scenario):
 def cost_model_for(s: Scenario, profile=None) -> CostModel:
     if profile is None:
         profile = load_profile_for(s)
-    return CostModel(s.system.gpu, s.training.precision, profile, grad_elem_bytes(s.training))
+    from pipesim.errors import ScenarioError
+    try:
+        return CostModel(s.system.gpu, s.training.precision, profile, grad_elem_bytes(s.training),
+                         s.training.attention_kernel)
+    except ScenarioError as err:          # the cost model cannot name the file: add it
+        raise ScenarioError(f"{s.source}: {err}") from None
 
 
 @dataclass

@@ -20,6 +20,9 @@ Fields:
                   {"fwd": ..., "fwd_causal": ..., "bwd": ...}, each ((seq, TFLOP/s), ...)
   attention_scale multiplies the attention table when it was measured on another GPU (documented
                   per entry); 1 for a table measured on this GPU
+  attention_kernels  the fused-attention kernels with a published table on this GPU, by the name
+                  `training.attention_kernel` gives them: {name: (table, scale)}; `attention` is
+                  the default ("auto": what Transformer Engine runs, cuDNN on Hopper/Blackwell)
   sustained       per dtype: the tensor-core rate a power-saturated training step sustains, as a
                   fraction of the burst rate the tables above were measured at (_SUSTAINED below)
 """
@@ -48,6 +51,14 @@ _H100_FA2 = {
     "fwd": tuple(zip(_SEQ, (309, 350, 362, 368, 370, 370))),
     "fwd_causal": tuple(zip(_SEQ, (191, 260, 298, 319, 333, 335))),
     "bwd": tuple(zip(_SEQ, (214, 260, 291, 310, 318, 322))),
+}
+
+# The FlashAttention-3 kernel itself on the same H100 (same figure, FA3 bars): what a stack that
+# calls FA3 directly runs (`training.attention_kernel: fa3`).
+_H100_FA3 = {
+    "fwd": tuple(zip(_SEQ, (467, 565, 625, 638, 646, 648))),
+    "fwd_causal": tuple(zip(_SEQ, (292, 423, 521, 579, 602, 616))),
+    "bwd": tuple(zip(_SEQ, (316, 424, 501, 542, 559, 561))),
 }
 
 # FP8 GEMM at an LLM training shape on Hopper: DeepGEMM README, first release (deepseek-ai/DeepGEMM
@@ -129,6 +140,21 @@ KERNEL_CURVES: dict[str, dict] = {
     "gb300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168)), mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3),
                   attention=_H100_CUDNN, attention_scale=1769.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
 }
+
+# Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has
+# all three bars of the FlashAttention-3 paper's Fig. 5 (cuDNN, FlashAttention-2 -- the kernel
+# PyTorch's SDPA flash backend vendors -- and FlashAttention-3); Ampere and Volta FA2 only (FA3 and
+# the cuDNN table are Hopper measurements); Blackwell only the scaled cuDNN table (no FA2/FA3 rows).
+def _attention_kernels(c: dict) -> dict:
+    own = "fa2" if c["attention"] is _H100_FA2 else "cudnn"
+    kernels = {own: (c["attention"], c["attention_scale"])}
+    if c["attention"] is _H100_CUDNN and c["attention_scale"] == 1.0:     # measured on this GPU: Hopper
+        kernels.update(fa2=(_H100_FA2, 1.0), fa3=(_H100_FA3, 1.0))
+    return kernels
+
+
+KERNEL_CURVES = {name: dict(c, attention_kernels=_attention_kernels(c)) for name, c in KERNEL_CURVES.items()}
+
 
 # A GPU without a curve (a custom `gpu:` block) gets a flat matmul efficiency: 0.80, the median
 # MAMF / dense peak of the NVIDIA rows of the MAMF table above (A100 0.87, H100 0.80, B200 0.78,

@@ -276,6 +276,10 @@ class TrainingConfig:
     activation_compression_bits: int = field(16, doc="bits per element sent between stages")
     optimizer: Literal["adam", "sgd"] = field("adam", doc="optimizer (state size)")
     attention: Literal["eager", "flash"] = field("eager", doc="attention kernel (flash keeps no s x s scores)")
+    attention_kernel: Literal["auto", "cudnn", "fa2", "fa3"] = field(
+        "auto", doc="fused attention's kernel table (attention: flash): auto = what Transformer Engine runs "
+                    "(cuDNN on Hopper/Blackwell, FlashAttention-2 before); fa2 = PyTorch SDPA's flash "
+                    "backend; fa3 = FlashAttention-3 (Hopper)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
     moe_routing: Literal["balanced", "dropless", "capacity"] = field(
