@@ -62,7 +62,8 @@ def run(args) -> int:
         evaluator = lambda s, mode: zero3(s, mode) if s.training.zero_stage >= 3 else plain(s, mode)  # noqa: E731
     custom = args.engine != "sim" or args.zero3_alpha_us is not None
     results = _run_with_progress(run_suite, suites or None, None if not custom else evaluator, args)
-    print(f"engine: {args.engine}; GPU efficiencies: {args.efficiency}\n")
+    print(f"engine: {args.engine}; GPU efficiencies: {args.efficiency} (kernel curves at the sustained, "
+          f"power-limited tensor-core rate: docs/COSTS.md)\n")
     print(format_results(results))
     if args.plot:
         from pipesim.whatif.validation import plot_validation
