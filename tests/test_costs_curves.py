@@ -176,6 +176,31 @@ def test_fp8_weight_copies_are_sharded_under_zero3():
     assert weights[3] - bf16[3] > 0
 
 
+def test_fp8_param_gather_stores_fp8_weights_only_and_gathers_one_byte_each():
+    from pipesim.costs.stage import stage_costs
+    from pipesim.sim.workload import build
+    kw = dict(precision="fp8", fp8_recipe="delayed", zero_stage=1)
+    plain, stored = (stage_costs(scenario(**kw, fp8_param_gather=g))[0] for g in (False, True))
+    fp8 = plain.fp8_params
+    assert 0 < fp8 < plain.params
+    # the 16-bit copy of every FP8-GEMM weight is dropped; the FP8 copy and its transpose stay
+    assert plain.static.weights - stored.static.weights == pytest.approx(2 * fp8)
+    assert stored.static.optimizer == plain.static.optimizer
+    # the distributed optimizer's all-gather: 1 byte per FP8-GEMM weight, 2 for the rest
+    w = {g: build(scenario(**kw, fp8_param_gather=g)).weights_full[0] for g in (False, True)}
+    assert w[False] == pytest.approx(2 * plain.params)
+    assert w[True] == pytest.approx(2 * plain.params - fp8)
+    # the step casts the fp32 master shard (data 2) to FP8, 5 bytes each, then rebuilds the
+    # transposed copy on Hopper, 2 bytes per weight, instead of re-casting every BF16 weight
+    from pipesim.costs.fp8 import fp8_storage_cast_bytes, weight_cast_bytes
+    assert fp8_storage_cast_bytes(fp8, fp8 / 2, "delayed", "h100") == pytest.approx(fp8 / 2 * 5 + fp8 * 2)
+    assert fp8_storage_cast_bytes(fp8, fp8 / 2, "delayed", "b200") == pytest.approx(fp8 / 2 * 5)
+    assert weight_cast_bytes(fp8, "delayed") == pytest.approx(4 * fp8)
+    # at data 2 that is 2.5 + 2 bytes per weight against 4 (more data parallelism: fewer)
+    cast = {g: dict(c.step_ops)["FP8_WEIGHT_CAST"] for g, c in ((False, plain), (True, stored))}
+    assert cast[True] / cast[False] == pytest.approx(4.5 / 4, rel=0.02)
+
+
 def test_tf32_runs_slower_than_bf16():
     t = {p: pipesim.simulate(scenario("dgx-a100-80gb", precision=p)).step_time_s for p in ("bf16", "tf32")}
     assert t["tf32"] > 1.5 * t["bf16"]
@@ -247,6 +272,7 @@ def test_bad_values_get_one_line_errors_naming_the_key():
     assert "matmul_efficiency" in one_line_error(base(system={"gpu": {"matmul_efficiency": -0.5}}))
     assert "sustained_ratio" in one_line_error(base(system={"gpu": {"sustained_ratio": 1.5}}))
     assert "fp8_recipe" in one_line_error(base(training={"precision": "fp8", "fp8_recipe": "rowwise"}))
+    assert "fp8_param_gather" in one_line_error(base(training={"precision": "bf16", "fp8_param_gather": True}))
     msg = one_line_error(base(system={"preset": "gb200-nvl72", "num_nodes": 20}))
     assert "nvlink_domain" in msg and "80 GPUs" in msg
     with pytest.raises(ScenarioError) as err:     # MXFP8 needs Blackwell: found when costing

@@ -64,3 +64,26 @@ def cast_ops(ops: list[Op], recipe: str, curve: str | None = None) -> list[Op]:
 def weight_cast_bytes(gemm_params: float, recipe: str, curve: str | None = None) -> float:
     """Per step: every FP8 weight re-cast after the optimizer update."""
     return gemm_params * cast_bytes(recipe, curve)
+
+
+# FP8 parameter storage (training.fp8_param_gather; Megatron-Core --fp8-param-gather, TE
+# fp8_model_init): the model holds the FP8-GEMM weights in FP8 only. After the update the
+# distributed optimizer casts its fp32 master shard straight to the FP8 parameter shard
+# (megatron/core/fp8_utils.py quantize_param_shard: "Cast shard fp32 main params to fp8 model
+# params": read 4 bytes, write 1), the all-gather moves 1 byte per parameter, and where the GEMMs
+# need a column-wise copy (weight_copy_bytes = 2) it is rebuilt from the gathered weight
+# (fp8_utils.post_all_gather_processing: read 1, write 1).
+MASTER_TO_FP8_BYTES = 4.0 + 1.0
+TRANSPOSE_BYTES = 1.0 + 1.0
+
+
+def fp8_storage_cast_bytes(gemm_params: float, local_gemm_params: float, recipe: str,
+                           curve: str | None = None) -> float:
+    """Per step under FP8 parameter storage: the master-shard cast plus the column-wise rebuild."""
+    transpose = TRANSPOSE_BYTES if weight_copy_bytes(recipe, curve) > 1 else 0.0
+    return local_gemm_params * MASTER_TO_FP8_BYTES + gemm_params * transpose
+
+
+def gathered_bytes_per_param(elem: float, fp8_share: float) -> float:
+    """All-gather bytes per parameter when a share `fp8_share` of them is stored in FP8."""
+    return elem * (1 - fp8_share) + 1.0 * fp8_share

@@ -9,7 +9,8 @@ import math
 from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time, p2p_time
-from pipesim.costs.fp8 import BLACKWELL_CURVES, cast_ops, weight_cast_bytes, weight_copy_bytes
+from pipesim.costs.fp8 import (BLACKWELL_CURVES, cast_ops, fp8_storage_cast_bytes, weight_cast_bytes,
+                               weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
@@ -65,6 +66,7 @@ class StageCosts:
     expert_params: float = 0.0   # of `params`: routed-expert parameters (sharded by EP·ETP)
     gather_params: float | None = None   # data-parallel-equivalent parameters of ZeRO weight
                                          # all-gathers (experts gather over EDP); None = params
+    fp8_params: float = 0.0   # of `params`: weights of FP8 GEMMs (precision fp8)
     moe_block_fwd: float = 0.0   # compute seconds of the MoE blocks (router .. unpermute) inside F
     moe_block_bwd: float = 0.0   # ... inside B (the A2A overlap pairs them with attention, a2a_overlap.py)
     cp_comm_fwd: float = 0.0  # context-parallel K/V exchange not hidden by attention (inside F), seconds
@@ -326,7 +328,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             # the ZeRO-3 gathers are costed: 1 byte per parameter)
             copy = weight_copy_bytes(tr.fp8_recipe, s.system.gpu.kernel_curve)
             shards = dp_cp if tr.zero_stage >= 3 else 1
-            static = StaticMemory(static.weights + fp8_params * copy / shards, static.gradients, static.optimizer)
+            # FP8 parameter storage drops their 16-bit copy (the fp32 master is optimizer state)
+            dropped = fp8_params * elem_of(tr) if tr.fp8_param_gather else 0.0
+            static = StaticMemory(static.weights + (fp8_params * copy - dropped) / shards, static.gradients,
+                                  static.optimizer)
         elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
         opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
@@ -359,7 +364,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
             moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_overlap_slow_fwd=moe.slow_fwd if n_moe else (1.0, 1.0),
             moe_overlap_slow_bwd=moe.slow_bwd if n_moe else (1.0, 1.0),
-            gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None))
+            gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None,
+            fp8_params=fp8_params))
     return out
 
 
@@ -432,6 +438,10 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
         grads = grad_norm_bytes(local_params)
         out.append(("GRAD_NORM", cm.memory_time(grads) + norm_all_reduce(s)))
     out.append(("OPTIMIZER", opt_step))
-    if fp8_params:      # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not
-        out.append(("FP8_WEIGHT_CAST", cm.memory_time(weight_cast_bytes(fp8_params, tr.fp8_recipe, s.system.gpu.kernel_curve))))
+    curve = s.system.gpu.kernel_curve
+    if fp8_params and tr.fp8_param_gather:      # the master shard cast to FP8 (pipesim/costs/fp8.py)
+        local = fp8_params * local_params / params       # sharded as the stage's parameters are
+        out.append(("FP8_WEIGHT_CAST", cm.memory_time(fp8_storage_cast_bytes(fp8_params, local, tr.fp8_recipe, curve))))
+    elif fp8_params:    # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not
+        out.append(("FP8_WEIGHT_CAST", cm.memory_time(weight_cast_bytes(fp8_params, tr.fp8_recipe, curve))))
     return tuple((name, sec) for name, sec in out if sec > 0)

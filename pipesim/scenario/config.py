@@ -295,6 +295,10 @@ class TrainingConfig:
     fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8"] = field(
         "tensorwise", doc="FP8 scaling recipe (precision fp8): per-tensor current or delayed scaling, "
                           "128-element blocks, or MXFP8 (32-element blocks, Blackwell)")
+    fp8_param_gather: bool = field(False, doc="precision fp8: keep the FP8-GEMM weights only in FP8 (no BF16 copy; "
+                                             "fp32 masters in the optimizer) and all-gather them in FP8 (Megatron "
+                                             "--fp8-param-gather, Transformer Engine fp8_model_init; NeMo 2.0 / "
+                                             "Megatron-Bridge FP8 recipes turn it on)")
     grad_reduce_in_fp32: bool = field(False, doc="accumulate and reduce gradients in fp32 (Megatron-LM's default "
                                                  "for bf16 parameters: arguments.py, accumulate_allreduce_grads_in_fp32)")
     overlap_tp_comm: bool = field(False, doc="overlap tensor-parallel collectives with the GEMMs "

@@ -266,6 +266,9 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if m.ffn % q:
         loader.fail("parallel.tensor", f"ffn_hidden_size({m.ffn}) is not divisible by the tensor split ({q})")
     _check_context(s, loader)
+    if tr.fp8_param_gather and tr.precision != "fp8":
+        loader.fail("training.fp8_param_gather", f"FP8 parameter storage and all-gather need precision: fp8, "
+                    f"got precision: {tr.precision}")
     if par.sequence_parallel and m.seq_length % (t * par.context):
         loader.fail("parallel.sequence_parallel", f"seq_length({m.seq_length}) is not divisible by "
                     f"tensor({t})·context({par.context}) = {t * par.context}")

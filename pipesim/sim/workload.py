@@ -482,11 +482,12 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         dp_size=len(dps), stage_costs=costs, buckets=buckets, grad_kind=grad_kind,
         zero_stage=tr.zero_stage, overlap_grad_reduce=tr.overlap_grad_reduce,
         # ZeRO-3 gathers the compute copy: FP8 under fp8 (FP8 parameter all-gather, Transformer
-        # Engine fp8_model_init / torchao float8 FSDP2), else 16- or 32-bit; MoE experts gather
-        # over expert-data parallelism (gather_params: their data-parallel-equivalent count)
+        # Engine fp8_model_init / torchao float8 FSDP2), else 16- or 32-bit; the distributed
+        # optimizer's gather moves the FP8-GEMM weights in FP8 under training.fp8_param_gather;
+        # MoE experts gather over expert-data parallelism (gather_params: their
+        # data-parallel-equivalent count)
         weights_full={c.stage: (c.params if getattr(c, "gather_params", None) is None else c.gather_params)
-                      * (1 if tr.precision == "fp8" and tr.zero_stage >= 3 else elem)
-                      for c in costs},
+                      * _gather_elem(tr, elem, c) for c in costs},
         gather_tensors={c.stage: max(1, c.param_tensors) for c in costs},
         gather_layers={c.stage: max(1, c.layers) for c in costs},
         act_bytes={c.stage: c.activation_bytes for c in costs},
@@ -498,6 +499,16 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         regather_recompute=not tr.zero3_prefetch and tr.recompute == "full",
         zero3_gather_rate=tr.zero3_gather_GBps * 1e9 if tr.zero3_gather_GBps else None,
         host_profile=host_profile_for(s))
+
+
+def _gather_elem(tr, elem: int, c) -> float:
+    """Bytes per parameter a ZeRO weight all-gather moves for stage costs `c`."""
+    if tr.precision == "fp8" and tr.zero_stage >= 3:
+        return 1.0
+    if tr.fp8_param_gather and c.params:
+        from pipesim.costs.fp8 import gathered_bytes_per_param
+        return gathered_bytes_per_param(elem, getattr(c, "fp8_params", 0.0) / c.params)
+    return elem
 
 
 def host_profile_for(s):

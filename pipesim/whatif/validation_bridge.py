@@ -8,10 +8,18 @@ EP, FSDP and precision (FP8-CS = FP8 with current per-tensor scaling -> fp8_reci
 FP8-MX = MXFP8, 32x32 blocks on B200/GB200 -> fp8_recipe mxfp8; BF16). FSDP > 0 -> ZeRO-3 over
 the data-parallel group (FSDP equals dp in every transcribed row; other values are refused).
 
+Set as the 25.11 release's own performance scripts set them (NVIDIA-NeMo/Megatron-Bridge tag
+v0.2.0, 2025-11-26): gradients reduced in bf16 (scripts/performance/configs/*/*_llm_pretrain.py:
+`cfg.ddp.grad_reduce_in_fp32 = False` in every pre-training config), and the FP8 rows keep their
+weights in FP8 and all-gather them in FP8 (src/megatron/bridge/training/mixed_precision.py:
+bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`;
+scripts/performance/utils/helpers.py get_precision_config picks them, with BF16 first/last layers
+turned off). Per-row settings of those scripts (CUDA graphs, HybridEP dispatch, MoE A2A overlap,
+activation offloading, per-module recompute) are not mapped.
 Assumptions the table does not state, made once for the whole family (Megatron-Core defaults as
 for nemo2407 in pipesim/whatif/families.py): sequence parallelism with TP, TP comm overlap, the
-distributed optimizer (ZeRO-1) unless FSDP, overlapped grad reduce and param gather, fp32
-gradient reduction, Megatron's default DDP bucket, flash (cuDNN) attention, no activation
+distributed optimizer (ZeRO-1) unless FSDP, overlapped grad reduce and param gather, Megatron's
+default DDP bucket, flash (cuDNN) attention, no activation
 recompute, no dropout, ring context parallelism. Layers that do not split evenly over
 pipeline·virtual chunks are placed as Megatron's account_for_embedding/loss_in_pipeline_split
 does: layers+2 slots split as evenly as possible (the remainder to the first chunks), the first
@@ -83,10 +91,10 @@ def bridge_scenario(case) -> dict:
     training = {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                 "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": precision,
                 "attention": "flash", "zero_stage": 3 if fsdp else 1, "overlap_grad_reduce": True,
-                "overlap_param_gather": True, "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": True,
+                "overlap_param_gather": True, "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": False,
                 "grad_bucket_MB": megatron_bucket_MB(dp)}
     if recipe:
-        training["fp8_recipe"] = recipe
+        training.update(fp8_recipe=recipe, fp8_param_gather=True)
     model = {"preset": BRIDGE_MODELS[name], "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False}
     if ep > 1:
         parallel.update(expert=ep, expert_tensor=1)
