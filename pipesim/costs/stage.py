@@ -425,7 +425,8 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
       GRAD_NORM       gradient clipping: a multi-tensor L2 norm over the local gradients (memory
                       bound) and a scalar all-reduce over the tensor, pipeline and data groups
       OPTIMIZER       Adam over the local (ZeRO-sharded) parameters, memory bound
-      FP8_WEIGHT_CAST the FP8 weight copies re-cast after the update (precision fp8)"""
+      FP8_WEIGHT_CAST the FP8 weight copies re-cast after the update (precision fp8); under
+                      fp8_param_gather the fp32 master shard cast to FP8 plus the transpose rebuild"""
     tr, par = s.training, s.parallel
     out = []
     last = s.num_model_stages - 1
