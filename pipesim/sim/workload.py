@@ -16,6 +16,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, collective_time, p2p_time
+from pipesim.costs.fp8 import gathered_bytes_per_param
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.errors import PlanError, ScenarioError
@@ -506,8 +507,7 @@ def _gather_elem(tr, elem: int, c) -> float:
     if tr.precision == "fp8" and tr.zero_stage >= 3:
         return 1.0
     if tr.fp8_param_gather and c.params:
-        from pipesim.costs.fp8 import gathered_bytes_per_param
-        return gathered_bytes_per_param(elem, getattr(c, "fp8_params", 0.0) / c.params)
+        return gathered_bytes_per_param(elem, c.fp8_params / c.params)
     return elem
 
 
