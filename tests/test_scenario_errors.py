@@ -47,6 +47,11 @@ CASES = [
     ("missing profile", GOOD + "costs: {profile: nowhere.json}\n", ["costs.profile", "not found"]),
     ("2d needs a square", GOOD.replace("tensor: 2, pipeline: 2, data: 2",
                                        "tensor: 2, pipeline: 2, data: 2, tensor_mode: 2d"), ["not q·q"]),
+    ("kept weights need ZeRO-3", GOOD.replace("global_batch_size: 32",
+                                              "global_batch_size: 32, zero_stage: 1, reshard_after_forward: false"),
+     ["training.reshard_after_forward", "ZeRO-3", "zero_stage: 1"]),
+    ("ZeRO-3 collective unit", GOOD.replace("global_batch_size: 32", "global_batch_size: 32, zero3_collectives: block"),
+     ["training.zero3_collectives", "tensor", "layer"]),
     ("compression bits", GOOD.replace("global_batch_size: 32", "global_batch_size: 32, activation_compression_bits: 7"),
      ["activation_compression_bits must be 16, 12, 8 or 4"]),
 ]

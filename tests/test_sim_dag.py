@@ -15,6 +15,7 @@ VARIANTS = {
     "dp-overlap": dict(data=2, bw_GBps=0.05, extra_training={"grad_bucket_MB": 0.05}),
     "dp-after-zero1": dict(data=2, extra_training={"overlap_grad_reduce": False, "zero_stage": 1}),
     "zero1-param-gather-overlap": dict(data=2, extra_training={"zero_stage": 1, "overlap_param_gather": True}),
+    "zero2-every-microbatch": dict(data=2, bw_GBps=0.05, extra_training={"zero_stage": 2, "grad_bucket_MB": 0.05}),
     "quantized-recompute": dict(extra_training={"activation_compression_bits": 8, "recompute": "full"}),
     "straggler": dict(data=2, heterogeneity={"rank_speed": {2: 0.6}}),
     "slow-links": dict(bw_GBps=0.002, latency_us=50.0),

@@ -127,6 +127,53 @@ def test_zero3_without_prefetch_gathers_when_each_action_is_reached():
     assert pipesim.simulate(s, stage_costs=costs).step_time_s == 5.0
 
 
+def test_sharded_gradients_reduce_after_every_microbatch():
+    """ZeRO-2 holds gradients sharded, so each backward reduce-scatters its own (DeepSpeed, FSDP);
+    ZeRO-1 accumulates full gradients and reduces once, after the last backward. One stage, data 2
+    on a ring: a 1e9-byte bucket reduce-scatters in 0.5 s; F [0,1] B [1,3] F [3,4] B [4,6]."""
+    def dp_events(zero):
+        s = tiny(P=1, M=2, data=2, extra_training={"zero_stage": zero, "grad_bucket_MB": 1000},
+                 extra_parallel={"collective": "ring"})
+        r = pipesim.simulate(s, stage_costs=uniform(s, f=1, b=2, grad_bytes=2e9), engine_choice="simpy")
+        return [(e.start, e.end) for e in r.events if e.kind == "DP" and e.rank == 0], r
+    one, r1 = dp_events(1)
+    two, r2 = dp_events(2)
+    assert one == [(5.0, 5.5), (6.0, 6.5)]
+    assert two == [(2.0, 2.5), (3.0, 3.5), (5.0, 5.5), (6.0, 6.5)]
+    assert r1.step_time_s == r2.step_time_s      # the first backward's reduction hides under F1
+
+
+def test_zero3_kept_weights_gather_once_per_microbatch():
+    """FSDP reshard_after_forward=False: the forward's gather serves the backward; the weights
+    count unsharded. Gathers of 0.5 s (1e9 bytes of weights on a 2-rank ring)."""
+    kept = {"zero_stage": 3, "reshard_after_forward": False}
+    s = tiny(P=1, M=2, data=2, extra_training=kept, extra_parallel={"collective": "ring"})
+    r = pipesim.simulate(s, stage_costs=uniform(s, f=1, b=2, params=0.5e9))
+    gathers = [(e.start, e.end) for e in r.events if e.kind == "ZERO_GATHER" and e.rank == 0]
+    assert gathers == [(0.0, 0.5), (0.5, 1.0)]           # F0's, then F1's prefetched during F0
+    assert [x[1:4] for x in log(r, rank=0, streams=("compute",))] == [
+        ("B", 0, 0), ("B", 0, 1), ("F", 0, 0), ("F", 0, 1)]
+    assert r.step_time_s == 6.5                          # 0.5 s first gather + 3 x (F + B)
+    refetch = tiny(P=1, M=2, data=2, extra_training={"zero_stage": 3}, extra_parallel={"collective": "ring"})
+    r2 = pipesim.simulate(refetch, stage_costs=uniform(refetch, f=1, b=2, params=0.5e9))
+    assert len([e for e in r2.events if e.kind == "ZERO_GATHER" and e.rank == 0]) == 4
+    from pipesim.costs.memory import static_memory
+    assert static_memory(1e9, "bf16", "adam", 3, 8, resident_weights=True).weights == 2e9
+    assert static_memory(1e9, "bf16", "adam", 3, 8).weights == 2e9 / 8
+
+
+def test_zero3_collectives_per_layer_pay_one_latency_per_layer():
+    """PyTorch FSDP gathers and reduce-scatters one flat buffer per wrapped layer; DeepSpeed's
+    ZeRO-3 one collective per parameter tensor, each paying the ring's latency."""
+    from pipesim.sim.workload import build as build_workload
+    base = {"zero_stage": 3}
+    per_tensor = build_workload(tiny(P=1, M=1, data=2, extra_training=base))
+    per_layer = build_workload(tiny(P=1, M=1, data=2, extra_training={**base, "zero3_collectives": "layer"}))
+    c = per_layer.stage_costs[0]
+    assert per_layer.gather_tensors[0] == c.layers < per_tensor.gather_tensors[0] == c.param_tensors
+    assert len(per_layer.buckets[0]) == c.layers
+
+
 def test_optimizer_step_ends_the_step():
     s = tiny(P=2, M=1, schedule="gpipe")
     r = pipesim.simulate(s, stage_costs=uniform(s, f=1, b=2, opt=0.25))

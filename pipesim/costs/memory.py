@@ -32,7 +32,12 @@ def optimizer_bytes_per_param(optimizer: str, precision: str) -> float:
     return 4 * states + (4 if mixed else 0)           # + fp32 master weights when mixed
 
 
-def static_memory(params: float, precision: str, optimizer: str, zero_stage: int, dp: int) -> StaticMemory:
+def static_memory(params: float, precision: str, optimizer: str, zero_stage: int, dp: int,
+                  resident_weights: bool = False) -> StaticMemory:
+    """Weights, gradients and optimizer states per GPU. `resident_weights`: ZeRO-3 weights that stay
+    gathered from a micro-batch's forward to its backward (FSDP reshard_after_forward=False); at the
+    peak every layer holds them (pipelined: every chunk has a micro-batch in flight), so they count
+    unsharded."""
     elem = 4 if precision in ("fp32", "tf32") else 2
     weights, grads = params * elem, params * elem
     opt = params * optimizer_bytes_per_param(optimizer, precision)
@@ -40,6 +45,6 @@ def static_memory(params: float, precision: str, optimizer: str, zero_stage: int
         opt /= dp
     if zero_stage >= 2:
         grads /= dp
-    if zero_stage >= 3:
+    if zero_stage >= 3 and not resident_weights:
         weights /= dp
     return StaticMemory(weights, grads, opt)

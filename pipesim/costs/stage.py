@@ -313,12 +313,13 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         # routed-expert weights, gradients and optimizer states are sharded over expert-data
         # parallelism, the dense ones over data parallelism (pipesim/costs/moe_parallel.py)
         dense_params = params - ep.params
-        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_cp)
+        resident = not tr.reshard_after_forward
+        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_cp, resident)
         local_params = dense_params / (dp_cp if tr.zero_stage >= 1 else 1)
         if ep.params:
             from pipesim.costs.moe_parallel import expert_data_size
             edp = expert_data_size(s)
-            static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp))
+            static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp, resident))
             local_params += ep.params / (edp if tr.zero_stage >= 1 else 1)
         if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
             static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
@@ -327,7 +328,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             # under ZeRO-3 / FSDP they are sharded like the weights (gathered per layer in FP8, as
             # the ZeRO-3 gathers are costed: 1 byte per parameter)
             copy = weight_copy_bytes(tr.fp8_recipe, s.system.gpu.kernel_curve)
-            shards = dp_cp if tr.zero_stage >= 3 else 1
+            shards = dp_cp if tr.zero_stage >= 3 and not resident else 1
             # FP8 parameter storage drops their 16-bit copy (the fp32 master is optimizer state)
             dropped = fp8_params * elem_of(tr) if tr.fp8_param_gather else 0.0
             static = StaticMemory(static.weights + (fp8_params * copy - dropped) / shards, static.gradients,

@@ -308,6 +308,15 @@ class TrainingConfig:
     zero3_prefetch: bool = field(True, doc="ZeRO-3: gather the next module's parameters while the current one "
                                            "computes (FSDP, DeepSpeed since mid-2021); false: every gather "
                                            "waits for the compute before it (DeepSpeed <= 0.3.16, PR #1188)")
+    reshard_after_forward: bool = field(True, doc="ZeRO-3: free the gathered weights after each module's "
+                                                  "forward and gather them again for its backward (FSDP "
+                                                  "FULL_SHARD); false: gather once per micro-batch forward "
+                                                  "and keep them to its backward (FSDP SHARD_GRAD_OP / "
+                                                  "reshard_after_forward=False)")
+    zero3_collectives: Literal["tensor", "layer"] = field(
+        "tensor", doc="ZeRO-3 collectives: one weight all-gather per parameter tensor (DeepSpeed ZeRO-3), or "
+                      "one all-gather and one gradient reduce-scatter per Transformer layer (PyTorch FSDP: "
+                      "a flat parameter per wrapped block; FSDP2: one gather per fully_shard module)")
     zero3_gather_GBps: Optional[float] = field(None, doc="ZeRO-3: the framework's achieved parameter-gather rate "
                                                          "per GPU, GB/s, when below the network's (DeepSpeed 0.3.16 "
                                                          "on 8 NVLink A100: 21, issue #1174; docs/WHATIF.md)")

@@ -269,6 +269,9 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if tr.fp8_param_gather and tr.precision != "fp8":
         loader.fail("training.fp8_param_gather", f"FP8 parameter storage and all-gather need precision: fp8, "
                     f"got precision: {tr.precision}")
+    if not tr.reshard_after_forward and tr.zero_stage != 3:
+        loader.fail("training.reshard_after_forward", f"keeping gathered weights from forward to backward "
+                    f"is a ZeRO-3 / FSDP choice, got zero_stage: {tr.zero_stage}")
     if par.sequence_parallel and m.seq_length % (t * par.context):
         loader.fail("parallel.sequence_parallel", f"seq_length({m.seq_length}) is not divisible by "
                     f"tensor({t})·context({par.context}) = {t * par.context}")

@@ -31,7 +31,7 @@ from pipesim.report.metrics import RankTimeline
 from pipesim.sim.engine import flat_memory_logs, summarize
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
-from pipesim.sim.workload import STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
+from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
 
 
 def applies(w: Workload, trace: bool) -> str | None:
@@ -259,6 +259,7 @@ class DagRun:
         my_ports = ports[gid]
         dp_port = dp.port
         overlap = self.w.overlap_grad_reduce
+        every = self.w.grad_every_microbatch
         for code, key, kind, stage, grad_last, rkey, peer, _, _, _ in ops:
             c = table[key]
             if code == COMPUTE:
@@ -267,7 +268,7 @@ class DagRun:
                 if m0:
                     mtimes.append(start)
                     mids.append(m0)
-                if grad_last and overlap:
+                if overlap and (grad_last or every and kind in GRAD_KINDS):
                     dp.put(stage, start, c.dur)
                 t = start + c.dur
                 compute.append((start, t, kind))

@@ -27,7 +27,7 @@ from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.memory import ChangeIds, MemoryTracker
 from pipesim.sim.network import Network, reserve_all
-from pipesim.sim.workload import STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
+from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
 
 
 @contextmanager
@@ -237,7 +237,9 @@ class Engine:
         zero3 = w.zero_stage == 3 and self.dp_n > 1
         prefetch = w.zero3_prefetch
         overlap = w.overlap_grad_reduce
-        gathers = [i for i, op in enumerate(ops) if op.gather] if zero3 else []
+        every = w.grad_every_microbatch
+        refetch = w.reshard_after_forward     # else only a forward gathers; its backward keeps them
+        gathers = [i for i, op in enumerate(ops) if op.gather and (refetch or op.kind == "F")] if zero3 else []
         gather_ev, gather_next = {}, 0
         if gathers:
             gather_ev[gathers[0]] = self._issue_gather(g, ops[gathers[0]], 0)
@@ -252,7 +254,8 @@ class Engine:
         timer._value = None
         for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, gather) in enumerate(ops):
             if code == COMPUTE:
-                if zero3 and gather:
+                gather = zero3 and gather and (refetch or kind == "F")
+                if gather:
                     ev = gather_ev.pop(idx)
                     if not ev.processed:
                         yield ev
@@ -265,8 +268,8 @@ class Engine:
                 if m0:
                     mtimes.append(start)
                     mids.append(m0)
-                if grad_last and overlap:
-                    self.put(gid, ("grad", stage, start, dur))
+                if overlap and (grad_last or every and kind in GRAD_KINDS):
+                    self.put(gid, ("grad", stage, start, dur, mb))
                 timer.callbacks = []
                 heappush(queue, (start + dur, NORMAL, next(eid), timer))
                 yield timer
@@ -279,9 +282,11 @@ class Engine:
                     mtimes.append(end)
                     mids.append(recv_free or reg.buffer_free(recv_buffer))
                     recv_buffer = 0.0
-                if zero3 and gather:
-                    mtimes.append(end)
-                    mids.append(reg.buffer_free(self._gathered(stage)))
+                if gather:
+                    held = self._gathered(stage)
+                    if held:
+                        mtimes.append(end)
+                        mids.append(reg.buffer_free(held))
                     if not prefetch and gather_next < len(gathers):
                         # synchronous gathers: the next one starts once this compute is done
                         j = gathers[gather_next]
@@ -357,7 +362,7 @@ class Engine:
         # ---- end of step: gradient reduction, optimizer, ZeRO-1/2 weight all-gather
         if not overlap:
             for st in tl.stages:
-                self.put(gid, ("grad", st, env._now, 0.0))
+                self.put(gid, ("grad", st, env._now, 0.0, -1))
         yield from self._drain(gid)
         # per-step fixed ops (embedding all-reduce, grad norm, optimizer, FP8 weight cast)
         for name, sec in (g.step_ops or (("OPTIMIZER", g.optimizer_s),)):
@@ -385,6 +390,8 @@ class Engine:
     def _gathered(self, stage) -> float:
         """ZeRO-3 gathers module by module (DeepSpeed's prefetch bucket, Rajbhandari et al. 2020
         Sec. 5.3): about one layer in use plus one prefetched is live, not the whole stage."""
+        if not self.w.reshard_after_forward:
+            return 0.0          # kept from forward to backward: counted as resident weights
         full = self.w.weights_full[stage]
         live = full * min(1.0, 2.0 / self.w.gather_layers[stage])
         return live - live / self.dp_n
@@ -419,11 +426,11 @@ class Engine:
             if typ == "drain":
                 job[1].succeed()
             elif typ == "grad":
-                _, st, t0, dur = job
+                _, st, t0, dur, mb = job
                 sizes = w.buckets[st]
                 if self.dp_n <= 1 or not sizes:
                     continue
-                ivs = yield from self._grad_reduce(g, st, t0, dur, sizes)
+                ivs = yield from self._grad_reduce(g, st, t0, dur, sizes, mb)
                 tl.comm.setdefault("DP", []).extend(ivs)
                 if self.trace:
                     for b, (start, end) in enumerate(ivs):
@@ -473,7 +480,7 @@ class Engine:
         yield bar.done
         return bar.data
 
-    def _grad_reduce(self, g, st, t0, dur, sizes):
+    def _grad_reduce(self, g, st, t0, dur, sizes, mb=-1):
         """Generator: the buckets of stage `st` over g's DP group; returns their intervals.
 
         Bucket b of a member is ready at t0 + dur (b+1)/n; it starts when every member has it
@@ -483,7 +490,7 @@ class Engine:
         n = len(sizes)
         sec = collective_seconds(w, w.grad_kind, sizes[0], g.pp)
         if len(members) > 1:
-            bar, last = self.net.arrive(("grad", g.pp, st), len(members), (t0, dur))
+            bar, last = self.net.arrive(("grad", g.pp, st, mb), len(members), (t0, dur))
             if not last:
                 yield bar.done
                 return bar.data

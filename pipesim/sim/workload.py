@@ -34,6 +34,8 @@ KIND_CODE = {"F": 0, "B": 1, "I": 2, "W": 3, "R": 4, "SEND_F": 5, "SEND_B": 6, "
 NKINDS = len(KIND_CODE)
 _COMPUTE = frozenset(("F", "B", "I", "W", "R"))
 _GATHER = frozenset(("F", "B", "I"))
+# actions that produce weight gradients ("FB": an A2A-overlap pair, sim/a2a_overlap.PAIR_KIND)
+GRAD_KINDS = frozenset(("B", "W", "FB"))
 
 
 class Step(NamedTuple):
@@ -189,6 +191,8 @@ class Workload:
     zero3_prefetch: bool = True   # ZeRO-3: gather one compute action ahead (else when it is reached)
     zero3_gather_rate: float | None = None   # ZeRO-3: the framework's gather bytes/s per GPU, if capped
     regather_recompute: bool = False   # ZeRO-3: a recomputing backward gathers its weights twice
+    reshard_after_forward: bool = True   # ZeRO-3: the backward gathers again (else only the forward)
+    grad_every_microbatch: bool = False  # sharded gradients: reduce-scatter after every backward
     cache: dict = field(default_factory=dict)   # memoised collective times
     host_profile: object = None   # a CPU profile whose host model measured the all-reduce (calibrate/host.py)
     change_ids: object = None   # memory.ChangeIds numbering this workload's Cost.ids (set by sim/dag.py)
@@ -396,8 +400,11 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
     grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
     bucket = tr.grad_bucket_MB * 1e6
     buckets = {}
+    per_layer = tr.zero_stage == 3 and tr.zero3_collectives == "layer"
     for c in costs:
         n = max(1, math.ceil(c.grad_bytes / bucket)) if c.grad_bytes > 0 else 0
+        if per_layer and n:
+            n = max(1, c.layers)          # FSDP: one reduce-scatter per wrapped layer
         buckets[c.stage] = [c.grad_bytes / n] * n if n else []
     elem = 4 if tr.precision in ("fp32", "tf32") else 2
     wf = w_fraction(s)
@@ -489,7 +496,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         # data-parallel-equivalent count)
         weights_full={c.stage: (c.params if getattr(c, "gather_params", None) is None else c.gather_params)
                       * _gather_elem(tr, elem, c) for c in costs},
-        gather_tensors={c.stage: max(1, c.param_tensors) for c in costs},
+        gather_tensors={c.stage: max(1, c.layers if per_layer else c.param_tensors) for c in costs},
         gather_layers={c.stage: max(1, c.layers) for c in costs},
         act_bytes={c.stage: c.activation_bytes for c in costs},
         w_fraction=wf,
@@ -499,6 +506,14 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         # recomputed one inside the backward too, so the backward's own hook gathers them again
         regather_recompute=not tr.zero3_prefetch and tr.recompute == "full",
         zero3_gather_rate=tr.zero3_gather_GBps * 1e9 if tr.zero3_gather_GBps else None,
+        reshard_after_forward=tr.reshard_after_forward,
+        # A gradient held sharded (ZeRO-2/3) cannot accumulate unreduced partial sums over
+        # micro-batches, so each backward reduce-scatters its gradients: DeepSpeed ZeRO-2/3 reduce
+        # in every micro-step's backward hooks (deepspeed/runtime/zero/stage_1_and_2.py,
+        # reduce_ready_partitions_and_remove_grads), and PyTorch FSDP does so unless no_sync() keeps
+        # full, unsharded gradients instead (torch.distributed.fsdp docs, FullyShardedDataParallel.
+        # no_sync). The distributed optimizer (ZeRO-1) accumulates full gradients and reduces once.
+        grad_every_microbatch=tr.zero_stage >= 2 and tr.overlap_grad_reduce,
         host_profile=host_profile_for(s))
 
 

@@ -92,7 +92,9 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # a recomputing backward gathers twice when the weights are released after every forward
         # (the non-prefetching DeepSpeed mode: pipesim/sim/workload.py regather_recompute)
         regather = not tr.zero3_prefetch and tr.recompute == "full"
-        per_mb = (3 if regather else 2) * gather + collective_time("reduce_scatter", grad, group, alg)
+        # weights kept from the forward to the backward (reshard_after_forward false): one gather
+        gathers = 1 if not tr.reshard_after_forward else 3 if regather else 2
+        per_mb = gathers * gather + collective_time("reduce_scatter", grad, group, alg)
         compute = sum(st.forward + st.backward for st in stages_of_rank)
         M = s.num_microbatches
         # without prefetch every gather waits for the compute before it: nothing hides
@@ -108,6 +110,14 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         return total, total
     bucket = min(grad, tr.grad_bucket_MB * 1e6)
     last = collective_time("all_reduce", bucket, group, alg)
+    M = s.num_microbatches
+    if tr.zero_stage == 2 and M > 1:
+        # sharded gradients are reduce-scattered after every micro-batch's backward
+        # (pipesim/sim/workload.py grad_every_microbatch); each hides under the next micro-batch
+        rs = collective_time("reduce_scatter", grad, group, alg)
+        per_mb = sum(st.forward + st.backward for st in stages_of_rank)
+        total += (M - 1) * rs
+        return (M - 1) * max(0.0, rs - per_mb) + max(last, total - (M - 1) * rs - backward_last), total
     return max(last, total - backward_last), total
 
 
