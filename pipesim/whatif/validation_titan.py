@@ -40,7 +40,9 @@ def titan_scenario(case) -> dict:
     recompute, every = TITAN_AC[ac]
     training = {"micro_batch_size": local, "global_batch_size": local * n, "schedule": "1f1b",
                 "recompute": recompute, "precision": "bf16", "attention": "flash", "kernel_fusion": "eager",
-                "zero_stage": 3,
+                # FSDP2 wraps every TransformerBlock with fully_shard (torchtitan parallelize_llama):
+                # one all-gather and one reduce-scatter per layer
+                "zero_stage": 3, "zero3_collectives": "layer",
                 "zero3_prefetch": True, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True}
     if every:
         from pipesim.presets.models import MODELS
