@@ -91,6 +91,7 @@ def work_of(steps, table) -> tuple[dict, float]:
 # port reservations included) precedes that rank's DP bucket reservations: a deterministic rule the
 # DAG fast path (sim/dag.py) reproduces without an event queue.
 # simpy is imported by Engine() only, so the DAG path (which shares summarize) never loads it.
+URGENT = 0                  # simpy.events.URGENT (a Process starts at this priority)
 NORMAL = 1                  # simpy.events.NORMAL (checked in Engine.__init__)
 DP_PRIORITY = NORMAL + 1
 _Event = None               # simpy.events.Event, bound by Engine.__init__
@@ -155,6 +156,40 @@ def run_queue(env) -> None:
             raise ev._value
 
 
+class _Proc:
+    """Drives one engine generator on SimPy's event queue, in place of `simpy.Process`: its
+    resume callback sends None (the engine's generators read what they wait for from the events
+    themselves, never the sent value) and hooks itself onto the next event, looping at once past
+    events already processed, as Process does. Process's generality (interrupts, failed events
+    thrown into the generator, the active-process bookkeeping) is unused here: events never fail
+    (run_queue raises if one does). Started like a Process: an URGENT event at the current time,
+    so start order and event ids match SimPy's."""
+    __slots__ = ("_generator", "is_alive")
+
+    def __init__(self, env, generator):
+        self._generator = generator
+        self.is_alive = True
+        send = generator.send
+
+        def resume(_event):
+            while True:
+                try:
+                    event = send(None)
+                except StopIteration:
+                    self.is_alive = False
+                    return
+                callbacks = event.callbacks
+                if callbacks is not None:
+                    callbacks.append(resume)
+                    return
+
+        start = _Event(env)
+        start._ok = True
+        start._value = None
+        start.callbacks = [resume]
+        env.schedule(start, URGENT)
+
+
 def _exposed_a2a(row, table) -> float:
     """A rank's exposed all-to-all seconds (sim/a2a_overlap.py, imported for MoE plans only)."""
     if not any(c is not None and c.a2a_exposed for c in table):
@@ -181,8 +216,8 @@ class Engine:
     def __init__(self, w: Workload, trace: bool = False):
         global _Event
         import simpy
-        from simpy.events import NORMAL as SIMPY_NORMAL, Event
-        assert SIMPY_NORMAL == NORMAL, "simpy changed its priority constants"
+        from simpy.events import NORMAL as SIMPY_NORMAL, URGENT as SIMPY_URGENT, Event
+        assert (SIMPY_NORMAL, SIMPY_URGENT) == (NORMAL, URGENT), "simpy changed its priority constants"
         _Event = Event
         self.w = w
         self.trace = trace
@@ -249,6 +284,9 @@ class Engine:
         compute, recv_log = tl.compute, tl.recv
         p2p = tl.comm.setdefault("P2P", [])
         queue, eid = env._queue, env._eid
+        # bound methods held in locals: the hot loop calls them ~5 times per action
+        mt_add, mi_add, c_add, p2p_add, recv_add = (mtimes.append, mids.append, compute.append, p2p.append,
+                                                    recv_log.append)
         timer = _Event(env)
         timer._ok = True
         timer._value = None
@@ -266,27 +304,27 @@ class Engine:
                 dur, m0, m1 = info[key]
                 start = env._now
                 if m0:
-                    mtimes.append(start)
-                    mids.append(m0)
+                    mt_add(start)
+                    mi_add(m0)
                 if overlap and (grad_last or every and kind in GRAD_KINDS):
                     self.put(gid, ("grad", stage, start, dur, mb))
                 timer.callbacks = []
                 heappush(queue, (start + dur, NORMAL, next(eid), timer))
                 yield timer
                 end = env._now
-                compute.append((start, end, kind))
+                c_add((start, end, kind))
                 if m1:
-                    mtimes.append(end)
-                    mids.append(m1)
+                    mt_add(end)
+                    mi_add(m1)
                 if recv_buffer:
-                    mtimes.append(end)
-                    mids.append(recv_free or reg.buffer_free(recv_buffer))
+                    mt_add(end)
+                    mi_add(recv_free or reg.buffer_free(recv_buffer))
                     recv_buffer = 0.0
                 if gather:
                     held = self._gathered(stage)
                     if held:
-                        mtimes.append(end)
-                        mids.append(reg.buffer_free(held))
+                        mt_add(end)
+                        mi_add(reg.buffer_free(held))
                     if not prefetch and gather_next < len(gathers):
                         # synchronous gathers: the next one starts once this compute is done
                         j = gathers[gather_next]
@@ -301,7 +339,7 @@ class Engine:
                     timer.callbacks = []
                     heappush(queue, (start + extra, NORMAL, next(eid), timer))
                     yield timer
-                    compute.append((start, env._now, "QUANTIZE"))
+                    c_add((start, env._now, "QUANTIZE"))
                     if trace:
                         self.record(gid, "compute", "QUANTIZE", stage, mb, start, env._now)
                 # isend: reserve this rank's port (Port.reserve inlined), post the message (network.py)
@@ -317,11 +355,11 @@ class Engine:
                     waiting._value = (wire, end)
                     heappush(queue, (end, NORMAL, next(eid), waiting))
                 if alloc:
-                    mtimes.append(now)
-                    mids.append(alloc)
-                    mtimes.append(end)
-                    mids.append(release)
-                p2p.append((wire, end))
+                    mt_add(now)
+                    mi_add(alloc)
+                    mt_add(end)
+                    mi_add(release)
+                p2p_add((wire, end))
                 if trace:
                     self.record(gid, "send", kind, stage, mb, wire, end, table[key].nbytes, issued=now, dst=peer,
                                 flow=(peers[peer],) + rkey)
@@ -341,11 +379,11 @@ class Engine:
                         heappush(queue, (arrived, NORMAL, next(eid), timer))
                         yield timer
                 now = env._now
-                recv_log.append((reached, now, wire, kind))
+                recv_add((reached, now, wire, kind))
                 nbytes, extra, alloc, release = info[key]
                 if nbytes:
-                    mtimes.append(now)
-                    mids.append(alloc)
+                    mt_add(now)
+                    mi_add(alloc)
                     recv_free = 0 if recv_buffer else release
                     recv_buffer += nbytes
                 if trace:
@@ -354,7 +392,7 @@ class Engine:
                     timer.callbacks = []
                     heappush(queue, (now + extra, NORMAL, next(eid), timer))
                     yield timer
-                    compute.append((now, env._now, "DEQUANTIZE"))
+                    c_add((now, env._now, "DEQUANTIZE"))
                     if trace:
                         self.record(gid, "compute", "DEQUANTIZE", stage, mb, now, env._now)
         pc[gid] = len(ops)
@@ -370,7 +408,7 @@ class Engine:
                 continue
             start = env._now
             yield env.timeout(sec)
-            compute.append((start, env._now, name))
+            c_add((start, env._now, name))
             self.record(gid, "compute", name, -1, -1, start, env._now)
         # the distributed optimizer's parameter all-gather; with Megatron's --overlap-param-gather
         # it runs bucket by bucket under the next step's first forward, so only what outlasts
@@ -528,9 +566,9 @@ class Engine:
     # ---------------------------------------------------------------- run
     def run(self):
         env = self.env
-        procs = [env.process(self.rank(g)) for g in self.w.gangs]
+        procs = [_Proc(env, self.rank(g)) for g in self.w.gangs]
         for g in self.w.gangs:
-            env.process(self.dp_stream(g))
+            _Proc(env, self.dp_stream(g))
         with no_gc():
             run_queue(env)
         stuck = [(g, p) for g, p in zip(self.w.gangs, procs) if p.is_alive]
