@@ -21,7 +21,11 @@ How a case becomes a scenario (each choice from the paper, none fitted to the ta
 - no activation recomputation ("we could pre-train Llama 3 on sequences of 8K tokens without
   activation checkpointing", Sec. 3.3.2; CP16 at 128K leaves 8K tokens per GPU as well).
 - DP: FSDP with optimizer states and gradients sharded and weights not re-sharded after the
-  forward (Sec. 3.3.2): modelled as ZeRO-1 (gradient reduce-scatter + weight all-gather per step).
+  forward (Sec. 3.3.2): modelled as ZeRO-1 (gradient reduce-scatter + weight all-gather per step),
+  since "we use FP32 gradient accumulation during backward computation over multiple
+  micro-batches and also reduce-scatter gradients in FP32 across data parallel workers in FSDP"
+  (Sec. 3.3.2, "Numerical stability"): gradients accumulate locally in fp32 over the micro-batches
+  and are reduce-scattered once, in fp32 (training.grad_reduce_in_fp32).
 - BF16, flash attention; TFLOP/s per GPU = model FLOPs (causal attention counted exactly, no
   recompute) / step / GPUs.
 """
@@ -74,7 +78,7 @@ def llama3_scenario(case) -> dict:
                      **context_parallel(par, cid, mode="allgather")},
         "training": {"micro_batch_size": 1, "global_batch_size": tokens // seq, "schedule": "interleaved",
                      "recompute": "none", "precision": "bf16", "attention": "flash", "zero_stage": 1,
-                     "optimizer": "adam", "overlap_grad_reduce": True},
+                     "optimizer": "adam", "overlap_grad_reduce": True, "grad_reduce_in_fp32": True},
     }
 
 
