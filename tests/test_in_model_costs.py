@@ -249,5 +249,8 @@ def test_host_dispatch_is_measured_for_context_parallel_scenarios():
     assert s.parallel.context == 2
     tiny = prepare(s, tiny_overrides(s, 1))
     assert (tiny.parallel.context, tiny.parallel.pipeline) == (1, 2)
-    d = measure_dispatch(s, reps=2)
-    assert d["layer_fwd_s"] >= 0 and d["layer_bwd_s"] >= 0 and d["first_fwd_s"] > 0
+    d = measure_dispatch(s, reps=5)
+    assert min(d.values()) >= 0
+    # the first stage's 1-layer forward was timed: its per-layer share plus its extra is that time
+    # (either part alone can be clipped to 0 when a loaded machine inverts a small difference)
+    assert d["layer_fwd_s"] + d["first_fwd_s"] > 0 and d["bare_call_s"] > 0
