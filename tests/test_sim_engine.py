@@ -233,3 +233,28 @@ def test_dp_all_reduce_and_pipeline_send_share_the_nic():
         sends = [(e.start, e.end) for e in r.events if e.kind == "SEND_B"]
         assert set(sends) == {(5.0, 5.5)}
         assert r.step_time_s == 9.5
+
+
+def test_no_gc_leaves_the_collector_as_it_found_it():
+    """The run's objects are promoted to the oldest generation on the way out (freeze + unfreeze),
+    but objects the process froze itself (e.g. before a fork) stay frozen."""
+    import gc
+    from pipesim.sim.engine import no_gc
+    enabled = gc.isenabled()
+    with no_gc():
+        assert not gc.isenabled()
+        kept = [(float(i), float(i)) for i in range(1000)]
+    assert gc.isenabled() == enabled and gc.get_freeze_count() == 0
+    # a tuple made in the run sits in the oldest generation, unscanned (a young collection would
+    # have untracked it, and without one it would still be in the young generation)
+    assert any(x is kept[0] for x in gc.get_objects(generation=2))
+    mine = [[] for _ in range(10)]
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with no_gc():
+            kept.append((1.0, 2.0))
+        assert gc.get_freeze_count() == before
+    finally:
+        gc.unfreeze()
+    assert mine and kept
