@@ -173,10 +173,12 @@ class _Proc:
     events already processed, as Process does. Process's generality (interrupts, failed events
     thrown into the generator, the active-process bookkeeping) is unused here: events never fail
     (run_queue raises if one does). Started like a Process: an URGENT event at the current time,
-    so start order and event ids match SimPy's."""
+    so start order and event ids match SimPy's. With `armed`, the generator may instead set an
+    event's callbacks to that list (holding this resume) itself and yield None: one shared list,
+    nothing built or appended per wait (run_queue only reads a callback list)."""
     __slots__ = ("_generator", "is_alive")
 
-    def __init__(self, env, generator):
+    def __init__(self, env, generator, armed: list | None = None):
         self._generator = generator
         self.is_alive = True
         send = generator.send
@@ -188,10 +190,15 @@ class _Proc:
                 except StopIteration:
                     self.is_alive = False
                     return
+                if event is None:          # the generator armed its own event with `armed`
+                    return
                 callbacks = event.callbacks
                 if callbacks is not None:
                     callbacks.append(resume)
                     return
+
+        if armed is not None:
+            armed.append(resume)
 
         start = _Event(env)
         start._ok = True
@@ -262,11 +269,12 @@ class Engine:
             self.env.schedule(ev, DP_PRIORITY)
 
     # ---------------------------------------------------------------- rank process
-    def rank(self, g):
+    def rank(self, g, armed):
         """Generator: rank g's plan. The hot loop waits on one reused event (`timer`: re-armed
-        with a fresh callback list and pushed at its absolute due time, exactly where a Timeout
-        of the same delay lands) and logs memory as flat (time, change id) lists: no object per
-        action beyond the timeline tuples the report reads."""
+        with the `armed` callback list of its driver, `_Proc`, then `yield None`; pushed at its
+        absolute due time, exactly where a Timeout of the same delay lands) and logs memory as
+        flat (time, change id) lists: no object per action beyond the timeline tuples the
+        report reads."""
         env, w, net = self.env, self.w, self.net
         gid = g.id
         tl = self.tl[gid]
@@ -318,9 +326,9 @@ class Engine:
                     mi_add(m0)
                 if overlap and (grad_last or every and kind in GRAD_KINDS):
                     self.put(gid, ("grad", stage, start, dur, mb))
-                timer.callbacks = []
+                timer.callbacks = armed
                 heappush(queue, (start + dur, NORMAL, next(eid), timer))
-                yield timer
+                yield None
                 end = env._now
                 c_add((start, end, kind))
                 if m1:
@@ -346,9 +354,9 @@ class Engine:
                 dur, port, extra, alloc, release = info[key]
                 if extra:                        # quantize on the sender's compute stream
                     start = env._now
-                    timer.callbacks = []
+                    timer.callbacks = armed
                     heappush(queue, (start + extra, NORMAL, next(eid), timer))
-                    yield timer
+                    yield None
                     c_add((start, env._now, "QUANTIZE"))
                     if trace:
                         self.record(gid, "compute", "QUANTIZE", stage, mb, start, env._now)
@@ -377,17 +385,17 @@ class Engine:
                 reached = env._now
                 posted = box.pop(rkey, None)
                 if posted is None:                # not sent yet: the sender pushes `timer` when it lands
-                    timer.callbacks = []
+                    timer.callbacks = armed
                     box[rkey] = timer
-                    yield timer
+                    yield None
                     del box[rkey]
                     wire, arrived = timer._value
                 else:
                     wire, arrived = posted
                     if arrived > reached:
-                        timer.callbacks = []
+                        timer.callbacks = armed
                         heappush(queue, (arrived, NORMAL, next(eid), timer))
-                        yield timer
+                        yield None
                 now = env._now
                 recv_add((reached, now, wire, kind))
                 nbytes, extra, alloc, release = info[key]
@@ -399,9 +407,9 @@ class Engine:
                 if trace:
                     self.record(gid, "recv", kind, stage, mb, reached, now, nbytes, wire_start=wire, src=peer)
                 if extra:                        # dequantize on the receiver
-                    timer.callbacks = []
+                    timer.callbacks = armed
                     heappush(queue, (now + extra, NORMAL, next(eid), timer))
-                    yield timer
+                    yield None
                     c_add((now, env._now, "DEQUANTIZE"))
                     if trace:
                         self.record(gid, "compute", "DEQUANTIZE", stage, mb, now, env._now)
@@ -576,7 +584,12 @@ class Engine:
     # ---------------------------------------------------------------- run
     def run(self):
         env = self.env
-        procs = [_Proc(env, self.rank(g)) for g in self.w.gangs]
+        procs = []
+        for g in self.w.gangs:
+            # the rank re-arms its one timer with this shared [resume] list and yields None:
+            # no callback list built, no append, per wait (run_queue only reads the list)
+            armed = []
+            procs.append(_Proc(env, self.rank(g, armed), armed))
         for g in self.w.gangs:
             _Proc(env, self.dp_stream(g))
         with no_gc():
