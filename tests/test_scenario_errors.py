@@ -52,6 +52,9 @@ CASES = [
      ["training.reshard_after_forward", "ZeRO-3", "zero_stage: 1"]),
     ("ZeRO-3 collective unit", GOOD.replace("global_batch_size: 32", "global_batch_size: 32, zero3_collectives: block"),
      ["training.zero3_collectives", "tensor", "layer"]),
+    ("per-layer gathers need ZeRO-3", GOOD.replace("global_batch_size: 32",
+                                                   "global_batch_size: 32, zero3_collectives: layer"),
+     ["training.zero3_collectives", "ZeRO-3", "zero_stage: 0"]),
     ("compression bits", GOOD.replace("global_batch_size: 32", "global_batch_size: 32, activation_compression_bits: 7"),
      ["activation_compression_bits must be 16, 12, 8 or 4"]),
 ]

@@ -272,6 +272,9 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if not tr.reshard_after_forward and tr.zero_stage != 3:
         loader.fail("training.reshard_after_forward", f"keeping gathered weights from forward to backward "
                     f"is a ZeRO-3 / FSDP choice, got zero_stage: {tr.zero_stage}")
+    if tr.zero3_collectives != "tensor" and tr.zero_stage != 3:
+        loader.fail("training.zero3_collectives", f"per-layer weight gathers are a ZeRO-3 / FSDP choice, got "
+                    f"zero_stage: {tr.zero_stage}")
     if par.sequence_parallel and m.seq_length % (t * par.context):
         loader.fail("parallel.sequence_parallel", f"seq_length({m.seq_length}) is not divisible by "
                     f"tensor({t})·context({par.context}) = {t * par.context}")
