@@ -34,6 +34,24 @@ def test_candidates_respect_the_arithmetic():
             assert (64 // (c["training"]["micro_batch_size"] * d)) % p == 0      # M % P == 0
 
 
+def test_fsdp_choices_of_the_base_apply_to_its_zero3_layouts_only():
+    """A base scenario with FSDP settings still yields loadable ZeRO-0/1/2 layouts: the ZeRO-3-only
+    keys are dropped there (the loader refuses them with another stage) and kept for ZeRO-3."""
+    from pipesim.scenario.load import load_scenario
+    fsdp = {**BASE, "training": dict(BASE["training"], zero_stage=3, reshard_after_forward=False,
+                                     zero3_collectives="layer")}
+    cands = [c for c in candidates(fsdp, 8) if c["parallel"]["data"] > 1]
+    assert {c["training"]["zero_stage"] for c in cands} == {0, 1, 2, 3}
+    seen = set()
+    for c in cands[:40]:
+        s = load_scenario(c)
+        fsdp_layout = s.training.zero_stage == 3
+        assert (s.training.zero3_collectives == "layer") == fsdp_layout
+        assert s.training.reshard_after_forward != fsdp_layout
+        seen.add(s.training.zero_stage)
+    assert 3 in seen and len(seen) > 1       # both kinds of layout were loaded
+
+
 def test_prefer_simple_breaks_ties_only():
     rows = [dict(throughput_samples_per_s=100.0, compression_bits=8, zero_stage=0, recompute="none", virtual_stages=1),
             dict(throughput_samples_per_s=99.8, compression_bits=16, zero_stage=0, recompute="none", virtual_stages=1),

@@ -153,6 +153,9 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
                 par.pop("layers_per_stage", None)
                 tr = dict(base["training"], micro_batch_size=mb, schedule=sched, recompute=rc, zero_stage=z,
                           activation_compression_bits=bits)
+                if z != 3:                # the base's ZeRO-3 / FSDP choices do not apply to other stages
+                    for key in ("reshard_after_forward", "zero3_collectives"):
+                        tr.pop(key, None)
                 cand = {**base, "parallel": par, "training": tr}
                 for key, value in settings.items():
                     cand = set_key(cand, key, value)
