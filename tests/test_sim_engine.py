@@ -153,7 +153,7 @@ def test_zero3_kept_weights_gather_once_per_microbatch():
     assert gathers == [(0.0, 0.5), (0.5, 1.0)]           # F0's, then F1's prefetched during F0
     assert [x[1:4] for x in log(r, rank=0, streams=("compute",))] == [
         ("B", 0, 0), ("B", 0, 1), ("F", 0, 0), ("F", 0, 1)]
-    assert r.step_time_s == 6.5                          # 0.5 s first gather + 3 x (F + B)
+    assert r.step_time_s == 6.5                          # 0.5 s first gather + 2 x (F 1 s + B 2 s)
     refetch = tiny(P=1, M=2, data=2, extra_training={"zero_stage": 3}, extra_parallel={"collective": "ring"})
     r2 = pipesim.simulate(refetch, stage_costs=uniform(refetch, f=1, b=2, params=0.5e9))
     assert len([e for e in r2.events if e.kind == "ZERO_GATHER" and e.rank == 0]) == 4
@@ -248,7 +248,6 @@ def test_no_gc_leaves_the_collector_as_it_found_it():
     # a tuple made in the run sits in the oldest generation, unscanned (a young collection would
     # have untracked it, and without one it would still be in the young generation)
     assert any(x is kept[0] for x in gc.get_objects(generation=2))
-    mine = [[] for _ in range(10)]
     gc.freeze()
     try:
         before = gc.get_freeze_count()
@@ -257,4 +256,3 @@ def test_no_gc_leaves_the_collector_as_it_found_it():
         assert gc.get_freeze_count() == before
     finally:
         gc.unfreeze()
-    assert mine and kept
