@@ -24,6 +24,13 @@ _LINK_EFF = 0.80
 # the ~48 GB/s per NIC behind DGX H100's ~380 GB/s multi-host bus bandwidth (nccl-tests issue
 # #309). Ethernet/TCP (10GbE below) keeps the NVLink-like 0.80.
 _NIC_EFF = 0.96
+# Per-step latencies of a ring (latency_us below: 2 us per NVLink step, 5 us per network step) sit
+# near NCCL's own tuner constants for its LL128 protocol, 1.9 us per NVLink step and 4.0 us per
+# network step (NVIDIA/nccl src/graph/tuning.cc, ncclTunerConstantsDefaults hwLatencies, Ring).
+# NCCL picks a protocol per message size: LL (0.6 / 2.7 us, half the bandwidth) for small
+# messages, Simple (3.4 / 14 us plus an 8.4 us base, full bandwidth) for large ones; pipesim keeps
+# one latency per link, so small collectives are slightly overcharged and large ones' latency
+# undercharged (negligible beside their bandwidth term).
 
 # NVIDIA A100 Tensor Core GPU datasheet (2021): FP16/BF16 tensor 312 TF dense, TF32 156, FP32 19.5,
 # FP16 non-tensor 78; HBM2 1,555 GB/s (40 GB) / HBM2e 2,039 GB/s (80 GB); NVLink 3 600 GB/s total
