@@ -30,7 +30,8 @@ _NIC_EFF = 0.96
 # NCCL picks a protocol per message size: LL (0.6 / 2.7 us, half the bandwidth) for small
 # messages, Simple (3.4 / 14 us plus an 8.4 us base, full bandwidth) for large ones; pipesim keeps
 # one latency per link, so small collectives are slightly overcharged and large ones' latency
-# undercharged (negligible beside their bandwidth term).
+# undercharged: by about 18 us on an 8-GPU NVLink ring (a few % of a large TP collective), by
+# milliseconds on rings of hundreds of ranks across nodes (ZeRO-3's per-tensor gathers).
 
 # NVIDIA A100 Tensor Core GPU datasheet (2021): FP16/BF16 tensor 312 TF dense, TF32 156, FP32 19.5,
 # FP16 non-tensor 78; HBM2 1,555 GB/s (40 GB) / HBM2e 2,039 GB/s (80 GB); NVLink 3 600 GB/s total
