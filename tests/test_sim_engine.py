@@ -143,6 +143,25 @@ def test_sharded_gradients_reduce_after_every_microbatch():
     assert r1.step_time_s == r2.step_time_s      # the first backward's reduction hides under F1
 
 
+def test_sharded_gradients_without_overlap_block_after_every_backward():
+    """ZeRO-2 without overlap (DeepSpeed's overlap_comm false): each backward's reduce-scatter runs
+    right after it and the rank waits; ZeRO-1 without overlap reduces once, after the last. Same
+    one-stage, data-2 ring as above: 1 s of reduce-scatter per backward."""
+    def run(zero):
+        s = tiny(P=1, M=2, data=2, extra_training={"zero_stage": zero, "grad_bucket_MB": 1000,
+                                                     "overlap_grad_reduce": False},
+                 extra_parallel={"collective": "ring"})
+        r = pipesim.simulate(s, stage_costs=uniform(s, f=1, b=2, grad_bytes=2e9))
+        return [(e.start, e.end) for e in r.events if e.kind == "DP" and e.rank == 0], r
+    one, r1 = run(1)
+    two, r2 = run(2)
+    assert one == [(6.0, 6.5), (6.5, 7.0)]
+    assert two == [(3.0, 3.5), (3.5, 4.0), (7.0, 7.5), (7.5, 8.0)]
+    assert log(r2, rank=0, streams=("compute",))[2:] == [(0, "F", 0, 0, 0.0, 1.0), (0, "F", 0, 1, 4.0, 5.0)]
+    assert r2.step_time_s == pytest.approx(r1.step_time_s + 1.0)
+    assert r2.engine == "simpy"                   # the DAG pass does not model a blocking wait
+
+
 def test_zero3_kept_weights_gather_once_per_microbatch():
     """FSDP reshard_after_forward=False: the forward's gather serves the backward; the weights
     count unsharded. Gathers of 0.5 s (1e9 bytes of weights on a 2-rank ring)."""

@@ -338,6 +338,11 @@ class Engine:
                     mt_add(end)
                     mi_add(recv_free or reg.buffer_free(recv_buffer))
                     recv_buffer = 0.0
+                if every and not overlap and kind in GRAD_KINDS:
+                    # sharded gradients without overlap: reduce-scattered right after each
+                    # backward, the rank waiting for it (DeepSpeed's default overlap_comm false)
+                    self.put(gid, ("grad", stage, end, 0.0, mb))
+                    yield from self._drain(gid)
                 if gather:
                     held = self._gathered(stage)
                     if held:
@@ -416,7 +421,7 @@ class Engine:
         pc[gid] = len(ops)
         tl.pipe_end = env._now
         # ---- end of step: gradient reduction, optimizer, ZeRO-1/2 weight all-gather
-        if not overlap:
+        if not overlap and not every:
             for st in tl.stages:
                 self.put(gid, ("grad", st, env._now, 0.0, -1))
         yield from self._drain(gid)

@@ -513,7 +513,8 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         # reduce_ready_partitions_and_remove_grads), and PyTorch FSDP does so unless no_sync() keeps
         # full, unsharded gradients instead (torch.distributed.fsdp docs, FullyShardedDataParallel.
         # no_sync). The distributed optimizer (ZeRO-1) accumulates full gradients and reduces once.
-        grad_every_microbatch=tr.zero_stage >= 2 and tr.overlap_grad_reduce,
+        # Without overlap_grad_reduce each of them blocks the rank (DeepSpeed's overlap_comm false).
+        grad_every_microbatch=tr.zero_stage >= 2,
         host_profile=host_profile_for(s))
 
 

@@ -106,19 +106,20 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         total = collective_time("reduce_scatter", grad, group, alg) + collective_time("all_gather", grad, group, alg)
     else:
         total = collective_time("all_reduce", grad, group, alg)
+    M = s.num_microbatches
+    # sharded gradients are reduce-scattered after every micro-batch's backward
+    # (pipesim/sim/workload.py grad_every_microbatch): M - 1 more of them than once per step
+    extra_rs = (M - 1) * collective_time("reduce_scatter", grad, group, alg) if tr.zero_stage == 2 else 0.0
     if not tr.overlap_grad_reduce:
-        return total, total
+        return total + extra_rs, total + extra_rs            # each one blocks the rank
     bucket = min(grad, tr.grad_bucket_MB * 1e6)
     last = collective_time("all_reduce", bucket, group, alg)
-    M = s.num_microbatches
-    if tr.zero_stage == 2 and M > 1:
-        # sharded gradients are reduce-scattered after every micro-batch's backward
-        # (pipesim/sim/workload.py grad_every_microbatch); each hides under the next micro-batch
-        rs = collective_time("reduce_scatter", grad, group, alg)
+    exposed = max(last, total - backward_last)
+    if extra_rs:
+        # each earlier one hides under the next micro-batch's compute
         per_mb = sum(st.forward + st.backward for st in stages_of_rank)
-        total += (M - 1) * rs
-        return (M - 1) * max(0.0, rs - per_mb) + max(last, total - (M - 1) * rs - backward_last), total
-    return max(last, total - backward_last), total
+        exposed += (M - 1) * max(0.0, extra_rs / (M - 1) - per_mb)
+    return exposed, total + extra_rs
 
 
 def analytic_report(s, mode: str = "representative") -> dict:
