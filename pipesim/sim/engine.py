@@ -37,9 +37,8 @@ def no_gc():
     out, what the run allocated is moved to the oldest generation unscanned (freeze, then
     unfreeze: two list splices), so the first young collection after it does not walk every
     timeline tuple the run kept (about 5 % of the engine's time in benchmarks/sim_speed.py's
-    full-mode case); a later full collection
-    still sees them, cycles included. Skipped when the process already froze objects of its own.
-    """
+    full-mode case); a later full collection still sees them, cycles included. Skipped when the
+    process already froze objects of its own."""
     was = gc.isenabled()
     frozen = gc.get_freeze_count()        # objects someone else froze (e.g. before a fork) stay so
     gc.disable()
