@@ -258,7 +258,7 @@ def test_no_gc_leaves_the_collector_as_it_found_it():
     """The run's objects are promoted to the oldest generation on the way out (freeze + unfreeze),
     but objects the process froze itself (e.g. before a fork) stay frozen."""
     import gc
-    from pipesim.sim.engine import no_gc
+    from pipesim.sim.driver import no_gc
     enabled = gc.isenabled()
     with no_gc():
         assert not gc.isenabled()

@@ -17,39 +17,16 @@ one action ahead on the DP stream; the gathered copy is held until that action e
 """
 from __future__ import annotations
 
-import gc
 from collections import Counter, deque
-from contextlib import contextmanager
-from heapq import heappop, heappush
+from heapq import heappush
 from operator import itemgetter
 
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
+from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, no_gc, ready_event, run_queue
 from pipesim.sim.memory import ChangeIds, MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
-
-
-@contextmanager
-def no_gc():
-    """Pause the cyclic garbage collector: a large run allocates millions of small tuples that
-    hold no cycles, and full collections over them tripled the run time at 4096 ranks. On the way
-    out, what the run allocated is moved to the oldest generation unscanned (freeze, then
-    unfreeze: two list splices), so the first young collection after it does not walk every
-    timeline tuple the run kept (about 5 % of the engine's time in benchmarks/sim_speed.py's
-    full-mode case); a later full collection still sees them, cycles included. Skipped when the
-    process already froze objects of its own."""
-    was = gc.isenabled()
-    frozen = gc.get_freeze_count()        # objects someone else froze (e.g. before a fork) stay so
-    gc.disable()
-    try:
-        yield
-    finally:
-        if not frozen:
-            gc.freeze()
-            gc.unfreeze()
-        if was:
-            gc.enable()
 
 
 def row_memo(cache: dict, steps, build):
@@ -95,27 +72,6 @@ def work_of(steps, table) -> tuple[dict, float]:
     return work, tp
 
 
-# Same-instant order. SimPy runs events of one time by (priority, creation order). The data-parallel
-# stream's wake-ups use a priority after NORMAL, so at any instant every rank action (its sends'
-# port reservations included) precedes that rank's DP bucket reservations: a deterministic rule the
-# DAG fast path (sim/dag.py) reproduces without an event queue.
-# simpy is imported by Engine() only, so the DAG path (which shares summarize) never loads it.
-URGENT = 0                  # simpy.events.URGENT (a Process starts at this priority)
-NORMAL = 1                  # simpy.events.NORMAL (checked in Engine.__init__)
-DP_PRIORITY = NORMAL + 1
-_Event = None               # simpy.events.Event, bound by Engine.__init__
-
-
-def at(env, t: float, priority: int = NORMAL):
-    """An event firing at absolute time `t` (a Timeout would land on now + (t - now), which can
-    differ from t in the last bit; messages and buckets are due at exact times)."""
-    ev = _Event(env)
-    ev._ok = True
-    ev._value = None
-    heappush(env._queue, (t, priority, next(env._eid), ev))
-    return ev
-
-
 def flat_memory_logs(w: Workload, mems, gangs=None) -> None:
     """Keep each rank's memory log as flat (time, change id) lists, replayed with numpy
     (memory.py `_peak_flat`); the numbering lives with the workload, whose Costs carry their ids
@@ -151,61 +107,6 @@ def step_info(steps, table, ports) -> list:
     return info
 
 
-def run_queue(env) -> None:
-    """`env.run()` until the queue drains, with SimPy's `Environment.step` inlined (one Python
-    call less per event): pop the earliest (time, priority, event id), run its callbacks, crash
-    on a failed event nobody handled (what `step` does)."""
-    queue = env._queue
-    while queue:
-        env._now, _, _, ev = heappop(queue)
-        callbacks, ev.callbacks = ev.callbacks, None
-        for callback in callbacks:
-            callback(ev)
-        if not ev._ok and not hasattr(ev, "_defused"):
-            raise ev._value
-
-
-class _Proc:
-    """Drives one engine generator on SimPy's event queue, in place of `simpy.Process`: its
-    resume callback sends None (the engine's generators read what they wait for from the events
-    themselves, never the sent value) and hooks itself onto the next event, looping at once past
-    events already processed, as Process does. Process's generality (interrupts, failed events
-    thrown into the generator, the active-process bookkeeping) is unused here: events never fail
-    (run_queue raises if one does). Started like a Process: an URGENT event at the current time,
-    so start order and event ids match SimPy's. With `armed`, the generator may instead set an
-    event's callbacks to that list (holding this resume) itself and yield None: one shared list,
-    nothing built or appended per wait (run_queue only reads a callback list)."""
-    __slots__ = ("_generator", "is_alive")
-
-    def __init__(self, env, generator, armed: list | None = None):
-        self._generator = generator
-        self.is_alive = True
-        send = generator.send
-
-        def resume(_event):
-            while True:
-                try:
-                    event = send(None)
-                except StopIteration:
-                    self.is_alive = False
-                    return
-                if event is None:          # the generator armed its own event with `armed`
-                    return
-                callbacks = event.callbacks
-                if callbacks is not None:
-                    callbacks.append(resume)
-                    return
-
-        if armed is not None:
-            armed.append(resume)
-
-        start = _Event(env)
-        start._ok = True
-        start._value = None
-        start.callbacks = [resume]
-        env.schedule(start, URGENT)
-
-
 def _exposed_a2a(row, table) -> float:
     """A rank's exposed all-to-all seconds (sim/a2a_overlap.py, imported for MoE plans only)."""
     if not any(c is not None and c.a2a_exposed for c in table):
@@ -230,11 +131,8 @@ def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
 
 class Engine:
     def __init__(self, w: Workload, trace: bool = False):
-        global _Event
         import simpy
-        from simpy.events import NORMAL as SIMPY_NORMAL, URGENT as SIMPY_URGENT, Event
-        assert (SIMPY_NORMAL, SIMPY_URGENT) == (NORMAL, URGENT), "simpy changed its priority constants"
-        _Event = Event
+        bind_simpy()
         self.w = w
         self.trace = trace
         self.env = simpy.Environment()
@@ -270,7 +168,7 @@ class Engine:
     # ---------------------------------------------------------------- rank process
     def rank(self, g, armed):
         """Generator: rank g's plan. The hot loop waits on one reused event (`timer`: re-armed
-        with the `armed` callback list of its driver, `_Proc`, then `yield None`; pushed at its
+        with the `armed` callback list of its driver, `Proc`, then `yield None`; pushed at its
         absolute due time, exactly where a Timeout of the same delay lands) and logs memory as
         flat (time, change id) lists: no object per action beyond the timeline tuples the
         report reads."""
@@ -304,9 +202,7 @@ class Engine:
         # bound methods held in locals: the hot loop calls them ~5 times per action
         mt_add, mi_add, c_add, p2p_add, recv_add = (mtimes.append, mids.append, compute.append, p2p.append,
                                                     recv_log.append)
-        timer = _Event(env)
-        timer._ok = True
-        timer._value = None
+        timer = ready_event(env)
         for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, gather) in enumerate(ops):
             if code == COMPUTE:
                 gather = zero3 and gather and (refetch or kind == "F")
@@ -563,9 +459,7 @@ class Engine:
         ivs = []
         single = ports[0] if len(ports) == 1 else None
         queue, eid = env._queue, env._eid
-        timer = _Event(env)              # one event re-armed per wait (as in the rank loop)
-        timer._ok = True
-        timer._value = None
+        timer = ready_event(env)         # one event re-armed per wait (as in the rank loop)
         for b in range(n):
             frac = (b + 1) / n
             ready = t_max + dur * frac if same else max(t + d * frac for t, d in arrivals)
@@ -593,9 +487,9 @@ class Engine:
             # the rank re-arms its one timer with this shared [resume] list and yields None:
             # no callback list built, no append, per wait (run_queue only reads the list)
             armed = []
-            procs.append(_Proc(env, self.rank(g, armed), armed))
+            procs.append(Proc(env, self.rank(g, armed), armed))
         for g in self.w.gangs:
-            _Proc(env, self.dp_stream(g))
+            Proc(env, self.dp_stream(g))
         with no_gc():
             run_queue(env)
         stuck = [(g, p) for g, p in zip(self.w.gangs, procs) if p.is_alive]
