@@ -100,26 +100,26 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # without prefetch every gather waits for the compute before it: nothing hides
         hidden = compute if tr.zero3_prefetch else 0.0
         return M * max(0.0, per_mb - hidden), M * per_mb
+    rs = collective_time("reduce_scatter", grad, group, alg) if tr.zero_stage >= 1 else 0.0
     if tr.zero_stage >= 1:
         # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated parameters (same volume
         # as one all-reduce; Rajbhandari et al. 2020, Sec. 7.2.1).
-        total = collective_time("reduce_scatter", grad, group, alg) + collective_time("all_gather", grad, group, alg)
+        total = rs + collective_time("all_gather", grad, group, alg)
     else:
         total = collective_time("all_reduce", grad, group, alg)
-    M = s.num_microbatches
     # sharded gradients are reduce-scattered after every micro-batch's backward
     # (pipesim/sim/workload.py grad_every_microbatch): M - 1 more of them than once per step
-    extra_rs = (M - 1) * collective_time("reduce_scatter", grad, group, alg) if tr.zero_stage == 2 else 0.0
+    earlier = s.num_microbatches - 1 if tr.zero_stage == 2 else 0
     if not tr.overlap_grad_reduce:
-        return total + extra_rs, total + extra_rs            # each one blocks the rank
+        return total + earlier * rs, total + earlier * rs     # each one blocks the rank
     bucket = min(grad, tr.grad_bucket_MB * 1e6)
     last = collective_time("all_reduce", bucket, group, alg)
     exposed = max(last, total - backward_last)
-    if extra_rs:
+    if earlier:
         # each earlier one hides under the next micro-batch's compute
         per_mb = sum(st.forward + st.backward for st in stages_of_rank)
-        exposed += (M - 1) * max(0.0, extra_rs / (M - 1) - per_mb)
-    return exposed, total + extra_rs
+        exposed += earlier * max(0.0, rs - per_mb)
+    return exposed, total + earlier * rs
 
 
 def analytic_report(s, mode: str = "representative") -> dict:
