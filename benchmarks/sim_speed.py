@@ -15,7 +15,11 @@ Prints, in one run:
    the "1f1b, modules" row does the same for pipesim (the modules a simulation imports lazily are
    imported first), the "1f1b" row times pipesim's lazy imports inside its first call. Every row
    runs twice: modules compiled from source at import (no bytecode cache) and with a primed
-   bytecode cache (an installed package's state);
+   bytecode cache (an installed package's state). Both are timed as the calling thread's CPU
+   time: `import numpy` starts an OpenBLAS worker thread that busy-waits for its first job for
+   about 0.1 s, and process CPU time charges that spin to whatever runs first after the import
+   (measured: a first call of 16 ms thread time read 16-32 ms process time, and equal after a
+   0.5 s sleep);
 2. full mode with 4096 GPUs x 64 micro-batches: GPT-3 at tensor 8, pipeline 8, data 64 (512
    simulated TP gangs), and tensor 1, pipeline 8, data 512 (4096 simulated rank processes);
    --huge adds 16,384 ranks (targets: 4096 ranks at tensor 1 <= 3 s, 16,384 <= 12 s);
@@ -70,8 +74,8 @@ out = {{}}
 s = pipesim.load_scenario(gpt3_dict({schedule!r}, {virtual}))
 if {preimport}:   # the modules a simulation imports lazily, imported up front as Calculon's are below
     import pipesim.sim.dag, pipesim.model_stages, pipesim.costs.stage, pipesim.calibrate.host, pipesim.schedules  # noqa
-def cpu(fn):
-    c = time.process_time(); r = fn(); return time.process_time() - c, r
+def cpu(fn):   # this thread's CPU time: numpy's OpenBLAS worker spins ~0.1 s after import (see main doc)
+    c = time.thread_time(); r = fn(); return time.thread_time() - c, r
 out["pipesim_first"], rep = cpu(lambda: pipesim.simulate(s, trace=False))
 out["engine"], out["step"] = rep.engine, rep.step_time_s
 out["pipesim_warm"] = statistics.median(cpu(lambda: pipesim.simulate(s, trace=False))[0] for _ in range({repeat}))
