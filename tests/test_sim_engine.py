@@ -275,3 +275,24 @@ def test_no_gc_leaves_the_collector_as_it_found_it():
         assert gc.get_freeze_count() == before
     finally:
         gc.unfreeze()
+
+
+def test_replicas_with_equal_memory_logs_share_one_replay_and_others_replay_their_own():
+    from types import SimpleNamespace
+
+    from pipesim.sim.engine import summarize
+    from pipesim.sim.memory import ChangeIds, MemoryTracker
+    reg = ChangeIds()
+    up, down = reg.id_of((("activations", 3.0),)), reg.id_of((("activations", -3.0),))
+    mems = [MemoryTracker({"weights": 10.0}) for _ in range(3)]
+    mems[0].flat = ([0.0, 1.0], [up, down], reg)
+    mems[1].flat = ([0.0, 1.0], [up, down], reg)            # replica 1: the same log
+    mems[2].flat = ([0.0, 0.5, 1.0], [up, up, down], reg)  # replica 2: a second micro-batch in flight
+    assert mems[0].same_flat_log(mems[1]) and not mems[0].same_flat_log(mems[2])
+    table = []
+    gangs = [SimpleNamespace(steps=(), table=table) for _ in mems]
+    tls = [SimpleNamespace() for _ in mems]
+    summarize(SimpleNamespace(), tls, mems, False, gangs)
+    assert [tl.peak_memory for tl in tls] == [13.0, 13.0, 16.0]
+    assert tls[2].peak_by_category["activations"] == 6.0
+    assert tls[1].peak_by_category is not tls[0].peak_by_category

@@ -119,12 +119,18 @@ def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
     """Per rank after the run: work counters, TP seconds, memory peak (shared by sim/dag.py;
     `gangs` = the gangs `tls` and `mems` belong to, default all)."""
     per_row: dict = {}
+    finished: dict = {}       # id(cost table) -> the last tracker finished with it
     for g, tl, mem in zip(gangs if gangs is not None else w.gangs, tls, mems):
         if id(g.table) not in per_row:
             per_row[id(g.table)] = work_of(g.steps, g.table), _exposed_a2a(g.steps, g.table)
         (tl.work, tl.tp_s), tl.a2a_s = per_row[id(g.table)]
         tl.work = {k: list(v) for k, v in tl.work.items()}
-        mem.finish(trace)
+        twin = finished.get(id(g.table))
+        if not trace and twin is not None and twin.same_flat_log(mem):
+            mem.peak, mem.peak_by = twin.peak, dict(twin.peak_by)     # data-parallel replicas: one replay
+        else:
+            mem.finish(trace)
+            finished[id(g.table)] = mem
         tl.peak_memory = mem.peak
         tl.peak_by_category = dict(mem.peak_by)
 

@@ -94,6 +94,12 @@ class MemoryTracker:
                     samples.append((when, total, dict(cur)))
         self.samples = samples or []
 
+    def same_flat_log(self, other: "MemoryTracker") -> bool:
+        """Whether `other` replays to the same peak: equal static bytes and equal flat logs
+        (the replay is deterministic, so equal inputs give bit-equal outputs)."""
+        return self.flat is not None and other.flat is not None and self.static == other.static and \
+            self.flat[0] == other.flat[0] and self.flat[1] == other.flat[1]
+
     def _peak_only(self) -> None:
         """Peak and its breakdown without samples (vectorised: sweeps run this per rank)."""
         import numpy as np
