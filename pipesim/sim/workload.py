@@ -58,21 +58,20 @@ class Step(NamedTuple):
 
 
 STEP_COMPUTE, STEP_SEND, STEP_RECV = 0, 1, 2
-# kind -> (code, compute, gather)
+# kind -> (code, compute, gather, kind code)
 _KIND_INFO = {k: (STEP_COMPUTE if k in _COMPUTE else STEP_SEND if k.startswith("SEND") else STEP_RECV,
-                  k in _COMPUTE, k in _GATHER) for k in KIND_CODE}
+                  k in _COMPUTE, k in _GATHER, KIND_CODE[k]) for k in KIND_CODE}
 
 
 def make_step(kind: str, stage: int, mb: int, peer: int = -1, grad_last: bool = False) -> Step:
-    code, compute, gather = _KIND_INFO[kind]
+    code, compute, gather, key = _KIND_INFO[kind]
     if kind == "SEND_F":
         rkey = ("RECV_F", stage + 1, mb)
     elif kind == "SEND_B":
         rkey = ("RECV_B", stage - 1, mb)
     else:
         rkey = (kind, stage, mb)
-    return _new_tuple(Step, (code, stage * NKINDS + KIND_CODE[kind], kind, stage, grad_last, rkey, peer, mb,
-                             compute, gather))
+    return _new_tuple(Step, (code, stage * NKINDS + key, kind, stage, grad_last, rkey, peer, mb, compute, gather))
 
 
 _new_tuple = tuple.__new__      # a NamedTuple without its Python-level __new__
@@ -125,15 +124,36 @@ def plan_steps(plan) -> tuple[tuple[Step, ...], ...]:
     for r, row in enumerate(plan.ranks):
         out = list(map(cache.get, row))
         if None in out:
-            for idx, a in enumerate(row):
-                if out[idx] is None:
-                    out[idx] = cache[a] = _step_of(a, where, False)
+            _fill(out, row, where, cache)
         for idx in lasts[r]:
             a = row[idx]
             step = marked.get(a)
             out[idx] = step if step is not None else marked.setdefault(a, _step_of(a, where, True))
         rows.append(tuple(out))
     return tuple(rows)
+
+
+def _fill(out: list, row, where, cache: dict) -> None:
+    """The Steps missing from `out` (None), built and interned: `_step_of` inlined, as a first
+    call in a fresh process builds every action of its plan here."""
+    info, new, n = _KIND_INFO, _new_tuple, NKINDS
+    for idx, a in enumerate(row):
+        if out[idx] is not None:
+            continue
+        st, k, mb = a
+        code, compute, gather, kc = info[k]
+        peer = -1
+        if k == "SEND_F":
+            rkey, peer = ("RECV_F", st + 1, mb), where[st + 1]
+        elif k == "SEND_B":
+            rkey, peer = ("RECV_B", st - 1, mb), where[st - 1]
+        else:
+            rkey = (k, st, mb)
+            if k == "RECV_B":
+                peer = where[st + 1]
+            elif k == "RECV_F":
+                peer = where[st - 1]
+        out[idx] = cache[a] = new(Step, (code, st * n + kc, k, st, False, rkey, peer, mb, compute, gather))
 
 
 def _step_of(action, where, grad_last: bool) -> Step:
