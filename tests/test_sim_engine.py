@@ -280,7 +280,7 @@ def test_no_gc_leaves_the_collector_as_it_found_it():
 def test_replicas_with_equal_memory_logs_share_one_replay_and_others_replay_their_own():
     from types import SimpleNamespace
 
-    from pipesim.sim.engine import summarize
+    from pipesim.sim.summary import summarize
     from pipesim.sim.memory import ChangeIds, MemoryTracker
     reg = ChangeIds()
     up, down = reg.id_of((("activations", 3.0),)), reg.id_of((("activations", -3.0),))

@@ -3,7 +3,7 @@
 `simulate(scenario, mode="representative"|"full", trace=True|False, stage_costs=None, plan=None, engine_choice="auto")`
 -> Report. Modules: workload (scenario + plan -> timed ops per rank), network (ports, transfers,
 collectives), memory (per-rank memory timeline), dag (the exact event-free timing where it applies),
-engine (the SimPy processes, the reference).
+engine (the SimPy processes, the reference), summary (per-rank counters and memory peak, shared by both).
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
     reads: per-rank `comm_busy_s` and the per-stage `stage_costs` dicts."""
     from pipesim.report.metrics import build_report
     from pipesim.sim import dag
-    from pipesim.sim.engine import Engine
     from pipesim.sim.workload import build
 
     w = build(scenario, mode, stage_costs, plan)
@@ -30,6 +29,7 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
         eng = dag.DagRun(w).run()          # None on a deadlock: the engine reports it
         engine = "dag" if eng is not None else "simpy"
     if eng is None:
+        from pipesim.sim.engine import Engine     # SimPy: imported only when the DAG pass does not apply
         eng = Engine(w, trace).run()
     events, memory = [], []
     if mode == "representative":

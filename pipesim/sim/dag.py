@@ -29,9 +29,9 @@ from collections import deque
 from dataclasses import replace
 
 from pipesim.report.metrics import RankTimeline
-from pipesim.sim.engine import flat_memory_logs, summarize
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
+from pipesim.sim.summary import flat_memory_logs, summarize
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
 
 
