@@ -126,7 +126,7 @@ def bare_simpy(n_events: int, n_procs: int) -> float:
 
     for _ in range(n_procs):
         env.process(proc())
-    from pipesim.sim.driver import no_gc       # same conditions as the engine's run
+    from pipesim.sim.gc_pause import no_gc       # same conditions as the engine's run
     with no_gc():
         t = time.process_time()
         env.run()

@@ -17,7 +17,14 @@ def simulate(scenario, mode: str = "representative", trace: bool = True, stage_c
     `engine_choice`: "auto" times the step by the action DAG (sim/dag.py) where that is exact and
     with the SimPy engine otherwise; "simpy" always runs the engine. The report's `engine` says
     which ran ("dag" | "simpy"). `detail=False` (sweeps) leaves out what only a single run's report
-    reads: per-rank `comm_busy_s` and the per-stage `stage_costs` dicts."""
+    reads: per-rank `comm_busy_s` and the per-stage `stage_costs` dicts. The cyclic garbage
+    collector is paused for the call (sim/gc_pause.py): a step allocates tuples, not cycles."""
+    from pipesim.sim.gc_pause import no_gc
+    with no_gc():
+        return _simulate(scenario, mode, trace, stage_costs, plan, engine_choice, detail)
+
+
+def _simulate(scenario, mode, trace, stage_costs, plan, engine_choice, detail):
     from pipesim.report.metrics import build_report
     from pipesim.sim import dag
     from pipesim.sim.workload import build

@@ -1,34 +1,9 @@
 """How the SimPy engine's generators run on SimPy's event queue: same-instant priorities, events
-due at exact times, the inlined event loop, a lean process driver, and the garbage collector
-paused around a run. simpy is imported by `bind_simpy()` (called by Engine()) only, so the DAG
+due at exact times, the inlined event loop and a lean process driver. simpy is imported by `bind_simpy()` (called by Engine()) only, so the DAG
 path, which never builds events, never loads it."""
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from heapq import heappop, heappush
-
-
-@contextmanager
-def no_gc():
-    """Pause the cyclic garbage collector: a large run allocates millions of small tuples that
-    hold no cycles, and full collections over them tripled the run time at 4096 ranks. On the way
-    out, what the run allocated is moved to the oldest generation unscanned (freeze, then
-    unfreeze: two list splices), so the first young collection after it does not walk every
-    timeline tuple the run kept (about 5 % of the engine's time in benchmarks/sim_speed.py's
-    full-mode case); a later full collection still sees them, cycles included. Skipped when the
-    process already froze objects of its own."""
-    was = gc.isenabled()
-    frozen = gc.get_freeze_count()        # objects someone else froze (e.g. before a fork) stay so
-    gc.disable()
-    try:
-        yield
-    finally:
-        if not frozen:
-            gc.freeze()
-            gc.unfreeze()
-        if was:
-            gc.enable()
 
 
 # Same-instant order. SimPy runs events of one time by (priority, creation order). The data-parallel
@@ -79,6 +54,14 @@ def run_queue(env) -> None:
             raise ev._value
 
 
+def release(env) -> None:
+    """Drop the bound event factories SimPy's Environment keeps on itself (`env.event`,
+    `env.timeout`, ...: each refers back to env), a reference cycle that would otherwise wait for a
+    full collection. The environment cannot create events afterwards; its clock and queue stay."""
+    for name in [k for k, v in vars(env).items() if getattr(v, "__self__", None) is env]:
+        delattr(env, name)
+
+
 class Proc:
     """Drives one engine generator on SimPy's event queue, in place of `simpy.Process`: its
     resume callback sends None (the engine's generators read what they wait for from the events
@@ -89,7 +72,7 @@ class Proc:
     so start order and event ids match SimPy's. With `armed`, the generator may instead set an
     event's callbacks to that list (holding this resume) itself and yield None: one shared list,
     nothing built or appended per wait (run_queue only reads a callback list)."""
-    __slots__ = ("_generator", "is_alive")
+    __slots__ = ("_generator", "is_alive", "_resume")
 
     def __init__(self, env, generator, armed: list | None = None):
         self._generator = generator
@@ -97,11 +80,15 @@ class Proc:
         send = generator.send
 
         def resume(_event):
+            nonlocal resume
             while True:
                 try:
                     event = send(None)
                 except StopIteration:
+                    # the closure refers to itself (and this Proc to it): reference cycles that
+                    # only a full collection would free, and simulate() pauses the collector
                     self.is_alive = False
+                    self._resume = resume = None
                     return
                 if event is None:          # the generator armed its own event with `armed`
                     return
@@ -113,6 +100,14 @@ class Proc:
         if armed is not None:
             armed.append(resume)
 
+        self._resume = resume
         start = ready_event(env)
         start.callbacks = [resume]
         env.schedule(start, URGENT)
+
+    def close(self) -> None:
+        """End a generator left waiting (a DP stream asleep at the end of the step): closed, its
+        next send raises StopIteration, which releases the driver's cycles as a finished one does."""
+        if self.is_alive:
+            self._generator.close()
+            self._resume(None)

@@ -22,7 +22,8 @@ from heapq import heappush
 
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
-from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, no_gc, ready_event, run_queue
+from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, ready_event, release, run_queue
+from pipesim.sim.gc_pause import no_gc
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
@@ -409,10 +410,12 @@ class Engine:
             # no callback list built, no append, per wait (run_queue only reads the list)
             armed = []
             procs.append(Proc(env, self.rank(g, armed), armed))
-        for g in self.w.gangs:
-            Proc(env, self.dp_stream(g))
+        streams = [Proc(env, self.dp_stream(g)) for g in self.w.gangs]
         with no_gc():
             run_queue(env)
+        for proc in streams:              # each ends asleep on its wake event
+            proc.close()
+        release(env)
         stuck = [(g, p) for g, p in zip(self.w.gangs, procs) if p.is_alive]
         if stuck:
             raise self._deadlock(stuck)
