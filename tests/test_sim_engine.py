@@ -310,3 +310,36 @@ def test_a_simulation_leaves_no_reference_cycles_behind(zero_stage, engine):
     report = pipesim.simulate(s, trace=False)
     assert report.engine == engine
     assert gc.collect() == 0
+
+
+def test_blocking_p2p_sends_wait_for_the_receiver_and_block_the_sender():
+    """training.p2p_sync (Megatron's batch_isend_irecv + torch.cuda.synchronize), GPipe on 2
+    ranks, F = 1, B = 2, sends 0.25 s. Rank 0's first send finishes at 1.25 and only then does F1
+    start; its second send waits for rank 1 to post that receive (after its F0, at 2.25); rank 1
+    is held by its own backward send until 5.75, when rank 0 (which posted the receive at 2.25)
+    has it; the last send waits for rank 0's next receive (after its B0, at 7.75). Asynchronous
+    sends finish the same step at 9.5."""
+    def run(sync):
+        s = tiny(P=2, M=2, schedule="gpipe", extra_training={"p2p_sync": sync})
+        return pipesim.simulate(s, stage_costs=uniform(s, f=1.0, b=2.0, send=0.25e9))
+    r = run(True)
+    assert r.engine == "simpy"
+    events = [e[1:] for e in log(r) if e[1] in ("F", "B", "SEND_F", "SEND_B")]
+    assert events == [
+        ("B", 0, 0, 5.75, 7.75), ("B", 0, 1, 8.0, 10.0), ("F", 0, 0, 0.0, 1.0), ("F", 0, 1, 1.25, 2.25),
+        ("SEND_F", 0, 0, 1.0, 1.25), ("SEND_F", 0, 1, 2.25, 2.5),
+        ("B", 1, 0, 3.5, 5.5), ("B", 1, 1, 5.75, 7.75), ("F", 1, 0, 1.25, 2.25), ("F", 1, 1, 2.5, 3.5),
+        ("SEND_B", 1, 0, 5.5, 5.75), ("SEND_B", 1, 1, 7.75, 8.0)]
+    assert r.step_time_s == pytest.approx(10.0)
+    assert run(False).step_time_s == pytest.approx(9.5)
+
+
+@pytest.mark.parametrize("schedule, V", [("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
+def test_blocking_p2p_runs_every_megatron_schedule_without_deadlock_and_costs_time(schedule, V):
+    """Matched batches post their receives before any send waits, and the interleaved schedule
+    posts the next exchange's receives too (Megatron's combined exchange), so no rank waits on a
+    peer that waits on it; blocking sends can only lengthen the step."""
+    def step(sync):
+        s = tiny(P=4, M=8, V=V, schedule=schedule, extra_training={"p2p_sync": sync})
+        return pipesim.simulate(s, trace=False, stage_costs=uniform(s, f=1.0, b=2.0, send=0.25e9)).step_time_s
+    assert step(True) > step(False)

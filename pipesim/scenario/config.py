@@ -282,6 +282,11 @@ class TrainingConfig:
                     "backend; fa3 = FlashAttention-3 (Hopper)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
+    p2p_sync: bool = field(False, doc="pipeline sends and receives between two computes are one blocking batch: "
+                                      "each send waits for its receiver to post the receive and the rank waits "
+                                      "for the whole batch (Megatron batch_isend_irecv + torch.cuda.synchronize: "
+                                      "every 2021-22 schedule, Megatron-Core's non-interleaved 1F1B); false: "
+                                      "asynchronous isend/irecv")
     moe_routing: Literal["balanced", "dropless", "capacity"] = field(
         "dropless", doc="balanced: uniform expert load; dropless: the most loaded EP rank sets the pace; "
                         "capacity: tokens beyond moe_capacity_factor are dropped")

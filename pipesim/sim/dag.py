@@ -18,7 +18,8 @@ The arithmetic is the engine's (end = start + duration, max of ready times), so 
 timeline interval and the memory log are bit-identical to sim/engine.py (tests/test_sim_dag.py
 checks every schedule). Not covered here, and left to the engine: ZeRO-3 (weight gathers block
 compute on the DP stream), ZeRO-2 without overlap (each backward's reduce-scatter blocks the
-rank), full mode whose data-parallel replicas differ (a collective then joins
+rank), blocking pipeline P2P (training.p2p_sync: a send waits for its receiver), full mode
+whose data-parallel replicas differ (a collective then joins
 different ranks' streams and ports; identical replicas are walked once, see `symmetric`), trace
 events (trace=True), and a workload an extension marks with a `needs_engine` reason (e.g. overlap
 the engine models and this pass does not).
@@ -43,6 +44,8 @@ def applies(w: Workload, trace: bool) -> str | None:
         return "ZeRO-3 weight gathers"
     if w.grad_every_microbatch and not w.overlap_grad_reduce and w.scenario.parallel.data > 1:
         return "blocking gradient reduce-scatters after every micro-batch (ZeRO-2 without overlap)"
+    if w.p2p_sync:
+        return "blocking, batched pipeline P2P (training.p2p_sync)"
     if w.mode == "full" and w.scenario.parallel.data > 1 and not symmetric(w):
         return "full mode with unequal data-parallel replicas (collectives join different timelines)"
     if getattr(w, "needs_engine", None):

@@ -26,6 +26,7 @@ from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, ready_
 from pipesim.sim.gc_pause import no_gc
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
+from pipesim.sim.p2p_sync import comm_batches, post_receives, sends_first, wait_receiver, wait_sends
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
 
@@ -63,6 +64,7 @@ class Engine:
         self.queues = [deque() for _ in range(n)]
         self.wake = [None] * n
         self.pc = [-1] * n          # -1: inside its plan (the frame's `idx`), else where it stopped
+        self.posted = [{} for _ in range(n)]   # p2p_sync: receive key -> time posted, or a waiting sender
         self.tl = [RankTimeline(rank=g.id, stage=g.pp, stages=tuple(w.plan.stages_of(g.pp))) for g in w.gangs]
         self.mem = [MemoryTracker(g.static) for g in w.gangs]
         flat_memory_logs(w, self.mem)
@@ -105,6 +107,11 @@ class Engine:
         peer_box = [None if q is None else boxes[q] for q in peers]
         ops, table = g.steps, g.table
         info = step_info(ops, table, ports)
+        sync = w.p2p_sync                 # blocking, batched P2P (sim/p2p_sync.py)
+        if sync:
+            ops = sends_first(ops)
+            batch_ends, posts = comm_batches(ops, w.scenario.parallel.virtual_stages > 1)
+            sent_end = sent_wire = 0.0    # when the current batch's sends finish, the last one's wire start
         trace = self.trace
         zero3 = w.zero_stage == 3 and self.dp_n > 1
         prefetch = w.zero3_prefetch
@@ -173,6 +180,8 @@ class Engine:
                 if trace:
                     self.record(gid, "compute", kind, stage, mb, start, end, tp=table[key].tp)
             elif code == SEND:
+                if sync and idx in posts:
+                    post_receives(self, gid, posts[idx])
                 dur, port, extra, alloc, release = info[key]
                 if extra:                        # quantize on the sender's compute stream
                     start = env._now
@@ -182,6 +191,8 @@ class Engine:
                     c_add((start, env._now, "QUANTIZE"))
                     if trace:
                         self.record(gid, "compute", "QUANTIZE", stage, mb, start, env._now)
+                if sync:                         # the receiver must have posted the receive
+                    yield from wait_receiver(self, peers[peer], rkey, timer, armed)
                 # isend: reserve this rank's port (Port.reserve inlined), post the message (network.py)
                 now = env._now
                 free = port.free_at
@@ -203,7 +214,14 @@ class Engine:
                 if trace:
                     self.record(gid, "send", kind, stage, mb, wire, end, table[key].nbytes, issued=now, dst=peer,
                                 flow=(peers[peer],) + rkey)
+                if sync:
+                    if end > sent_end:
+                        sent_end, sent_wire = end, wire
+                    if idx + 1 in batch_ends:
+                        sent_end = yield from wait_sends(env, sent_end, sent_wire, recv_log, timer, armed)
             else:                                 # RECV_F / RECV_B: wait for the message
+                if sync and idx in posts:
+                    post_receives(self, gid, posts[idx])
                 reached = env._now
                 posted = box.pop(rkey, None)
                 if posted is None:                # not sent yet: the sender pushes `timer` when it lands
@@ -235,6 +253,8 @@ class Engine:
                     c_add((now, env._now, "DEQUANTIZE"))
                     if trace:
                         self.record(gid, "compute", "DEQUANTIZE", stage, mb, now, env._now)
+                if sync and idx + 1 in batch_ends:
+                    sent_end = yield from wait_sends(env, sent_end, sent_wire, recv_log, timer, armed)
         pc[gid] = len(ops)
         tl.pipe_end = env._now
         # ---- end of step: gradient reduction, optimizer, ZeRO-1/2 weight all-gather

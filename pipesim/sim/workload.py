@@ -213,6 +213,7 @@ class Workload:
     regather_recompute: bool = False   # ZeRO-3: a recomputing backward gathers its weights twice
     reshard_after_forward: bool = True   # ZeRO-3: the backward gathers again (else only the forward)
     grad_every_microbatch: bool = False  # sharded gradients: reduce-scatter after every backward
+    p2p_sync: bool = False    # blocking, batched pipeline P2P (sim/p2p_sync.py)
     cache: dict = field(default_factory=dict)   # memoised collective times
     host_profile: object = None   # a CPU profile whose host model measured the all-reduce (calibrate/host.py)
     change_ids: object = None   # memory.ChangeIds numbering this workload's Cost.ids (set by sim/dag.py)
@@ -535,6 +536,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         # no_sync). The distributed optimizer (ZeRO-1) accumulates full gradients and reduces once.
         # Without overlap_grad_reduce each of them blocks the rank (DeepSpeed's overlap_comm false).
         grad_every_microbatch=tr.zero_stage >= 2,
+        p2p_sync=tr.p2p_sync and s.parallel.pipeline > 1,
         host_profile=host_profile_for(s))
 
 

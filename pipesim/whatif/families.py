@@ -27,6 +27,17 @@ from pipesim.errors import ScenarioError
 MCORE_MICRO_BATCH = 1
 
 
+def megatron_p2p_sync(virtual_stages: int, code_year: int) -> bool:
+    """Whether Megatron's pipeline P2P is batched and blocking (training.p2p_sync). Megatron-LM's
+    2021-22 code sends and receives through one batch_isend_irecv per exchange, waits on it and
+    calls torch.cuda.synchronize() (megatron/p2p_communication.py `_communicate`, every schedule);
+    Megatron-Core keeps that as batch_p2p_comm + batch_p2p_sync (both default True) for the
+    non-interleaved 1F1B and overlaps the interleaved schedule's P2P with compute instead
+    (--overlap-p2p-communication, on by default; arguments.py turns it off without virtual stages):
+    megatron/core/model_parallel_config.py and p2p_communication.py, r0.8 to 2026."""
+    return code_year < 2023 or virtual_stages <= 1
+
+
 def megatron_bucket_MB(dp: int) -> float:
     """Megatron-Core DDP's default gradient bucket, in MB of fp32 gradients: max(40M, 1M x dp)
     parameters, growing with dp so that each rank's share of a bucket keeps the ring bandwidth-
@@ -52,7 +63,7 @@ def mcore_scenario(case) -> dict:
                      "schedule": "1f1b", "recompute": "none", "precision": "bf16", "attention": "flash",
                      "zero_stage": 1, "overlap_grad_reduce": True, "overlap_param_gather": True,
                      "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": True,
-                     "grad_bucket_MB": megatron_bucket_MB(dp)},
+                     "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(1, 2024)},
     }
 
 
@@ -109,7 +120,8 @@ def nemo_scenario(case) -> dict:
                      "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": "fp8",
                      "fp8_recipe": "delayed", "attention": "flash", "zero_stage": 1,
                      "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_tp_comm": tp > 1,
-                     "grad_reduce_in_fp32": True, "grad_bucket_MB": megatron_bucket_MB(dp)},
+                     "grad_reduce_in_fp32": True, "grad_bucket_MB": megatron_bucket_MB(dp),
+                     "p2p_sync": megatron_p2p_sync(vp, 2024)},
     }
 
 

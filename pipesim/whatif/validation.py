@@ -24,6 +24,7 @@ from typing import Callable
 import yaml
 
 from pipesim.errors import PipesimError, ScenarioError
+from pipesim.whatif.families import megatron_p2p_sync
 
 DEFAULT_FILE = Path(__file__).resolve().parents[2] / "scenarios" / "validation" / "published.yaml"
 # Published runs outside the shared set, kept apart so the shared file stays a verbatim copy.
@@ -186,7 +187,8 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
         "training": {"micro_batch_size": micro, "global_batch_size": gbs,
                      "schedule": "interleaved" if v > 1 or "interleav" in sched else "1f1b",
                      "recompute": "full", "precision": "fp16", "zero_stage": zero, "optimizer": "adam",
-                     "attention": "eager", "overlap_grad_reduce": ddp != "local", **bucket},
+                     "attention": "eager", "overlap_grad_reduce": ddp != "local",
+                     "p2p_sync": megatron_p2p_sync(v, 2021), **bucket},
     }
 
 

@@ -35,7 +35,7 @@ DeepSeek-V3 with multi-token prediction (no MTP head in pipesim).
 from __future__ import annotations
 
 from pipesim.errors import ScenarioError
-from pipesim.whatif.families import megatron_bucket_MB
+from pipesim.whatif.families import megatron_bucket_MB, megatron_p2p_sync
 
 # Published system names -> (pipesim system preset, GPUs per preset node: pipesim/presets/systems.py).
 BRIDGE_SYSTEMS = {"DGX-H100": ("dgx-h100", 8), "DGX-B200": ("dgx-b200", 8), "DGX-GB200": ("gb200-nvl72", 4)}
@@ -92,7 +92,7 @@ def bridge_scenario(case) -> dict:
                 "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": precision,
                 "attention": "flash", "zero_stage": 3 if fsdp else 1, "overlap_grad_reduce": True,
                 "overlap_param_gather": True, "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": False,
-                "grad_bucket_MB": megatron_bucket_MB(dp)}
+                "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(vp, 2025)}
     if recipe:
         training.update(fp8_recipe=recipe, fp8_param_gather=True)
     model = {"preset": BRIDGE_MODELS[name], "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False}

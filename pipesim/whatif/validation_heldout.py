@@ -14,6 +14,7 @@ SC'21 converter; A100 runs fp16 and bf16 at the same rate), Megatron's GPT defau
 from __future__ import annotations
 
 from pipesim.errors import ScenarioError
+from pipesim.whatif.families import megatron_p2p_sync
 
 # Per-layer forward/backward time of the 22B model (Korthikanti et al. 2022, Table 4, ms), keyed
 # by (recompute, sequence parallelism): a published layer-level measurement that tests the
@@ -41,7 +42,8 @@ def rac22_scenario(case) -> dict:
         "training": {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                      "schedule": "interleaved" if v > 1 else "1f1b",
                      "recompute": "full" if mode == "full" else "selective", "precision": "fp16",
-                     "zero_stage": 0, "optimizer": "adam", "attention": "eager", "overlap_grad_reduce": False},
+                     "zero_stage": 0, "optimizer": "adam", "attention": "eager", "overlap_grad_reduce": False,
+                     "p2p_sync": megatron_p2p_sync(v, 2022)},
     }
 
 

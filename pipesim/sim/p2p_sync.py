@@ -1,0 +1,113 @@
+"""Blocking, batched pipeline point-to-point (training.p2p_sync): the engine's exchange of one
+comm batch.
+
+Megatron-LM batches the sends and receives a pipeline rank issues between two computes into one
+`torch.distributed.batch_isend_irecv` call, waits on every request and then calls
+`torch.cuda.synchronize()` (megatron/p2p_communication.py `_communicate`, 2021, "To protect against
+race condition when using batch_isend_irecv()"; Megatron-Core keeps it as `batch_p2p_comm` +
+`batch_p2p_sync`, both default True, the only mode of the non-interleaved 1F1B schedule:
+megatron/core/pipeline_parallel/p2p_communication.py, model_parallel_config.py r0.8). With NCCL
+a send moves no byte before the receiver has launched the matching receive, so:
+
+- a batch is a maximal run of SEND/RECV steps between two computes of a rank's lowered plan;
+- at the batch's start every receive in it is posted (Megatron-Core's 1F1B: the exchange after a
+  forward receives the next backward's input); under the interleaved schedule, the next batch's
+  receives too (Megatron's combined exchange `send_forward_backward_recv_forward_backward`
+  receives the inputs of the next forward and the next backward);
+- each send waits for its receiver to post the matching receive (the peer reaching its own batch),
+  then holds the sender's port for its wire time;
+- the rank's compute stream resumes when every send of the batch has finished and every receive
+  has arrived.
+
+Posting all receives before any send waits keeps two matched batches ({send a, recv b} against
+{recv a, send b}) free of deadlock, as NCCL's grouped launch does. Asynchronous P2P (the default,
+and Megatron's interleaved schedule with --overlap-p2p-communication) lets a send leave at once
+and the sender compute on (sim/engine.py)."""
+from __future__ import annotations
+
+from heapq import heappush
+
+from pipesim.sim.driver import NORMAL
+from pipesim.sim.workload import STEP_COMPUTE
+
+
+def comm_batches(steps, ahead: bool) -> tuple[set, dict]:
+    """(index past the end of each maximal run of SEND/RECV steps, {first index of a run: the
+    receive keys posted when the rank reaches it}). A run posts its own receives; with `ahead`
+    (Megatron's interleaved schedule, whose combined exchange receives the inputs of the next
+    forward and of the next backward), a run posts the next run's receives and the first run
+    both its own and the next's."""
+    runs, start = [], None
+    for i, op in enumerate(steps):
+        if op.code == STEP_COMPUTE:
+            if start is not None:
+                runs.append((start, i))
+            start = None
+        elif start is None:
+            start = i
+    if start is not None:
+        runs.append((start, len(steps)))
+    keys = [tuple(op.rkey for op in steps[a:b] if _is_recv(op)) for a, b in runs]
+    posts = {}
+    for k, (a, _) in enumerate(runs):
+        if not ahead:
+            posts[a] = keys[k]
+        else:
+            posts[a] = (keys[0] if k == 0 else ()) + (keys[k + 1] if k + 1 < len(runs) else ())
+    return {b for _, b in runs}, posts
+
+
+def post_receives(engine, gid: int, keys) -> None:
+    """Post receives `keys` of rank `gid`: a sender already waiting for one is woken now."""
+    env, posted = engine.env, engine.posted[gid]
+    now = env._now
+    for rkey in keys:
+        waiter = posted.pop(rkey, None)
+        if waiter is None:
+            posted[rkey] = now
+        else:
+            waiter._value = now
+            heappush(env._queue, (now, NORMAL, next(env._eid), waiter))
+
+
+def wait_receiver(engine, dst: int, rkey, timer, armed):
+    """Generator: until rank `dst` has posted the receive `rkey` (its batch has started)."""
+    posted = engine.posted[dst]
+    if posted.pop(rkey, None) is None:          # not posted yet: the receiver wakes `timer`
+        timer.callbacks = armed
+        posted[rkey] = timer
+        yield None
+
+
+def sends_first(steps) -> tuple:
+    """The row with each comm batch's sends ahead of its receives: one batch is posted at once
+    (NCCL's grouped launch), so the order inside it carries no meaning, and a rank must not
+    block on a receive before issuing a send its peer may be waiting for."""
+    out, run = [], []
+    for op in steps:
+        if op.code == STEP_COMPUTE:
+            out += sorted(run, key=_is_recv)
+            run = []
+            out.append(op)
+        else:
+            run.append(op)
+    out += sorted(run, key=_is_recv)
+    return tuple(out)
+
+
+def _is_recv(op) -> bool:
+    return op.kind.startswith("RECV")
+
+
+def wait_sends(env, sent_end: float, wire: float, recv_log: list, timer, armed):
+    """Generator: the end of a batch, where the compute stream waits for the batch's sends
+    (req.wait() + torch.cuda.synchronize()). The wait is logged like a receive's, so the time the
+    rank sat blocked while its own send was on the wire counts as exposed P2P; returns 0.0 (the
+    next batch's sends start afresh)."""
+    now = env._now
+    if sent_end > now:
+        recv_log.append((now, sent_end, wire, "SEND_WAIT"))
+        timer.callbacks = armed
+        heappush(env._queue, (sent_end, NORMAL, next(env._eid), timer))
+        yield None
+    return 0.0
