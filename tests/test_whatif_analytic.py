@@ -33,7 +33,8 @@ def scenario(**training):
 
 def test_report_components_add_up():
     rep = analytic_report(scenario(schedule="1f1b"))
-    parts = sum(rep[k] for k in ("compute_s", "pipeline_bubble_s", "p2p_fill_s", "dp_comm_exposed_s", "optimizer_s"))
+    parts = sum(rep[k] for k in ("compute_s", "pipeline_bubble_s", "p2p_fill_s", "p2p_sync_s", "dp_comm_exposed_s",
+                                 "optimizer_s"))
     assert rep["step_time_s"] == pytest.approx(parts)
     assert rep["throughput_samples_per_s"] == pytest.approx(16 / rep["step_time_s"])
     assert rep["bubble_fraction"] == pytest.approx(1 - rep["compute_s"] / rep["step_time_s"])
@@ -67,3 +68,20 @@ def test_memory_screen_only_for_verified_schedules():
     v = load_scenario(dict(tiny, parallel={"tensor": 1, "pipeline": 2, "data": 4, "virtual_stages": 2},
                            training={"micro_batch_size": 1, "global_batch_size": 16, "schedule": "zb-v"}))
     assert screened_oom(v) is None
+
+
+def test_blocking_p2p_adds_each_send_of_the_bottleneck_rank_and_tracks_the_simulator():
+    """p2p_sync: M micro-batches x V chunks x (activation + gradient wire time) on top of the
+    asynchronous step; the SimPy engine's blocking sends move the step by about as much."""
+    from pipesim.costs.collectives import p2p_time
+    from pipesim.costs.topology import stage_link
+    from pipesim.model_stages import stage_costs_for
+    from pipesim.sim import simulate
+    async_, sync = scenario(schedule="1f1b"), scenario(schedule="1f1b", p2p_sync=True)
+    c, link = stage_costs_for(sync)[0], stage_link(sync, 0, 1)
+    wire = p2p_time(c.send_bytes, link) + p2p_time(c.grad_send_bytes, link)
+    a, b = analytic_report(async_), analytic_report(sync)
+    assert a["p2p_sync_s"] == 0.0 and b["p2p_sync_s"] == pytest.approx(8 * wire)
+    assert b["step_time_s"] - a["step_time_s"] == pytest.approx(8 * wire)
+    grew = simulate(sync, trace=False).step_time_s - simulate(async_, trace=False).step_time_s
+    assert grew == pytest.approx(8 * wire, rel=0.25)

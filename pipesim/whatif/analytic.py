@@ -3,7 +3,8 @@
 replaces the event simulation by the schedules' bubble formulas, so it is ~100x faster and
 rougher: use it to discard hopeless layouts, then simulate the finalists.
 
-step = M · T_rank + bubble + pipeline fill/drain p2p + exposed DP/ZeRO communication + optimizer
+step = M · T_rank + bubble + pipeline fill/drain p2p + blocking p2p + exposed DP/ZeRO communication
+       + optimizer
 """
 from __future__ import annotations
 
@@ -140,13 +141,18 @@ def analytic_report(s, mode: str = "representative") -> dict:
     if P > 1:
         link = stage_link(s, 0, 1)
         fill = (P * V - 1) * (p2p_time(stages[0].send_bytes, link) + p2p_time(stages[0].grad_send_bytes, link))
+    # Blocking P2P (training.p2p_sync, sim/p2p_sync.py): each send holds its sender for its wire
+    # time; an interior rank sends one activation and one gradient per chunk and micro-batch.
+    sync = 0.0
+    if P > 1 and s.training.p2p_sync:
+        sync = M * V * (p2p_time(stages[0].send_bytes, link) + p2p_time(stages[0].grad_send_bytes, link))
     dp_exp, dp_total = 0.0, 0.0
     for r in range(P):
         e, tot = dp_exposed(s, per_rank[r], i[r] + w[r])
         if e > dp_exp:
             dp_exp, dp_total = e, tot
     opt = max(sum(c.optimizer_step for c in ch) for ch in per_rank)
-    step = compute + bubble + fill + dp_exp + opt
+    step = compute + bubble + fill + sync + dp_exp + opt
     peaks = []
     for r, ch in enumerate(per_rank):
         static = sum(c.static.total for c in ch)
@@ -171,6 +177,7 @@ def analytic_report(s, mode: str = "representative") -> dict:
         "compute_s": compute,
         "pipeline_bubble_s": bubble,
         "p2p_fill_s": fill,
+        "p2p_sync_s": sync,
         "dp_comm_exposed_s": dp_exp,
         "dp_comm_total_s": dp_total,
         "optimizer_s": opt,
