@@ -54,7 +54,7 @@ def run_queue(env) -> None:
             raise ev._value
 
 
-def release(env) -> None:
+def release_env(env) -> None:
     """Drop the bound event factories SimPy's Environment keeps on itself (`env.event`,
     `env.timeout`, ...: each refers back to env), a reference cycle that would otherwise wait for a
     full collection. The environment cannot create events afterwards; its clock and queue stay."""

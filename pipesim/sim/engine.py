@@ -22,7 +22,7 @@ from heapq import heappush
 
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
-from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, ready_event, release, run_queue
+from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, ready_event, release_env, run_queue
 from pipesim.sim.gc_pause import no_gc
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
@@ -435,7 +435,7 @@ class Engine:
             run_queue(env)
         for proc in streams:              # each ends asleep on its wake event
             proc.close()
-        release(env)
+        release_env(env)
         stuck = [(g, p) for g, p in zip(self.w.gangs, procs) if p.is_alive]
         if stuck:
             raise self._deadlock(stuck)
