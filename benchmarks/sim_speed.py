@@ -1,4 +1,4 @@
-"""Simulator speed: `python benchmarks/sim_speed.py [--repeat N] [--skip-full] [--huge] [--pairs N] [--only-engine]`
+"""Simulator speed: `python benchmarks/sim_speed.py [--repeat N] [--processes K] [--skip-full] [--huge] [--pairs N] [--only-engine]`
 
 Prints, in one run:
 0. every schedule generator at P=8, M=64 (V=2 where the schedule needs chunks): generation
@@ -15,11 +15,15 @@ Prints, in one run:
    the "1f1b, modules" row does the same for pipesim (the modules a simulation imports lazily are
    imported first), the "1f1b" row times pipesim's lazy imports inside its first call. Every row
    runs twice: modules compiled from source at import (no bytecode cache) and with a primed
-   bytecode cache (an installed package's state). Both are timed as the calling thread's CPU
-   time: `import numpy` starts an OpenBLAS worker thread that busy-waits for its first job for
-   about 0.1 s, and process CPU time charges that spin to whatever runs first after the import
-   (measured: a first call of 16 ms thread time read 16-32 ms process time, and equal after a
-   0.5 s sleep);
+   bytecode cache (an installed package's state), each in K fresh processes (--processes, default
+   3), every figure the median over them. Both are timed as the calling thread's CPU
+   time, with OPENBLAS_NUM_THREADS=1 (neither simulator calls BLAS): `import numpy` starts an
+   OpenBLAS worker thread that busy-waits for its first job for about 0.1 s, which process CPU
+   time charges to whatever runs first after the import (a first call of 16 ms thread time read
+   16-32 ms process time, and equal after a 0.5 s sleep) and which slows the calls in that window
+   on a 2-vCPU machine (thread time: first call 18-30 ms and the next five 7.5-8.4 ms each, against
+   18 ms and 4.8 ms with one BLAS thread); Calculon's calls, timed after pipesim's, fell outside
+   that window;
 2. full mode with 4096 GPUs x 64 micro-batches: GPT-3 at tensor 8, pipeline 8, data 64 (512
    simulated TP gangs), and tensor 1, pipeline 8, data 512 (4096 simulated rank processes);
    --huge adds 16,384 ranks (targets: 4096 ranks at tensor 1 <= 3 s, 16,384 <= 12 s);
@@ -162,12 +166,13 @@ def generators() -> None:
               f"{min(full) * 1e3:6.1f} ms")
 
 
-def first_and_warm(repeat: int) -> None:
+def first_and_warm(repeat: int, processes: int = 3) -> None:
     """Each row twice: in a fresh process whose imports compile every module from source (as
     here, where PYTHONDONTWRITEBYTECODE=1 is set: nothing is cached), and in a fresh process with
     a bytecode cache primed by an earlier process (PYTHONPYCACHEPREFIX: what an installed package
     has, pip compiles it at install time). Calculon's modules are imported outside its timing in
-    both, so only pipesim's lazy imports see the difference."""
+    both, so only pipesim's lazy imports see the difference. Each row runs in `processes` fresh
+    processes and prints the median of each figure over them."""
     import json
     import os
     import subprocess
@@ -177,16 +182,23 @@ def first_and_warm(repeat: int) -> None:
     calc = os.environ.get("CALCULON")
     print("1. GPT-3 175B, 1024 x A100 (t8 p8 d16, mb 1, gbs 1536, selective recompute), representative mode; "
           "CPU s in a fresh process" + ("" if calc else " (set CALCULON=PATH to compare with Calculon)"))
-    cached = dict(os.environ, PYTHONPYCACHEPREFIX=tempfile.mkdtemp(prefix="pipesim-pyc-"))
+    # one BLAS thread: neither simulator calls BLAS, and numpy's OpenBLAS worker busy-waits for
+    # ~0.1 s after import, slowing the first calls on the other vCPU by up to 60 % (module doc)
+    quiet = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    cached = dict(quiet, PYTHONPYCACHEPREFIX=tempfile.mkdtemp(prefix="pipesim-pyc-"))
     cached.pop("PYTHONDONTWRITEBYTECODE", None)
-    source = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    source = dict(quiet, PYTHONDONTWRITEBYTECODE="1")
     for label, sched, v, pre in (("1f1b", "1f1b", 1, False), ("1f1b, modules", "1f1b", 1, True),
                                  ("interleaved v=2", "interleaved", 2, False)):
         code = FIRST_CALL.format(bench=here, schedule=sched, virtual=v, repeat=repeat, preimport=pre)
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cached)  # prime
         for how, env in (("from source", source), ("bytecode cached", cached)):
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+            runs = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                              check=True, env=env).stdout.strip().splitlines()[-1])
+                    for _ in range(processes)]
+            # each figure: its median over the fresh processes (one neighbour's burst moves one run)
+            r = {k: statistics.median(x[k] for x in runs) if isinstance(runs[0][k], float) else runs[0][k]
+                 for k in runs[0]}
             line = (f"   {label:16s} {how:15s} first call {r['pipesim_first']:6.3f} s, warm "
                     f"{r['pipesim_warm'] * 1e3:6.1f} ms [{r['engine']}] (SimPy engine forced: warm "
                     f"{r['simpy_warm'] * 1e3:6.1f} ms), step {r['step']:.3f} s")
@@ -201,6 +213,7 @@ def first_and_warm(repeat: int) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--processes", type=int, default=3, help="fresh processes per first-call row (medians)")
     ap.add_argument("--skip-full", action="store_true")
     ap.add_argument("--huge", action="store_true", help="also 16,384 ranks at tensor 1 in full mode")
     ap.add_argument("--pairs", type=int, default=15, help="alternating engine / bare SimPy runs in section 3")
@@ -211,7 +224,7 @@ def main(argv=None) -> int:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     if not args.only_engine:
         generators()
-        first_and_warm(args.repeat)
+        first_and_warm(args.repeat, args.processes)
 
     if not args.skip_full and not args.only_engine:
         print("2. full mode, 64 micro-batches (1F1B)")
