@@ -80,7 +80,9 @@ def rank_entry(tl: RankTimeline, span: float, detail: bool = True) -> dict:
     busy = sum(map(sub, ends, starts))
     pipeline = list(map(PIPELINE_KINDS.__contains__, map(_KIND, tl.compute)))
     pipe = sum(compress(map(sub, ends, starts), pipeline))
-    exposed = {"P2P": sum(max(0.0, av - max(reached, wire)) for reached, av, wire, _ in tl.recv),
+    # a wait's exposed part: after both the rank reached it and the message left (terms <= 0
+    # skipped: adding 0.0 leaves the sum as it is)
+    exposed = {"P2P": sum([av - (r if r > w else w) for r, av, w, _ in tl.recv if av > r and av > w], 0.0),
                "TP": tl.tp_s}
     if tl.a2a_s:
         exposed["EP_A2A"] = tl.a2a_s
