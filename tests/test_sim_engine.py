@@ -344,3 +344,23 @@ def test_blocking_p2p_runs_every_megatron_schedule_without_deadlock_and_costs_ti
         s = tiny(P=4, M=8, V=V, schedule=schedule, extra_training={"p2p_sync": sync})
         return pipesim.simulate(s, trace=False, stage_costs=uniform(s, f=1.0, b=2.0, send=0.25e9)).step_time_s
     assert step(True) > step(False)
+
+
+def test_received_slices_are_all_gathered_over_the_tensor_group_without_sequence_parallelism():
+    """Scatter/gather (SC'21 Sec. 4.1): each TP rank sends 1/t of an activation and the receiver
+    all-gathers the full tensor over its TP group before using it; blocking, counted as TP
+    communication. Under sequence parallelism the tensor stays sharded: no gather."""
+    from pipesim.costs.collectives import collective_time
+    from pipesim.costs.topology import placement
+    from pipesim.model_stages import stage_costs_for
+    s = tiny(P=2, M=2, tensor=2)
+    c = stage_costs_for(s)[1]
+    h, tokens = s.model.hidden_size, s.model.seq_length * s.training.micro_batch_size
+    assert c.recv_gather == pytest.approx(collective_time("all_gather", tokens * h * 2, placement(s, "tp")))
+    r = pipesim.simulate(s, trace=True, engine_choice="simpy")
+    gathers = [e for e in r.events if e.kind == "P2P_GATHER"]
+    # pipeline rank 1 gathers each micro-batch's activation, rank 0 each gradient
+    assert sorted((e.rank, e.microbatch) for e in gathers) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(e.duration == pytest.approx(c.recv_gather) for e in gathers)
+    sp = tiny(P=2, M=2, tensor=2, extra_parallel={"sequence_parallel": True})
+    assert stage_costs_for(sp)[1].recv_gather == 0.0

@@ -75,6 +75,7 @@ class StageCosts:
     cp_bytes: float = 0.0     # CP bytes sent per micro-batch per GPU (fwd + bwd)
     cp_buffer_fwd: float = 0.0    # transient K/V receive buffers while F runs
     cp_buffer_bwd: float = 0.0    # K/V + dK/dV buffers while the backward runs
+    recv_gather: float = 0.0      # TP all-gather of a received activation / gradient (scatter/gather)
     moe_host_fwd: float = 0.0    # of moe_block_fwd: host time exposed after the dispatchers' count sync
     moe_block_wgrad: float = 0.0     # of moe_block_bwd: weight gradients
     # (attention, MoE block) time beside an overlapped all-to-all / alone (moe_interference.py)
@@ -261,6 +262,13 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         dq_time, _ = cm.quantize_time(elems, bits, "dequantize")
     else:
         q_time = dq_time = 0.0
+    # ... and the receiving TP group all-gathers the slices before using them, over its own links
+    # (SC'21 Sec. 4.1: "an all-gather over NVLink"; Megatron gather_split_1d_tensor; the emulator's
+    # Executor._gather_slices). Under sequence parallelism the tensor stays sharded.
+    recv_gather = 0.0
+    if sh.tp.size > 1 and sh.tp.mode == "1d" and not sh.tp.sequence_parallel and bits >= 16:
+        from pipesim.costs.ops import Comm
+        recv_gather = comm_seconds(s, [Comm("all_gather", sh.tokens * sh.h * sh.e, "tp", sh.tp.size)], cm.profile)
     out = []
     first_layer = 0
     memo: dict = {}       # id(op) -> its timed terms: every stage repeats the same layer ops
@@ -361,6 +369,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             cp_comm_hidden=n_cp * (cpc.fwd_hidden + cpc.bwd_hidden),
             cp_bytes=n_cp * (cpc.bytes_fwd + cpc.bytes_bwd),
             cp_buffer_fwd=cpc.buffer_fwd if n_cp else 0.0, cp_buffer_bwd=cpc.buffer_bwd if n_cp else 0.0,
+            recv_gather=recv_gather,
             ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
             moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
             moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_overlap_slow_fwd=moe.slow_fwd if n_moe else (1.0, 1.0),

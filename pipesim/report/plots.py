@@ -13,7 +13,8 @@ COLORS = {"F": "#4C78A8", "B": "#F58518", "I": "#E45756", "W": "#72B7B2", "R": "
           "FB": "#9E6A2F",          # fused forward + backward of two micro-batches (MoE A2A overlap)
           "QUANTIZE": "#9D755D", "DEQUANTIZE": "#9D755D", "OPTIMIZER": "#54A24B",
           "SEND_F": "#BAB0AC", "SEND_B": "#8C8C8C", "RECV_F": "#EECA3B", "RECV_B": "#EECA3B",
-          "DP": "#FF9DA6", "ZERO_GATHER": "#D67195", "ZERO_ALLGATHER": "#D67195", "TP": "#79706E"}
+          "DP": "#FF9DA6", "ZERO_GATHER": "#D67195", "ZERO_ALLGATHER": "#D67195", "TP": "#79706E",
+          "P2P_GATHER": "#79706E"}    # a received tensor's TP all-gather (scatter/gather)
 COMM_STREAMS = ("send", "dp", "comm")
 MAX_RANK_ROWS = 64
 MAX_LABELS = 2000         # micro-batch numbers drawn on boxes (beyond, they would be unreadable)

@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 
 # kinds: plan actions "F","B","I","W","R","SEND_F","RECV_F","SEND_B","RECV_B"; plus
 # "TP" (tensor/sequence-parallel collective), "DP" (data-parallel gradient reduction),
-# "ZERO_GATHER" (ZeRO-3 parameter all-gather), "OPTIMIZER", "QUANTIZE", "DEQUANTIZE".
+# "ZERO_GATHER" (ZeRO-3 parameter all-gather), "OPTIMIZER", "QUANTIZE", "DEQUANTIZE",
+# "P2P_GATHER" (a received tensor's TP all-gather under scatter/gather).
 STREAMS = ("compute", "comm", "send", "recv", "dp")
 
 

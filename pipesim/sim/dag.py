@@ -325,6 +325,10 @@ class DagRun:
                     # one message to free: its own buffer_free entry; several: their sum's
                     recv_free = 0 if recv_buffer else c.ids[3]
                     recv_buffer += c.nbytes
+                if c.gather:                  # the TP group all-gathers the slices (scatter/gather)
+                    start = t
+                    t = start + c.gather
+                    compute.append((start, t, "P2P_GATHER"))
                 if c.extra:
                     start = t
                     t = start + c.extra

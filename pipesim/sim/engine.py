@@ -37,7 +37,8 @@ _CODES: dict = {}       # id(steps row) -> (row, {cost key: step code})
 def step_info(steps, table, ports) -> list:
     """Per cost-table key, what the rank loop reads, unpacked in one go: compute (seconds,
     memory change ids at start and end), send (wire seconds, port, quantize seconds, buffer
-    alloc / free ids, 0 without bytes), receive (bytes, dequantize seconds, alloc / free ids)."""
+    alloc / free ids, 0 without bytes), receive (bytes, dequantize seconds, alloc / free ids, TP
+    all-gather seconds)."""
     codes = row_memo(_CODES, steps, lambda row: {op.key: op.code for op in row})
     info = [None] * len(table)
     for key, code in codes.items():
@@ -48,7 +49,7 @@ def step_info(steps, table, ports) -> list:
         elif code == SEND:
             info[key] = (c.dur, ports[c.port], c.extra, alloc if c.nbytes else 0, release)
         else:
-            info[key] = (c.nbytes, c.extra, alloc, release)
+            info[key] = (c.nbytes, c.extra, alloc, release, c.gather)
     return info
 
 
@@ -238,7 +239,7 @@ class Engine:
                         yield None
                 now = env._now
                 recv_add((reached, now, wire, kind))
-                nbytes, extra, alloc, release = info[key]
+                nbytes, extra, alloc, release, gather = info[key]
                 if nbytes:
                     mt_add(now)
                     mi_add(alloc)
@@ -246,6 +247,14 @@ class Engine:
                     recv_buffer += nbytes
                 if trace:
                     self.record(gid, "recv", kind, stage, mb, reached, now, nbytes, wire_start=wire, src=peer)
+                if gather:                       # the TP group all-gathers the slices (scatter/gather)
+                    timer.callbacks = armed
+                    heappush(queue, (now + gather, NORMAL, next(eid), timer))
+                    yield None
+                    c_add((now, env._now, "P2P_GATHER"))
+                    if trace:
+                        self.record(gid, "compute", "P2P_GATHER", stage, mb, now, env._now, tp=gather)
+                    now = env._now
                 if extra:                        # dequantize on the receiver
                     timer.callbacks = armed
                     heappush(queue, (now + extra, NORMAL, next(eid), timer))

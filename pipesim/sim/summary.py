@@ -42,13 +42,15 @@ def step_counts(steps) -> list:
 
 def work_of(steps, table) -> tuple[dict, float]:
     """(stage, kind) -> [count, seconds, bytes] of a rank's steps, and its blocking TP seconds:
-    every step runs once per step with its lowered duration (a send's wire time is its α-β time)."""
+    every step runs once per step with its lowered duration (a send's wire time is its α-β time);
+    a receive's TP seconds are its scatter/gather all-gather."""
     work: dict = {}
     tp = 0.0
     for key, stage, kind, is_compute, n in step_counts(steps):
+        c = table[key]
         if is_compute or kind in ("SEND_F", "SEND_B"):
-            c = table[key]
             work[(stage, kind)] = [n, n * c.dur, 0.0 if is_compute else n * c.nbytes]
+        if c is not None:
             tp += n * c.tp
     return work, tp
 

@@ -80,11 +80,11 @@ _KIND = itemgetter(2)            # Step.kind
 
 class Cost:
     """What a (stage, kind) costs on one rank: seconds, bytes, memory deltas, route."""
-    __slots__ = ("dur", "tp", "nbytes", "extra", "mem0", "mem1", "port", "buf_alloc", "buf_free", "a2a",
-                 "a2a_exposed", "moe_block", "moe_wgrad", "overlap_slow", "ids")
+    __slots__ = ("dur", "tp", "nbytes", "extra", "gather", "mem0", "mem1", "port", "buf_alloc", "buf_free",
+                 "a2a", "a2a_exposed", "moe_block", "moe_wgrad", "overlap_slow", "ids")
 
     def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port="", a2a=0.0,
-                 moe_block=0.0, overlap_slow=(1.0, 1.0), moe_wgrad=0.0):
+                 moe_block=0.0, overlap_slow=(1.0, 1.0), moe_wgrad=0.0, gather=0.0):
         self.dur = dur          # compute seconds (after the speed factor) or wire seconds of a send
         self.tp = tp            # blocking TP communication inside `dur`
         self.a2a = a2a          # MoE all-to-all inside `dur` (pipesim/sim/a2a_overlap.py)
@@ -94,6 +94,7 @@ class Cost:
         self.moe_wgrad = moe_wgrad   # of moe_block: weight gradients (B only; I leaves them to W)
         self.nbytes = nbytes    # bytes sent (SEND) or received (RECV)
         self.extra = extra      # quantize seconds before a SEND / dequantize after a RECV
+        self.gather = gather    # RECV: TP all-gather of the received slices (scatter/gather), blocking
         self.mem0 = mem0        # (category, delta) when a compute op starts
         self.mem1 = mem1        # ... and when it ends
         self.port = port        # SEND: link class it leaves through ("intra" / "inter")
@@ -470,14 +471,16 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
                     link, port = p2p[(r, q)]
                     table[st * NKINDS + 5] = Cost(p2p_time(c.send_bytes, link), nbytes=c.send_bytes,
                                                   extra=c.quantize / speed, port=port)
-                    table[st * NKINDS + 8] = Cost(nbytes=costs[st + 1].grad_send_bytes)
+                    table[st * NKINDS + 8] = Cost(nbytes=costs[st + 1].grad_send_bytes, tp=c.recv_gather,
+                                                  gather=c.recv_gather)
             if st > 0:
                 q = plan.rank_of(st - 1)
                 if q != r:
                     link, port = p2p[(r, q)]
                     table[st * NKINDS + 6] = Cost(p2p_time(c.grad_send_bytes, link), nbytes=c.grad_send_bytes,
                                                   port=port)
-                    table[st * NKINDS + 7] = Cost(nbytes=costs[st - 1].send_bytes, extra=c.dequantize / speed)
+                    table[st * NKINDS + 7] = Cost(nbytes=costs[st - 1].send_bytes, extra=c.dequantize / speed,
+                                                  tp=c.recv_gather, gather=c.recv_gather)
         return table
 
     gangs, gang_at, cache = [], {}, {}

@@ -129,8 +129,11 @@ def analytic_report(s, mode: str = "representative") -> dict:
     P, V, M = s.parallel.pipeline, s.parallel.virtual_stages, s.num_microbatches
     sched = s.training.schedule
     per_rank = rank_chunks(s, stages)
-    f = [sum(c.forward + c.quantize + c.dequantize for c in ch) for ch in per_rank]
-    i = [sum(c.input_grad for c in ch) for ch in per_rank]
+    S = len(stages)
+    # a chunk's received activation (gradient) is all-gathered over its TP group first (scatter/gather)
+    f = [sum(c.forward + c.quantize + c.dequantize + (c.recv_gather if c.stage > 0 else 0.0) for c in ch)
+         for ch in per_rank]
+    i = [sum(c.input_grad + (c.recv_gather if c.stage < S - 1 else 0.0) for c in ch) for ch in per_rank]
     w = [sum(c.weight_grad for c in ch) for ch in per_rank]
     t_rank = [a + b + c for a, b, c in zip(f, i, w)]
     slow = max(range(P), key=lambda r: t_rank[r])
