@@ -1,6 +1,5 @@
 """Context parallelism: scenario keys and errors, exact FLOP split, ring overlap, placement,
 memory, the llama3.1-405b preset and the llama3-405b validation family (no torch)."""
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

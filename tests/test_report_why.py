@@ -1,6 +1,5 @@
 """The report folder, the "why" explanation and report.html in a real browser (issue 18)."""
 import json
-import os
 import shutil
 from pathlib import Path
 

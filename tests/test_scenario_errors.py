@@ -1,7 +1,6 @@
 """Malformed scenarios: each gives one clear line on stderr and exit code 2, never a traceback."""
 import subprocess
 import sys
-import textwrap
 
 import pytest
 

@@ -46,7 +46,7 @@ def tiny_overrides(s, layers_per_stage: int) -> list[str]:
            f"model.num_layers={2 * layers_per_stage}", "training.micro_batch_size=1",
            "parallel.tensor=1", "parallel.data=1", "parallel.pipeline=2", "parallel.virtual_stages=1",
            "parallel.context=1",
-           "parallel.sequence_parallel=false", f"training.global_batch_size=2"]
+           "parallel.sequence_parallel=false", "training.global_batch_size=2"]
     if m.ffn_hidden_size is not None:
         out.append(f"model.ffn_hidden_size={4 * h}")
     return out

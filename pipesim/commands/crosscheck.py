@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 
 DEFAULT_NICE = 20          # raise the ranks' priority this much (root only; see emulator/host.py)

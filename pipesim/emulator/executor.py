@@ -89,7 +89,7 @@ class Executor:
     # ---------------------------------------------------------------- one step
     def run_step(self, step: int, tokens: torch.Tensor) -> None:
         """tokens: [M, micro_batch, seq+1] of this data-parallel rank."""
-        rt, rec = self.rt, self.rt.recorder
+        rt = self.rt
         self.step = step
         self.inputs, self.outputs, self.grad_out, self.grad_in = {}, {}, {}, {}
         self.outputs_fwd: dict = {}      # (next stage, mb) -> activation to send or hand over

@@ -217,7 +217,6 @@ def stage_forward(x, p, cfg: TinyMoE, layers: range, comm: Comm, first: bool, la
 
 def reference(cfg: TinyMoE, dp: int) -> tuple[float, dict]:
     """Single process: loss (mean over the global batch's tokens) and every gradient."""
-    import torch
     p = {k: v.clone().requires_grad_(True) for k, v in full_params(cfg).items()}
     total = cfg.micro_batch * cfg.seq * cfg.microbatches * dp
     loss = 0.0

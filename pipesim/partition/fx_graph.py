@@ -65,7 +65,6 @@ def _nbytes(x) -> float:
 
 def _fx_nodes(module, n_inputs: int):
     """[(name, op, input names, callable factory)] from torch.fx, or None if tracing fails."""
-    import torch
     import torch.fx as fx
     try:
         gm = fx.symbolic_trace(module)

@@ -146,7 +146,7 @@ def resolve_preset(section, presets: dict, name: str, loader: Loader, base: Path
         if not path.is_file():
             loader.fail(f"{name}.preset", f"preset file not found: {path}")
         if path.resolve() in _files or len(_files) >= MAX_PRESET_FILES:
-            loader.fail(f"{name}.preset", f"preset files refer to each other in a loop: "
+            loader.fail(f"{name}.preset", "preset files refer to each other in a loop: "
                         + " -> ".join(str(f) for f in _files + (path,)))
         inner = read_yaml(path)
         return merge(resolve_preset(inner, presets, name, Loader(str(path)), path.parent,
