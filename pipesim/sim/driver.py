@@ -1,6 +1,7 @@
 """How the SimPy engine's generators run on SimPy's event queue: same-instant priorities, events
-due at exact times, the inlined event loop and a lean process driver. simpy is imported by `bind_simpy()` (called by Engine()) only, so the DAG
-path, which never builds events, never loads it."""
+due at exact times, the inlined event loop and a lean process driver. simpy is imported by
+`bind_simpy()` (called by Engine()) only, so the DAG path, which never builds events, never
+loads it."""
 from __future__ import annotations
 
 from heapq import heappop, heappush
