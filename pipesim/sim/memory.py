@@ -132,8 +132,9 @@ class MemoryTracker:
         if not times:
             return
         lens_of, off_of, all_d, all_c = reg.arrays()
-        order = np.argsort(np.array(times), kind="stable")
-        idx = np.array(ids, dtype=np.intp)[order]
+        n = len(times)               # fromiter: a third faster than np.array on a list
+        order = np.argsort(np.fromiter(times, np.float64, n), kind="stable")
+        idx = np.fromiter(ids, np.intp, n)[order]
         if reg.single:                               # one delta per change: entry i is delta i
             flat = off_of[idx]
             ends = np.arange(1, len(idx) + 1)
