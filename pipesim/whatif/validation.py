@@ -404,7 +404,7 @@ def plot_validation(by_suite: dict[str, list[Result]], path) -> None:
         for sign in (1, -1):
             ax.axhline(sign * f, color="k", ls=style, lw=0.7)
     ax.axhline(0, color="k", lw=1)
-    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_xticks(range(len(names)), names, fontsize=8, rotation=20, ha="right")
     ax.set_ylabel("pipesim vs published, % (+ = optimistic)")
     ax.set_title("validation: signed error per case (dotted ±5 %, dashed ±10 %)")
     ax.legend(fontsize=7, loc="upper left")
