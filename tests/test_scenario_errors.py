@@ -54,6 +54,10 @@ CASES = [
     ("per-layer gathers need ZeRO-3", GOOD.replace("global_batch_size: 32",
                                                    "global_batch_size: 32, zero3_collectives: layer"),
      ["training.zero3_collectives", "ZeRO-3", "zero_stage: 0"]),
+    ("blocking P2P is Megatron's exchange", GOOD.replace("global_batch_size: 32",
+                                                         "global_batch_size: 32, schedule: zb-v, p2p_sync: true")
+     .replace("pipeline: 2, data: 2", "pipeline: 2, data: 2, virtual_stages: 2"),
+     ["training.p2p_sync", "gpipe, 1f1b, interleaved", "zb-v"]),
     ("compression bits", GOOD.replace("global_batch_size: 32", "global_batch_size: 32, activation_compression_bits: 7"),
      ["activation_compression_bits must be 16, 12, 8 or 4"]),
 ]

@@ -335,13 +335,14 @@ def test_blocking_p2p_sends_wait_for_the_receiver_and_block_the_sender():
     assert run(False).step_time_s == pytest.approx(9.5)
 
 
-@pytest.mark.parametrize("schedule, V", [("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
-def test_blocking_p2p_runs_every_megatron_schedule_without_deadlock_and_costs_time(schedule, V):
+@pytest.mark.parametrize("P, M", [(2, 2), (2, 4), (3, 6), (4, 4), (4, 12)])
+@pytest.mark.parametrize("schedule, V", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2)])
+def test_blocking_p2p_runs_every_megatron_schedule_without_deadlock_and_costs_time(schedule, V, P, M):
     """Matched batches post their receives before any send waits, and the interleaved schedule
     posts the next exchange's receives too (Megatron's combined exchange), so no rank waits on a
     peer that waits on it; blocking sends can only lengthen the step."""
     def step(sync):
-        s = tiny(P=4, M=8, V=V, schedule=schedule, extra_training={"p2p_sync": sync})
+        s = tiny(P=P, M=M, V=V, schedule=schedule, extra_training={"p2p_sync": sync})
         return pipesim.simulate(s, trace=False, stage_costs=uniform(s, f=1.0, b=2.0, send=0.25e9)).step_time_s
     assert step(True) > step(False)
 

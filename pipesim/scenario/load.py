@@ -310,6 +310,9 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
             loader.fail("training.schedule", f"schedule CSV not found: {tr.schedule}")
     else:
         _check_schedule_name(s, loader)
+    if tr.p2p_sync and p > 1 and not _is_megatron_schedule(tr.schedule):
+        loader.fail("training.p2p_sync", f"blocking, batched P2P is Megatron's exchange and is modelled for the "
+                    f"schedules {', '.join(P2P_SYNC_SCHEDULES)}; got schedule: {tr.schedule}")
     from pipesim.costs.moe_parallel import check_moe
     check_moe(s, loader)
     if s.costs.profile is not None and not Path(s.costs.profile).exists():
@@ -370,6 +373,21 @@ def _check_cnn(s: Scenario, loader: Loader) -> None:
         loader.fail("training.global_batch_size", f"global_batch_size({tr.global_batch_size}) is not "
                     f"divisible by micro_batch_size({tr.micro_batch_size})·data({par.data}) = {per}")
     _check_schedule_name(s, loader)
+
+
+# Schedules whose exchanges sim/p2p_sync.py batches as Megatron does; the zero-bubble and V-shaped
+# generators' exchanges need receives posted further ahead than one batch (they deadlock when
+# blocking), and their frameworks use asynchronous P2P.
+P2P_SYNC_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+def _is_megatron_schedule(name: str) -> bool:
+    try:
+        from pipesim.schedules.registry import ALIASES
+    except ImportError:
+        return True
+    key = name.strip().lower()
+    return ALIASES.get(key, key) in P2P_SYNC_SCHEDULES
 
 
 def _check_schedule_name(s: Scenario, loader: Loader) -> None:
