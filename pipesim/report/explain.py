@@ -358,7 +358,7 @@ def headline(why: dict, report) -> list[str]:
                      f"({worst[1] / d['step_time_s'] * 100:.1f} %)")
     if why["tp_s_by_rank"]:
         worst = max(why["tp_s_by_rank"].items(), key=lambda kv: kv[1])
-        lines.append(f"tensor parallel {worst[1] * 1e3:.1f} ms of blocking TP collectives inside F/B on rank {worst[0]} "
+        lines.append(f"tensor parallel {worst[1] * 1e3:.1f} ms of blocking TP collectives on rank {worst[0]} "
                      f"({worst[1] / d['step_time_s'] * 100:.1f} % of the step)")
     for i, sug in enumerate(why["suggestions"][:3]):
         lines.append(f"{'suggestion' if i == 0 else '':14s} {sug['title']}: simulated step {sug['step_time_s'] * 1e3:.1f} ms "
