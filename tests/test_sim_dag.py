@@ -216,3 +216,21 @@ def test_bucket_stream_stretches_equal_the_per_bucket_loop():
             dag_module.collective_seconds = orig
         ref, free, t = _reference_buckets(jobs, sends, sec)
         assert (dp_ivs, port.free_at, stream.t) == (ref, free, t), case
+
+
+@pytest.mark.parametrize("variant", ["dp-overlap", "dp-after-zero1", "quantized-recompute", "slow-links",
+                                     "tp-scatter-gather", "straggler"])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved"])
+def test_dag_is_bit_equal_to_simpy_with_blocking_p2p(name, variant):
+    """training.p2p_sync: a send waits for its receiver's batch to post the receive and the rank
+    for its batch's sends (sim/p2p_sync.py); the DAG pass walks POST / WAIT steps for them."""
+    kw = dict(VARIANTS[variant])
+    kw["extra_training"] = dict(kw.get("extra_training", {}), p2p_sync=True)
+    s = tiny(P=P, M=M, V=LAYOUTS[name], schedule=name, **kw)
+    fast, ref = both(s)
+    assert fast.engine == "dag" and ref.engine == "simpy"
+    a, b = fast.to_dict(include_trace=False), ref.to_dict(include_trace=False)
+    a.pop("engine"), b.pop("engine")
+    assert a == b
+    assert ref.step_time_s > pipesim.simulate(tiny(P=P, M=M, V=LAYOUTS[name], schedule=name, **VARIANTS[variant]),
+                                              trace=False).step_time_s

@@ -18,8 +18,7 @@ The arithmetic is the engine's (end = start + duration, max of ready times), so 
 timeline interval and the memory log are bit-identical to sim/engine.py (tests/test_sim_dag.py
 checks every schedule). Not covered here, and left to the engine: ZeRO-3 (weight gathers block
 compute on the DP stream), ZeRO-2 without overlap (each backward's reduce-scatter blocks the
-rank), blocking pipeline P2P (training.p2p_sync: a send waits for its receiver), full mode
-whose data-parallel replicas differ (a collective then joins
+rank), full mode whose data-parallel replicas differ (a collective then joins
 different ranks' streams and ports; identical replicas are walked once, see `symmetric`), trace
 events (trace=True), and a workload an extension marks with a `needs_engine` reason (e.g. overlap
 the engine models and this pass does not).
@@ -32,7 +31,7 @@ from dataclasses import replace
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
-from pipesim.sim.summary import flat_memory_logs, summarize
+from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
 
 
@@ -44,8 +43,6 @@ def applies(w: Workload, trace: bool) -> str | None:
         return "ZeRO-3 weight gathers"
     if w.grad_every_microbatch and not w.overlap_grad_reduce and w.scenario.parallel.data > 1:
         return "blocking gradient reduce-scatters after every micro-batch (ZeRO-2 without overlap)"
-    if w.p2p_sync:
-        return "blocking, batched pipeline P2P (training.p2p_sync)"
     if w.mode == "full" and w.scenario.parallel.data > 1 and not symmetric(w):
         return "full mode with unequal data-parallel replicas (collectives join different timelines)"
     if getattr(w, "needs_engine", None):
@@ -153,6 +150,7 @@ class DPStream:
 
 
 INF = float("inf")
+_SYNC_ROWS: dict = {}     # id(steps row) -> (row, the row with p2p_sync's POST / WAIT steps)
 
 
 def _stretch(ready, b: int, t: float, sec: float, limit: float, run_start, run_end, ivs):
@@ -227,6 +225,9 @@ class DagRun:
             state[g.id] = [0, 0.0, 0.0, dp, peers]
         pending = deque(g.id for g in walked)
         blocked: dict = {}                    # (dst gang, message key) -> gang waiting for it
+        # p2p_sync (sim/p2p_sync.py): per gang, receive key -> when it was posted; a sender
+        # waiting for a receive to be posted parks under ("post", dst gang, message key)
+        self.posted = [{} for _ in range(n)]
         walks = {gid: self._walk(gid, state[gid], boxes, ports, blocked, pending) for gid in pending}
         done = 0
         while pending:
@@ -255,6 +256,12 @@ class DagRun:
         keeps the rank's locals bound between resumptions."""
         g = self.w.gangs[gid]
         ops, table = g.steps, g.table
+        sync = self.w.p2p_sync
+        if sync:                              # blocking batches: POST / WAIT pseudo-steps
+            from pipesim.sim.p2p_sync import POST, WAIT, dag_steps
+            ops = row_memo(_SYNC_ROWS, ops, lambda row: dag_steps(row, self.w.scenario.parallel.virtual_stages > 1))
+            post_times = self.posted
+            sent_end = sent_wire = 0.0
         tl = self.tl[gid]
         mtimes, mids, reg = self.mem[gid].flat
         compute, recv = tl.compute, tl.recv
@@ -290,6 +297,15 @@ class DagRun:
                     start = t
                     t = start + c.extra
                     compute.append((start, t, "QUANTIZE"))
+                if sync:                      # the receiver must have posted the receive
+                    dst = peers[peer]
+                    tb = post_times[dst].pop(rkey, None)
+                    while tb is None:
+                        blocked[("post", dst, rkey)] = gid
+                        yield True
+                        tb = post_times[dst].pop(rkey, None)
+                    if tb > t:
+                        t = tb
                 port = my_ports[c.port]
                 if port is dp_port and (dp.cur is not None or dp.jobs):
                     dp.advance(t)         # buckets requested before now reserve first
@@ -309,6 +325,20 @@ class DagRun:
                     mtimes.append(end)
                     mids.append(free)
                 p2p.append((wire, end))
+                if sync and end > sent_end:
+                    sent_end, sent_wire = end, wire
+            elif sync and code == POST:       # the batch's receives are posted: wake their senders
+                mine = post_times[gid]
+                for k in rkey:
+                    mine[k] = t
+                    waiter = blocked.pop(("post", gid, k), None)
+                    if waiter is not None:
+                        pending.append(waiter)
+            elif sync and code == WAIT:       # the batch ends when its sends have finished
+                if sent_end > t:
+                    recv.append((t, sent_end, sent_wire, "SEND_WAIT"))
+                    t = sent_end
+                sent_end = 0.0
             else:
                 posted = box.pop(rkey, None)
                 while posted is None:         # message not sent yet: park this rank
