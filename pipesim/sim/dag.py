@@ -14,6 +14,10 @@ RECV whose SEND has not been issued, then the next rank continues; each action i
 so the cost is linear in ranks x actions with no event objects, heap or generator switches. A
 plan that leaves every rank blocked deadlocks: the SimPy engine is run to report it.
 
+Blocking P2P (training.p2p_sync, sim/p2p_sync.py) adds POST and WAIT steps to the walked row:
+a SEND also waits for its receiver to have posted the receive (parking the rank as a RECV does),
+and a batch ends when its sends have.
+
 The arithmetic is the engine's (end = start + duration, max of ready times), so step time, every
 timeline interval and the memory log are bit-identical to sim/engine.py (tests/test_sim_dag.py
 checks every schedule). Not covered here, and left to the engine: ZeRO-3 (weight gathers block
