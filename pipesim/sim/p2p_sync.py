@@ -28,7 +28,7 @@ from __future__ import annotations
 from heapq import heappush
 
 from pipesim.sim.driver import NORMAL
-from pipesim.sim.workload import STEP_COMPUTE
+from pipesim.sim.workload import STEP_COMPUTE, Step
 
 
 def comm_batches(steps, ahead: bool) -> tuple[set, dict]:
@@ -116,24 +116,26 @@ def wait_sends(env, sent_end: float, wire: float, recv_log: list, timer, armed):
 POST, WAIT = 3, 4       # pseudo-step codes of `dag_steps` (beside workload.STEP_COMPUTE/SEND/RECV)
 
 
+def _pseudo(code: int, keys: tuple = ()) -> Step:
+    return tuple.__new__(Step, (code, 0, "POST" if code == POST else "WAIT", -1, False, keys, -1, -1, False, False))
+
+
 def dag_steps(steps, ahead: bool) -> tuple:
     """The row as the DAG pass walks it under p2p_sync (sim/dag.py): the batches' sends first, a
     POST step (rkey: the receive keys to post) where the engine posts them, and a WAIT step after
-    every batch that sends (the rank waits for its sends there). Same order of effects as the
-    engine's rank loop above."""
-    from pipesim.sim.workload import Step
+    every batch that sends, where the engine's rank waits for its sends (Engine.rank)."""
     ops = sends_first(steps)
     ends, posts = comm_batches(ops, ahead)
     out = []
     sending = False
     for i, op in enumerate(ops):
         if i in ends and sending:
-            out.append(tuple.__new__(Step, (WAIT, 0, "WAIT", -1, False, (), -1, -1, False, False)))
+            out.append(_pseudo(WAIT))
             sending = False
         if posts.get(i):
-            out.append(tuple.__new__(Step, (POST, 0, "POST", -1, False, posts[i], -1, -1, False, False)))
+            out.append(_pseudo(POST, posts[i]))
         out.append(op)
         sending = sending or op.kind.startswith("SEND")
     if sending:
-        out.append(tuple.__new__(Step, (WAIT, 0, "WAIT", -1, False, (), -1, -1, False, False)))
+        out.append(_pseudo(WAIT))
     return tuple(out)
