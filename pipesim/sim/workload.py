@@ -86,7 +86,7 @@ class Cost:
     def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port="", a2a=0.0,
                  moe_block=0.0, overlap_slow=(1.0, 1.0), moe_wgrad=0.0, gather=0.0):
         self.dur = dur          # compute seconds (after the speed factor) or wire seconds of a send
-        self.tp = tp            # blocking TP communication inside `dur`
+        self.tp = tp            # blocking TP communication inside `dur` (RECV: its `gather`)
         self.a2a = a2a          # MoE all-to-all inside `dur` (pipesim/sim/a2a_overlap.py)
         self.a2a_exposed = a2a  # ... of it on the critical path (all of it unless overlapped)
         self.moe_block = moe_block   # compute seconds of its MoE blocks (the rest is attention etc.)
