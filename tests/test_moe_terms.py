@@ -133,3 +133,17 @@ def test_moezoo_error_budget_spreads_the_gap_over_layer_passes():
     assert b["gap_per_layer_pair_s"] == pytest.approx(16.0 / (256 * 94 / 8))
     assert b["fwd_s"] > 0 and b["bwd_s"] > b["fwd_s"] and b["a2a_fwd_s"] == pytest.approx(b["a2a_bwd_s"])
     assert 0 < b["host_fwd_s"] < b["fwd_s"]
+
+
+def test_fp8_expert_gemms_keep_their_inputs_in_fp8_like_dense_linears():
+    """Transformer Engine's GroupedLinear saves the column-wise FP8 copy of its inputs (1 byte)
+    for the weight gradients, as Linear does: the expert GEMMs' saved bytes halve under FP8, the
+    activation between them (bf16) does not."""
+    def saved(precision):
+        ops = {o.name: o for o in layer_ops(moe(training={"precision": precision}), True)}
+        return {k: ops[k].saved_bytes for k in ("expert_fc1", "expert_act", "expert_fc2", "qkv")}
+    bf16, fp8 = saved("bf16"), saved("fp8")
+    assert fp8["expert_fc1"] == pytest.approx(bf16["expert_fc1"] / 2)
+    assert fp8["expert_fc2"] == pytest.approx(bf16["expert_fc2"] / 2)
+    assert fp8["expert_act"] == bf16["expert_act"]
+    assert fp8["qkv"] == pytest.approx(bf16["qkv"] / 2)      # the dense rule it now matches

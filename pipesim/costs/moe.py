@@ -147,6 +147,12 @@ def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int
     b = groups * n * e if bias else 0.0
     per = dict(m=int(rows / groups), k=int(k), n=int(n), dtype=dtype)
     m_e = rows / groups
+    if dtype == "fp8":
+        # as a dense FP8 Linear (layers.matmul): Transformer Engine's GroupedLinear keeps the
+        # inputs' column-wise FP8 copies for the weight gradients, 1 byte per element
+        # (module/grouped_linear.py, _GroupedLinear.forward: update_usage(rowwise_usage=False,
+        # columnwise_usage=True) before save_for_backward, TE 2.x)
+        saved_input = saved_input / e
     return Op(name, "matmul", flops, 2 * flops, a + w + b + c, c + 2 * a + 2 * (w + b),
               saved_bytes=saved_input, params=groups * (k * n + (n if bias else 0)), dgrad_fraction=0.5,
               param_tensors=2 if bias else 1,      # one grouped weight (and bias) tensor
