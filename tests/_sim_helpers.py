@@ -10,7 +10,7 @@ from pipesim.costs.memory import StaticMemory
 
 def tiny(P=2, M=1, V=1, schedule="1f1b", data=1, tensor=1, nodes=1, gpus_per_node=None, bw_GBps=1.0,
          latency_us=0.0, inter_GBps=None, memory_GiB=80, extra_training=None, extra_parallel=None,
-         heterogeneity=None):
+         heterogeneity=None, extra_system=None):
     """A small transformer on a made-up system whose links run at exactly `bw_GBps` (efficiency 1)."""
     gpn = gpus_per_node or (P * data * tensor) // nodes
     system = {
@@ -22,6 +22,7 @@ def tiny(P=2, M=1, V=1, schedule="1f1b", data=1, tensor=1, nodes=1, gpus_per_nod
     }
     if heterogeneity:
         system["heterogeneity"] = heterogeneity
+    system.update(extra_system or {})
     training = {"micro_batch_size": 1, "global_batch_size": M * data, "schedule": schedule,
                 "precision": "bf16"}
     training.update(extra_training or {})
@@ -47,6 +48,7 @@ def uniform(s, f=1.0, b=2.0, i=None, w=None, send=0.0, grad_send=None, act=1.0, 
             tp_comm_bwd=0.0, send_bytes=0.0 if last else send,
             grad_send_bytes=0.0 if first else (send if grad_send is None else grad_send),
             quantize=0.0 if last else q, dequantize=0.0 if first else dq, recv_gather=0.0,
+            offload_bytes=0.0, offload_window=0.0,
             static=StaticMemory(*static),
             grad_bytes=grad_bytes, activation_bytes=act, recompute_working_bytes=rc_working,
             optimizer_step=opt, step_ops=(("OPTIMIZER", opt),) if opt else (),

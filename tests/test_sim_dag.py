@@ -11,7 +11,8 @@ LAYOUTS = {"gpipe": 1, "1f1b": 1, "interleaved": 2, "looped-bfs": 2, "zb-h1": 1,
 # Settings that change what the fast path must reproduce: DP buckets sharing the port with the
 # sends (one node: p2p and DP both on NVLink), reduction after the plan + ZeRO-1 all-gather,
 # quantized sends with recomputation, a straggler, slow links where sends queue on a port, and
-# tensor parallelism without SP (each received tensor all-gathered over the TP group).
+# tensor parallelism without SP (each received tensor all-gathered over the TP group), and activation
+# offloading over a slow host link (copies outlast the passes; activations leave and return).
 VARIANTS = {
     "dp-overlap": dict(data=2, bw_GBps=0.05, extra_training={"grad_bucket_MB": 0.05}),
     "dp-after-zero1": dict(data=2, extra_training={"overlap_grad_reduce": False, "zero_stage": 1}),
@@ -21,6 +22,7 @@ VARIANTS = {
     "straggler": dict(data=2, heterogeneity={"rank_speed": {2: 0.6}}),
     "slow-links": dict(bw_GBps=0.002, latency_us=50.0),
     "tp-scatter-gather": dict(tensor=2),
+    "offload": dict(extra_training={"offload_activation_layers": 1}, extra_system={"host_link_GBps": 1e-3}),
 }
 
 

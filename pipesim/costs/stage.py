@@ -76,6 +76,8 @@ class StageCosts:
     cp_buffer_fwd: float = 0.0    # transient K/V receive buffers while F runs
     cp_buffer_bwd: float = 0.0    # K/V + dK/dV buffers while the backward runs
     recv_gather: float = 0.0      # TP all-gather of a received activation / gradient (scatter/gather)
+    offload_bytes: float = 0.0    # of activation_bytes: kept in host memory between F and B (offloading)
+    offload_window: float = 0.0   # of offload_bytes: one layer's, on the GPU while it is being copied
     moe_host_fwd: float = 0.0    # of moe_block_fwd: host time exposed after the dispatchers' count sync
     moe_block_wgrad: float = 0.0     # of moe_block_bwd: weight gradients
     # (attention, MoE block) time beside an overlapped all-to-all / alone (moe_interference.py)
@@ -345,11 +347,15 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
+        forward = acc.fwd + acc.tp_fwd + ep.fwd + ep.host_fwd + host_action + n_cp * cpc.fwd_exposed
+        backward = acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed
+        offload, window, off_f, off_b = activation_offload(s, activation - sum(o.saved_bytes for o in extras),
+                                                           n_layers + n_moe, forward, backward)
         out.append(StageCosts(
             stage=k, layers=n_layers + n_moe, has_embedding=first, has_head=last,
-            forward=acc.fwd + acc.tp_fwd + ep.fwd + ep.host_fwd + host_action + n_cp * cpc.fwd_exposed,
-            backward=acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed,
+            forward=forward + off_f,
+            backward=backward + off_b,
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed + off_b,
             weight_grad=acc.wgrad + host_action,
             recompute=recompute,
             tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,
@@ -369,7 +375,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             cp_comm_hidden=n_cp * (cpc.fwd_hidden + cpc.bwd_hidden),
             cp_bytes=n_cp * (cpc.bytes_fwd + cpc.bytes_bwd),
             cp_buffer_fwd=cpc.buffer_fwd if n_cp else 0.0, cp_buffer_bwd=cpc.buffer_bwd if n_cp else 0.0,
-            recv_gather=recv_gather,
+            recv_gather=recv_gather, offload_bytes=offload, offload_window=window,
             ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
             moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
             moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_overlap_slow_fwd=moe.slow_fwd if n_moe else (1.0, 1.0),
@@ -377,6 +383,22 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None,
             fp8_params=fp8_params))
     return out
+
+
+def activation_offload(s: Scenario, layers_saved: float, layers: int, forward: float,
+                       backward: float) -> tuple[float, float, float, float]:
+    """(bytes kept in host memory per micro-batch, of them one layer's, exposed seconds in F, in B)
+    of a stage under training.offload_activation_layers: that many of its layers' saved
+    activations are copied to the host while the forward goes on and copied back while the
+    backward goes on (Transformer Engine's CPU offload: a layer's tensors leave during the next
+    layers' compute and return ahead of its backward, one layer at a time), each way at the
+    system's measured host-copy rate; only what outlasts the pass is exposed."""
+    n = min(s.training.offload_activation_layers, layers)
+    if n <= 0 or layers_saved <= 0:
+        return 0.0, 0.0, 0.0, 0.0
+    offload = layers_saved * n / layers
+    copy = offload / (s.system.host_link_GBps * 1e9)
+    return offload, offload / n, max(0.0, copy - forward), max(0.0, copy - backward)
 
 
 @dataclass(frozen=True)

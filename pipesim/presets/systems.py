@@ -84,16 +84,27 @@ _PCIE3 = dict(bandwidth_GBps=15.75, latency_us=5.0, efficiency=_LINK_EFF)
 _10GBE = dict(bandwidth_GBps=1.25, latency_us=20.0, efficiency=_LINK_EFF)
 
 
+# GPU <-> host-memory copy rates, measured per GPU and direction (activation offloading):
+# - PCIe Gen4 x16 (DGX A100): 25 GB/s, "the peak x16 PCIe Gen4" measured by the BaM authors
+#   (ZaidQureshi/bam issue #54, maintainer's answer);
+# - PCIe Gen5 x16 (DGX H100/H200/B200, HGX H800): 52.8 GB/s device-to-host on an H100 cluster
+#   (NVIDIA/nvbandwidth issue #24, device_to_host_memcpy_sm, all 8 GPUs);
+# - NVLink-C2C to Grace (GB200/GB300): 346 GB/s host-to-device with the copy engines on GH200, the
+#   same 900 GB/s bidirectional C2C link (NVIDIA/nvbandwidth issue #23).
+_HOST_PCIE4, _HOST_PCIE5, _HOST_C2C = 25.0, 52.8, 346.0
+
+
 def _nvl72(gpu: dict, nic_GBps: float) -> dict:
     """A GB200/GB300 NVL72 rack: 18 trays of 4 GPUs, one 72-GPU NVLink domain spanning them."""
-    return dict(num_nodes=18, gpus_per_node=4, nvlink_domain=72, gpu=gpu,
+    return dict(num_nodes=18, gpus_per_node=4, nvlink_domain=72, gpu=gpu, host_link_GBps=_HOST_C2C,
                 intra_node=dict(bandwidth_GBps=900, latency_us=2.0, efficiency=_LINK_EFF),
                 inter_node=dict(bandwidth_GBps=nic_GBps, latency_us=5.0, efficiency=_NIC_EFF))
 
 
-def _dgx(gpu: dict, nvlink_GBps: float, nic_GBps: float, nvlink_latency_us: float = 2.0) -> dict:
+def _dgx(gpu: dict, nvlink_GBps: float, nic_GBps: float, nvlink_latency_us: float = 2.0,
+         host_GBps: float | None = _HOST_PCIE5) -> dict:
     """An 8-GPU DGX node: NVLink inside, one InfiniBand NIC per GPU between nodes."""
-    return dict(num_nodes=1, gpus_per_node=8, gpu=gpu,
+    return dict(num_nodes=1, gpus_per_node=8, gpu=gpu, host_link_GBps=host_GBps,
                 intra_node=dict(bandwidth_GBps=nvlink_GBps, latency_us=nvlink_latency_us, efficiency=_LINK_EFF),
                 inter_node=dict(bandwidth_GBps=nic_GBps, latency_us=5.0, efficiency=_NIC_EFF))
 
@@ -101,9 +112,12 @@ def _dgx(gpu: dict, nvlink_GBps: float, nic_GBps: float, nvlink_latency_us: floa
 SYSTEMS: dict[str, dict] = {
     "gtx-1070": dict(num_nodes=1, gpus_per_node=4, gpu=_GTX1070, intra_node=_PCIE3, inter_node=_10GBE),
     "gtx-1080ti": dict(num_nodes=1, gpus_per_node=4, gpu=_GTX1080TI, intra_node=_PCIE3, inter_node=_10GBE),
-    "dgx1-v100": _dgx(dict(_V100, hbm_bandwidth_GBps=900, memory_GiB=32), 150, 6.25, nvlink_latency_us=3.0),
-    "dgx-a100-40gb": _dgx(dict(_A100, name="A100-SXM4-40GB", hbm_bandwidth_GBps=1555, memory_GiB=40), 300, 25),
-    "dgx-a100-80gb": _dgx(dict(_A100, name="A100-SXM4-80GB", hbm_bandwidth_GBps=2039, memory_GiB=80), 300, 25),
+    "dgx1-v100": _dgx(dict(_V100, hbm_bandwidth_GBps=900, memory_GiB=32), 150, 6.25, nvlink_latency_us=3.0,
+                      host_GBps=None),
+    "dgx-a100-40gb": _dgx(dict(_A100, name="A100-SXM4-40GB", hbm_bandwidth_GBps=1555, memory_GiB=40), 300, 25,
+                          host_GBps=_HOST_PCIE4),
+    "dgx-a100-80gb": _dgx(dict(_A100, name="A100-SXM4-80GB", hbm_bandwidth_GBps=2039, memory_GiB=80), 300, 25,
+                          host_GBps=_HOST_PCIE4),
     "dgx-h100": _dgx(dict(_H100, hbm_bandwidth_GBps=3350, memory_GiB=80), 450, 50),
     "dgx-h200": _dgx(dict(_H100, name="H200-SXM", hbm_bandwidth_GBps=4800, memory_GiB=141, kernel_curve="h200"),
                      450, 50),

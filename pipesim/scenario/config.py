@@ -199,10 +199,14 @@ class SystemConfig:
     intra_node: LinkSpec = field(doc="link between GPUs of a node")
     inter_node: LinkSpec = field(doc="link between nodes (per GPU)")
     heterogeneity: Heterogeneity = field(default_factory=Heterogeneity, doc="stragglers, slow links")
+    host_link_GBps: Optional[float] = field(None, doc="measured GPU <-> host-memory copy rate per GPU and "
+                                                      "direction, GB/s (activation offloading; presets cite it)")
 
     def __post_init__(self):
         if self.num_nodes < 1 or self.gpus_per_node < 1:
             raise ValueError("num_nodes and gpus_per_node must be at least 1")
+        if self.host_link_GBps is not None and self.host_link_GBps <= 0:
+            raise ValueError(f"host_link_GBps must be positive, got {self.host_link_GBps}")
         d = self.nvlink_domain
         if d is not None:
             n = self.num_nodes * self.gpus_per_node
@@ -282,6 +286,10 @@ class TrainingConfig:
                     "backend; fa3 = FlashAttention-3 (Hopper)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
+    offload_activation_layers: int = field(0, doc="Transformer layers per model stage whose saved activations "
+                                                  "go to host memory after their forward and come back for "
+                                                  "their backward, copies overlapped with compute (Megatron "
+                                                  "--cpu-offloading-num-layers, Transformer Engine CPU offload)")
     p2p_sync: bool = field(False, doc="pipeline sends and receives between two computes are one blocking batch: "
                                       "each send waits for its receiver to post the receive and the rank waits "
                                       "for the whole batch (Megatron batch_isend_irecv + torch.cuda.synchronize: "
@@ -336,6 +344,8 @@ class TrainingConfig:
                              f"{self.activation_compression_bits}")
         if self.grad_bucket_MB <= 0:
             raise ValueError("grad_bucket_MB must be positive")
+        if self.offload_activation_layers < 0:
+            raise ValueError(f"offload_activation_layers must not be negative, got {self.offload_activation_layers}")
         if self.recompute_num_layers is not None:
             if self.recompute_num_layers < 0:
                 raise ValueError(f"recompute_num_layers must not be negative, got {self.recompute_num_layers}")

@@ -310,6 +310,9 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
             loader.fail("training.schedule", f"schedule CSV not found: {tr.schedule}")
     else:
         _check_schedule_name(s, loader)
+    if tr.offload_activation_layers and s.system.host_link_GBps is None:
+        loader.fail("training.offload_activation_layers", f"offloading activations needs system.host_link_GBps "
+                    f"(the GPU-host copy rate per GPU); system {s.system.name!r} gives none")
     if tr.p2p_sync and p > 1 and not _is_megatron_schedule(tr.schedule):
         loader.fail("training.p2p_sync", f"blocking, batched P2P is Megatron's exchange and is modelled for the "
                     f"schedules {', '.join(P2P_SYNC_SCHEDULES)}; got schedule: {tr.schedule}")

@@ -447,23 +447,29 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             cb = c.tp_comm_bwd + c.ep_comm_bwd + c.cp_comm_bwd
             # CP K/V receive buffers live while the pass runs (pipesim.costs.context)
             kf, kb = c.cp_buffer_fwd, c.cp_buffer_bwd
+            # offloaded activations (costs.stage.activation_offload) never sit on the GPU beyond the
+            # one layer being copied: `res` stays, `win` comes and goes with each pass
+            win = c.offload_window
+            res = act - c.offload_bytes
             table[st * NKINDS + 0] = Cost((c.forward - cf) / speed + cf, c.tp_comm_fwd + c.cp_comm_fwd,
-                                          mem0=keep(("activations", act), ("cp_buffers", kf)),
-                                          mem1=keep(("cp_buffers", -kf)), a2a=c.ep_comm_fwd,
+                                          mem0=keep(("activations", res + win), ("cp_buffers", kf)),
+                                          mem1=keep(("cp_buffers", -kf), ("activations", -win)), a2a=c.ep_comm_fwd,
                                           moe_block=c.moe_block_fwd / speed, overlap_slow=c.moe_overlap_slow_fwd)
             table[st * NKINDS + 1] = Cost((c.backward - cb) / speed + cb - rc, c.tp_comm_bwd + c.cp_comm_bwd,
-                                          mem0=rc0 + keep(("cp_buffers", kb)),
-                                          mem1=keep(("activations", -act), ("recompute", -rcw), ("cp_buffers", -kb)),
+                                          mem0=rc0 + keep(("cp_buffers", kb), ("activations", win)),
+                                          mem1=keep(("activations", -(res + win)), ("recompute", -rcw),
+                                                    ("cp_buffers", -kb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd / speed,
                                           overlap_slow=c.moe_overlap_slow_bwd, moe_wgrad=c.moe_block_wgrad / speed)
             table[st * NKINDS + 2] = Cost((c.input_grad - cb) / speed + cb - rc,
-                                          c.tp_comm_bwd + c.cp_comm_bwd, mem0=rc0 + keep(("cp_buffers", kb)),
-                                          mem1=keep(("activations", -(act - act * wf)), ("recompute", -rcw),
+                                          c.tp_comm_bwd + c.cp_comm_bwd,
+                                          mem0=rc0 + keep(("cp_buffers", kb), ("activations", win)),
+                                          mem1=keep(("activations", -(res + win - res * wf)), ("recompute", -rcw),
                                                     ("cp_buffers", -kb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd * (
                                               c.input_grad / c.backward if c.backward else 1.0) / speed,
                                           overlap_slow=c.moe_overlap_slow_bwd)
-            table[st * NKINDS + 3] = Cost(c.weight_grad / speed, mem1=keep(("activations", -act * wf)))
+            table[st * NKINDS + 3] = Cost(c.weight_grad / speed, mem1=keep(("activations", -res * wf)))
             table[st * NKINDS + 4] = Cost(c.recompute / speed, mem0=keep(("recompute", rcw)))
             if st + 1 < len(costs):
                 q = plan.rank_of(st + 1)

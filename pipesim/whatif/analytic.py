@@ -159,7 +159,9 @@ def analytic_report(s, mode: str = "representative") -> dict:
     peaks = []
     for r, ch in enumerate(per_rank):
         static = sum(c.static.total for c in ch)
-        act = sum(c.activation_bytes for c in ch) * in_flight(sched, P, V, M, r)
+        # offloaded activations are on the GPU one layer at a time, for the pass that runs
+        act = sum((c.activation_bytes - c.offload_bytes) * in_flight(sched, P, V, M, r) + c.offload_window
+                  for c in ch)
         working = max((c.recompute_working_bytes + c.cp_buffer_bwd for c in ch), default=0.0)
         peaks.append(static + act + working)
     peak = max(peaks)
