@@ -78,6 +78,8 @@ class StageCosts:
     recv_gather: float = 0.0      # TP all-gather of a received activation / gradient (scatter/gather)
     offload_bytes: float = 0.0    # of activation_bytes: kept in host memory between F and B (offloading)
     offload_window: float = 0.0   # of offload_bytes: one layer's, on the GPU while it is being copied
+    offload_fwd: float = 0.0      # of forward: the copy out that outlasts it (host link, not GPU speed)
+    offload_bwd: float = 0.0      # of backward and input_grad: the copy back that outlasts them
     moe_host_fwd: float = 0.0    # of moe_block_fwd: host time exposed after the dispatchers' count sync
     moe_block_wgrad: float = 0.0     # of moe_block_bwd: weight gradients
     # (attention, MoE block) time beside an overlapped all-to-all / alone (moe_interference.py)
@@ -375,7 +377,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             cp_comm_hidden=n_cp * (cpc.fwd_hidden + cpc.bwd_hidden),
             cp_bytes=n_cp * (cpc.bytes_fwd + cpc.bytes_bwd),
             cp_buffer_fwd=cpc.buffer_fwd if n_cp else 0.0, cp_buffer_bwd=cpc.buffer_bwd if n_cp else 0.0,
-            recv_gather=recv_gather, offload_bytes=offload, offload_window=window,
+            recv_gather=recv_gather, offload_bytes=offload, offload_window=window, offload_fwd=off_f,
+            offload_bwd=off_b,
             ep_comm_fwd=ep.fwd, ep_comm_bwd=ep.bwd, ep_bytes_fwd=ep.bytes_fwd, ep_bytes_bwd=ep.bytes_bwd,
             moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
             moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_overlap_slow_fwd=moe.slow_fwd if n_moe else (1.0, 1.0),

@@ -442,9 +442,10 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             rcw = c.recompute_working_bytes if rc_on else 0.0
             keep = (lambda *xs: tuple(x for x in xs if x[1]))
             rc0 = keep(("recompute", rcw)) if not explicit_r else ()
-            # TP, EP (all-to-all) and exposed CP time is communication: not scaled by the GPU's speed
-            cf = c.tp_comm_fwd + c.ep_comm_fwd + c.cp_comm_fwd
-            cb = c.tp_comm_bwd + c.ep_comm_bwd + c.cp_comm_bwd
+            # TP, EP (all-to-all), exposed CP time and offload copies are communication: not scaled
+            # by the GPU's speed
+            cf = c.tp_comm_fwd + c.ep_comm_fwd + c.cp_comm_fwd + c.offload_fwd
+            cb = c.tp_comm_bwd + c.ep_comm_bwd + c.cp_comm_bwd + c.offload_bwd
             # CP K/V receive buffers live while the pass runs (pipesim.costs.context)
             kf, kb = c.cp_buffer_fwd, c.cp_buffer_bwd
             # offloaded activations (costs.stage.activation_offload) never sit on the GPU beyond the
