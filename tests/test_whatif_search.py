@@ -52,6 +52,22 @@ def test_fsdp_choices_of_the_base_apply_to_its_zero3_layouts_only():
     assert 3 in seen and len(seen) > 1       # both kinds of layout were loaded
 
 
+def test_offload_axis_is_capped_at_a_chunks_layers_without_duplicates():
+    """--offload 0,6,100 on gpt2-medium (24 layers): beyond a chunk's layers every value offloads
+    them all, so it is one candidate, not several identical ones."""
+    space = SearchSpace(tensor=(1,), pipeline=(4,), micro_batch=(1,), schedules=("1f1b", "interleaved"),
+                        recompute=("none",), zero=(0,), compression=(16,),
+                        extra={"training.offload_activation_layers": (0, 6, 100)})
+    cands = candidates(BASE, 8, space)
+    per_layout = {}
+    for c in cands:
+        v = c["parallel"]["virtual_stages"]
+        per_layout.setdefault(v, []).append(c["training"]["offload_activation_layers"])
+    assert per_layout[1] == [0, 6]                  # 6 layers per chunk: 6 and 100 are the same
+    assert sorted(per_layout[2]) == [0, 3]          # 3 layers per chunk with two chunks
+    assert sorted(per_layout[3]) == [0, 2]
+
+
 def test_prefer_simple_breaks_ties_only():
     rows = [dict(throughput_samples_per_s=100.0, compression_bits=8, zero_stage=0, recompute="none", virtual_stages=1),
             dict(throughput_samples_per_s=99.8, compression_bits=16, zero_stage=0, recompute="none", virtual_stages=1),

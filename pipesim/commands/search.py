@@ -27,6 +27,8 @@ def add_arguments(p) -> None:
                                      "down to 4096 tokens per GPU)")
     p.add_argument("--expert", help="expert-parallel sizes to try for an MoE model, e.g. 1,8,16,32 (default: "
                                     "the scenario's)")
+    p.add_argument("--offload", help="activation-offloaded layers per stage to try, e.g. 0,8,16 (default: the "
+                                     "scenario's; training.offload_activation_layers)")
     p.add_argument("--micro-batch", help="micro-batch sizes to try (default 1,2,4,8)")
     p.add_argument("--schedules", help="schedules to try (default 1f1b,interleaved,zb-h1,zb-v)")
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
@@ -58,6 +60,8 @@ def run(args) -> int:
         space.context = _ints(args.context)
     if args.expert:
         space.extra["parallel.expert"] = _ints(args.expert)
+    if args.offload:
+        space.extra["training.offload_activation_layers"] = _ints(args.offload)
     if args.micro_batch:
         space.micro_batch = _ints(args.micro_batch)
     if args.schedules:
@@ -78,7 +82,8 @@ def run(args) -> int:
         print("no layout fits: try more GPUs, recompute full, ZeRO or a smaller micro-batch")
         return 1
     print()
-    print(format_table(res.finalists, top=min(10, len(res.finalists)), ordered=True))
+    swept = ["offload_layers"] if args.offload else []
+    print(format_table(res.finalists, swept, top=min(10, len(res.finalists)), ordered=True))
     print()
     for line in res.explanation:
         print(line)

@@ -39,7 +39,8 @@ def layout_columns(s) -> dict:
             "virtual_stages": p.virtual_stages,
             "micro_batch_size": t.micro_batch_size, "num_microbatches": s.num_microbatches,
             "schedule": t.schedule, "recompute": t.recompute, "zero_stage": t.zero_stage,
-            "compression_bits": t.activation_compression_bits, "num_gpus": s.num_gpus}
+            "compression_bits": t.activation_compression_bits, "offload_layers": t.offload_activation_layers,
+            "num_gpus": s.num_gpus}
 
 
 def flatten(report: dict, prefix: str = "") -> dict:

@@ -124,7 +124,7 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
         m.causal and m.seq_length % (2 ** (k + 1)) == 0 and m.seq_length // 2 ** k >= MIN_CP_TOKENS))
     axes = {"parallel.context": contexts, **space.extra}
     extra_keys = list(axes)
-    out = []
+    out, seen = [], set()
     for extra in itertools.product(*(axes[k] for k in extra_keys)):
         settings = dict(zip(extra_keys, extra))
         split = math.prod(v for k, v in settings.items() if k in GPU_AXES)
@@ -157,10 +157,20 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
                     for key in ("reshard_after_forward", "zero3_collectives"):
                         tr.pop(key, None)
                 cand = {**base, "parallel": par, "training": tr}
-                for key, value in settings.items():
+                values = dict(settings)
+                if OFFLOAD in values:       # more layers than a chunk holds offload them all: one candidate
+                    values[OFFLOAD] = min(values[OFFLOAD], -(-m.num_layers // (p * v)))
+                    key = (t, p, d, mb, sched, v, rc, z, bits, tuple(values.items()))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                for key, value in values.items():
                     cand = set_key(cand, key, value)
                 out.append(cand)
     return out
+
+
+OFFLOAD = "training.offload_activation_layers"
 
 
 # How far the closed form's throughput is from the simulator's, per schedule: the (lowest, highest)
@@ -251,8 +261,10 @@ UNVERIFIED_MARGIN = 1.30
 
 
 def complexity(r: dict) -> tuple:
-    """Simpler first: full-precision sends, lower ZeRO stage, less recomputation, fewer chunks."""
-    return (r["compression_bits"] < 16, r["zero_stage"], RECOMPUTE.index(r["recompute"]), r["virtual_stages"])
+    """Simpler first: full-precision sends, lower ZeRO stage, less recomputation, fewer offloaded
+    layers, fewer chunks."""
+    return (r["compression_bits"] < 16, r["zero_stage"], RECOMPUTE.index(r["recompute"]), r.get("offload_layers", 0),
+            r["virtual_stages"])
 
 
 def prefer_simple(rows: list[dict]) -> list[dict]:
@@ -267,15 +279,16 @@ def prefer_simple(rows: list[dict]) -> list[dict]:
 
 def layout_key(r: dict) -> tuple:
     return (r["tensor"], r["context"], r["pipeline"], r["virtual_stages"], r["micro_batch_size"], r["schedule"],
-            r["recompute"], r["zero_stage"], r["compression_bits"])
+            r["recompute"], r["zero_stage"], r["compression_bits"], r.get("offload_layers", 0))
 
 
 def describe(r: dict) -> str:
     sched = r["schedule"] + (f" v={r['virtual_stages']}" if r["virtual_stages"] > 1 else "")
     cp = f" x context {r['context']}" if r.get("context", 1) > 1 else ""
+    off = f", {r['offload_layers']} layers' activations offloaded" if r.get("offload_layers") else ""
     return (f"tensor {r['tensor']}{cp} x pipeline {r['pipeline']} x data {r['data']}, micro-batch "
             f"{r['micro_batch_size']} (M={r['num_microbatches']}), {sched}, recompute {r['recompute']}, "
-            f"ZeRO-{r['zero_stage']}, {r['compression_bits']}-bit sends")
+            f"ZeRO-{r['zero_stage']}, {r['compression_bits']}-bit sends{off}")
 
 
 def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> list[str]:
