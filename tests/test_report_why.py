@@ -61,6 +61,21 @@ def test_critical_path_spans_the_step_without_gaps(gpt2):
     assert max(ranks, key=ranks.get) == s.parallel.pipeline - 1
 
 
+def test_a_step_that_does_not_fit_is_told_what_makes_it_fit():
+    """GPT-2 small on 4 H100 cut to 3 GiB: too small for its activations. The suggestions are the
+    memory changes that fit, simulated, fastest first; offloading the activations over PCIe is
+    among them and slower than the step that did not fit (its copies outlast the passes)."""
+    s = pipesim.load_scenario(GPT2, ["system.preset=dgx-h100", "system.num_nodes=1", "system.gpus_per_node=4",
+                                     "system.gpu.memory_GiB=3"])
+    rep = pipesim.simulate(s)
+    assert rep.data["oom"]
+    sugs = explain(rep, s)["suggestions"]
+    assert sugs and all(sug["peak_memory_bytes"] <= s.system.gpu.memory for sug in sugs)
+    assert [sug["step_time_s"] for sug in sugs] == sorted(sug["step_time_s"] for sug in sugs)
+    offload = [sug for sug in sugs if sug["title"].startswith("offload")]
+    assert offload and offload[0]["step_time_s"] > rep.data["step_time_s"]
+
+
 def test_simulate_writes_the_report_folder(tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["simulate", str(GPT2), "--set", "training.global_batch_size=16", "--out", str(out)]) == 0

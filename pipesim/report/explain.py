@@ -15,7 +15,9 @@ re-simulation of a changed scenario (never a rule of thumb):
   in ms per step on each rank.
 - suggestions: candidate changes (the partitioner's split, half the micro-batch, zero-bubble or
   interleaved schedules, less recompute, 8-bit activations), each simulated; those that fit in
-  memory and shorten the step by >= 2 % are listed, fastest first.
+  memory and shorten the step by >= 2 % are listed, fastest first. A step that does not fit also
+  tries what frees memory (offloading activations to the host, recomputation, ZeRO) and lists
+  every change that makes it fit, fastest first.
 """
 from __future__ import annotations
 
@@ -279,6 +281,27 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
     if par.pipeline > 1 and tr.activation_compression_bits == 16 and p2p > 0.02 * report.data["step_time_s"]:
         out.append(("8-bit activations between stages", {"training.activation_compression_bits": 8},
                     "--set training.activation_compression_bits=8"))
+    if report.data.get("oom"):
+        out += memory_candidates(s)
+    return out
+
+
+def memory_candidates(s) -> list[tuple[str, dict, str]]:
+    """What frees GPU memory, for a step that does not fit: offloading every layer's activations
+    to a host with a measured copy rate, recomputation, the distributed optimizer / ZeRO-3."""
+    tr, par = s.training, s.parallel
+    out = []
+    chunk = max(s.layers_per_stage())
+    if s.system.host_link_GBps and tr.offload_activation_layers < chunk:
+        out.append((f"offload {chunk} layers' activations", {"training.offload_activation_layers": chunk},
+                    f"--set training.offload_activation_layers={chunk}"))
+    for rc in ("selective", "full")[("none", "selective", "full").index(tr.recompute):]:
+        if rc != tr.recompute:
+            out.append((f"recompute {rc}", {"training.recompute": rc}, f"--set training.recompute={rc}"))
+    if par.data * par.context > 1:
+        for z in (1, 3):
+            if z > tr.zero_stage:
+                out.append((f"ZeRO-{z}", {"training.zero_stage": z}, f"--set training.zero_stage={z}"))
     return out
 
 
@@ -296,7 +319,8 @@ def suggestions(s, report, mode: str, budget_s: float = SUGGESTION_BUDGET_S) -> 
         except PipesimError:
             continue
         gain = 1 - r["step_time_s"] / step0 if step0 > 0 else 0.0
-        if r["oom"] or gain < MIN_GAIN:
+        # a step that does not fit takes any change that makes it fit; one that fits, a faster one
+        if r["oom"] or (gain < MIN_GAIN and not report.data.get("oom")):
             continue
         out.append({"title": title, "changes": changes, "how": how, "step_time_s": r["step_time_s"],
                     "bubble_fraction": r["bubble_fraction"], "peak_memory_bytes": r["peak_memory_bytes"],
@@ -361,8 +385,9 @@ def headline(why: dict, report) -> list[str]:
         lines.append(f"tensor parallel {worst[1] * 1e3:.1f} ms of blocking TP collectives on rank {worst[0]} "
                      f"({worst[1] / d['step_time_s'] * 100:.1f} % of the step)")
     for i, sug in enumerate(why["suggestions"][:3]):
+        pace = f"{sug['speedup']:.2f}x faster" if sug["speedup"] >= 1 else f"{1 / sug['speedup']:.2f}x slower, fits"
         lines.append(f"{'suggestion' if i == 0 else '':14s} {sug['title']}: simulated step {sug['step_time_s'] * 1e3:.1f} ms "
-                     f"({sug['speedup']:.2f}x faster), bubble {_pct(sug['bubble_fraction'])}, peak memory "
+                     f"({pace}), bubble {_pct(sug['bubble_fraction'])}, peak memory "
                      f"{sug['peak_memory_bytes'] / 2**30:.2f} of {d['memory_capacity_bytes'] / 2**30:.2f} GiB")
         lines.append(f"{'':14s}   {sug['how']}")
     if not why["suggestions"] and why["suggested"]:
