@@ -44,7 +44,7 @@ def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
     from pipesim.commands.progress import Bar
     from pipesim.whatif.evaluate import simulate_report
-    from pipesim.whatif.search import SearchSpace, describe, search
+    from pipesim.whatif.search import OFFLOAD, SearchSpace, describe, search
     from pipesim.whatif.sweep import read_base
     from pipesim.whatif.table import format_table
 
@@ -61,7 +61,7 @@ def run(args) -> int:
     if args.expert:
         space.extra["parallel.expert"] = _ints(args.expert)
     if args.offload:
-        space.extra["training.offload_activation_layers"] = _ints(args.offload)
+        space.extra[OFFLOAD] = _ints(args.offload)
     if args.micro_batch:
         space.micro_batch = _ints(args.micro_batch)
     if args.schedules:

@@ -14,7 +14,7 @@ from pipesim.costs.fp8 import (BLACKWELL_CURVES, cast_ops, fp8_storage_cast_byte
 from pipesim.costs.context import context_comm
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
-from pipesim.costs.ops import Op
+from pipesim.costs.ops import Comm, Op
 from pipesim.costs.optimizer import grad_norm_bytes, optimizer_bytes
 from pipesim.costs.roofline import CostModel
 from pipesim.costs.topology import placement, stage_link
@@ -271,7 +271,6 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     # Executor._gather_slices). Under sequence parallelism the tensor stays sharded.
     recv_gather = 0.0
     if sh.tp.size > 1 and sh.tp.mode == "1d" and not sh.tp.sequence_parallel and bits >= 16:
-        from pipesim.costs.ops import Comm
         recv_gather = comm_seconds(s, [Comm("all_gather", sh.tokens * sh.h * sh.e, "tp", sh.tp.size)], cm.profile)
     out = []
     first_layer = 0

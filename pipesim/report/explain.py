@@ -295,9 +295,9 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
     if s.system.host_link_GBps and tr.offload_activation_layers < chunk:
         out.append((f"offload {chunk} layers' activations", {"training.offload_activation_layers": chunk},
                     f"--set training.offload_activation_layers={chunk}"))
-    for rc in ("selective", "full")[("none", "selective", "full").index(tr.recompute):]:
-        if rc != tr.recompute:
-            out.append((f"recompute {rc}", {"training.recompute": rc}, f"--set training.recompute={rc}"))
+    levels = ("none", "selective", "full")
+    for rc in levels[levels.index(tr.recompute) + 1:]:
+        out.append((f"recompute {rc}", {"training.recompute": rc}, f"--set training.recompute={rc}"))
     if par.data * par.context > 1:
         for z in (1, 3):
             if z > tr.zero_stage:

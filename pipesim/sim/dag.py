@@ -35,6 +35,7 @@ from dataclasses import replace
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
+from pipesim.sim.p2p_sync import POST, WAIT, dag_steps
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
 
@@ -262,7 +263,6 @@ class DagRun:
         ops, table = g.steps, g.table
         sync = self.w.p2p_sync
         if sync:                              # blocking batches: POST / WAIT pseudo-steps
-            from pipesim.sim.p2p_sync import POST, WAIT, dag_steps
             ops = row_memo(_SYNC_ROWS, ops, lambda row: dag_steps(row, self.w.scenario.parallel.virtual_stages > 1))
             post_times = self.posted
             sent_end = sent_wire = 0.0

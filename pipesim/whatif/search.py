@@ -61,6 +61,8 @@ class SearchSpace:
 # Parallel sizes that multiply with tensor and pipeline into the GPU count (data = GPUs / product);
 # an axis that shares GPUs with data parallelism instead (expert parallelism) is not listed here.
 GPU_AXES = {"parallel.context"}
+# An axis whose values beyond a chunk's layer count are all one candidate (every layer offloaded).
+OFFLOAD = "training.offload_activation_layers"
 
 
 @dataclass
@@ -170,9 +172,6 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
     return out
 
 
-OFFLOAD = "training.offload_activation_layers"
-
-
 # How far the closed form's throughput is from the simulator's, per schedule: the (lowest, highest)
 # of simulated / closed-form - 1 over the layouts of the GPT-3 175B / 1024-GPU grid that fit the
 # GPU memory in simulation (`python benchmarks/sweep_speed.py --band` measures it), rounded outward
@@ -275,11 +274,6 @@ def prefer_simple(rows: list[dict]) -> list[dict]:
     tied = [r for r in rows if r["throughput_samples_per_s"] >= top * (1 - TIE)]
     rest = rows[len(tied):]
     return sorted(tied, key=complexity) + rest
-
-
-def layout_key(r: dict) -> tuple:
-    return (r["tensor"], r["context"], r["pipeline"], r["virtual_stages"], r["micro_batch_size"], r["schedule"],
-            r["recompute"], r["zero_stage"], r["compression_bits"], r.get("offload_layers", 0))
 
 
 def describe(r: dict) -> str:
