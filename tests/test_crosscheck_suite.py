@@ -146,6 +146,8 @@ def test_crosscheck_calibrates_inside_the_ranks(tmp_path):
     host = prof["device"]["host"]
     assert host["layout"]["ranks"] == 2 and host["kernel_launch_s"] > 0
     assert {m["op"] for m in prof["measurements"]} >= {"gemm", "bmm", "softmax_fwd", "cross_entropy_fwd"}
+    # in-model costs pool the trace before each of the 2 timed steps with the last calibration's own
+    assert {m.get("rounds") for m in prof["measurements"] if m.get("impl") == "torch in-model"} == {3}
     assert c["verdict"]["status"] in ("pass", "fail", "not judged") and c["verdict"]["steps"] == 2
     assert emu["step_time_uncontended_s"] > 0 and all(st["contention"] for st in emu["steps"])
 

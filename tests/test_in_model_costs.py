@@ -216,11 +216,33 @@ def test_in_model_allreduce_reads_the_tp_log_by_size():
     from pipesim.emulator.rank_calibration import in_model_allreduce
     tp = TPGroup(size=2)
     tp.log = [("fwd", 0.0, 1.0, 64), ("fwd", 2.0, 6.0, 64), ("bwd", 6.0, 6.5, 8), ("bwd", 7.0, 8.0, 64)]
-    assert in_model_allreduce(tp) == [[8, 0.5], [64, 1.0]]         # medians (the mean of 64's is 2)
-    assert in_model_allreduce(TPGroup(size=1)) == []
+    assert in_model_allreduce(tp, tp.log) == [[8, 0.5], [64, 1.0]]   # medians (the mean of 64's is 2)
+    assert in_model_allreduce(TPGroup(size=1), tp.log) == []
     sp = TPGroup(size=2, sequence_parallel=True)
-    sp.log = list(tp.log)
-    assert in_model_allreduce(sp) == []        # all-gathers and reduce-scatters, not all-reduces
+    assert in_model_allreduce(sp, tp.log) == []        # all-gathers and reduce-scatters, not all-reduces
+
+
+def test_traces_between_the_steps_vote_with_the_median_of_their_means(monkeypatch):
+    """Each trace contributes its mean (an action costs the sum of its calls); across traces the
+    median, so one trace slowed by another tenant does not move the cost."""
+    from pipesim.calibrate import in_context as ic
+    m = {"op": "copy", "shape": {"bytes": 64}, "median_s": 0.5, "p10_s": 0.5, "p90_s": 0.5, "n": 3}
+    key = ic._freeze("copy", {"bytes": 64})
+    by_trace = {"a": [1.0, 3.0], "b": [2.0, 2.0], "c": [9.0, 9.0], "d": [], "e": [2.5, 2.5]}
+    monkeypatch.setattr(ic, "samples_by_key", lambda records, items, bias: {key: by_trace[records]} if by_trace[records] else {})
+    (out,), replaced = ic.in_context([m], [], "a", ["b", "c", "d", "e"])
+    # trace means 2.0, 2.0, 9.0, 2.5 (d has no call of the key): median 2.25, not the pooled mean 3.875
+    assert replaced == 1 and out["mean_s"] == pytest.approx(2.25) and out["rounds"] == 4
+    assert out["n"] == 8 and out["median_s"] == pytest.approx(2.5)
+
+
+def test_the_calibration_with_the_most_traces_sets_the_in_model_cost():
+    from pipesim.emulator.rank_calibration import _mean_over_ranks
+    base = {"op": "copy", "shape": {"bytes": 64}, "p10_s": 1.0, "p90_s": 1.0, "n": 1, "impl": "torch in-model"}
+    before = [dict(base, median_s=1.0, mean_s=1.0, rounds=1)]
+    after = [dict(base, median_s=3.0, mean_s=3.0, rounds=7)]
+    (m,) = _mean_over_ranks([before, after, before, after])
+    assert m["mean_s"] == 3.0 and m["median_s"] == 3.0
 
 
 def test_dp_gradient_allreduce_takes_the_measured_host_time(tmp_path):

@@ -190,25 +190,33 @@ def _freeze(op: str, shape: dict) -> tuple:
     return (op, tuple(sorted(normalize_shape(op, shape).items())))
 
 
-def in_context(measurements: list, items: list, records: list) -> tuple[list, int]:
+def in_context(measurements: list, items: list, records: list, rounds: list = ()) -> tuple[list, int]:
     """The measurements (dicts, pipesim.costs.profile format) with every key that the traced
-    calls cover replaced by its in-model timings (impl "torch in-model"; their mean, `mean_s`, is
-    what a cost lookup returns: Measurement.cost_s); returns (measurements, keys replaced)."""
+    calls cover replaced by its in-model timings (impl "torch in-model"; `mean_s` is what a cost
+    lookup returns: Measurement.cost_s); returns (measurements, keys replaced).
+
+    `records` is one trace; `rounds` more traces (lists of records) taken at other moments, e.g.
+    between the emulator's timed steps. With rounds, `mean_s` is the median over the traces of
+    each trace's mean: within a trace the mean, because an action costs the sum of its calls;
+    across traces the median, as the step time is the median of its steps, so that a trace
+    another tenant of the machine slowed down is out-voted as a slowed step is."""
     from pipesim.costs.profile import IN_MODEL, throughput_fields
     bias_fwd = {(m["shape"]["rows"], m["shape"]["cols"]): m["median_s"] for m in measurements
                 if m["op"] == "bias_fwd"}
-    samples = samples_by_key(records, items, bias_fwd)
+    traces = [samples_by_key(r, items, bias_fwd) for r in (records, *rounds)]
     out, replaced = [], 0
     for m in measurements:
-        times = samples.get(_freeze(m["op"], m["shape"]))
-        if not times:
+        key = _freeze(m["op"], m["shape"])
+        per_trace = [tr[key] for tr in traces if tr.get(key)]
+        if not per_trace:
             out.append(m)
             continue
-        times = sorted(times)
+        times = sorted(x for tr in per_trace for x in tr)
         med = statistics.median(times)
         tflops, gbps = throughput_fields(m["op"], m["shape"], med)
         out.append(dict(m, median_s=med, p10_s=times[len(times) // 10], p90_s=times[(9 * len(times)) // 10],
-                        n=len(times), tflops=tflops, gbps=gbps, impl=IN_MODEL,
-                        isolated_s=m["median_s"], mean_s=statistics.fmean(times)))
+                        n=len(times), tflops=tflops, gbps=gbps, impl=IN_MODEL, isolated_s=m["median_s"],
+                        mean_s=statistics.median(statistics.fmean(tr) for tr in per_trace),
+                        rounds=len(per_trace)))
         replaced += 1
     return out, replaced

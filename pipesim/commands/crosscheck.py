@@ -30,7 +30,7 @@ def add_arguments(parser) -> None:
                         help="use this cost profile instead of calibrating inside the ranks")
     parser.add_argument("--calibrate-out", default=None, help="also write the calibrated profile here")
     parser.add_argument("--quick", action="store_true", help="shorter calibration budget per op")
-    parser.add_argument("--steps", type=int, default=6, help="measured emulator steps (default 6; median)")
+    parser.add_argument("--steps", type=int, default=12, help="measured emulator steps (default 12; median)")
     parser.add_argument("--warmup", type=int, default=2, help="emulator warm-up steps (default 2)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="independent runs (calibration + emulation each); with 2 or more the verdict "
@@ -113,6 +113,15 @@ def _run_error(run) -> float:
     return st.get("step_time_uncontended_error_pct", st["step_time_error_pct"])
 
 
+def _run_steps(run) -> dict:
+    """One run's predicted and measured step (the measured one with the time other processes took
+    removed when recorded): which side moved when the runs disagree."""
+    st = run[2]["step"]
+    return {"predicted_s": st["step_time_predicted_s"],
+            "measured_s": st.get("step_time_uncontended_s") or st["step_time_measured_s"],
+            "steps_s": [x["step_time_s"] for x in run[1].get("steps", [])]}
+
+
 def repeated_verdict(errors: list[float], tolerance: float, single: dict) -> dict:
     """The verdict over independent runs: the median error against the run-to-run spread (half
     the range of the errors), with the same rule as `verdict`."""
@@ -132,7 +141,7 @@ def repeated_verdict(errors: list[float], tolerance: float, single: dict) -> dic
 
 
 def crosscheck(scenario, *, overrides=(), scale=None, profile=None, calibrate_out=None, quick=False,
-               steps=6, warmup=2, backend="gloo", timeout=60.0, nice=DEFAULT_NICE, pin=True,
+               steps=12, warmup=2, backend="gloo", timeout=60.0, nice=DEFAULT_NICE, pin=True,
                tolerance=DEFAULT_TOLERANCE_PCT, progress=None):
     """Returns (simulated report dict, measured result dict, comparison dict with "verdict")."""
     from pipesim import simulate
@@ -227,7 +236,10 @@ def run(args) -> int:
     print(format_table(c))
     if len(runs) > 1:
         c["verdict"] = repeated_verdict([_run_error(r) for r in runs], args.tolerance, c["verdict"])
+        c["verdict"]["run_steps"] = [_run_steps(r) for r in runs]
         print("\nrun-to-run: step errors " + ", ".join(f"{_run_error(r):+.1f} %" for r in runs))
+        print("  predicted ms  " + "  ".join(f"{x['predicted_s'] * 1e3:8.2f}" for x in c["verdict"]["run_steps"]))
+        print("  measured ms   " + "  ".join(f"{x['measured_s'] * 1e3:8.2f}" for x in c["verdict"]["run_steps"]))
     v = c["verdict"]
     load1 = os.getloadavg()
     st = c["step"]

@@ -55,11 +55,12 @@ def in_model_supported(s) -> bool:
 
 
 def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET_S, executor=None,
-                      run_dir: str | None = None, status=None, when: str = "before") -> dict:
+                      run_dir: str | None = None, status=None, when: str = "before", rounds=()) -> dict:
     """Measure on this rank (every rank of the run calls it at the same point); returns the part
     and writes it to run_dir/rank{rank}.profile.{when}.json. The worker calibrates before the
     warm-up and again after the timed steps: on a shared machine the op costs drift, and the
-    two calibrations bound the drift over the timed steps."""
+    two calibrations bound the drift over the timed steps. `rounds`: the in-model traces taken
+    between the timed steps (`trace_round`), pooled with this calibration's own trace."""
     import torch
     import torch.distributed as dist
 
@@ -84,9 +85,10 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
         # together, or its first TP all-reduce holds that difference, which no step waits
         dist.barrier()
         records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter)
-        tp_allreduce = in_model_allreduce(rt.tp)
+        log = list(rt.tp.log)
         rt.tp.log.clear()           # the trace's TP collectives are not the step's
-        ops, replaced = in_context(ops, items, records)
+        tp_allreduce = in_model_allreduce(rt.tp, log + [e for _, round_log in rounds for e in round_log])
+        ops, replaced = in_context(ops, items, records, [r for r, _ in rounds])
     dispatch = measure_dispatch(s)
     action = measure_action(executor) if executor is not None else 0.0
     p2p, allreduce = [], []
@@ -107,7 +109,23 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     return part
 
 
-def in_model_allreduce(tp) -> list:
+def trace_round(s, executor) -> tuple[list, list]:
+    """One 1F1B pattern of this rank's stages timed call by call (in_context.trace_stages),
+    between two timed steps: op costs taken at the steps' own moments, so that the machine's
+    drift over the run (the same GEMM on this VM: 80.6 and 94.2 GFLOP/s a minute apart) moves
+    the prediction as it moves the steps. Returns (timed calls, the TP collectives' log)."""
+    import torch.distributed as dist
+
+    from pipesim.calibrate.in_context import trace_stages
+    rt = executor.rt
+    dist.barrier()          # the tensor-parallel partners meet in the trace's collectives
+    records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter, patterns=1)
+    log = list(rt.tp.log)
+    rt.tp.log.clear()
+    return records, log
+
+
+def in_model_allreduce(tp, log) -> list:
     """[[bytes, median wall seconds]] of the tensor-parallel all-reduces the in-model trace ran
     (without sequence parallelism every TP collective of the stages is an all-reduce). Their wall
     time holds what the steps' all-reduces hold and a calibration with nothing else running does
@@ -118,7 +136,7 @@ def in_model_allreduce(tp) -> list:
     if tp.size <= 1 or tp.sp:
         return []
     by_size: dict = {}
-    for _, s0, s1, nbytes in tp.log:
+    for _, s0, s1, nbytes in log:
         by_size.setdefault(nbytes, []).append(s1 - s0)
     return [[b, statistics.median(v)] for b, v in sorted(by_size.items())]
 
@@ -168,8 +186,13 @@ def _mean_over_ranks(lists) -> list[dict]:
             by_key.setdefault((m["op"], json.dumps(m["shape"], sort_keys=True)), []).append(m)
     out = []
     for ms in by_key.values():
-        # a key timed inside some rank's stages (that rank runs the op) is taken from those ranks
+        # a key timed inside some rank's stages (that rank runs the op) is taken from those ranks,
+        # from the calibration that pooled the most traces (the one after the timed steps holds
+        # the traces taken between them: in_context.in_context)
         inside = [x for x in ms if x.get("impl") == IN_MODEL]
+        if inside:
+            most = max(x.get("rounds", 1) for x in inside)
+            inside = [x for x in inside if x.get("rounds", 1) == most]
         ms = inside or ms
         m = dict(ms[0])
         m["median_s"] = statistics.fmean(x["median_s"] for x in ms)

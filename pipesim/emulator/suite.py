@@ -74,7 +74,7 @@ def _mape(xs) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
-def run_suite(seed: int = 0, cases: int | None = None, steps: int = 6, warmup: int = 2, nice: int = 20,
+def run_suite(seed: int = 0, cases: int | None = None, steps: int = 12, warmup: int = 2, nice: int = 20,
               pin: bool = True, progress=None) -> dict:
     """Crosscheck every case; returns the per-case rows and the summary (MAPEs, worst case)."""
     from pipesim.commands.crosscheck import crosscheck

@@ -153,11 +153,12 @@ def run_worker(cfg: dict) -> dict:
     counter.set_static("optimizer", opt.nbytes())
     rec.offset = _clock_offset(rt.rank)
     ex = Executor(rt)
-    calibrate = None
+    calibrate, rounds = None, []
     if cfg.get("calibrate"):      # op and host costs, in this process, before and after the timed steps
         from functools import partial
 
-        from pipesim.emulator.rank_calibration import DEFAULT_BUDGET_S, calibrate_in_rank
+        from pipesim.emulator.rank_calibration import (DEFAULT_BUDGET_S, calibrate_in_rank, in_model_supported,
+                                                       trace_round)
         calibrate = partial(calibrate_in_rank, s, rt.rank, dist.get_world_size(),
                             float(cfg["calibrate"].get("budget_s", DEFAULT_BUDGET_S)), executor=ex,
                             run_dir=cfg.get("run_dir"), status=rec.status)
@@ -169,6 +170,8 @@ def run_worker(cfg: dict) -> dict:
                    params=sum(p.numel() for p in all_params), static=dict(counter.static))
     step_losses = []
     for step in range(warmup + steps):
+        if calibrate is not None and step >= warmup and in_model_supported(s):
+            rounds.append(trace_round(s, ex))       # op costs at the timed steps' moments
         tokens = rank_batch(s, seed, step, rt.coords["dp"]).to(rt.device)
         for b in rt.grad_buffers.values():
             b.zero_()
@@ -205,7 +208,7 @@ def run_worker(cfg: dict) -> dict:
         rec.flush_file()
         rt.recorder.status.set(step, "STEP", "done")
     if calibrate is not None and steps:
-        calibrate(when="after")
+        calibrate(when="after", rounds=rounds)
     result = {"rank": rt.rank, "coords": rt.coords, "stages": sorted(rt.stages), "losses": step_losses,
               "quant_errors": list(rt.quant_errors), "peak_memory_bytes": counter.peak,
               "static": dict(counter.static), "params": sum(p.numel() for p in all_params)}
