@@ -216,10 +216,14 @@ def test_in_model_allreduce_reads_the_tp_log_by_size():
     from pipesim.emulator.rank_calibration import in_model_allreduce
     tp = TPGroup(size=2)
     tp.log = [("fwd", 0.0, 1.0, 64), ("fwd", 2.0, 6.0, 64), ("bwd", 6.0, 6.5, 8), ("bwd", 7.0, 8.0, 64)]
-    assert in_model_allreduce(tp, tp.log) == [[8, 0.5], [64, 1.0]]   # medians (the mean of 64's is 2)
-    assert in_model_allreduce(TPGroup(size=1), tp.log) == []
+    other = [("fwd", 0.0, 1.0, 64), ("bwd", 1.0, 1.2, 8)]
+    late = [("fwd", 0.0, 9.0, 64), ("bwd", 9.0, 9.1, 8)]
+    # per size, each trace's mean (64 B: 2.0, 1.0, 9.0), then the median over the traces
+    assert in_model_allreduce(tp, [tp.log, other, late]) == [[8, pytest.approx(0.2)], [64, 2.0]]
+    assert in_model_allreduce(tp, [tp.log]) == [[8, 0.5], [64, 2.0]]
+    assert in_model_allreduce(TPGroup(size=1), [tp.log]) == []
     sp = TPGroup(size=2, sequence_parallel=True)
-    assert in_model_allreduce(sp, tp.log) == []        # all-gathers and reduce-scatters, not all-reduces
+    assert in_model_allreduce(sp, [tp.log]) == []        # all-gathers and reduce-scatters, not all-reduces
 
 
 def test_traces_between_the_steps_vote_with_the_median_of_their_means(monkeypatch):

@@ -87,7 +87,7 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
         records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter)
         log = list(rt.tp.log)
         rt.tp.log.clear()           # the trace's TP collectives are not the step's
-        tp_allreduce = in_model_allreduce(rt.tp, log + [e for _, round_log in rounds for e in round_log])
+        tp_allreduce = in_model_allreduce(rt.tp, [log, *(round_log for _, round_log in rounds)])
         ops, replaced = in_context(ops, items, records, [r for r, _ in rounds])
     dispatch = measure_dispatch(s)
     action = measure_action(executor) if executor is not None else 0.0
@@ -125,19 +125,24 @@ def trace_round(s, executor) -> tuple[list, list]:
     return records, log
 
 
-def in_model_allreduce(tp, log) -> list:
-    """[[bytes, median wall seconds]] of the tensor-parallel all-reduces the in-model trace ran
-    (without sequence parallelism every TP collective of the stages is an all-reduce). Their wall
-    time holds what the steps' all-reduces hold and a calibration with nothing else running does
-    not: the wait for the partner that left its compute later. The median, not the mean of the op
-    costs (costs/profile.py Measurement.cost_s): the trace's waits are heavier-tailed than the
-    steps' (tp2 L4 h192 of the suite: trace mean 2.5 ms, median 2.1, the steps' TP all-reduces
-    1.4-1.8 ms on average), the trace drawing fresh random inputs before every forward."""
+def in_model_allreduce(tp, logs) -> list:
+    """[[bytes, seconds]] of the tensor-parallel all-reduces the in-model traces ran (without
+    sequence parallelism every TP collective of the stages is an all-reduce); `logs`: one TP log
+    per trace. Their wall time holds what the steps' all-reduces hold and a calibration with
+    nothing else running does not: the wait for the partner that left its compute later. Per
+    size the median over the traces of each trace's mean, as for the ops (in_context.in_context):
+    the waits are bimodal on this VM (tp2 L4 h192 of the suite, 169,728 B: a trace's median
+    0.7-0.9 ms or 2.0-2.5 ms from one trace to the next, its mean 1.6-2.9 ms), so a median
+    within a trace jumps between the modes and the mean does not."""
     if tp.size <= 1 or tp.sp:
         return []
     by_size: dict = {}
-    for _, s0, s1, nbytes in log:
-        by_size.setdefault(nbytes, []).append(s1 - s0)
+    for log in logs:
+        per_trace: dict = {}
+        for _, s0, s1, nbytes in log:
+            per_trace.setdefault(nbytes, []).append(s1 - s0)
+        for nbytes, v in per_trace.items():
+            by_size.setdefault(nbytes, []).append(statistics.fmean(v))
     return [[b, statistics.median(v)] for b, v in sorted(by_size.items())]
 
 
