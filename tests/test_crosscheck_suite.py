@@ -72,6 +72,16 @@ def test_verdict_passes_fails_or_refuses_by_error_and_spread():
     assert verdict(_cmp(3.0), _emu([1.0]), 10)["status"] == "not judged"
 
 
+def test_one_stalled_step_does_not_widen_the_median_interval():
+    from pipesim.emulator.results import _mad
+    times = [0.090, 0.096, 0.093, 0.097, 0.092, 0.092, 0.091, 0.092, 0.090, 0.091, 0.092, 0.232]
+    emu = _emu(times)
+    assert median_interval_pct(emu) > 25                 # the standard deviation: +-30 %
+    emu["step_time_spread_s"]["mad"] = _mad(times)
+    assert median_interval_pct(emu) < 2.5                # the MAD: the eleven steady steps
+    assert _mad([1.0, 2.0, 3.0, 4.0, 100.0]) == 1.0
+
+
 def test_run_to_run_verdict_refuses_when_runs_disagree():
     single = {"status": "pass"}
     assert repeated_verdict([2.0, 3.0, 4.0], 10, single)["status"] == "pass"

@@ -58,6 +58,13 @@ def contention(events) -> float | None:
     return wall / cpu if cpu > 0 else None
 
 
+def _mad(xs) -> float:
+    """Median absolute deviation from the median: a scale that one stalled step does not inflate
+    (Hampel 1974; with 1.4826 x MAD estimating sigma for normal data, Rousseeuw & Croux 1993)."""
+    med = statistics.median(xs)
+    return statistics.median(abs(x - med) for x in xs)
+
+
 def step_report(scenario, events, memory, peaks: dict | None = None):
     from pipesim.report.metrics import report_from_events
     rep = report_from_events(scenario, events, memory)
@@ -84,7 +91,7 @@ def summarize(scenario, events, memory, metas, results: list[dict] | None = None
         out.update(rep.to_dict(include_trace=True))
         vals = list(times.values())
         out["step_time_spread_s"] = {"mean": statistics.fmean(vals), "std": statistics.pstdev(vals),
-                                     "min": min(vals), "max": max(vals), "n": len(vals),
+                                     "mad": _mad(vals), "min": min(vals), "max": max(vals), "n": len(vals),
                                      "median_step": median_step}
         out["steps"] = [{"step": k, "step_time_s": r.data["step_time_s"],
                          "peak_memory_bytes": r.data["peak_memory_bytes"],
@@ -94,7 +101,7 @@ def summarize(scenario, events, memory, metas, results: list[dict] | None = None
         if un:
             out["step_time_uncontended_s"] = statistics.median(un)
             out["step_time_uncontended_spread_s"] = {"mean": statistics.fmean(un), "std": statistics.pstdev(un),
-                                                     "min": min(un), "max": max(un), "n": len(un)}
+                                                     "mad": _mad(un), "min": min(un), "max": max(un), "n": len(un)}
     else:
         out["events"] = [e.to_dict() for e in events]
         out["memory"] = [m.to_dict() for m in memory]
