@@ -154,6 +154,15 @@ def run_worker(cfg: dict) -> dict:
     counter.set_static("optimizer", opt.nbytes())
     rec.offset = _clock_offset(rt.rank)
     ex = Executor(rt)
+    # Manual garbage collection (Megatron-LM --manual-gc: "helps to align the timing of the
+    # collection across ranks which mitigates the impact of CPU-associated jitters"): the
+    # collector is paused through the calibrations and the steps and run between steps, so a full
+    # collection inside a timed step does not stall its partner ranks (the suite's zb-v L8 h96 a6:
+    # the 12th step took 232-261 ms against 90-101 ms for the others, in three runs), and the
+    # calibrations time the ops under the same regime as the steps.
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
     calibrate, rounds = None, []
     if cfg.get("calibrate"):      # op and host costs, in this process, before and after the timed steps
         from functools import partial
@@ -170,14 +179,7 @@ def run_worker(cfg: dict) -> dict:
     rec.write_meta(kind="init", coords=rt.coords, stages=sorted(rt.stages), offset=rec.offset,
                    params=sum(p.numel() for p in all_params), static=dict(counter.static))
     step_losses = []
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     for step in range(warmup + steps):
-        # Manual garbage collection between steps (Megatron-LM --manual-gc: "helps to align the
-        # timing of the collection across ranks which mitigates the impact of CPU-associated
-        # jitters"): a full collection inside a timed step stalls its partner ranks. Measured on
-        # the suite's zb-v L8 h96 a6 case: the 12th step took 232-261 ms against 90-101 ms for
-        # the others, in three runs.
         gc.collect()
         if calibrate is not None and step >= warmup and in_model_supported(s):
             rounds.append(trace_round(s, ex))       # op costs at the timed steps' moments
@@ -216,10 +218,11 @@ def run_worker(cfg: dict) -> dict:
         step_losses.append(list(rt.losses))
         rec.flush_file()
         rt.recorder.status.set(step, "STEP", "done")
+    if calibrate is not None and steps:
+        gc.collect()
+        calibrate(when="after", rounds=rounds)
     if gc_was_enabled:
         gc.enable()
-    if calibrate is not None and steps:
-        calibrate(when="after", rounds=rounds)
     result = {"rank": rt.rank, "coords": rt.coords, "stages": sorted(rt.stages), "losses": step_losses,
               "quant_errors": list(rt.quant_errors), "peak_memory_bytes": counter.peak,
               "static": dict(counter.static), "params": sum(p.numel() for p in all_params)}
