@@ -83,8 +83,8 @@ def judge(err: float, spread: float, tolerance: float) -> str:
 
 def verdict(c: dict, emu: dict, tolerance: float) -> dict:
     """Judge the step-time error e against the tolerance t given the measurement's spread s (the
-    median's interval over the steps, median_interval_pct, and the calibration's drift between
-    before and after the steps, calibration_drift_pct): pass when |e| + s <= t, fail when
+    median's interval over the steps, median_interval_pct, and the op costs' drift from the
+    calibration before the steps to the traces beside them, calibration_drift_pct): pass when |e| + s <= t, fail when
     |e| - s > t, otherwise the spread is too large to tell and the crosscheck refuses to judge.
     e is taken against the measured
     step with the time other processes took removed (results.contention) when the emulator
@@ -183,9 +183,12 @@ def crosscheck(scenario, *, overrides=(), scale=None, profile=None, calibrate_ou
 
 
 def calibration_drift_pct(s, emu: dict, profile: str) -> float | None:
-    """Half the difference of the step times predicted from the calibration before and the one
-    after the timed steps, percent of their mean: how far the machine's op costs moved while the
-    steps ran (the two profiles are written beside `profile`). None without both."""
+    """Half the difference of the step times predicted from the calibration before the timed
+    steps and the one after them, percent of their mean: how far the machine's op costs moved
+    from the start of the run to the steps (the later calibration's in-model costs pool the
+    traces taken between the steps; the two profiles are written beside `profile`). Kept in the
+    verdict's spread although the prediction uses the traces beside the steps: a conservative
+    bound. None without both."""
     if "profile_before" not in emu or "profile_after" not in emu:
         return None
     from pipesim import simulate
@@ -254,8 +257,8 @@ def run(args) -> int:
               f"{st['step_time_predicted_s'] * 1e3:.3f} ms, error {st['step_time_uncontended_error_pct']:+.1f} %")
     drift = v.get("drift_pct")
     print(f"measurement: median of {v['steps']} steps (±{v.get('step_spread_pct') or float('nan'):.1f} %), "
-          f"op costs drifted ±{drift if drift is not None else float('nan'):.1f} % between the calibrations "
-          f"before and after them, wall/CPU time of compute {v['contention'] or float('nan'):.3f}, load "
+          f"op costs drifted ±{drift if drift is not None else float('nan'):.1f} % between the calibration "
+          f"before them and the traces beside them, wall/CPU time of compute {v['contention'] or float('nan'):.3f}, load "
           f"average {load0[0]:.2f} -> {load1[0]:.2f} on {os.cpu_count()} CPUs; profile {c['profile']}")
     print(v["message"])
     if args.json_out:
