@@ -84,10 +84,10 @@ def judge(err: float, spread: float, tolerance: float) -> str:
 def verdict(c: dict, emu: dict, tolerance: float) -> dict:
     """Judge the step-time error e against the tolerance t given the measurement's spread s (the
     median's interval over the steps, median_interval_pct, and the op costs' drift from the
-    calibration before the steps to the traces beside them, calibration_drift_pct): pass when |e| + s <= t, fail when
-    |e| - s > t, otherwise the spread is too large to tell and the crosscheck refuses to judge.
-    e is taken against the measured
-    step with the time other processes took removed (results.contention) when the emulator
+    calibration before the steps to the traces beside them, calibration_drift_pct): pass when
+    |e| + s <= t, fail when |e| - s > t, otherwise the spread is too large to tell and the
+    crosscheck refuses to judge. e is taken against the measured step with the time other
+    processes took removed (results.contention) when the emulator
     recorded CPU times, else against the wall-clock step."""
     err = c["step"].get("step_time_uncontended_error_pct", c["step"]["step_time_error_pct"])
     steps = median_interval_pct(emu)
