@@ -84,6 +84,18 @@ def test_interleaved_bubble_divides_by_v():
     assert checked > 100
 
 
+def test_interleaved_with_as_many_microbatches_as_ranks_runs_every_forward_first():
+    # Megatron-LM forward_backward_pipelining_with_interleaving: "Run all forward passes and then
+    # all backward passes if number of microbatches is just the number of pipeline stages."
+    for P, V in ((2, 2), (4, 2), (4, 3)):
+        plan = generate("interleaved", P, P, V)
+        for row in plan.ranks:
+            kinds = [a.kind for a in row]
+            assert kinds == ["F"] * (P * V) + ["B"] * (P * V), (P, V)
+    row = generate("interleaved", 4, 8, 2).ranks[3]          # M > P: the steady phase alternates
+    assert [a.kind for a in row][4:8] == ["F", "B", "F", "B"]
+
+
 def test_peak_inflight_gpipe_and_1f1b():
     for P in PS:
         for M in MS:

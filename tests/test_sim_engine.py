@@ -1,4 +1,6 @@
 """Exact event logs of tiny scenarios worked out by hand (2 ranks, 1-2 micro-batches, known link)."""
+from types import SimpleNamespace
+
 import pytest
 
 import pipesim
@@ -338,9 +340,9 @@ def test_blocking_p2p_sends_wait_for_the_receiver_and_block_the_sender():
 @pytest.mark.parametrize("P, M", [(2, 2), (2, 4), (3, 6), (4, 4), (4, 12)])
 @pytest.mark.parametrize("schedule, V", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2)])
 def test_blocking_p2p_runs_every_megatron_schedule_without_deadlock_and_costs_time(schedule, V, P, M):
-    """Matched batches post their receives before any send waits, and the interleaved schedule
-    posts the next exchange's receives too (Megatron's combined exchange), so no rank waits on a
-    peer that waits on it; blocking sends can only lengthen the step."""
+    """Matched batches post their receives before any send waits, and the interleaved schedule's
+    steady phase runs Megatron's combined exchanges, so no rank waits on a peer that waits on it;
+    blocking sends can only lengthen the step."""
     def step(sync):
         s = tiny(P=P, M=M, V=V, schedule=schedule, extra_training={"p2p_sync": sync})
         return pipesim.simulate(s, trace=False, stage_costs=uniform(s, f=1.0, b=2.0, send=0.25e9)).step_time_s
@@ -365,3 +367,32 @@ def test_received_slices_are_all_gathered_over_the_tensor_group_without_sequence
     assert all(e.duration == pytest.approx(c.recv_gather) for e in gathers)
     sp = tiny(P=2, M=2, tensor=2, extra_parallel={"sequence_parallel": True})
     assert stage_costs_for(sp)[1].recv_gather == 0.0
+
+
+def test_interleaved_steady_phase_sends_a_forward_output_only_after_the_paired_backward():
+    """Megatron's interleaved 1F1B (2021-22) runs F(k), B(j), then one exchange sending both
+    outputs and receiving the next forward's and the next backward's inputs
+    (send_forward_backward_recv_forward_backward): the lowered row's comm steps between a forward
+    and its paired backward move, receives before the forward, sends after the backward."""
+    from pipesim.sim.p2p_sync import combined_exchanges, has_steady_exchanges
+    from pipesim.sim.workload import STEP_COMPUTE, STEP_RECV, STEP_SEND, Step
+
+    def st(kind, mb):
+        code = STEP_COMPUTE if kind in ("F", "B") else STEP_RECV if kind.startswith("RECV") else STEP_SEND
+        return Step(code, 0, kind, 0, False, (kind, mb), -1, mb, code == STEP_COMPUTE, False)
+
+    row = [st("RECV_F", 0), st("F", 0), st("SEND_F", 0), st("RECV_F", 1), st("F", 1), st("SEND_F", 1),
+           st("RECV_B", 0), st("B", 0), st("SEND_B", 0), st("RECV_F", 2), st("F", 2), st("SEND_F", 2),
+           st("RECV_B", 1), st("B", 1), st("SEND_B", 1), st("RECV_B", 2), st("B", 2), st("SEND_B", 2)]
+    got = [(x.kind, x.mb) for x in combined_exchanges(row)]
+    assert got == [("RECV_F", 0), ("F", 0), ("SEND_F", 0), ("RECV_F", 1), ("RECV_B", 0),
+                   ("F", 1), ("B", 0),
+                   ("SEND_F", 1), ("SEND_B", 0), ("RECV_F", 2), ("RECV_B", 1),
+                   ("F", 2), ("B", 1),
+                   ("SEND_F", 2), ("SEND_B", 1), ("RECV_B", 2), ("B", 2), ("SEND_B", 2)]
+    plan = SimpleNamespace(num_ranks=4, num_stages=8, num_microbatches=8)
+    assert has_steady_exchanges(plan)
+    plan.num_microbatches = 4          # M == P: every forward first (Megatron), no steady phase
+    assert not has_steady_exchanges(plan)
+    plan.num_stages, plan.num_microbatches = 4, 8
+    assert not has_steady_exchanges(plan)

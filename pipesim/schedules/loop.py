@@ -56,7 +56,9 @@ def interleaved(lay: Layout):
     for r in range(P):
         # warm-up: (V-1)*P forwards to reach the last chunk, plus 2 per hop to the last rank
         # (Narayanan et al. SC'21, interleaved schedule; Megatron-LM get_num_warmup_microbatches)
-        warm = min((V - 1) * P + 2 * (P - 1 - r), total)
+        # M == P: every forward first, then every backward ("Run all forward passes and then all
+        # backward passes if number of microbatches is just the number of pipeline stages")
+        warm = total if M == P else min((V - 1) * P + 2 * (P - 1 - r), total)
         row = [fwd(r, k) for k in range(warm)]
         for k in range(total - warm):
             row += [fwd(r, warm + k), bwd(r, k)]

@@ -11,9 +11,8 @@ a send moves no byte before the receiver has launched the matching receive, so:
 
 - a batch is a maximal run of SEND/RECV steps between two computes of a rank's lowered plan;
 - at the batch's start every receive in it is posted (Megatron-Core's 1F1B: the exchange after a
-  forward receives the next backward's input); under the interleaved schedule, the next batch's
-  receives too (Megatron's combined exchange `send_forward_backward_recv_forward_backward`
-  receives the inputs of the next forward and the next backward);
+  forward receives the next backward's input); under the interleaved schedule the steady phase's
+  row is first rearranged into Megatron's combined exchanges (`combined_exchanges`);
 - each send waits for its receiver to post the matching receive (the peer reaching its own batch),
   then holds the sender's port for its wire time;
 - the rank's compute stream resumes when every send of the batch has finished and every receive
@@ -31,12 +30,9 @@ from pipesim.sim.driver import NORMAL
 from pipesim.sim.workload import STEP_COMPUTE, Step
 
 
-def comm_batches(steps, ahead: bool) -> tuple[set, dict]:
+def comm_batches(steps) -> tuple[set, dict]:
     """(index past the end of each maximal run of SEND/RECV steps, {first index of a run: the
-    receive keys posted when the rank reaches it}). A run posts its own receives; with `ahead`
-    (Megatron's interleaved schedule, whose combined exchange receives the inputs of the next
-    forward and of the next backward), a run posts the next run's receives and the first run
-    both its own and the next's."""
+    receive keys posted when the rank reaches it}): a run posts its own receives."""
     runs, start = [], None
     for i, op in enumerate(steps):
         if op.code == STEP_COMPUTE:
@@ -47,14 +43,48 @@ def comm_batches(steps, ahead: bool) -> tuple[set, dict]:
             start = i
     if start is not None:
         runs.append((start, len(steps)))
-    keys = [tuple(op.rkey for op in steps[a:b] if _is_recv(op)) for a, b in runs]
-    posts = {}
-    for k, (a, _) in enumerate(runs):
-        if not ahead:
-            posts[a] = keys[k]
-        else:
-            posts[a] = (keys[0] if k == 0 else ()) + (keys[k + 1] if k + 1 < len(runs) else ())
+    posts = {a: tuple(op.rkey for op in steps[a:b] if _is_recv(op)) for a, b in runs}
     return {b for _, b in runs}, posts
+
+
+def has_steady_exchanges(plan) -> bool:
+    """Whether the plan is Megatron's interleaved schedule with a steady phase (V > 1 and
+    M != P; with M == P every forward runs first, each exchange on its own)."""
+    return plan.num_stages > plan.num_ranks and plan.num_microbatches != plan.num_ranks
+
+
+def combined_exchanges(steps) -> tuple:
+    """The row of Megatron's interleaved 1F1B as its blocking code runs it: in the steady phase a
+    forward and a backward run back to back, then ONE exchange sends both outputs and receives
+    the inputs of the next forward and the next backward (`send_forward_backward_recv_forward_
+    backward` after `forward_step_helper(k)` and `backward_step_helper(k)`, megatron/schedules.py
+    forward_backward_pipelining_with_interleaving, 2021-22). The lowered row sends a forward's
+    output right after it and receives a backward's input right before it; for every forward
+    followed by a backward, the comm steps between them move: the receives into the exchange
+    before the forward, the sends into the one after the backward. A forward's output thus
+    leaves only after the paired backward, and the next pair starts only when the neighbours'
+    outputs for both have arrived."""
+    items, run = [], []          # comm run, compute, comm run, compute, ..., comm run
+    for op in steps:
+        if op.code == STEP_COMPUTE:
+            items += [run, op]
+            run = []
+        else:
+            run.append(op)
+    items.append(run)
+    for i in range(1, len(items) - 2, 2):
+        if items[i].kind == "F" and items[i + 2].kind == "B" and items[i + 1]:
+            between = items[i + 1]
+            items[i - 1] = items[i - 1] + [op for op in between if _is_recv(op)]
+            items[i + 3] = [op for op in between if not _is_recv(op)] + items[i + 3]
+            items[i + 1] = []
+    out = []
+    for i, x in enumerate(items):
+        if i % 2:
+            out.append(x)
+        else:
+            out += x
+    return tuple(out)
 
 
 def post_receives(engine, gid: int, keys) -> None:
@@ -120,12 +150,12 @@ def _pseudo(code: int, keys: tuple = ()) -> Step:
     return tuple.__new__(Step, (code, 0, "POST" if code == POST else "WAIT", -1, False, keys, -1, -1, False, False))
 
 
-def dag_steps(steps, ahead: bool) -> tuple:
+def dag_steps(steps) -> tuple:
     """The row as the DAG pass walks it under p2p_sync (sim/dag.py): the batches' sends first, a
     POST step (rkey: the receive keys to post) where the engine posts them, and a WAIT step after
     every batch that sends, where the engine's rank waits for its sends (Engine.rank)."""
     ops = sends_first(steps)
-    ends, posts = comm_batches(ops, ahead)
+    ends, posts = comm_batches(ops)
     out = []
     sending = False
     for i, op in enumerate(ops):

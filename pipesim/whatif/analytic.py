@@ -61,12 +61,13 @@ def bubble_time(schedule: str, P: int, V: int, f, i, w, slow: int | None = None)
 def in_flight(schedule: str, P: int, V: int, M: int, r: int) -> float:
     """Micro-batch activations (in units of one rank's full set, all chunks) held at the peak.
     GPipe: all M (Huang et al. 2019); 1F1B / ZB-H1: p - r (Narayanan et al. 2021 PipeDream-Flush);
-    interleaved: Megatron's warm-up of 2(p-r-1) + (v-1)p + 1 chunk-micro-batches, /v in rank units;
+    interleaved: Megatron's warm-up of 2(p-r-1) + (v-1)p + 1 chunk-micro-batches, /v in rank units
+    (all M·v when m = p: Megatron then runs every forward first);
     ZB-H2: 2(p-r)-1 (Qi et al. ICLR'24, Table 2: about 2x 1F1B); ZB-V: p chunk-pairs (ibid. Sec. 6)."""
     if schedule == "gpipe" or schedule == "looped-bfs":
         return M
     if schedule == "interleaved" and V > 1:
-        return min(M * V, 2 * (P - r - 1) + (V - 1) * P + 1) / V
+        return M if M == P else min(M * V, 2 * (P - r - 1) + (V - 1) * P + 1) / V
     if schedule == "zb-h2":
         return min(M, 2 * (P - r) - 1)
     if schedule in V_SHAPE:
