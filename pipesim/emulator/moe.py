@@ -16,6 +16,7 @@ steps, in-rank calibration) are pipesim/emulator/moe_crosscheck.py's.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -371,9 +372,15 @@ def worker(rank: int, world: int, ep: int, pp: int, cfg: TinyMoE, port: int, out
             from pipesim.emulator.moe_calibration import calibrate_moe_rank
             calibrate_moe_rank(opts.calibrate, cfg, rank, world, ep, groups, opts.budget_s, out_dir, when)
 
+    # manual garbage collection, as the dense emulator's worker (Megatron-LM --manual-gc): the
+    # collector paused through the calibrations and the steps, run between steps
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
     calibrate("before")
     losses = []
     for step in range(opts.warmup + opts.steps):
+        gc.collect()
         for v in p.values():
             v.grad = None
         rec.step = step
@@ -387,7 +394,10 @@ def worker(rank: int, world: int, ep: int, pp: int, cfg: TinyMoE, port: int, out
             opt.step()
         rec.event("STEP", "step", t0, time.perf_counter(), cpu=time.thread_time() - c0)
         losses.append(loss)
+    gc.collect()
     calibrate("after")
+    if gc_was_enabled:
+        gc.enable()
     # the last step's gradients before clipping (the check compares them with one process's)
     grads = {k: (v.grad / scale if v.grad is not None else torch.zeros_like(v)).detach() for k, v in p.items()}
     loss_t = torch.tensor([losses[-1]], dtype=torch.float64)

@@ -119,7 +119,7 @@ def comm_ops(rank: int, ep: int, pp: int, groups, cfg, p2p_sizes) -> list:
 
 
 def time_comm_ops(rank: int, ops, reps: int = A2A_REPS) -> dict:
-    """Median wall seconds per key of `ops`, timed in turn (one round of every op per repetition,
+    """Mean wall seconds per key of `ops`, timed in turn (one round of every op per repetition,
     so that a burst of load on the shared machine hits all sizes alike) between a world barrier
     and the call's return; only the op's members take part, the other ranks wait in the barrier.
     A ping-pong's time is halved (one-way, the OSU osu_latency method). An op may return the
@@ -135,7 +135,12 @@ def time_comm_ops(rank: int, ops, reps: int = A2A_REPS) -> dict:
                 if i and idle != SKIP:
                     sec = (time.perf_counter() - t0 - idle) * (0.5 if key[0] == "p2p" else 1.0)
                     times.setdefault(key, []).append(sec)
-    return {key: statistics.median(v) for key, v in times.items()}
+    # The mean, not the median: gloo's exchanges on this VM take ~0.2 ms or 2-5 ms (both ranks
+    # waiting together, e.g. 32 bytes of counts in 5.2 ms), so an exchange's expected time is
+    # well above its median, and a step sums ~20 of them (moe_ep2_pp1: the steps' exchanges
+    # median 0.2 ms, mean 1.2-1.9 ms; step error -55 to -75 % with the medians, +11 and -24 %
+    # with the means, 2026-11-26).
+    return {key: statistics.fmean(v) for key, v in times.items()}
 
 
 def calibrate_moe_rank(s, cfg, rank: int, world: int, ep: int, groups, budget_s: float, run_dir: str,
