@@ -79,15 +79,11 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     replaced, tp_allreduce = 0, []
     if executor is not None and in_model_supported(s):
         # the same ops timed where they run: inside this rank's own stages (in_context.py)
-        from pipesim.calibrate.in_context import in_context, trace_stages
-        rt = executor.rt
-        # the ranks leave the time-budgeted op timing at different moments: start the trace
-        # together, or its first TP all-reduce holds that difference, which no step waits
-        dist.barrier()
-        records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter)
-        log = list(rt.tp.log)
-        rt.tp.log.clear()           # the trace's TP collectives are not the step's
-        tp_allreduce = in_model_allreduce(rt.tp, [log, *(round_log for _, round_log in rounds)])
+        from pipesim.calibrate.in_context import PATTERNS, in_context
+        # the ranks leave the time-budgeted op timing at different moments: trace_round starts
+        # the trace together, or its first TP all-reduce would hold that difference
+        records, log = trace_round(s, executor, PATTERNS)
+        tp_allreduce = in_model_allreduce(executor.rt.tp, [log, *(round_log for _, round_log in rounds)])
         ops, replaced = in_context(ops, items, records, [r for r, _ in rounds])
     dispatch = measure_dispatch(s)
     action = measure_action(executor) if executor is not None else 0.0
@@ -109,17 +105,18 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     return part
 
 
-def trace_round(s, executor) -> tuple[list, list]:
-    """One 1F1B pattern of this rank's stages timed call by call (in_context.trace_stages),
-    between two timed steps: op costs taken at the steps' own moments, so that the machine's
-    drift over the run (the same GEMM on this VM: 80.6 and 94.2 GFLOP/s a minute apart) moves
-    the prediction as it moves the steps. Returns (timed calls, the TP collectives' log)."""
+def trace_round(s, executor, patterns: int = 1) -> tuple[list, list]:
+    """`patterns` 1F1B patterns of this rank's stages timed call by call (in_context.trace_stages);
+    one between two timed steps takes the op costs at the steps' own moments, so that the
+    machine's drift over the run (the same GEMM on this VM: 80.6 and 94.2 GFLOP/s a minute apart)
+    moves the prediction as it moves the steps. Returns (timed calls, the TP collectives' log,
+    taken off the rank's log: the trace's collectives are not the step's)."""
     import torch.distributed as dist
 
     from pipesim.calibrate.in_context import trace_stages
     rt = executor.rt
     dist.barrier()          # the tensor-parallel partners meet in the trace's collectives
-    records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter, patterns=1)
+    records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter, patterns=patterns)
     log = list(rt.tp.log)
     rt.tp.log.clear()
     return records, log

@@ -35,7 +35,7 @@ from dataclasses import replace
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
-from pipesim.sim.p2p_sync import POST, WAIT, combined_exchanges, dag_steps, has_steady_exchanges
+from pipesim.sim.p2p_sync import POST, WAIT, batched_row, dag_steps
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
 
@@ -263,8 +263,8 @@ class DagRun:
         ops, table = g.steps, g.table
         sync = self.w.p2p_sync
         if sync:                              # blocking batches: POST / WAIT pseudo-steps
-            steady = has_steady_exchanges(self.w.plan)
-            ops = row_memo(_SYNC_ROWS, ops, lambda row: dag_steps(combined_exchanges(row) if steady else row))
+            plan = self.w.plan
+            ops = row_memo(_SYNC_ROWS, ops, lambda row: dag_steps(batched_row(row, plan)))
             post_times = self.posted
             sent_end = sent_wire = 0.0
         tl = self.tl[gid]

@@ -26,8 +26,7 @@ from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, ready_
 from pipesim.sim.gc_pause import no_gc
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
-from pipesim.sim.p2p_sync import (comm_batches, combined_exchanges, has_steady_exchanges, post_receives,
-                                  sends_first, wait_receiver, wait_sends)
+from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
 
@@ -111,7 +110,7 @@ class Engine:
         info = step_info(ops, table, ports)
         sync = w.p2p_sync                 # blocking, batched P2P (sim/p2p_sync.py)
         if sync:
-            ops = sends_first(combined_exchanges(ops) if has_steady_exchanges(w.plan) else ops)
+            ops = batched_row(ops, w.plan)
             batch_ends, posts = comm_batches(ops)
             sent_end = sent_wire = 0.0    # when the current batch's sends finish, the last one's wire start
         trace = self.trace

@@ -150,11 +150,18 @@ def _pseudo(code: int, keys: tuple = ()) -> Step:
     return tuple.__new__(Step, (code, 0, "POST" if code == POST else "WAIT", -1, False, keys, -1, -1, False, False))
 
 
-def dag_steps(steps) -> tuple:
-    """The row as the DAG pass walks it under p2p_sync (sim/dag.py): the batches' sends first, a
-    POST step (rkey: the receive keys to post) where the engine posts them, and a WAIT step after
-    every batch that sends, where the engine's rank waits for its sends (Engine.rank)."""
-    ops = sends_first(steps)
+def batched_row(steps, plan) -> tuple:
+    """A rank's lowered row as blocking P2P runs it, for the engine and the DAG pass alike:
+    Megatron's combined exchanges where the plan has an interleaved steady phase, and each
+    batch's sends ahead of its receives."""
+    return sends_first(combined_exchanges(steps) if has_steady_exchanges(plan) else steps)
+
+
+def dag_steps(ops) -> tuple:
+    """The row as the DAG pass walks it under p2p_sync (sim/dag.py): `ops` as `batched_row`
+    orders it, with a POST step (rkey: the receive keys to post) where the engine posts them, and
+    a WAIT step after every batch that sends, where the engine's rank waits for its sends
+    (Engine.rank)."""
     ends, posts = comm_batches(ops)
     out = []
     sending = False
