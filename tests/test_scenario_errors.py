@@ -54,6 +54,9 @@ CASES = [
     ("per-layer gathers need ZeRO-3", GOOD.replace("global_batch_size: 32",
                                                    "global_batch_size: 32, zero3_collectives: layer"),
      ["training.zero3_collectives", "ZeRO-3", "zero_stage: 0"]),
+    ("FSDP2 copies need ZeRO-3", GOOD.replace("global_batch_size: 32",
+                                              "global_batch_size: 32, zero3_collectives: fsdp2"),
+     ["training.zero3_collectives", "ZeRO-3", "zero_stage: 0"]),
     ("blocking P2P is Megatron's exchange", GOOD.replace("global_batch_size: 32",
                                                          "global_batch_size: 32, schedule: zb-v, p2p_sync: true")
      .replace("pipeline: 2, data: 2", "pipeline: 2, data: 2, virtual_stages: 2"),

@@ -396,3 +396,32 @@ def test_interleaved_steady_phase_sends_a_forward_output_only_after_the_paired_b
     assert not has_steady_exchanges(plan)
     plan.num_stages, plan.num_microbatches = 4, 8
     assert not has_steady_exchanges(plan)
+
+
+def test_fsdp2_copies_each_gathered_layer_out_on_the_compute_stream():
+    """FSDP2 (fully_shard) copies every all-gathered layer into its parameters on the compute
+    stream: 2 bytes read + 2 written per bf16 parameter, before F and again before B when the
+    backward gathers again; the collectives are FSDP's per-layer ones."""
+    from pipesim.costs import stage_costs
+    from pipesim.costs.stage import cost_model_for
+    from pipesim.sim.workload import build as build_workload
+    layer = {"zero_stage": 3, "zero3_collectives": "layer"}
+    plain = stage_costs(tiny(P=1, M=1, data=2, extra_training=layer))[0]
+    s = tiny(P=1, M=1, data=2, extra_training={**layer, "zero3_collectives": "fsdp2"})
+    fsdp2 = stage_costs(s)[0]
+    copy = 2 * 2 * fsdp2.params / cost_model_for(s)._mem_rate
+    assert copy > 0
+    assert fsdp2.forward - plain.forward == pytest.approx(copy)
+    assert fsdp2.backward - plain.backward == pytest.approx(copy)
+    assert fsdp2.input_grad - plain.input_grad == pytest.approx(copy)
+    assert fsdp2.weight_grad == plain.weight_grad
+    assert build_workload(s).gather_tensors[0] == fsdp2.layers
+    kept = {**layer, "zero3_collectives": "fsdp2", "reshard_after_forward": False}
+    once = stage_costs(tiny(P=1, M=1, data=2, extra_training=kept))[0]
+    plain_kept = stage_costs(tiny(P=1, M=1, data=2, extra_training={**layer, "reshard_after_forward": False}))[0]
+    assert once.forward - plain_kept.forward == pytest.approx(copy)
+    assert once.backward == pytest.approx(plain_kept.backward)
+    # one GPU of data parallelism gathers nothing, so copies nothing
+    alone = tiny(P=1, M=1, data=1, extra_training={**layer, "zero3_collectives": "fsdp2"})
+    assert stage_costs(alone)[0].forward == pytest.approx(
+        stage_costs(tiny(P=1, M=1, data=1, extra_training=layer))[0].forward)

@@ -12,6 +12,7 @@ from pipesim.costs.collectives import collective_time, p2p_time
 from pipesim.costs.fp8 import (BLACKWELL_CURVES, cast_ops, fp8_storage_cast_bytes, weight_cast_bytes,
                                weight_copy_bytes)
 from pipesim.costs.context import context_comm
+from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Comm, Op
@@ -348,15 +349,19 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
-        forward = acc.fwd + acc.tp_fwd + ep.fwd + ep.host_fwd + host_action + n_cp * cpc.fwd_exposed
-        backward = acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed
+        # FSDP2 copies each all-gathered layer into its parameters on the compute stream
+        gather_f, gather_b = copy_out_seconds(s, cm, params, fp8_params, elem_of(tr))
+        acc.sources["memory-roofline"] = acc.sources.get("memory-roofline", 0.0) + gather_f + gather_b
+        forward = acc.fwd + acc.tp_fwd + ep.fwd + ep.host_fwd + host_action + n_cp * cpc.fwd_exposed + gather_f
+        backward = acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed + gather_b
         offload, window, off_f, off_b = activation_offload(s, activation - sum(o.saved_bytes for o in extras),
                                                            n_layers + n_moe, forward, backward)
         out.append(StageCosts(
             stage=k, layers=n_layers + n_moe, has_embedding=first, has_head=last,
             forward=forward + off_f,
             backward=backward + off_b,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed + off_b,
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed + gather_b
+            + off_b,
             weight_grad=acc.wgrad + host_action,
             recompute=recompute,
             tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,

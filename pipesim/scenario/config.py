@@ -326,13 +326,20 @@ class TrainingConfig:
                                                   "FULL_SHARD); false: gather once per micro-batch forward "
                                                   "and keep them to its backward (FSDP SHARD_GRAD_OP / "
                                                   "reshard_after_forward=False)")
-    zero3_collectives: Literal["tensor", "layer"] = field(
-        "tensor", doc="ZeRO-3 collectives: one weight all-gather per parameter tensor (DeepSpeed ZeRO-3), or "
-                      "one all-gather and one gradient reduce-scatter per Transformer layer (PyTorch FSDP: "
-                      "a flat parameter per wrapped block; FSDP2: one gather per fully_shard module)")
+    zero3_collectives: Literal["tensor", "layer", "fsdp2"] = field(
+        "tensor", doc="ZeRO-3 collectives: one weight all-gather per parameter tensor (DeepSpeed ZeRO-3); "
+                      "one all-gather and one gradient reduce-scatter per Transformer layer (layer: PyTorch "
+                      "FSDP, a flat parameter per wrapped block); or per layer with FSDP2's copies around "
+                      "them (fsdp2: fully_shard's all-gather copy-out on the compute stream, "
+                      "pipesim/costs/fsdp_copies.py)")
     zero3_gather_GBps: Optional[float] = field(None, doc="ZeRO-3: the framework's achieved parameter-gather rate "
                                                          "per GPU, GB/s, when below the network's (DeepSpeed 0.3.16 "
                                                          "on 8 NVLink A100: 21, issue #1174; docs/WHATIF.md)")
+
+    @property
+    def zero3_per_layer(self) -> bool:
+        """ZeRO-3 gathers and reduce-scatters once per Transformer layer (FSDP, FSDP2)."""
+        return self.zero_stage == 3 and self.zero3_collectives in ("layer", "fsdp2")
 
     def __post_init__(self):
         if self.micro_batch_size < 1 or self.global_batch_size < 1:

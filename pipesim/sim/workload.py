@@ -422,7 +422,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
     grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
     bucket = tr.grad_bucket_MB * 1e6
     buckets = {}
-    per_layer = tr.zero_stage == 3 and tr.zero3_collectives == "layer"
+    per_layer = tr.zero3_per_layer
     for c in costs:
         n = max(1, math.ceil(c.grad_bytes / bucket)) if c.grad_bytes > 0 else 0
         if per_layer and n:

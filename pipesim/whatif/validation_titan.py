@@ -41,8 +41,8 @@ def titan_scenario(case) -> dict:
     training = {"micro_batch_size": local, "global_batch_size": local * n, "schedule": "1f1b",
                 "recompute": recompute, "precision": "bf16", "attention": "flash", "kernel_fusion": "eager",
                 # FSDP2 wraps every TransformerBlock with fully_shard (torchtitan parallelize_llama):
-                # one all-gather and one reduce-scatter per layer
-                "zero_stage": 3, "zero3_collectives": "layer",
+                # one all-gather and one reduce-scatter per layer, and FSDP2's copy-out of each gather
+                "zero_stage": 3, "zero3_collectives": "fsdp2",
                 "zero3_prefetch": True, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True}
     if every:
         from pipesim.presets.models import MODELS
