@@ -351,7 +351,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         # FSDP2 copies each all-gathered layer into its parameters on the compute stream
         gather_f, gather_b = copy_out_seconds(s, cm, params, fp8_params, elem_of(tr))
-        acc.sources["memory-roofline"] = acc.sources.get("memory-roofline", 0.0) + gather_f + gather_b
+        if gather_f:
+            acc.sources["memory-roofline"] = acc.sources.get("memory-roofline", 0.0) + gather_f + gather_b
         forward = acc.fwd + acc.tp_fwd + ep.fwd + ep.host_fwd + host_action + n_cp * cpc.fwd_exposed + gather_f
         backward = acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed + gather_b
         offload, window, off_f, off_b = activation_offload(s, activation - sum(o.saved_bytes for o in extras),
