@@ -36,5 +36,9 @@ def test_unknown_system_and_unexpressible_rows_are_one_line_errors():
     case.raw = dict(case.raw, hardware={"system": "DGX-H100", "num_gpus": 64}, precision="NVFP4")
     with pytest.raises(ScenarioError, match="NVFP4"):
         case_scenario(case)
-    with pytest.raises(ScenarioError, match="skipped: multi-token prediction"):
-        case_scenario(_cases()["bridge2511-b200-deepseekv3-mtp-mx"])
+
+
+def test_deepseek_with_mtp_maps_to_one_mtp_depth():
+    mtp = case_scenario(_cases()["bridge2511-b200-deepseekv3-mtp-mx"])
+    assert mtp["model"]["preset"] == "deepseek-v3" and mtp["model"]["mtp_layers"] == 1
+    assert case_scenario(_cases()["bridge2511-gb200-deepseekv3-bf16"])["model"]["mtp_layers"] == 0

@@ -339,3 +339,34 @@ def head_ops(s: Scenario) -> list[Op]:
                   saved_bytes=logits * FP32, comm_fwd=loss_comm,
                   measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
     return ops
+
+
+def mtp_ops(s: Scenario) -> list[Op]:
+    """The ops of one multi-token-prediction depth around its transformer block (which the stage
+    costs as one more layer of the model's last kind): DeepSeek-V3 (arXiv 2412.19437 Sec. 2.2,
+    Eq. 21-22) as Megatron-Core builds it (megatron/core/transformer/multi_token_prediction.py,
+    _concat_embeddings): the input embedding of the tokens shifted by one more position, RMSNorm
+    of it (enorm) and of the previous depth's hidden state (hnorm), their concatenation through the
+    column-parallel projection eh_proj (2h -> h, no bias) whose output is gathered over the tensor
+    group, then the block, and the output head with its loss (head_ops) once more. The embedding
+    and output weights are the main model's (on the last stage a copy of the embedding when the
+    pipeline has several stages, its gradient all-reduced with the first stage's)."""
+    sh = shapes_of(s)
+    tp, e, T = sh.tp, sh.e, sh.tokens
+    tok = T / tp.token_div
+    emb = [replace(o, name=f"mtp_{o.name}") for o in embedding_ops(s)]
+    if s.parallel.pipeline == 1:
+        emb = [replace(o, params=0.0, param_tensors=0) for o in emb]
+    norm_params = sh.h * (2 if s.model.norm == "layernorm" else 1)
+    norms = [vector(f"mtp_{which}", tok * sh.h, sh, (8, 10), saved_bytes=tok * sh.h * e, params=norm_params)
+             for which in ("enorm", "hnorm")]
+    proj = matmul("mtp_eh_proj", T, 2 * sh.h, sh.h, sh, "column", saved_input=2 * tok * sh.h * e,
+                  dtype=s.training.precision, bias=False)
+    if tp.size > 1 and tp.mode == "1d":
+        # gather_from_tensor_model_parallel_region of the projection's hidden slices: an all-gather
+        # forward; its backward keeps the local slice (the sequence scatter's backward gathers)
+        gathered = (Comm("all_gather", T * sh.h * e, "tp", tp.size),)
+        proj = replace(proj, comm_fwd=proj.comm_fwd + gathered,
+                       comm_bwd=proj.comm_bwd + (gathered if tp.sequence_parallel else ()))
+    head = [replace(o, name=f"mtp_{o.name}", params=0.0 if o.name == "lm_head" else o.params) for o in head_ops(s)]
+    return emb + norms + [proj] + head

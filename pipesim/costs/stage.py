@@ -13,7 +13,7 @@ from pipesim.costs.fp8 import (BLACKWELL_CURVES, cast_ops, fp8_storage_cast_byte
                                weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
-from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, shapes_of
+from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.optimizer import grad_norm_bytes, optimizer_bytes
@@ -225,6 +225,15 @@ def costed_layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
     return layer + cast_ops(layer, tr.fp8_recipe, s.system.gpu.kernel_curve)
 
 
+def costed_mtp_ops(s: Scenario) -> list[Op]:
+    """One multi-token-prediction depth's ops outside its block (layers.mtp_ops) as they run:
+    Megatron-Core runs the projection under the FP8 context too, with its cast."""
+    ops = mtp_ops(s)
+    if s.training.precision != "fp8":
+        return ops
+    return ops + cast_ops(ops, s.training.fp8_recipe, s.system.gpu.kernel_curve)
+
+
 def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     """Costs of every model stage (pipeline * virtual_stages of them), per micro-batch."""
     if s.model.arch != "transformer":
@@ -246,6 +255,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         copy_fwd, copy_bwd = copy_fwd + ring_fwd, copy_bwd + ring_bwd
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
+    mtp = costed_mtp_ops(s) * s.model.mtp_layers      # the last stage's multi-token prediction
     cpc = context_comm(s, cm, layer)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer, cpc.fwd_exposed)
     # recompute_num_layers (Megatron's block method): only the first N layers of a chunk recompute
@@ -283,13 +293,18 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             from pipesim.costs.moe import layer_split
             n_layers, n_moe = layer_split(s, first_layer, stage_layers)
         first_layer += stage_layers
+        if last and s.model.mtp_layers:       # the MTP blocks, built like the last layer
+            if s.model.mtp_is_moe:
+                n_moe += s.model.mtp_layers
+            else:
+                n_layers += s.model.mtp_layers
         n_cp = n_layers + n_moe       # every layer's attention exchanges K/V under context parallelism
         acc = _Acc()
         acc.add(s, cm, layer, n_layers, memo)
         acc.fwd += n_cp * copy_fwd
         acc.bwd += n_cp * copy_bwd
         acc.dgrad += n_cp * copy_bwd
-        extras = (emb if first else []) + (head if last else [])
+        extras = (emb if first else []) + (head + mtp if last else [])
         acc.add(s, cm, extras, 1, memo)
         if cm.profile is not None:                                          # CPU host model only
             from pipesim.calibrate.host import stage_extra_seconds
@@ -470,7 +485,9 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
     tr, par = s.training, s.parallel
     out = []
     last = s.num_model_stages - 1
-    if s.model.tied_embeddings and par.pipeline > 1 and stage in (0, last):
+    # MTP on the last stage uses a copy of the input embedding, all-reduced the same way
+    # (Megatron-Core finalize_model_grads._get_shared_word_embedding_weight: tied or mtp_num_layers)
+    if (s.model.tied_embeddings or s.model.mtp_layers) and par.pipeline > 1 and stage in (0, last):
         sh = shapes_of(s)
         emb = sh.v * sh.h / sh.tp.weight_div * elem
         # an all-reduce of 2 members is one exchange of the buffer each way: α + B β

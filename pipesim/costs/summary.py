@@ -1,7 +1,7 @@
 """Model-level numbers: parameters, FLOPs per iteration, memory per GPU; profile shapes needed."""
 from __future__ import annotations
 
-from pipesim.costs.layers import embedding_ops, head_ops, layer_ops
+from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, mtp_ops
 from pipesim.scenario.config import Scenario
 
 
@@ -12,14 +12,22 @@ def total_params(s: Scenario) -> float:
     unsharded = replace(s, parallel=replace(s.parallel, tensor=1, pipeline=1, data=1, context=1, sequence_parallel=False,
                                             tensor_mode="1d", virtual_stages=1, layers_per_stage=None,
                                             expert=1, expert_tensor=1))
-    extras = sum(o.params for o in embedding_ops(unsharded) + head_ops(unsharded))
+    extras = sum(o.params for o in extra_ops(unsharded))
     return sum(n * sum(o.params for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s)) + extras
 
 
 def layer_counts(s: Scenario) -> list[tuple[bool, int]]:
-    """[(is MoE, number of layers)] of the whole model."""
-    moe = s.model.num_moe_layers
-    return [(False, s.model.num_layers - moe)] + ([(True, moe)] if moe else [])
+    """[(is MoE, number of layers)] of the whole model, its multi-token-prediction blocks
+    included (built like the last layer)."""
+    m = s.model
+    moe = m.num_moe_layers + (m.mtp_layers if m.mtp_is_moe else 0)
+    dense = m.num_layers + m.mtp_layers - moe
+    return ([(False, dense)] if dense else []) + ([(True, moe)] if moe else [])
+
+
+def extra_ops(s: Scenario) -> list:
+    """The ops outside the layer stack: embedding, output head, and per MTP depth its own."""
+    return embedding_ops(s) + head_ops(s) + mtp_ops(s) * s.model.mtp_layers
 
 
 def active_params(s: Scenario, input_embedding: bool = True) -> float:
@@ -34,7 +42,8 @@ def active_params(s: Scenario, input_embedding: bool = True) -> float:
         from dataclasses import replace
         one = replace(s, parallel=replace(s.parallel, tensor=1, sequence_parallel=False, expert=1, expert_tensor=1))
         per_layer = expert_params(layer_ops(one, True))
-        total -= m.num_moe_layers * per_layer * (1 - m.moe_top_k / m.num_experts)
+        moe_layers = sum(n for moe, n in layer_counts(s) if moe)
+        total -= moe_layers * per_layer * (1 - m.moe_top_k / m.num_experts)
     if not input_embedding:
         sh = shapes_of(s)
         total -= sh.v * sh.h
@@ -48,7 +57,7 @@ def iteration_flops(s: Scenario) -> float:
     unsharded = replace(s, parallel=replace(s.parallel, tensor=1, context=1, sequence_parallel=False, tensor_mode="1d"),
                         training=replace(s.training, moe_routing="balanced"))
     per_mb = (sum(n * sum(o.flops_fwd + o.flops_bwd for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s))
-              + sum(o.flops_fwd + o.flops_bwd for o in embedding_ops(unsharded) + head_ops(unsharded)))
+              + sum(o.flops_fwd + o.flops_bwd for o in extra_ops(unsharded)))
     return per_mb * s.training.global_batch_size / s.training.micro_batch_size
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipesim.costs.layers import embedding_ops, head_ops
 from pipesim.costs.ops import Op
-from pipesim.costs.stage import comm_seconds, cost_model_for, costed_layer_ops, stage_costs
+from pipesim.costs.stage import comm_seconds, cost_model_for, costed_layer_ops, costed_mtp_ops, stage_costs
 from pipesim.costs.summary import iteration_flops, layer_counts, total_params
 from pipesim.scenario.config import Scenario
 
@@ -48,9 +48,10 @@ def estimate(s: Scenario) -> dict:
     kinds = {moe: [op_row(s, cm, op, "layer") for op in costed_layer_ops(s, moe)] for moe, _ in layer_counts(s)}
     layer = kinds[s.model.is_moe]
     extras = ([op_row(s, cm, op, "embedding") for op in embedding_ops(s)]
-              + [op_row(s, cm, op, "head") for op in head_ops(s)])
+              + [op_row(s, cm, op, "head") for op in head_ops(s)]
+              + [op_row(s, cm, op, "mtp") for op in (costed_mtp_ops(s) if s.model.mtp_layers else [])])
     per_layer = {k: sum(r[k] for r in layer) for k in TOTALS}
-    depth = s.model.num_layers
+    depth = s.model.num_layers + s.model.mtp_layers      # MTP blocks counted with the stack
     stack = {k: sum(n * sum(r[k] for r in kinds[moe]) for moe, n in layer_counts(s)) for k in TOTALS}
     stages = stage_costs(s)
     memory = {

@@ -57,6 +57,10 @@ class ModelConfig:
     moe_layer_freq: int = field(1, doc="every k-th layer is MoE (1 = all layers)")
     moe_first_dense_layers: int = field(0, doc="the first k layers are dense (DeepSeek-V3: 3)")
     moe_router_score: Literal["softmax", "sigmoid"] = field("softmax", doc="router score function")
+    # Multi-token prediction (DeepSeek-V3, arXiv 2412.19437 Sec. 2.2; Megatron-Core --mtp-num-layers)
+    mtp_layers: int = field(0, doc="multi-token prediction depth D: D more transformer blocks (the last "
+                                   "layer's kind), each with its projection and a pass through the shared "
+                                   "output head and loss, on the last pipeline stage (DeepSeek-V3 trained with 1)")
     # Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1): low-rank q and kv.
     attention_variant: Literal["gqa", "mla"] = field("gqa", doc="gqa (MHA/GQA/MQA) or mla")
     q_lora_rank: Optional[int] = field(None, doc="MLA query compression rank (None = no q compression)")
@@ -74,6 +78,8 @@ class ModelConfig:
                    if getattr(self, k) <= 0]
         if missing:
             raise ValueError(f"a transformer needs positive {', '.join(missing)}")
+        if self.mtp_layers < 0:
+            raise ValueError(f"mtp_layers must not be negative, got {self.mtp_layers}")
 
     @property
     def kv_heads(self) -> int:
@@ -104,6 +110,12 @@ class ModelConfig:
     @property
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    @property
+    def mtp_is_moe(self) -> bool:
+        """An MTP block is built like the decoder's last layer (Megatron-Core
+        get_gpt_mtp_block_spec takes the last layer's spec)."""
+        return self.is_moe_layer(self.num_layers - 1)
 
 
 @dataclass(frozen=True, kw_only=True)

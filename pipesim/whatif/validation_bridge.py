@@ -29,8 +29,8 @@ GPUs <= 72 dividing the run (64 for 64 and 256 GPUs: NVL72 racks with 16 of thei
 use), since 72 divides none of the published GPU counts. MoE: the table's footnote says the
 token distribution is force-balanced and dropless -> moe_routing balanced; dispatcher alltoall
 and expert TP 1 (not stated).
-Rows pipesim cannot express are refused with a one-line note that `pipesim validate` lists:
-DeepSeek-V3 with multi-token prediction (no MTP head in pipesim).
+DeepSeek-V3 "w/ MTP" -> model.mtp_layers 1 (the depth DeepSeek-V3 was trained with, arXiv
+2412.19437 Sec. 2.2), the MTP block on the last pipeline stage as Megatron-Core places it.
 """
 from __future__ import annotations
 
@@ -41,9 +41,10 @@ from pipesim.whatif.families import megatron_bucket_MB, megatron_p2p_sync
 BRIDGE_SYSTEMS = {"DGX-H100": ("dgx-h100", 8), "DGX-B200": ("dgx-b200", 8), "DGX-GB200": ("gb200-nvl72", 4)}
 # Published model names -> pipesim model presets (pipesim/presets/models.py).
 BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
-                 "DeepSeekV3 (w/o MTP)": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b",
-                 "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
-UNSUPPORTED_MODELS = {"DeepSeekV3 (w/ MTP)": "skipped: multi-token prediction (MTP) is not modelled in pipesim"}
+                 "DeepSeekV3 (w/o MTP)": "deepseek-v3", "DeepSeekV3 (w/ MTP)": "deepseek-v3",
+                 "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
+# Multi-token prediction depth of the published model names that train with it.
+BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1}
 # Published precision -> (training.precision, training.fp8_recipe).
 BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "FP8-MX": ("fp8", "mxfp8")}
 
@@ -51,8 +52,6 @@ BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "F
 def bridge_scenario(case) -> dict:
     c, cid = case.raw, case.id
     name, par, hw = c["model"]["name"], c["parallel"], c["hardware"]
-    if name in UNSUPPORTED_MODELS:
-        raise ScenarioError(f"{cid}: {UNSUPPORTED_MODELS[name]}")
     if name not in BRIDGE_MODELS:
         raise ScenarioError(f"{cid}: model.name {name!r} has no preset mapping; known: {', '.join(BRIDGE_MODELS)}")
     if hw["system"] not in BRIDGE_SYSTEMS:
@@ -95,7 +94,8 @@ def bridge_scenario(case) -> dict:
                 "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(vp, 2025)}
     if recipe:
         training.update(fp8_recipe=recipe, fp8_param_gather=True)
-    model = {"preset": BRIDGE_MODELS[name], "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False}
+    model = {"preset": BRIDGE_MODELS[name], "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False,
+             "mtp_layers": BRIDGE_MTP.get(name, 0)}
     if ep > 1:
         parallel.update(expert=ep, expert_tensor=1)
         training.update(moe_routing="balanced", moe_dispatcher="alltoall")
