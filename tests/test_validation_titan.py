@@ -27,7 +27,11 @@ def test_rows_map_fsdp_over_every_gpu_and_the_checkpointing_mode():
     assert cases["titan2024-llama3-8b-ac-layer"].target == 2904.0
 
 
-def test_selective_op_rows_are_refused_with_a_one_line_note():
-    with pytest.raises(ScenarioError, match="skipped: activation checkpointing 'selective op'") as e:
-        case_scenario(_cases()["titan2024-llama2-70b-ac-op"])
+def test_selective_op_rows_map_to_the_per_op_policy_and_unknown_modes_are_refused():
+    op = case_scenario(_cases()["titan2024-llama2-70b-ac-op"])
+    assert op["training"]["recompute"] == "selective_op" and "recompute_num_layers" not in op["training"]
+    case = _cases()["titan2024-llama2-70b-ac-op"]
+    case.raw = dict(case.raw, training={"activation_checkpointing": "selective block"})
+    with pytest.raises(ScenarioError, match="activation checkpointing 'selective block'") as e:
+        case_scenario(case)
     assert "\n" not in str(e.value)

@@ -13,7 +13,7 @@ from pipesim.costs.fp8 import (BLACKWELL_CURVES, cast_ops, fp8_storage_cast_byte
                                weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
-from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
+from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.optimizer import grad_norm_bytes, optimizer_bytes
@@ -202,12 +202,52 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0
         t = sum(cm.time(o, "fwd").seconds for o in ops if o.attention_core)
         dropped = sum(o.selective_dropped_bytes for o in ops)
         return t, saved_all - dropped, dropped
-    # full: keep only the layer input (Korthikanti et al. 2022, Sec. 4.3: 2sbh per layer, /t with
-    # sequence parallelism) and re-run the whole forward, including its TP communication.
     sh = shapes_of(s)
     checkpoint = sh.tokens * sh.h * sh.e / sh.tp.token_div
+    if policy == "selective_op":
+        return selective_op_recompute(s, cm, ops, checkpoint)
+    # full: keep only the layer input (Korthikanti et al. 2022, Sec. 4.3: 2sbh per layer, /t with
+    # sequence parallelism) and re-run the whole forward, including its TP communication.
     t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd], cm.profile) + cp_fwd
     return t, checkpoint, saved_all
+
+
+# torchtitan's per-op policy saves "every second mm" (the count runs on across a block's forward
+# passes, so which half alternates; half of them on average).
+OP_SAC_SAVED_MATMULS = 0.5
+
+
+def selective_op_recompute(s: Scenario, cm: CostModel, ops: list[Op], checkpoint: float) -> tuple[float, float, float]:
+    """torchtitan's selective per-op checkpointing (torchtitan parallelize_llama.py, 2024-25:
+    `_save_list` = aten.mm, the SDPA flash / efficient kernels, the functional reduce-scatter and
+    abs/max; `_custom_policy` returns MUST_SAVE for those ops' outputs "except every second mm", and
+    PREFER_RECOMPUTE for every other op). Kept per layer: its input, the attention output (and its
+    log-sum-exp), and half the matmul outputs; re-run in the backward: the other half of the
+    matmuls and every memory-bound op (norms, rotary, activation, residual adds, casts) - not the
+    attention kernel. Of the tensor-parallel collectives the reduce-scatters' outputs are saved; the
+    all-gathers (sequence parallelism) are not in the list and run again.
+    Returns (recompute seconds, kept bytes, bytes re-created in the backward)."""
+    sh = shapes_of(s)
+    redo = keep = 0.0
+    attention = False
+    for o in ops:
+        if o.attention_core or o.flash:        # the SDPA kernel: its outputs are saved
+            attention = True
+            continue
+        fwd = cm.time(o, "fwd").seconds
+        if o.kind == "matmul":
+            redo += (1 - OP_SAC_SAVED_MATMULS) * fwd
+            keep += OP_SAC_SAVED_MATMULS * sum(g[0] * g[1] * g[2] for g in o.gemms_fwd) * sh.e
+        else:
+            redo += fwd
+    redo += comm_seconds(s, [c for o in ops for c in o.comm_fwd if c.kind == "all_gather"], cm.profile)
+    # attention heads are split over the tensor group; every token of the micro-batch attends
+    heads_local = sh.a / sh.tp.size
+    attention_out = sh.tokens * heads_local * sh.d * sh.e if attention else 0.0
+    lse = sh.b * heads_local * sh.s * FP32 if attention else 0.0
+    saved_all = sum(o.saved_bytes for o in ops)
+    kept = min(checkpoint + keep + attention_out + lse, saved_all)
+    return redo, kept, saved_all - kept
 
 
 def costed_layer_ops(s: Scenario, moe: bool = False) -> list[Op]:

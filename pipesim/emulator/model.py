@@ -352,6 +352,11 @@ def check_supported(s) -> None:
                             f"attention dropout; set model.dropout: false")
     if s.training.precision == "fp8":
         raise ScenarioError(f"{where}: training.precision fp8 is not emulated; use fp32, bf16 or fp16")
+    if s.training.recompute == "selective_op":
+        raise ScenarioError(f"{where}: training.recompute selective_op is not emulated; use none, selective or full")
+    if m.mtp_layers:
+        raise ScenarioError(f"{where}: model.mtp_layers={m.mtp_layers}: the emulator runs no multi-token "
+                            f"prediction; set it to 0")
     t = p.tensor
     for key, v in (("model.num_attention_heads", m.num_attention_heads), ("model.num_kv_heads", m.kv_heads),
                    ("model.ffn_hidden_size", m.ffn), ("model.vocab_size", m.vocab_size)):

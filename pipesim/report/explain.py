@@ -295,7 +295,7 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
     if s.system.host_link_GBps and tr.offload_activation_layers < chunk:
         out.append((f"offload {chunk} layers' activations", {"training.offload_activation_layers": chunk},
                     f"--set training.offload_activation_layers={chunk}"))
-    levels = ("none", "selective", "full")
+    levels = ("none", "selective", "selective_op", "full")      # less kept, more re-run
     for rc in levels[levels.index(tr.recompute) + 1:]:
         out.append((f"recompute {rc}", {"training.recompute": rc}, f"--set training.recompute={rc}"))
     if par.data * par.context > 1:

@@ -278,7 +278,10 @@ class TrainingConfig:
     micro_batch_size: int = field(1, doc="samples per micro-batch")
     global_batch_size: int = field(doc="samples per optimizer step")
     schedule: str = field("1f1b", doc="pipeline schedule name or path to an action CSV")
-    recompute: Literal["none", "selective", "full"] = field("none", doc="activation recomputation")
+    recompute: Literal["none", "selective", "selective_op", "full"] = field(
+        "none", doc="activation recomputation: selective = re-run the attention core (Megatron, Korthikanti "
+                    "et al. 2022); selective_op = torchtitan's per-op policy (keep the attention and every "
+                    "second matmul output, re-run the rest); full = keep only each layer's input")
     recompute_num_layers: Optional[int] = field(None, doc="with recompute full: only the first N transformer "
                                                           "layers of each model chunk recompute, the others keep "
                                                           "their activations (Megatron --recompute-method block "

@@ -369,8 +369,8 @@ def _check_cnn(s: Scenario, loader: Loader) -> None:
         loader.fail("parallel.tensor", f"CNN models are not tensor parallel: tensor must be 1, got {par.tensor}")
     if par.virtual_stages != 1:
         loader.fail("parallel.virtual_stages", "CNN models support one stage per pipeline rank")
-    if tr.recompute == "selective":
-        loader.fail("training.recompute", "selective recompute is defined for transformers; use none or full")
+    if tr.recompute in ("selective", "selective_op"):
+        loader.fail("training.recompute", f"{tr.recompute} recompute is defined for transformers; use none or full")
     per = tr.micro_batch_size * par.data
     if tr.global_batch_size % per:
         loader.fail("training.global_batch_size", f"global_batch_size({tr.global_batch_size}) is not "

@@ -6,8 +6,9 @@ GPU (torchtitan's WPS with no model parallelism).
 Mapped as published: model, sequence length, 64 GPUs, local batch, FSDP over all 64 (ZeRO-3 over
 data 64), BF16, and the activation checkpointing: "no" -> recompute none, "full" -> full,
 "selective layer" (torchtitan checkpoints every 2nd layer) -> full with recompute_num_layers =
-layers / 2 (the same recompute time and kept bytes as Megatron's block method). "selective op"
-keeps a per-op set of outputs pipesim has no policy for: refused with a note.
+layers / 2 (the same recompute time and kept bytes as Megatron's block method); "selective op"
+(torchtitan's per-op save list) -> recompute selective_op (pipesim/costs/stage.py
+selective_op_recompute).
 Assumptions the document does not state, made once for the family (torchtitan's defaults of the
 time, torchtitan/config_manager.py and train_configs/*.toml): FSDP2 prefetches the next layer's
 all-gather (zero3_prefetch), reduces gradients in fp32 (mixed_precision_reduce float32), AdamW,
@@ -22,7 +23,8 @@ from pipesim.errors import ScenarioError
 
 TITAN_MODELS = ("llama3-8b", "llama3-70b", "llama2-13b", "llama2-70b")
 # torchtitan activation_checkpoint mode -> (training.recompute, layers divisor for block recompute)
-TITAN_AC = {"no": ("none", None), "full": ("full", None), "selective layer": ("full", 2)}
+TITAN_AC = {"no": ("none", None), "full": ("full", None), "selective layer": ("full", 2),
+            "selective op": ("selective_op", None)}
 
 
 def titan_scenario(case) -> dict:
@@ -31,7 +33,7 @@ def titan_scenario(case) -> dict:
     if name not in TITAN_MODELS:
         raise ScenarioError(f"{cid}: model.name {name!r} has no preset; known: {', '.join(TITAN_MODELS)}")
     if ac not in TITAN_AC:
-        raise ScenarioError(f"{cid}: skipped: activation checkpointing {ac!r} (a per-op save policy) has no "
+        raise ScenarioError(f"{cid}: skipped: activation checkpointing {ac!r} has no "
                             f"pipesim equivalent; known: {', '.join(TITAN_AC)}")
     n, fsdp, local = int(c["hardware"]["num_gpus"]), int(c["parallel"]["fsdp"]), int(c["parallel"]["local_batch"])
     if fsdp != n or n % 8:
