@@ -99,6 +99,17 @@ XLA_B200_FP8 = [
     (4, 4096, 1024, 2048, 2422.3), (4, 4096, 2048, 2048, 2884.9), (4, 4096, 4096, 2048, 3122.5),
     (4, 4096, 1024, 4096, 2662.0), (4, 4096, 2048, 4096, 3133.3), (4, 4096, 4096, 4096, 3279.7),
 ]
+# FP4 on B200 (M, N, K, published TFLOP/s, source): cuBLASLt's column of the dense table of
+# deepseek-ai/DeepGEMM PR #348 (MXFP4, cublasTest 13.3, CUDA 12.9), and vLLM PR #20646's CUTLASS
+# NVFP4 "nvfp4-noquant" column for the Llama 3.1 8B N=6144 K=4096 projection (M = batch rows).
+# The vLLM 16384-row point is the curve's anchor (pipesim/presets/gpus.py).
+FP4_B200 = [(128, 2048, 7168, 338, "DeepGEMM#348"), (128, 24576, 1536, 745, "DeepGEMM#348"),
+            (512, 2048, 7168, 1422, "DeepGEMM#348"), (512, 7168, 2048, 1190, "DeepGEMM#348"),
+            (1024, 7168, 2048, 1399, "DeepGEMM#348"), (4096, 4096, 7168, 3939, "DeepGEMM#348"),
+            (8192, 8192, 8192, 5239, "DeepGEMM#348"),
+            (1024, 6144, 4096, 2895, "vLLM#20646"), (2048, 6144, 4096, 3411, "vLLM#20646"),
+            (4096, 6144, 4096, 3646, "vLLM#20646"), (8192, 6144, 4096, 3779, "vLLM#20646"),
+            (16384, 6144, 4096, 3904, "vLLM#20646")]
 
 # FA3 paper Fig. 5, FlashAttention-3 bars (H100, head dim 128): fwd non-causal, fwd causal, bwd
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
@@ -163,6 +174,17 @@ def main() -> None:
             print(f"   {b:>2} {m:>6} {n:>6} {k:>6} {pub:>10.1f} {pred:>8.1f} {100 * (pred / pub - 1):>+7.1f}")
         print(f"   mean |log error| {100 * statistics.mean(abs(x) for x in logs):.1f} %, "
               f"mean log error {100 * statistics.mean(logs):+.1f} %\n")
+
+    print("1e. GEMM on B200, FP4 (NVFP4 / MXFP4 share the FP4 tensor cores), vs DeepGEMM PR #348's cuBLASLt "
+          "column and vLLM PR #20646's NVFP4 CUTLASS column (the 16384-row point is the anchor)")
+    print(f"   {'M':>6} {'N':>6} {'K':>6} {'published':>10} {'pipesim':>8} {'err %':>7}  source")
+    logs = []
+    for m, n, k, pub, src in FP4_B200:
+        pred = gemm_tflops(b200, 1, m, n, k, "fp4", B200_HBM)
+        logs.append(math.log(pred / pub))
+        print(f"   {m:>6} {n:>6} {k:>6} {pub:>10.0f} {pred:>8.0f} {100 * (pred / pub - 1):>+7.1f}  {src}")
+    print(f"   mean |log error| {100 * statistics.mean(abs(x) for x in logs):.1f} %, "
+          f"mean log error {100 * statistics.mean(logs):+.1f} %\n")
 
     print("2. GEMM at each GPU's MAMF best shape (ml-engineering MAMF table): the curve's anchor "
           "(H100/H800 FP8: anchored on DeepGEMM instead, section 1b)")

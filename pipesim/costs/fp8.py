@@ -23,13 +23,29 @@ transformer_engine/pytorch/csrc/quantizer.cpp: `with_transpose = columnwise_usag
 !is_non_tn_fp8_gemm_supported`): delayed 3, tensorwise 5 bytes per element, and one byte per
 weight. MXFP8 keeps both copies (its 32-element scales run along K, which differs between the
 row- and column-wise uses).
+
+NVFP4 (`fp8_recipe: nvfp4`; NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv
+2509.25149, Sec. 2-4; Transformer Engine's NVFP4BlockScaling recipe): the GEMMs (forward, input
+and weight gradients) run on FP4 tensor cores, E2M1 values (half a byte) with one E4M3 scale per 16
+elements and one FP32 scale per tensor. The per-tensor scale needs the tensor's amax first, so the
+cast is two passes like current scaling (read 2, then read 2 and write both copies: the
+column-wise one, the weight-gradient operand, through the 16 x 16 random Hadamard transform that
+TE fuses into the cast) = 2 + 2 + 2 x (0.5 + 1/16) bytes per element. Its weights keep both
+FP4 copies (2 x 0.5625 bytes per parameter). Not modelled: the paper's few layers kept in BF16
+(every layer's GEMMs are FP4 here) and the stochastic rounding of gradients (fused in the same
+cast).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 
 from pipesim.costs.ops import Op
 
-CAST_BYTES = {"delayed": 4.0, "tensorwise": 6.0, "blockwise": 4.0 + 8 / 128, "mxfp8": 4.0 + 2 / 32}
+FP4_BYTES = 0.5 + 1 / 16         # an NVFP4 element with its share of the 16-element E4M3 scale
+CAST_BYTES = {"delayed": 4.0, "tensorwise": 6.0, "blockwise": 4.0 + 8 / 128, "mxfp8": 4.0 + 2 / 32,
+              "nvfp4": 4.0 + 2 * FP4_BYTES}
+# GEMM operand dtypes of the low-precision recipes
+LOW_PRECISION = ("fp8", "fp4")
 # The weight copy: read BF16 once, write FP8 row- and column-wise (same recipes as above).
 FP8_WEIGHT_COPY_BYTES = 2.0      # per parameter held: the FP8 copy and its transpose
 BLACKWELL_CURVES = ("b200", "gb200", "gb300")
@@ -45,8 +61,24 @@ def cast_bytes(recipe: str, curve: str | None) -> float:
 
 
 def weight_copy_bytes(recipe: str, curve: str | None) -> float:
-    """FP8 weight bytes held per parameter beside the BF16 weight."""
+    """FP8 (FP4) weight bytes held per parameter beside the BF16 weight."""
+    if recipe == "nvfp4":
+        return 2 * FP4_BYTES
     return FP8_WEIGHT_COPY_BYTES / 2 if curve in BLACKWELL_CURVES and recipe in NO_TRANSPOSE else FP8_WEIGHT_COPY_BYTES
+
+
+def gemm_dtype(training) -> str:
+    """The dtype the layers' GEMMs run in: fp4 under the NVFP4 recipe, else the precision."""
+    return "fp4" if training.precision == "fp8" and training.fp8_recipe == "nvfp4" else training.precision
+
+
+def as_nvfp4(ops: list[Op]) -> list[Op]:
+    """The FP8 GEMM ops as NVFP4 runs them: FP4 operands, and the input kept for the weight
+    gradient as its FP4 column-wise copy (FP4_BYTES per element instead of the FP8 byte)."""
+    def fp4(gemms):
+        return tuple(g[:4] + ("fp4",) + g[5:] if g[4] == "fp8" else g for g in gemms)
+    return [replace(o, gemms_fwd=fp4(o.gemms_fwd), gemms_bwd=fp4(o.gemms_bwd), saved_bytes=o.saved_bytes * FP4_BYTES)
+            if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8" else o for o in ops]
 
 
 def cast_ops(ops: list[Op], recipe: str, curve: str | None = None) -> list[Op]:
@@ -54,7 +86,7 @@ def cast_ops(ops: list[Op], recipe: str, curve: str | None = None) -> list[Op]:
     per = cast_bytes(recipe, curve)
     out = []
     for op in ops:
-        if not op.gemms_fwd or op.gemms_fwd[0][4] != "fp8":
+        if not op.gemms_fwd or op.gemms_fwd[0][4] not in LOW_PRECISION:
             continue
         _, m, n, k, _ = op.gemms_fwd[0]
         out.append(Op(f"{op.name}_fp8_cast", "vector", m * k, m * n, m * k * per, m * n * per))

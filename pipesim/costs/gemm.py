@@ -37,7 +37,7 @@ from pipesim.presets.gpus import SPLIT_K, SPLIT_K_EFFICIENCY, TILE_FILL_K, TILES
 # the epilogue stores a 16-bit C tile (BF16 output, also of FP8 GEMMs: Transformer Engine)
 OUT_BYTES = 2
 
-BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp4": 0.5}
 
 
 def _raw_time(m: float, n: float, k: float, batch: float, sms: int, per_sm: float, fill_per_sm: float,

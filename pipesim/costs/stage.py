@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time, p2p_time
-from pipesim.costs.fp8 import (BLACKWELL_CURVES, cast_ops, fp8_storage_cast_bytes, weight_cast_bytes,
-                               weight_copy_bytes)
+from pipesim.costs.fp8 import (BLACKWELL_CURVES, LOW_PRECISION, as_nvfp4, cast_ops, fp8_storage_cast_bytes,
+                               weight_cast_bytes, weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
@@ -251,27 +251,30 @@ def selective_op_recompute(s: Scenario, cm: CostModel, ops: list[Op], checkpoint
 
 
 def costed_layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
-    """The ops of one layer (an MoE layer with `moe`) as they run: under FP8, plus the cast op of
-    every FP8 GEMM."""
-    layer = layer_ops(s, moe)
-    tr = s.training
-    if tr.precision != "fp8":
-        return layer
-    if tr.fp8_recipe == "mxfp8" and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
-        from pipesim.errors import ScenarioError
-        raise ScenarioError(f"{s.source}: training.fp8_recipe: mxfp8 needs Blackwell tensor cores "
-                            f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
-                            f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
-    return layer + cast_ops(layer, tr.fp8_recipe, s.system.gpu.kernel_curve)
+    """The ops of one layer (an MoE layer with `moe`) as they run: under FP8 (FP4), plus the cast
+    op of every low-precision GEMM."""
+    return low_precision(s, layer_ops(s, moe))
 
 
 def costed_mtp_ops(s: Scenario) -> list[Op]:
     """One multi-token-prediction depth's ops outside its block (layers.mtp_ops) as they run:
     Megatron-Core runs the projection under the FP8 context too, with its cast."""
-    ops = mtp_ops(s)
-    if s.training.precision != "fp8":
+    return low_precision(s, mtp_ops(s))
+
+
+def low_precision(s: Scenario, ops: list[Op]) -> list[Op]:
+    """`ops` under the scenario's FP8 / NVFP4 recipe: FP4 GEMMs for nvfp4, and the casts."""
+    tr = s.training
+    if tr.precision != "fp8":
         return ops
-    return ops + cast_ops(ops, s.training.fp8_recipe, s.system.gpu.kernel_curve)
+    if tr.fp8_recipe in ("mxfp8", "nvfp4") and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
+        from pipesim.errors import ScenarioError
+        raise ScenarioError(f"{s.source}: training.fp8_recipe: {tr.fp8_recipe} needs Blackwell tensor cores "
+                            f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
+                            f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
+    if tr.fp8_recipe == "nvfp4":
+        ops = as_nvfp4(ops)
+    return ops + cast_ops(ops, tr.fp8_recipe, s.system.gpu.kernel_curve)
 
 
 def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
@@ -355,7 +358,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
-        fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
+        fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] in LOW_PRECISION)
         # the chunk's first n_rc dense layers, then its MoE layers, recompute (layer order of a chunk)
         n_rc = n_layers if rc_limit is None else min(rc_limit, n_layers)
         n_rc_moe = n_moe if rc_limit is None else min(max(rc_limit - n_layers, 0), n_moe)
@@ -368,7 +371,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         if n_moe:
             acc.add(s, cm, moe.ops, n_moe, memo)
             params += n_moe * sum(o.params for o in moe.ops)
-            fp8_params += n_moe * sum(o.params for o in moe.ops if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
+            fp8_params += n_moe * sum(o.params for o in moe.ops if o.gemms_fwd and o.gemms_fwd[0][4] in LOW_PRECISION)
             activation += n_rc_moe * moe.saved + (n_moe - n_rc_moe) * moe_keep.saved
             recompute += n_rc_moe * moe.recompute
             flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)

@@ -79,7 +79,24 @@ _HOPPER_FP8_ANCHOR = dict(fp8=(4096, 7168, 16384, 1358.0))
 # table's sm_90 FP8 rows exceed the H100's dense FP8 peak (2593 > 1979 TFLOP/s at batch-4
 # 4096^3), so they are not used anywhere; its sm_100 FP8 rows stay below B200's 4500 TFLOP/s peak
 # at FP8/BF16 = 1.96, the datasheet ratio.
-_B200_ANCHOR = dict(bf16=(16384, 4096, 4096, 1690.7), fp8=(16384, 4096, 4096, 3279.7))
+_B200_ANCHOR = dict(bf16=(16384, 4096, 4096, 1690.7), fp8=(16384, 4096, 4096, 3279.7), fp4=(16384, 6144, 4096, 3904.3))
+# FP4 GEMMs (NVFP4 / MXFP4 share Blackwell's block-scaled FP4 MMA, tcgen05 kind::mxf4nvf4): the
+# MAMF table has no FP4 row. B200's best: cuBLASLt (cublasTest 13.3) at 8192^3, 5239 TFLOP/s, the
+# dense table of deepseek-ai/DeepGEMM PR #348 (2026-06-01, B200, CUDA 12.9; the PR's own kernel
+# 5702). The curve is anchored at a training shape of the NVFP4 format itself: vLLM PR #20646
+# (2025-07, CUTLASS NVFP4 dense GEMM, "nvfp4-noquant"), M=16384 N=6144 K=4096 (a Llama 3 8B QKV
+# projection), 3904.3 TFLOP/s on a B200 (the same table's BF16 column, 1.36-1.42 PF/s, is a
+# B200's). benchmarks/kernel_curves.py prints both tables' other shapes against the model: the
+# tile model is 20-70 % fast on FP4 GEMMs with N or K <= 2048 (unmodelled FP4-specific overheads).
+# GB200 and GB300 have no FP4 measurement: B200's, scaled by their FP8 MAMF over B200's and, for
+# Blackwell Ultra, by its 1.5x dense FP4 tensor rate (NVIDIA, "Inside NVIDIA Blackwell Ultra").
+_B200_FP4 = 5239.0
+_FP4_SHAPE = (8192, 8192, 8192)
+_FP4_ANCHOR = (16384, 6144, 4096, 3904.3)
+
+
+def _fp4_anchor(scale: float) -> tuple:
+    return _FP4_ANCHOR[:3] + (_FP4_ANCHOR[3] * scale,)
 
 # Sustained vs burst tensor-core rate. Every table above (MAMF, OpenXLA, DeepGEMM, FA3) times
 # short bursts, during which the SM clock holds its boost point. A training step is one long
@@ -130,15 +147,20 @@ KERNEL_CURVES: dict[str, dict] = {
     # B200: 148 SMs (NVIDIA Blackwell architecture technical brief); MAMF BF16 1745.0, FP8
     # 3432.5. No published per-sequence cuDNN table yet: the H100 cuDNN curve scaled by the BF16
     # MAMF ratio 1745.0 / 794.5 (attention is tensor-core bound like the GEMMs).
-    "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072)), mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5),
+    "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
+                 mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
                  anchor=_B200_ANCHOR, attention=_H100_CUDNN, attention_scale=1745.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
-    "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536)), mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6),
-                  attention=_H100_CUDNN, attention_scale=1822.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
+    "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
+                  mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6,
+                                   fp4=_B200_FP4 * 3615.6 / 3432.5),
+                  anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_H100_CUDNN, attention_scale=1822.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
     # B300 / GB300 (Blackwell Ultra): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025); MAMF
     # B300 SXM BF16 1769.0, FP8 3353.3 (no GB300 row: the B300 row is used).
-    "gb300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168)), mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3),
-                  attention=_H100_CUDNN, attention_scale=1769.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
+    "gb300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168), fp4=_FP4_SHAPE),
+                  mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3,
+                                   fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
+                  anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_H100_CUDNN, attention_scale=1769.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
 }
 
 # Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has

@@ -60,25 +60,28 @@ _GTX1070 = dict(name="GTX-1070", peak_tflops_fp16=6.46, peak_tflops_bf16=6.46, p
 _GTX1080TI = dict(_GTX1070, name="GTX-1080Ti", peak_tflops_fp16=11.3, peak_tflops_bf16=11.3, peak_tflops_tf32=11.3,
                   peak_tflops_fp32=11.3, peak_tflops_fp8=11.3, vector_tflops_fp32=11.3, vector_tflops_fp16=11.3,
                   hbm_bandwidth_GBps=484, memory_GiB=11)
-# NVIDIA DGX B200 datasheet (2024): per GPU FP8 dense 4.5 PF (72 PF sparse / 8 GPUs / 2), FP16/
+# NVIDIA DGX B200 datasheet (2024): per GPU FP4 dense 9 PF (144 PF sparse / 8 GPUs / 2), FP8 dense
+# 4.5 PF (72 PF sparse / 8 GPUs / 2), FP16/
 # BF16 dense 2.25 PF, TF32 dense 1.1 PF, FP32 80 TF (Blackwell datasheet); HBM3e 8 TB/s, 180 GB
 # (1,440 GB per 8 GPUs); NVLink 5 1.8 TB/s total (900 GB/s per direction); 8x 400 Gb/s
 # ConnectX-7 (50 GB/s per GPU). 148 SMs (Blackwell architecture technical brief).
 _B200 = dict(name="B200", peak_tflops_fp16=2250, peak_tflops_bf16=2250, peak_tflops_tf32=1100,
-             peak_tflops_fp32=80, peak_tflops_fp8=4500, vector_tflops_fp32=80, vector_tflops_fp16=160,
+             peak_tflops_fp32=80, peak_tflops_fp8=4500, peak_tflops_fp4=9000, vector_tflops_fp32=80, vector_tflops_fp16=160,
              hbm_bandwidth_GBps=8000, memory_GiB=180 * 1e9 / 2**30, kernel_curve="b200", **_EFF)
-# NVIDIA GB200 NVL72 datasheet (2024): 72 Blackwell GPUs, FP8 dense 5 PF, FP16/BF16 dense 2.5 PF,
-# TF32 dense 1.25 PF (the 360/180/90 PF sparse rack figures / 72 / 2), FP32 80 TF per GPU; HBM3e
+# NVIDIA GB200 NVL72 datasheet (2024): 72 Blackwell GPUs, FP4 dense 10 PF, FP8 dense 5 PF, FP16/BF16
+# dense 2.5 PF, TF32 dense 1.25 PF (the 1,440/720/360/180 PF sparse rack figures / 72 / 2), FP32 80 TF per GPU; HBM3e
 # 8 TB/s, 13.4 TB per 72 GPUs (186 GB); one NVLink 5 domain of 72 GPUs at 1.8 TB/s per GPU
 # (900 GB/s per direction) across 18 compute trays of 4 GPUs; ConnectX-7 400 Gb/s per GPU out of
 # the rack (50 GB/s).
 _GB200 = dict(_B200, name="GB200", peak_tflops_fp16=2500, peak_tflops_bf16=2500, peak_tflops_tf32=1250,
-              peak_tflops_fp8=5000, memory_GiB=186 * 1e9 / 2**30, kernel_curve="gb200")
+              peak_tflops_fp8=5000, peak_tflops_fp4=10000, memory_GiB=186 * 1e9 / 2**30, kernel_curve="gb200")
 # NVIDIA GB300 NVL72 datasheet (2025): Blackwell Ultra keeps GB200's dense FP8 (5 PF) and BF16
-# (2.5 PF) per GPU (its gains are in FP4), FP32 75 TF; HBM3e 8 TB/s, 20 TB per 72 GPUs (288 GB);
+# (2.5 PF) per GPU; its gains are in FP4: 15 PF dense NVFP4, 1.5x Blackwell (NVIDIA technical blog
+# "Inside NVIDIA Blackwell Ultra", 2025); FP32 75 TF; HBM3e 8 TB/s, 20 TB per 72 GPUs (288 GB);
 # one NVLink 5 domain of 72; ConnectX-8 SuperNIC 800 Gb/s per GPU (100 GB/s). 160 SMs (NVIDIA
 # technical blog "Inside NVIDIA Blackwell Ultra", 2025).
-_GB300 = dict(_GB200, name="GB300", peak_tflops_fp32=75, vector_tflops_fp32=75, memory_GiB=288 * 1e9 / 2**30,
+_GB300 = dict(_GB200, name="GB300", peak_tflops_fp32=75, peak_tflops_fp4=15000, vector_tflops_fp32=75,
+              memory_GiB=288 * 1e9 / 2**30,
               kernel_curve="gb300")
 _PCIE3 = dict(bandwidth_GBps=15.75, latency_us=5.0, efficiency=_LINK_EFF)
 _10GBE = dict(bandwidth_GBps=1.25, latency_us=20.0, efficiency=_LINK_EFF)

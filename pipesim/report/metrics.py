@@ -224,6 +224,7 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
     a lock-stepped TP group): each gets the same entry under its own rank id. `detail=False`
     (sweeps): no per-rank `comm_busy_s` and no per-stage `stage_costs` dicts, which only the
     single-run report reads; every step-level figure is the same."""
+    from pipesim.costs.fp8 import gemm_dtype
     from pipesim.costs.summary import iteration_flops
     s = scenario
     tls = sorted(timelines, key=lambda t: t.rank)
@@ -247,7 +248,7 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
     ranks.sort(key=lambda e: e["rank"])
     n = s.num_gpus
     flops = iteration_flops(s)
-    peak = s.system.gpu.matrix_peak(s.training.precision)
+    peak = s.system.gpu.matrix_peak(gemm_dtype(s.training))      # MFU against the GEMMs' own peak
     achieved = flops / step / n if step > 0 else 0.0
     exposed = {}
     for r in ranks:

@@ -126,6 +126,7 @@ class GPUSpec:
     peak_fp32: float = field(key="peak_tflops_fp32", scale=TFLOPS, doc="FP32 (non-TF32) peak, TFLOP/s")
     peak_tf32: Optional[float] = field(None, key="peak_tflops_tf32", scale=TFLOPS, doc="TF32 matrix peak")
     peak_fp8: Optional[float] = field(None, key="peak_tflops_fp8", scale=TFLOPS, doc="FP8 matrix peak")
+    peak_fp4: Optional[float] = field(None, key="peak_tflops_fp4", scale=TFLOPS, doc="FP4 matrix peak (Blackwell)")
     vector_fp32: Optional[float] = field(None, key="vector_tflops_fp32", scale=TFLOPS, doc="FP32 elementwise peak")
     vector_fp16: Optional[float] = field(None, key="vector_tflops_fp16", scale=TFLOPS, doc="FP16 elementwise peak")
     hbm_bandwidth: float = field(key="hbm_bandwidth_GBps", scale=GBps, doc="device memory bandwidth, GB/s")
@@ -158,7 +159,8 @@ class GPUSpec:
         """Dense matrix FLOP/s for `precision` (fp32 math uses the FP32 peak, not TF32)."""
         table = {"fp16": self.peak_fp16, "bf16": self.peak_bf16 or self.peak_fp16,
                  "fp32": self.peak_fp32, "tf32": self.peak_tf32 or self.peak_fp32,
-                 "fp8": self.peak_fp8 or self.peak_bf16 or self.peak_fp16}
+                 "fp8": self.peak_fp8 or self.peak_bf16 or self.peak_fp16,
+                 "fp4": self.peak_fp4 or self.peak_fp8 or self.peak_bf16 or self.peak_fp16}
         return table[precision]
 
     def vector_peak(self, precision: str) -> float:
@@ -320,9 +322,11 @@ class TrainingConfig:
                                                           "all-to-all or a DeepEP-like fused kernel")
     moe_a2a_overlap: bool = field(False, doc="hide one micro-batch's all-to-all under the paired "
                                              "micro-batch's compute (1F1B A2A overlap, DualPipeV)")
-    fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8"] = field(
-        "tensorwise", doc="FP8 scaling recipe (precision fp8): per-tensor current or delayed scaling, "
-                          "128-element blocks, or MXFP8 (32-element blocks, Blackwell)")
+    fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8", "nvfp4"] = field(
+        "tensorwise", doc="low-precision GEMM recipe (precision fp8): FP8 with per-tensor current or delayed "
+                          "scaling, 128-element blocks, or MXFP8 (32-element blocks, Blackwell); nvfp4: FP4 "
+                          "GEMMs (E2M1 with E4M3 scales per 16 elements and an FP32 scale per tensor, "
+                          "Blackwell; pipesim/costs/fp8.py)")
     fp8_param_gather: bool = field(False, doc="precision fp8: keep the FP8-GEMM weights only in FP8 (no BF16 copy; "
                                              "fp32 masters in the optimizer) and all-gather them in FP8 (Megatron "
                                              "--fp8-param-gather, Transformer Engine fp8_model_init; NeMo 2.0 / "

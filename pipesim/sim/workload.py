@@ -552,8 +552,8 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
 
 def _gather_elem(tr, elem: int, c) -> float:
     """Bytes per parameter a ZeRO weight all-gather moves for stage costs `c`."""
-    if tr.precision == "fp8" and tr.zero_stage >= 3:
-        return 1.0
+    if tr.precision == "fp8" and tr.fp8_recipe != "nvfp4" and tr.zero_stage >= 3:
+        return 1.0              # FP8 weights gathered as such; NVFP4 gathers them in 16 bits
     if tr.fp8_param_gather and c.params:
         return gathered_bytes_per_param(elem, c.fp8_params / c.params)
     return elem

@@ -9,6 +9,7 @@ step = M · T_rank + bubble + pipeline fill/drain p2p + blocking p2p + exposed D
 from __future__ import annotations
 
 from pipesim.costs.collectives import collective_time, p2p_time
+from pipesim.costs.fp8 import gemm_dtype
 from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
@@ -175,7 +176,7 @@ def analytic_report(s, mode: str = "representative") -> dict:
         "throughput_samples_per_s": tr.global_batch_size / step,
         "tokens_per_s": tr.global_batch_size * s.model.seq_length / step,
         "model_tflops_per_gpu": tflops / 1e12,
-        "mfu": tflops / s.system.gpu.matrix_peak(tr.precision),
+        "mfu": tflops / s.system.gpu.matrix_peak(gemm_dtype(tr)),
         "bubble_fraction": 1.0 - compute / step,
         "num_gpus": s.num_gpus,
         "peak_memory_bytes": peak,
