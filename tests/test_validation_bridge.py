@@ -33,9 +33,12 @@ def test_unknown_system_and_unexpressible_rows_are_one_line_errors():
     with pytest.raises(ScenarioError, match=r"hardware.system 'DGX-X999' has no system preset") as e:
         case_scenario(case)
     assert "\n" not in str(e.value)
-    case.raw = dict(case.raw, hardware={"system": "DGX-H100", "num_gpus": 64}, precision="NVFP4")
-    with pytest.raises(ScenarioError, match="NVFP4"):
+    case.raw = dict(case.raw, hardware={"system": "DGX-H100", "num_gpus": 64}, precision="FP6")
+    with pytest.raises(ScenarioError, match="FP6"):
         case_scenario(case)
+    case.raw = dict(case.raw, hardware={"system": "DGX-B200", "num_gpus": 64}, precision="NVFP4")
+    nvfp4 = case_scenario(case)["training"]
+    assert nvfp4["fp8_recipe"] == "nvfp4" and not nvfp4["fp8_param_gather"]
 
 
 def test_deepseek_with_mtp_maps_to_one_mtp_depth():

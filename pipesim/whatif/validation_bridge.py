@@ -46,7 +46,8 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1
 # Multi-token prediction depth of the published model names that train with it.
 BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1}
 # Published precision -> (training.precision, training.fp8_recipe).
-BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "FP8-MX": ("fp8", "mxfp8")}
+BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "FP8-MX": ("fp8", "mxfp8"),
+                     "NVFP4": ("fp8", "nvfp4")}
 
 
 def bridge_scenario(case) -> dict:
@@ -92,8 +93,8 @@ def bridge_scenario(case) -> dict:
                 "attention": "flash", "zero_stage": 3 if fsdp else 1, "overlap_grad_reduce": True,
                 "overlap_param_gather": True, "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": False,
                 "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(vp, 2025)}
-    if recipe:
-        training.update(fp8_recipe=recipe, fp8_param_gather=True)
+    if recipe:      # FP8 weights stored and gathered in FP8; NVFP4 keeps BF16 weights
+        training.update(fp8_recipe=recipe, fp8_param_gather=recipe != "nvfp4")
     model = {"preset": BRIDGE_MODELS[name], "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False,
              "mtp_layers": BRIDGE_MTP.get(name, 0)}
     if ep > 1:
