@@ -298,7 +298,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         copy_fwd, copy_bwd = copy_fwd + ring_fwd, copy_bwd + ring_bwd
     tr = s.training
     emb, head = embedding_ops(s), head_ops(s)
-    mtp = costed_mtp_ops(s) * s.model.mtp_layers      # the last stage's multi-token prediction
+    mtp = costed_mtp_ops(s) * s.model.mtp_layers if s.model.mtp_layers else []     # the last stage's MTP
     cpc = context_comm(s, cm, layer)
     rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer, cpc.fwd_exposed)
     # recompute_num_layers (Megatron's block method): only the first N layers of a chunk recompute
