@@ -174,6 +174,8 @@ def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
     if sh.cp > 1:        # ring / all-gather attention: blockwise flash kernels (pipesim.costs.context)
         from pipesim.costs.context import context_attention_ops
         ops += context_attention_ops(s, sh, heads, kv, dtype)
+    elif flash and m.windowed_share:
+        ops += windowed_attention(sh, heads, kv, dtype, m.window_size, m.windowed_share)
     elif flash:
         ops.append(flash_attention(sh, heads, kv, dtype, m.causal))
     else:
@@ -291,6 +293,30 @@ def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: boo
               measure_fwd=(("attention_fwd", shape),) if square else (),
               measure_bwd=(("attention_bwd", shape),) if square else (),
               flash=(b * heads, kv_len, d, causal))
+
+
+def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: int, share: float) -> list[Op]:
+    """Fused causal attention of a model whose layers, a `share` of them, attend over a sliding
+    window of `window` keys (Megatron-Core window_size; the kernels skip the blocks left of the
+    band: cuDNN and FlashAttention-2's local attention). One op per kind, each scaled by its share
+    of the layers, so that every layer costs the layer average: a windowed query sees min(i + 1,
+    w) keys, s·w - w²/2 pairs in all, at the rate the kernel table gives a key length of w (the
+    inner loop each query tile runs; below the table's shortest length, its rate there). Q, K, V,
+    O and the log-sum-exp are kept as by full attention (on the first op)."""
+    full = flash_attention(sh, heads, kv, dtype, True)
+    w = min(window, sh.s)
+    pairs = sh.s * w - w * w / 2
+    fwd = 4 * sh.b * heads * pairs * sh.d
+    band = replace(full, name="attention_window", flops_fwd=share * fwd, flops_bwd=share * 2.5 * fwd,
+                   bytes_fwd=share * full.bytes_fwd, bytes_bwd=share * full.bytes_bwd, saved_bytes=0.0,
+                   measure_fwd=(), measure_bwd=(), flash=(full.flash[0], w, sh.d, True))
+    rest = 1 - share
+    ops = [replace(full, flops_fwd=rest * full.flops_fwd, flops_bwd=rest * full.flops_bwd,
+                   bytes_fwd=rest * full.bytes_fwd, bytes_bwd=rest * full.bytes_bwd,
+                   measure_fwd=(), measure_bwd=())] if rest else []
+    if not ops:     # every layer windowed: the band op keeps the layer's tensors
+        band = replace(band, saved_bytes=full.saved_bytes)
+    return ops + [band]
 
 
 def embedding_ops(s: Scenario) -> list[Op]:

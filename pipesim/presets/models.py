@@ -124,13 +124,13 @@ MOE = {
                             moe_top_k=8, moe_ffn_hidden_size=1536, reference_params=235e9),
     # openai/gpt-oss-120b config.json: 36 layers, hidden 2880, 64 heads of head_dim 64, 8 kv heads,
     # 128 experts of intermediate 2880, 4 per token, attention/expert/router biases, vocab 201088,
-    # untied; layers alternate full and 128-token sliding-window attention. pipesim costs every
-    # layer as full causal attention (at 4k tokens the windowed half would cost less; the 64
-    # attention-sink scalars per layer are not counted). OpenAI gpt-oss model card (2025-08-05)
-    # Table 1: 116.83B total, 5.13B active per token.
+    # untied; layers alternate 128-token sliding-window and full attention, the first windowed
+    # (config.json "sliding_window": 128, "layer_types"; Megatron-Bridge GPTOSSProvider:
+    # window_size (128, 0), window_attn_skip_freq 2). The 64 attention-sink scalars per layer are
+    # not counted. OpenAI gpt-oss model card (2025-08-05) Table 1: 116.83B total, 5.13B active.
     "gpt-oss-120b": dict(_MOE, num_layers=36, hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
                          kv_channels=64, ffn_hidden_size=2880, vocab_size=201088, num_experts=128, moe_top_k=4,
-                         bias=True, reference_params=116.83e9),
+                         bias=True, window_size=128, window_attn_skip_freq=2, reference_params=116.83e9),
 }
 
 # Published active parameters per token: (count, counts the input embedding table, resolution

@@ -57,6 +57,11 @@ class ModelConfig:
     moe_layer_freq: int = field(1, doc="every k-th layer is MoE (1 = all layers)")
     moe_first_dense_layers: int = field(0, doc="the first k layers are dense (DeepSeek-V3: 3)")
     moe_router_score: Literal["softmax", "sigmoid"] = field("softmax", doc="router score function")
+    # Sliding-window attention (Megatron-Core --window-size, --window-attn-skip-freq; gpt-oss, Gemma 3)
+    window_size: int = field(0, doc="sliding-window attention: each query sees this many keys back (0 = full "
+                                    "causal attention in every layer)")
+    window_attn_skip_freq: int = field(0, doc="with window_size: every k-th layer keeps full attention "
+                                              "(gpt-oss: 2, alternating; 0 = every layer windowed)")
     # Multi-token prediction (DeepSeek-V3, arXiv 2412.19437 Sec. 2.2; Megatron-Core --mtp-num-layers)
     mtp_layers: int = field(0, doc="multi-token prediction depth D: D more transformer blocks (the last "
                                    "layer's kind), each with its projection and a pass through the shared "
@@ -80,6 +85,9 @@ class ModelConfig:
             raise ValueError(f"a transformer needs positive {', '.join(missing)}")
         if self.mtp_layers < 0:
             raise ValueError(f"mtp_layers must not be negative, got {self.mtp_layers}")
+        if self.window_size < 0 or self.window_attn_skip_freq < 0:
+            raise ValueError(f"window_size and window_attn_skip_freq must not be negative, got "
+                             f"{self.window_size} and {self.window_attn_skip_freq}")
 
     @property
     def kv_heads(self) -> int:
@@ -110,6 +118,16 @@ class ModelConfig:
     @property
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    @property
+    def windowed_share(self) -> float:
+        """Share of the layers with sliding-window attention: Megatron-Core windows layer n
+        (1-based) unless n % window_attn_skip_freq == 0 (transformer_layer.py
+        is_layer_window_attention)."""
+        if not self.window_size:
+            return 0.0
+        k = self.window_attn_skip_freq
+        return sum(1 for n in range(1, self.num_layers + 1) if not k or n % k) / self.num_layers
 
     @property
     def mtp_is_moe(self) -> bool:

@@ -254,6 +254,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if m.num_attention_heads % m.kv_heads:
         loader.fail("model", f"num_attention_heads({m.num_attention_heads}) is not divisible by "
                     f"num_kv_heads({m.kv_heads})")
+    _check_window(s, loader)
     tp_split = {"1d": t, "2d": _root(t, 2), "2.5d": _root(t // par.tensor_depth, 2), "3d": _root(t, 3)}
     _check_tensor_shape(par, loader)
     q = tp_split[par.tensor_mode]
@@ -323,6 +324,25 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     check_moe(s, loader)
     if s.costs.profile is not None and not Path(s.costs.profile).exists():
         loader.fail("costs.profile", f"profile not found: {s.costs.profile}")
+
+
+def _check_window(s: Scenario, loader: Loader) -> None:
+    """Sliding-window attention (pipesim.costs.layers.windowed_attention): causal GQA attention
+    without context parallelism."""
+    m = s.model
+    if m.window_attn_skip_freq and not m.window_size:
+        loader.fail("model.window_attn_skip_freq", "full-attention layers among windowed ones need "
+                    "model.window_size > 0")
+    if not m.window_size:
+        return
+    if not m.causal:
+        loader.fail("model.window_size", f"the sliding window is a causal band; model {m.name!r} is not causal")
+    if m.attention_variant != "gqa":
+        loader.fail("model.window_size", f"sliding windows are modelled for gqa attention, not "
+                    f"{m.attention_variant}")
+    if s.parallel.context > 1:
+        loader.fail("model.window_size", f"sliding-window attention with context parallelism "
+                    f"(context {s.parallel.context}) is not modelled")
 
 
 def _check_context(s: Scenario, loader: Loader) -> None:
