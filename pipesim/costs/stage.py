@@ -17,6 +17,7 @@ from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_o
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.optimizer import grad_norm_bytes, optimizer_bytes
+from pipesim.costs.recompute_modules import module_recompute
 from pipesim.costs.roofline import CostModel
 from pipesim.costs.topology import placement, stage_link
 from pipesim.scenario.config import Scenario
@@ -198,10 +199,15 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0
     if policy == "none":
         return 0.0, saved_all, 0.0
     if policy == "selective":
-        # Korthikanti et al. 2022, Sec. 4.2: re-run the attention core, keep everything else.
-        t = sum(cm.time(o, "fwd").seconds for o in ops if o.attention_core)
-        dropped = sum(o.selective_dropped_bytes for o in ops)
-        return t, saved_all - dropped, dropped
+        # Korthikanti et al. 2022, Sec. 4.2: re-run the attention core, keep everything else
+        # (core_attn); the other submodules of Megatron-Core's recompute_modules on top
+        modules = s.training.recompute_modules
+        core = "core_attn" in modules
+        t = sum(cm.time(o, "fwd").seconds for o in ops if o.attention_core) if core else 0.0
+        dropped = sum(o.selective_dropped_bytes for o in ops) if core else 0.0
+        more_t, comms, more_dropped = module_recompute(s, cm, ops, modules)
+        dropped = min(saved_all, dropped + more_dropped)
+        return t + more_t + comm_seconds(s, comms, cm.profile), saved_all - dropped, dropped
     sh = shapes_of(s)
     checkpoint = sh.tokens * sh.h * sh.e / sh.tp.token_div
     if policy == "selective_op":

@@ -273,6 +273,9 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if tr.fp8_param_gather and tr.fp8_recipe == "nvfp4":
         loader.fail("training.fp8_param_gather", "fp8_recipe nvfp4 keeps BF16 weights and quantizes them each "
                     "step (no FP4 parameter storage or all-gather); set fp8_param_gather: false")
+    if tr.recompute_modules != ("core_attn",) and tr.recompute != "selective":
+        loader.fail("training.recompute_modules", f"submodules are re-run by recompute: selective, got "
+                    f"recompute: {tr.recompute}")
     if not tr.reshard_after_forward and tr.zero_stage != 3:
         loader.fail("training.reshard_after_forward", f"keeping gathered weights from forward to backward "
                     f"is a ZeRO-3 / FSDP choice, got zero_stage: {tr.zero_stage}")

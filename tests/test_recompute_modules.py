@@ -1,0 +1,71 @@
+"""training.recompute_modules (Megatron-Core --recompute-modules) under recompute: selective."""
+import pytest
+
+from pipesim import load_scenario
+from pipesim.costs.recompute_modules import mla_freed
+from pipesim.costs.stage import comm_seconds, cost_model_for, costed_layer_ops, layer_recompute
+from pipesim.errors import ScenarioError
+
+
+def scenario(modules=("core_attn",), recompute="selective", preset=None, tensor=1, **model):
+    spec = {"preset": preset, "num_layers": 4} if preset else {
+        "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048, "vocab_size": 4096,
+        "norm": "rmsnorm", "activation": "swiglu", "position": "rotary", "bias": False, "dropout": False}
+    spec.update(model)
+    par = {"tensor": tensor, "pipeline": 1, "data": 8 // tensor, "sequence_parallel": tensor > 1}
+    if preset:
+        par["expert"] = 8 // tensor
+    return load_scenario({"model": spec, "system": {"preset": "dgx-h100", "num_nodes": 1}, "parallel": par,
+                          "training": {"micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16",
+                                       "attention": "flash", "recompute": recompute,
+                                       "recompute_modules": list(modules)}})
+
+
+def layer(s, moe=False):
+    cm = cost_model_for(s)
+    ops = costed_layer_ops(s, moe)
+    return cm, {o.name: o for o in ops}, layer_recompute(s, cm, ops)
+
+
+def test_layernorm_discards_the_norm_outputs_the_linears_kept():
+    cm, ops, (t, kept, dropped) = layer(scenario(["layernorm"]))
+    assert t == pytest.approx(cm.time(ops["ln1"], "fwd").seconds + cm.time(ops["ln2"], "fwd").seconds)
+    assert dropped == pytest.approx(ops["qkv"].saved_bytes + ops["fc1"].saved_bytes)
+    assert kept + dropped == pytest.approx(sum(o.saved_bytes for o in ops.values()))
+
+
+def test_mlp_checkpoint_reruns_the_block_and_its_collectives():
+    for tensor in (1, 2):
+        s = scenario(["mlp"], tensor=tensor)
+        cm, ops, (t, kept, dropped) = layer(s)
+        compute = sum(cm.time(ops[n], "fwd").seconds for n in ("fc1", "act", "fc2"))
+        comms = comm_seconds(s, ops["fc1"].comm_fwd + ops["fc2"].comm_fwd)
+        assert t == pytest.approx(compute + comms)
+        assert (comms > 0) == (tensor > 1)
+        assert dropped == pytest.approx(ops["act"].saved_bytes + ops["fc2"].saved_bytes)
+
+
+def test_moe_act_and_mla_up_projections():
+    s = scenario(["moe_act", "mla_up_proj"], preset="deepseek-v3", moe_first_dense_layers=0)
+    cm, ops, (t, kept, dropped) = layer(s, moe=True)
+    assert t == pytest.approx(sum(cm.time(ops[n], "fwd").seconds for n in ("expert_act", "q_up", "kv_up")))
+    m = s.model
+    qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+    qkv = mla_freed(s, list(ops.values()))
+    assert 0 < qkv < ops["attention"].saved_bytes
+    assert qkv / (ops["attention"].saved_bytes - qkv) == pytest.approx((2 * qk + v) / v, rel=0.05)
+    assert dropped == pytest.approx(ops["expert_fc2"].saved_bytes + qkv)
+
+
+def test_default_is_the_attention_core_and_flash_frees_nothing():
+    cm, ops, (t, kept, dropped) = layer(scenario())
+    assert t == 0 and dropped == 0
+
+
+def test_modules_need_selective_and_known_names():
+    with pytest.raises(ScenarioError, match="training.recompute_modules") as e:
+        scenario(["mlp"], recompute="full")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ScenarioError, match=r"training.recompute_modules\[0\].*'moe_act'") as e:
+        scenario(["moe"])
+    assert "\n" not in str(e.value)
