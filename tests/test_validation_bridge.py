@@ -45,3 +45,13 @@ def test_deepseek_with_mtp_maps_to_one_mtp_depth():
     mtp = case_scenario(_cases()["bridge2511-b200-deepseekv3-mtp-mx"])
     assert mtp["model"]["preset"] == "deepseek-v3" and mtp["model"]["mtp_layers"] == 1
     assert case_scenario(_cases()["bridge2511-gb200-deepseekv3-bf16"])["model"]["mtp_layers"] == 0
+
+
+def test_rows_whose_script_layout_matches_take_its_recompute_dispatch_and_overlap():
+    cases = _cases()
+    ds = case_scenario(cases["bridge2511-gb200-deepseekv3-bf16"])["training"]
+    assert ds["recompute"] == "selective" and ds["recompute_modules"] == ["mla_up_proj"]
+    assert ds["moe_dispatcher"] == "deepep"
+    assert case_scenario(cases["bridge2511-h100-qwen3-235b-a22b"])["training"]["moe_a2a_overlap"] is True
+    other = case_scenario(cases["bridge2511-gb200-deepseekv3-mx"])["training"]     # PP 8 here, 4 in the script
+    assert other["recompute"] == "none" and other["moe_dispatcher"] == "alltoall"

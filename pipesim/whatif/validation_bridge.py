@@ -14,8 +14,9 @@ v0.2.0, 2025-11-26): gradients reduced in bf16 (scripts/performance/configs/*/*_
 weights in FP8 and all-gather them in FP8 (src/megatron/bridge/training/mixed_precision.py:
 bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`;
 scripts/performance/utils/helpers.py get_precision_config picks them, with BF16 first/last layers
-turned off). Per-row settings of those scripts (CUDA graphs, HybridEP dispatch, MoE A2A overlap,
-activation offloading, per-module recompute) are not mapped.
+turned off). Per-row settings of those scripts (HybridEP dispatch, MoE A2A overlap, per-module
+recompute) are mapped where the scripts' layout is the table's (BRIDGE_ROW_SETTINGS); CUDA graphs
+and the other rows' settings (activation offloading, Megatron FSDP) are not.
 Assumptions the table does not state, made once for the whole family (Megatron-Core defaults as
 for nemo2407 in pipesim/whatif/families.py): sequence parallelism with TP, TP comm overlap, the
 distributed optimizer (ZeRO-1) unless FSDP, overlapped grad reduce and param gather, Megatron's
@@ -45,6 +46,25 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1
                  "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
 # Multi-token prediction depth of the published model names that train with it.
 BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1}
+# Per-row settings of the release's performance scripts (Megatron-Bridge tag v0.2.0,
+# scripts/performance/configs/*/workload_base_configs.py), mapped for the rows whose layout there
+# (GPUs, TP, PP, VP, EP, micro-batch, global batch) is the table's: the other rows' configs at that
+# tag differ from the table, so what they ran is not known. HybridEP / DeepEP dispatch ->
+# moe_dispatcher deepep; recompute_modules -> recompute selective with those modules; moe_a2a_overlap
+# as set. CUDA graphs (host time pipesim does not model) are not mapped.
+BRIDGE_ROW_SETTINGS = {
+    # DEEPSEEK_V3_GB200_BASE_CONFIG
+    "bridge2511-gb200-deepseekv3-bf16": dict(moe_dispatcher="deepep", recompute="selective",
+                                             recompute_modules=["mla_up_proj"]),
+    # DEEPSEEK_V3_B200_BASE_CONFIG
+    "bridge2511-b200-deepseekv3-mtp-mx": dict(recompute="selective", recompute_modules=["mla_up_proj"]),
+    # QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG
+    "bridge2511-h100-qwen3-235b-a22b": dict(moe_a2a_overlap=True),
+    # QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG
+    "bridge2511-gb200-qwen3-30b-a3b-mx": dict(moe_dispatcher="deepep"),
+    # GPT_OSS_120B_B200_BF16_BASE_CONFIG
+    "bridge2511-b200-gpt-oss-120b-bf16": dict(recompute="selective", recompute_modules=["layernorm", "moe_act"]),
+}
 # Published precision -> (training.precision, training.fp8_recipe).
 BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "FP8-MX": ("fp8", "mxfp8"),
                      "NVFP4": ("fp8", "nvfp4")}
@@ -100,6 +120,7 @@ def bridge_scenario(case) -> dict:
     if ep > 1:
         parallel.update(expert=ep, expert_tensor=1)
         training.update(moe_routing="balanced", moe_dispatcher="alltoall")
+    training.update(BRIDGE_ROW_SETTINGS.get(cid, {}))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
 
 
