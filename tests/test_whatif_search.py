@@ -122,3 +122,13 @@ def test_search_reports_each_stage_and_extra_axes_enter_the_space():
     st = res.stages
     assert st["enumerated"] == len(cands) >= st["loadable"] >= st["fit memory (closed form)"]
     assert st["simulated"] == st["top-k (closed form)"] + st["within the error band"] == res.simulated
+
+
+def test_selective_submodules_of_the_base_apply_to_its_selective_layouts_only():
+    from pipesim.scenario.load import load_scenario
+    base = {**BASE, "training": dict(BASE["training"], recompute="selective", recompute_modules=["mlp"])}
+    cands = candidates(base, 8)
+    assert {c["training"]["recompute"] for c in cands} >= {"none", "selective", "full"}
+    for c in cands[:60]:
+        s = load_scenario(c)
+        assert s.training.recompute_modules == (("mlp",) if s.training.recompute == "selective" else ("core_attn",))

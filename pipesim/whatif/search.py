@@ -158,6 +158,8 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
                 if z != 3:                # the base's ZeRO-3 / FSDP choices do not apply to other stages
                     for key in ("reshard_after_forward", "zero3_collectives"):
                         tr.pop(key, None)
+                if rc != "selective":     # nor its selective submodules to other recompute policies
+                    tr.pop("recompute_modules", None)
                 cand = {**base, "parallel": par, "training": tr}
                 values = dict(settings)
                 if OFFLOAD in values:       # more layers than a chunk holds offload them all: one candidate
