@@ -215,6 +215,9 @@ def variant(s, changes: dict):
     """The scenario with `changes` ({"parallel.layers_per_stage": [...], ...}) applied, validated."""
     from pipesim.scenario.load import load_scenario, scenario_to_dict
     raw = scenario_to_dict(s)
+    if changes.get("training.recompute", "selective") != "selective":
+        # selective's submodules do not carry over to another recompute policy
+        raw["training"] = {k: v for k, v in raw["training"].items() if k != "recompute_modules"}
     for key, value in changes.items():
         section, name = key.split(".", 1)
         raw[section] = dict(raw[section], **{name: value})
@@ -275,8 +278,7 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
                         "--set training.schedule=interleaved --set parallel.virtual_stages=2"))
     if tr.recompute != "none":
         lighter = "selective" if tr.recompute == "full" and s.model.arch == "transformer" else "none"
-        out.append((f"recompute {lighter}", {"training.recompute": lighter},
-                    f"--set training.recompute={lighter}"))
+        out.append(recompute_candidate(s, lighter))
     p2p = report.data.get("exposed_comm_s", {}).get("P2P", 0.0)
     if par.pipeline > 1 and tr.activation_compression_bits == 16 and p2p > 0.02 * report.data["step_time_s"]:
         out.append(("8-bit activations between stages", {"training.activation_compression_bits": 8},
@@ -284,6 +286,15 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
     if report.data.get("oom"):
         out += memory_candidates(s)
     return out
+
+
+def recompute_candidate(s, rc: str) -> tuple[str, dict, str]:
+    """Another recompute policy; a scenario's own selective submodules reset with it (the loader
+    refuses them under another policy)."""
+    how = f"--set training.recompute={rc}"
+    if rc != "selective" and s.training.recompute_modules != ("core_attn",):
+        how += " --set training.recompute_modules=[core_attn]"
+    return f"recompute {rc}", {"training.recompute": rc}, how
 
 
 def memory_candidates(s) -> list[tuple[str, dict, str]]:
@@ -297,7 +308,7 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
                     f"--set training.offload_activation_layers={chunk}"))
     levels = ("none", "selective", "selective_op", "full")      # less kept, more re-run
     for rc in levels[levels.index(tr.recompute) + 1:]:
-        out.append((f"recompute {rc}", {"training.recompute": rc}, f"--set training.recompute={rc}"))
+        out.append(recompute_candidate(s, rc))
     if par.data * par.context > 1:
         for z in (1, 3):
             if z > tr.zero_stage:
