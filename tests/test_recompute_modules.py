@@ -69,3 +69,12 @@ def test_modules_need_selective_and_known_names():
     with pytest.raises(ScenarioError, match=r"training.recompute_modules\[0\].*'moe_act'") as e:
         scenario(["moe"])
     assert "\n" not in str(e.value)
+
+
+def test_a_suggested_other_policy_resets_the_submodules():
+    from pipesim.report.explain import recompute_candidate, variant
+    s = scenario(["mlp"])
+    title, changes, how = recompute_candidate(s, "full")
+    assert how == "--set training.recompute=full --set training.recompute_modules=[core_attn]"
+    assert variant(s, changes).training.recompute_modules == ("core_attn",)
+    assert recompute_candidate(scenario(), "full")[2] == "--set training.recompute=full"
