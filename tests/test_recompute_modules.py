@@ -67,7 +67,7 @@ def test_modules_need_selective_and_known_names():
         scenario(["mlp"], recompute="full")
     assert "\n" not in str(e.value)
     with pytest.raises(ScenarioError, match=r"training.recompute_modules\[0\].*'moe_act'") as e:
-        scenario(["moe"])
+        scenario(["attention"])
     assert "\n" not in str(e.value)
 
 
@@ -78,3 +78,22 @@ def test_a_suggested_other_policy_resets_the_submodules():
     assert how == "--set training.recompute=full --set training.recompute_modules=[core_attn]"
     assert variant(s, changes).training.recompute_modules == ("core_attn",)
     assert recompute_candidate(scenario(), "full")[2] == "--set training.recompute=full"
+
+
+def test_moe_checkpoint_reruns_the_block_and_its_all_to_all():
+    from pipesim.costs.moe import MoELayerCosts
+    from pipesim.costs.layers import shapes_of
+    from pipesim.costs.stage import layer_recompute as rc
+    s = scenario(["moe"], preset="qwen3-30b-a3b")
+    cm = cost_model_for(s)
+    moe = MoELayerCosts.build(s, cm, shapes_of(s), rc)
+    ops = {o.name: o for o in moe.ops}
+    block = sum(cm.time(o, "fwd").seconds for n, o in ops.items()
+                if n.removesuffix("_fp8_cast") in ("router", "router_topk", "permute", "expert_fc1", "expert_act",
+                                                   "expert_fc2", "unpermute"))
+    assert moe.recompute == pytest.approx(block + moe.a2a.fwd + moe.host_fwd)
+    # the block keeps only its input (what the router saved)
+    freed = ("router_topk", "permute", "expert_fc1", "expert_act", "expert_fc2", "unpermute")
+    assert moe.saved == pytest.approx(sum(o.saved_bytes for n, o in ops.items() if n not in freed))
+    act_only = MoELayerCosts.build(scenario(["moe_act"], preset="qwen3-30b-a3b"), cm, shapes_of(s), rc)
+    assert act_only.recompute < moe.recompute and moe.saved < act_only.saved

@@ -305,8 +305,9 @@ class MoELayerCosts:
         rc_time, saved, working = layer_recompute(s, cm, ops)
         a2a = a2a_costs(s, sh)
         host = host_exposed_fwd(s, cm, ops, a2a.fwd)
-        if s.training.recompute == "full":       # the recomputed forward dispatches (and syncs) again
-            rc_time += a2a.fwd + host
+        tr = s.training
+        if tr.recompute == "full" or (tr.recompute == "selective" and "moe" in tr.recompute_modules):
+            rc_time += a2a.fwd + host           # the recomputed forward dispatches (and syncs) again
         split = [o.name for o in ops].index("router")
         block = ops[split:]
         slow = {ph: (overlap_slowdown(s, cm, ops[:split], ph), overlap_slowdown(s, cm, block, ph)) for ph in ("fwd", "bwd")}

@@ -298,11 +298,11 @@ class TrainingConfig:
     micro_batch_size: int = field(1, doc="samples per micro-batch")
     global_batch_size: int = field(doc="samples per optimizer step")
     schedule: str = field("1f1b", doc="pipeline schedule name or path to an action CSV")
-    recompute_modules: tuple[Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp",
+    recompute_modules: tuple[Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe",
                                      "shared_experts"], ...] = field(
         ("core_attn",), doc="recompute: selective re-runs these submodules (Megatron-Core --recompute-modules; "
                             "pipesim/costs/recompute_modules.py): core_attn (the eager attention core), layernorm, "
-                            "moe_act, mla_up_proj (output-discarding), mlp, shared_experts (checkpointed)")
+                            "moe_act, mla_up_proj (output-discarding), mlp, moe, shared_experts (checkpointed)")
     recompute: Literal["none", "selective", "selective_op", "full"] = field(
         "none", doc="activation recomputation: selective = re-run the attention core (Megatron, Korthikanti "
                     "et al. 2022); selective_op = torchtitan's per-op policy (keep the attention and every "
