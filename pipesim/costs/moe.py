@@ -203,7 +203,12 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
       arXiv 2412.19437 Sec. 3.2.2): a token crosses the inter-node network once per distinct remote
       island among its k experts and is forwarded over NVLink there; one fused kernel, α per link.
       Expected distinct remote islands (uniform top-k without replacement over E experts in n
-      islands of E/n): (n − 1)·(1 − C(E − E/n, k)/C(E, k)).
+      islands of E/n): (n − 1)·(1 − C(E − E/n, k)/C(E, k)). With group-limited routing whose groups
+      are the islands (DeepSeek-V3's node-limited routing, Sec. 2.1.2: `moe_router_num_groups` =
+      n, at most g = `moe_router_group_topk` of them per token): g·(1 − 1/n)·(1 − C(gE/n − E/n, k)
+      / C(gE/n, k)) - g groups drawn, each hit unless all k land in the other g − 1, the own
+      island among them with probability g/n. Groups that are not the islands keep the uniform
+      expectation.
     ETP > 1 adds an all-gather (dispatch) / reduce-scatter (combine) of the received tokens over
     the ETP group (Megatron-Core alltoall dispatcher with expert tensor parallelism).
     """
@@ -222,9 +227,7 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     per, islands = g.per_node, max(1, math.ceil(ep / g.per_node))
     intra_link, inter_link = g.intra, g.inter
     if tr.moe_dispatcher == "deepep" and islands > 1:
-        E = m.num_experts
-        miss = _comb(E - E // islands, m.moe_top_k) / _comb(E, m.moe_top_k)
-        inter = T_loc * sh.h * sh.e * (islands - 1) * (1 - miss)
+        inter = T_loc * sh.h * sh.e * remote_islands(m, islands)
         intra = X * (ep - 1) / ep          # local copies plus the forwarding of received tokens
         alpha = intra_link.latency + inter_link.latency
     else:
@@ -250,6 +253,17 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
         one = cal["latency_s"] + wake + lam * X * (ep - 1) / ep / cal["bandwidth_Bps"] + etp_s
         counts = cal["counts_s"] + wake
     return A2ACost(2 * one + counts, 2 * one, sent, sent, intra, inter)
+
+
+def remote_islands(m, islands: int) -> float:
+    """Expected distinct remote islands among a token's k experts (a2a_costs docstring)."""
+    E, k = m.num_experts, m.moe_top_k
+    per_island = E // islands
+    if m.moe_router_num_groups == islands and m.moe_router_group_topk:
+        g = m.moe_router_group_topk
+        chosen = g * per_island
+        return g * (1 - 1 / islands) * (1 - _comb(chosen - per_island, k) / _comb(chosen, k))
+    return (islands - 1) * (1 - _comb(E - per_island, k) / _comb(E, k))
 
 
 def measured_a2a(s: Scenario) -> dict | None:

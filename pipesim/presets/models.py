@@ -104,12 +104,15 @@ MOE = {
     # intermediate 18432 for the first_k_dense_replace = 3 layers; 256 routed experts of
     # moe_intermediate 2048, top-8, 1 shared expert, sigmoid scores; vocab 129280, untied.
     # DeepSeek-V3 technical report (arXiv 2412.19437) Sec. 4.2: 671B total, 37B active (the 14B
-    # multi-token-prediction module is not counted).
+    # multi-token-prediction module is not counted). Node-limited routing, Sec. 2.1.2: a token's
+    # experts on at most 4 nodes (config n_group 8, topk_group 4; Megatron-Bridge DeepSeekV3
+    # provider moe_router_num_groups 8, moe_router_group_topk 4).
     "deepseek-v3": dict(_MOE, num_layers=61, hidden_size=7168, num_attention_heads=128, ffn_hidden_size=18432,
                         vocab_size=129280, attention_variant="mla", q_lora_rank=1536, kv_lora_rank=512,
                         qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, num_experts=256,
                         moe_top_k=8, moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3,
-                        moe_router_score="sigmoid", reference_params=671e9),
+                        moe_router_score="sigmoid", moe_router_num_groups=8, moe_router_group_topk=4,
+                        reference_params=671e9),
     # Qwen/Qwen3-30B-A3B config.json: hidden 2048, 48 layers, 32 heads, 4 kv heads, head_dim 128,
     # 128 experts of moe_intermediate 768, top-8, vocab 151936, untied. Model card: 30.5B total,
     # 3.3B activated.

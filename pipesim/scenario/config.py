@@ -57,6 +57,11 @@ class ModelConfig:
     moe_layer_freq: int = field(1, doc="every k-th layer is MoE (1 = all layers)")
     moe_first_dense_layers: int = field(0, doc="the first k layers are dense (DeepSeek-V3: 3)")
     moe_router_score: Literal["softmax", "sigmoid"] = field("softmax", doc="router score function")
+    moe_router_num_groups: int = field(0, doc="group-limited routing (DeepSeek-V3 node-limited routing; "
+                                              "Megatron-Core --moe-router-num-groups): experts in this many "
+                                              "groups, 0 = none")
+    moe_router_group_topk: int = field(0, doc="with moe_router_num_groups: each token's experts come from at "
+                                              "most this many groups (DeepSeek-V3: 4 of 8)")
     # Sliding-window attention (Megatron-Core --window-size, --window-attn-skip-freq; gpt-oss, Gemma 3)
     window_size: int = field(0, doc="sliding-window attention: each query sees this many keys back (0 = full "
                                     "causal attention in every layer)")

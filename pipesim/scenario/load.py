@@ -255,6 +255,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("model", f"num_attention_heads({m.num_attention_heads}) is not divisible by "
                     f"num_kv_heads({m.kv_heads})")
     _check_window(s, loader)
+    _check_router_groups(s, loader)
     tp_split = {"1d": t, "2d": _root(t, 2), "2.5d": _root(t // par.tensor_depth, 2), "3d": _root(t, 3)}
     _check_tensor_shape(par, loader)
     q = tp_split[par.tensor_mode]
@@ -327,6 +328,26 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     check_moe(s, loader)
     if s.costs.profile is not None and not Path(s.costs.profile).exists():
         loader.fail("costs.profile", f"profile not found: {s.costs.profile}")
+
+
+def _check_router_groups(s: Scenario, loader: Loader) -> None:
+    """Group-limited routing: whole groups of experts, each token's k experts within group_topk."""
+    m = s.model
+    groups, top = m.moe_router_num_groups, m.moe_router_group_topk
+    if not groups and not top:
+        return
+    if groups <= 0 or top <= 0:
+        loader.fail("model.moe_router_group_topk" if groups > 0 else "model.moe_router_num_groups",
+                    f"group-limited routing needs both moe_router_num_groups and moe_router_group_topk > 0, "
+                    f"got {groups} and {top}")
+    if not m.is_moe or m.num_experts % groups:
+        loader.fail("model.moe_router_num_groups", f"num_experts({m.num_experts}) is not divisible into "
+                    f"moe_router_num_groups({groups}) groups")
+    if top > groups:
+        loader.fail("model.moe_router_group_topk", f"moe_router_group_topk({top}) > moe_router_num_groups({groups})")
+    if m.moe_top_k > top * m.num_experts // groups:
+        loader.fail("model.moe_router_group_topk", f"moe_top_k({m.moe_top_k}) experts do not fit in "
+                    f"moe_router_group_topk({top}) groups of {m.num_experts // groups}")
 
 
 def _check_window(s: Scenario, loader: Loader) -> None:
