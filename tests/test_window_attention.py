@@ -50,3 +50,22 @@ def test_unmodelled_combinations_are_one_line_errors():
         with pytest.raises(ScenarioError, match=key) as e:
             scenario(**kwargs)
         assert "\n" not in str(e.value)
+
+
+def test_chunked_local_attention_is_block_diagonal():
+    full = {o.name: o for o in layer_ops(scenario(seq=8192))}["attention"]
+    ops = {o.name: o for o in layer_ops(scenario(2048, 4, seq=8192, model={"window_kind": "chunked"}))}
+    per_pair = full.flops_fwd / (8192 * 8192 / 2)
+    assert ops["attention_window"].flops_fwd == pytest.approx(0.75 * per_pair * 4 * 2048 * 2048 / 2)
+    # a sequence shorter than the chunk attends in full
+    short = {o.name: o for o in layer_ops(scenario(8192, 4, seq=4096, model={"window_kind": "chunked"}))}
+    whole = {o.name: o for o in layer_ops(scenario(seq=4096))}["attention"]
+    assert short["attention_window"].flops_fwd + short["attention"].flops_fwd == pytest.approx(whole.flops_fwd)
+
+
+def test_llama4_presets_chunk_three_layers_in_four():
+    s = load_scenario({"model": {"preset": "llama4-maverick"}, "system": {"preset": "dgx-h100", "num_nodes": 2},
+                       "parallel": {"data": 16, "expert": 16},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 16}})
+    assert s.model.windowed_share == 0.75 and s.model.window_kind == "chunked"
+    assert s.model.num_moe_layers == 24 and s.model.is_moe_layer(1) and not s.model.is_moe_layer(0)

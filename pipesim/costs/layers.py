@@ -175,7 +175,7 @@ def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
         from pipesim.costs.context import context_attention_ops
         ops += context_attention_ops(s, sh, heads, kv, dtype)
     elif flash and m.windowed_share:
-        ops += windowed_attention(sh, heads, kv, dtype, m.window_size, m.windowed_share)
+        ops += windowed_attention(sh, heads, kv, dtype, m.window_size, m.windowed_share, m.window_kind)
     elif flash:
         ops.append(flash_attention(sh, heads, kv, dtype, m.causal))
     else:
@@ -295,17 +295,25 @@ def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: boo
               flash=(b * heads, kv_len, d, causal))
 
 
-def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: int, share: float) -> list[Op]:
+def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: int, share: float,
+                       kind: str = "sliding") -> list[Op]:
     """Fused causal attention of a model whose layers, a `share` of them, attend over a sliding
     window of `window` keys (Megatron-Core window_size; the kernels skip the blocks left of the
-    band: cuDNN and FlashAttention-2's local attention). One op per kind, each scaled by its share
-    of the layers, so that every layer costs the layer average: a windowed query sees min(i + 1,
-    w) keys, s·w - w²/2 pairs in all, at the rate the kernel table gives a key length of w (the
-    inner loop each query tile runs; below the table's shortest length, its rate there). Q, K, V,
-    O and the log-sum-exp are kept as by full attention (on the first op)."""
+    band: cuDNN and FlashAttention-2's local attention) or within chunks of `window` tokens
+    (`kind` chunked: Llama 4's local layers, HF Llama4 attention_chunk_size, a block-diagonal
+    causal mask). One op per kind of layer, each scaled by its share of the layers, so that every
+    layer costs the layer average: a sliding-window query sees min(i + 1, w) keys, s·w - w²/2
+    pairs in all; a chunked one the keys of its chunk before it, w²/2 per whole chunk. Either runs
+    at the rate the kernel table gives a key length of w (the inner loop each query tile runs;
+    below the table's shortest length, its rate there). Q, K, V, O and the log-sum-exp are kept as
+    by full attention (on the first op)."""
     full = flash_attention(sh, heads, kv, dtype, True)
     w = min(window, sh.s)
-    pairs = sh.s * w - w * w / 2
+    if kind == "chunked":
+        whole, rest = divmod(sh.s, w)
+        pairs = whole * w * w / 2 + rest * rest / 2
+    else:
+        pairs = sh.s * w - w * w / 2
     fwd = 4 * sh.b * heads * pairs * sh.d
     band = replace(full, name="attention_window", flops_fwd=share * fwd, flops_bwd=share * 2.5 * fwd,
                    bytes_fwd=share * full.bytes_fwd, bytes_bwd=share * full.bytes_bwd, saved_bytes=0.0,

@@ -125,6 +125,24 @@ MOE = {
     "qwen3-235b-a22b": dict(_MOE, num_layers=94, hidden_size=4096, num_attention_heads=64, num_kv_heads=4,
                             kv_channels=128, ffn_hidden_size=12288, vocab_size=151936, num_experts=128,
                             moe_top_k=8, moe_ffn_hidden_size=1536, reference_params=235e9),
+    # meta-llama/Llama-4-Scout-17B-16E config.json (text): hidden 5120, 48 layers, 40 heads of 128,
+    # 8 kv heads, 16 experts of intermediate 8192, 1 per token, a shared expert of the same width in
+    # every layer, vocab 202048, untied; attention_chunk_size 8192 with every 4th layer global
+    # (no_rope_layer_interval 4: HF Llama4 uses chunked attention in its RoPE layers). Meta
+    # (2025-04-05): 109B total, 17B active for the released multimodal model; the text model counted
+    # here is 107.8B (17.2B active), 1.1 % short: not in ACTIVE_PARAMS' 1 % check.
+    "llama4-scout": dict(_MOE, num_layers=48, hidden_size=5120, num_attention_heads=40, num_kv_heads=8,
+                         ffn_hidden_size=16384, vocab_size=202048, num_experts=16, moe_top_k=1,
+                         moe_ffn_hidden_size=8192, num_shared_experts=1, window_size=8192,
+                         window_attn_skip_freq=4, window_kind="chunked", reference_params=109e9),
+    # meta-llama/Llama-4-Maverick-17B-128E: as Scout with 128 experts in every 2nd layer
+    # (interleave_moe_layer_step 2: layers 1, 3, ... are MoE) and dense layers of
+    # intermediate_size_mlp 16384. Meta: 400B total, 17B active.
+    "llama4-maverick": dict(_MOE, num_layers=48, hidden_size=5120, num_attention_heads=40, num_kv_heads=8,
+                            ffn_hidden_size=16384, vocab_size=202048, num_experts=128, moe_top_k=1,
+                            moe_ffn_hidden_size=8192, num_shared_experts=1, moe_first_dense_layers=1,
+                            moe_layer_freq=2, window_size=8192, window_attn_skip_freq=4,
+                            window_kind="chunked", reference_params=400e9),
     # openai/gpt-oss-120b config.json: 36 layers, hidden 2880, 64 heads of head_dim 64, 8 kv heads,
     # 128 experts of intermediate 2880, 4 per token, attention/expert/router biases, vocab 201088,
     # untied; layers alternate 128-token sliding-window and full attention, the first windowed
@@ -148,6 +166,7 @@ ACTIVE_PARAMS = {
     "qwen3-30b-a3b": (3.3e9, True, 0.1e9),
     "qwen3-235b-a22b": (22e9, True, 0.5e9),
     "gpt-oss-120b": (5.13e9, False, 0.005e9),
+    "llama4-maverick": (17e9, True, 0.5e9),
 }
 
 # Llama 3.1 405B (dense), preset kept as its own block (issue 15). Dubey et al. 2024, "The Llama 3

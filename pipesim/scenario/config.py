@@ -66,7 +66,10 @@ class ModelConfig:
     window_size: int = field(0, doc="sliding-window attention: each query sees this many keys back (0 = full "
                                     "causal attention in every layer)")
     window_attn_skip_freq: int = field(0, doc="with window_size: every k-th layer keeps full attention "
-                                              "(gpt-oss: 2, alternating; 0 = every layer windowed)")
+                                              "(gpt-oss: 2, alternating; Llama 4: 4; 0 = every layer windowed)")
+    window_kind: Literal["sliding", "chunked"] = field("sliding", doc="sliding: each query sees the window_size "
+                                                        "keys before it; chunked: causal attention within "
+                                                        "consecutive chunks of window_size tokens (Llama 4)")
     # Multi-token prediction (DeepSeek-V3, arXiv 2412.19437 Sec. 2.2; Megatron-Core --mtp-num-layers)
     mtp_layers: int = field(0, doc="multi-token prediction depth D: D more transformer blocks (the last "
                                    "layer's kind), each with its projection and a pass through the shared "
