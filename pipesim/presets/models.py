@@ -130,11 +130,11 @@ MOE = {
     # every layer, vocab 202048, untied; attention_chunk_size 8192 with every 4th layer global
     # (no_rope_layer_interval 4: HF Llama4 uses chunked attention in its RoPE layers). Meta
     # (2025-04-05): 109B total, 17B active for the released multimodal model; the text model counted
-    # here is 107.8B (17.2B active), 1.1 % short: not in ACTIVE_PARAMS' 1 % check.
+    # here is 107.8B (17.2B active), 1.1 % short, so no reference_params (no text-only figure).
     "llama4-scout": dict(_MOE, num_layers=48, hidden_size=5120, num_attention_heads=40, num_kv_heads=8,
                          ffn_hidden_size=16384, vocab_size=202048, num_experts=16, moe_top_k=1,
                          moe_ffn_hidden_size=8192, num_shared_experts=1, window_size=8192,
-                         window_attn_skip_freq=4, window_kind="chunked", reference_params=109e9),
+                         window_attn_skip_freq=4, window_kind="chunked"),
     # meta-llama/Llama-4-Maverick-17B-128E: as Scout with 128 experts in every 2nd layer
     # (interleave_moe_layer_step 2: layers 1, 3, ... are MoE) and dense layers of
     # intermediate_size_mlp 16384. Meta: 400B total, 17B active.
