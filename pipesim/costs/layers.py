@@ -310,18 +310,18 @@ def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: 
     full = flash_attention(sh, heads, kv, dtype, True)
     w = min(window, sh.s)
     if kind == "chunked":
-        whole, rest = divmod(sh.s, w)
-        pairs = whole * w * w / 2 + rest * rest / 2
+        chunks, tail = divmod(sh.s, w)
+        pairs = chunks * w * w / 2 + tail * tail / 2
     else:
         pairs = sh.s * w - w * w / 2
     fwd = 4 * sh.b * heads * pairs * sh.d
     band = replace(full, name="attention_window", flops_fwd=share * fwd, flops_bwd=share * 2.5 * fwd,
                    bytes_fwd=share * full.bytes_fwd, bytes_bwd=share * full.bytes_bwd, saved_bytes=0.0,
                    measure_fwd=(), measure_bwd=(), flash=(full.flash[0], w, sh.d, True))
-    rest = 1 - share
-    ops = [replace(full, flops_fwd=rest * full.flops_fwd, flops_bwd=rest * full.flops_bwd,
-                   bytes_fwd=rest * full.bytes_fwd, bytes_bwd=rest * full.bytes_bwd,
-                   measure_fwd=(), measure_bwd=())] if rest else []
+    global_share = 1 - share
+    ops = [replace(full, flops_fwd=global_share * full.flops_fwd, flops_bwd=global_share * full.flops_bwd,
+                   bytes_fwd=global_share * full.bytes_fwd, bytes_bwd=global_share * full.bytes_bwd,
+                   measure_fwd=(), measure_bwd=())] if global_share else []
     if not ops:     # every layer windowed: the band op keeps the layer's tensors
         band = replace(band, saved_bytes=full.saved_bytes)
     return ops + [band]
