@@ -73,3 +73,16 @@ def test_negative_mtp_depth_is_a_one_line_error():
     with pytest.raises(ScenarioError, match="mtp_layers") as e:
         scenario(-1)
     assert "\n" not in str(e.value)
+
+
+def test_the_moe_emulator_refuses_mtp_in_one_line():
+    from pipesim.emulator.moe_crosscheck import config_of
+    s = load_scenario({"model": {"preset": "qwen3-30b-a3b", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                 "num_kv_heads": 2, "kv_channels": 16, "num_experts": 4, "moe_top_k": 2,
+                                 "moe_ffn_hidden_size": 32, "vocab_size": 128, "seq_length": 16, "mtp_layers": 1},
+                       "system": {"preset": "dgx-h100", "num_nodes": 1, "gpus_per_node": 2},
+                       "parallel": {"pipeline": 1, "data": 2, "expert": 2},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 2, "schedule": "gpipe"}})
+    with pytest.raises(ScenarioError, match="no multi-token prediction") as e:
+        config_of(s)
+    assert "\n" not in str(e.value)

@@ -65,3 +65,5 @@ def test_cnn_and_emulator_refuse_it_in_one_line():
     from pipesim.emulator.model import check_supported
     with pytest.raises(ScenarioError, match="selective_op is not emulated"):
         check_supported(scenario())
+    with pytest.raises(ScenarioError, match="training.recompute_modules"):
+        check_supported(scenario("selective", recompute_modules=["mlp"]))

@@ -69,3 +69,10 @@ def test_llama4_presets_chunk_three_layers_in_four():
                        "training": {"micro_batch_size": 1, "global_batch_size": 16}})
     assert s.model.windowed_share == 0.75 and s.model.window_kind == "chunked"
     assert s.model.num_moe_layers == 24 and s.model.is_moe_layer(1) and not s.model.is_moe_layer(0)
+
+
+def test_the_emulator_refuses_windows_in_one_line():
+    from pipesim.emulator.model import check_supported
+    with pytest.raises(ScenarioError, match="model.window_size") as e:
+        check_supported(scenario(128, 2))
+    assert "\n" not in str(e.value)

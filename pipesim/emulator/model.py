@@ -357,6 +357,12 @@ def check_supported(s) -> None:
     if m.mtp_layers:
         raise ScenarioError(f"{where}: model.mtp_layers={m.mtp_layers}: the emulator runs no multi-token "
                             f"prediction; set it to 0")
+    if m.window_size:
+        raise ScenarioError(f"{where}: model.window_size={m.window_size}: the emulator's attention is full "
+                            f"causal; set it to 0")
+    if s.training.recompute_modules != ("core_attn",):
+        raise ScenarioError(f"{where}: training.recompute_modules: the emulator re-runs the attention core "
+                            f"(selective) or whole layers (full) only")
     t = p.tensor
     for key, v in (("model.num_attention_heads", m.num_attention_heads), ("model.num_kv_heads", m.kv_heads),
                    ("model.ffn_hidden_size", m.ffn), ("model.vocab_size", m.vocab_size)):

@@ -29,7 +29,11 @@ def config_of(s):
                                                             par.data == par.expert),
         ("schedule must be gpipe", tr.schedule, tr.schedule == "gpipe"),
         ("virtual_stages must be 1", par.virtual_stages, par.virtual_stages == 1),
-        ("every layer MoE", m.num_moe_layers, m.num_moe_layers == m.num_layers)) if not ok]
+        ("every layer MoE", m.num_moe_layers, m.num_moe_layers == m.num_layers),
+        ("no multi-token prediction", m.mtp_layers, not m.mtp_layers),
+        ("full causal attention", f"window_size {m.window_size}", not m.window_size),
+        ("recompute none, selective or full", tr.recompute, tr.recompute != "selective_op"
+         and tr.recompute_modules == ("core_attn",))) if not ok]
     if problems:
         raise ScenarioError(f"{s.source}: the MoE emulator runs EP folded onto data with GPipe: " + "; ".join(problems))
     return TinyMoE(vocab=m.vocab_size, hidden=m.hidden_size, heads=m.num_attention_heads, layers=m.num_layers,
