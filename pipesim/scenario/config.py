@@ -130,7 +130,7 @@ class ModelConfig:
     @property
     def windowed_share(self) -> float:
         """Share of the layers with sliding-window attention: Megatron-Core windows layer n
-        (1-based) unless n % window_attn_skip_freq == 0 (transformer_layer.py
+        (1-based) unless n % window_attn_skip_freq == 0 (megatron/core/transformer/utils.py
         is_layer_window_attention)."""
         if not self.window_size:
             return 0.0
