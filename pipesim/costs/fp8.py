@@ -81,6 +81,12 @@ def as_nvfp4(ops: list[Op]) -> list[Op]:
             if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8" else o for o in ops]
 
 
+def low_precision_params(ops: list[Op]) -> float:
+    """Parameters of the ops whose GEMMs run in FP8 / FP4 (their weights get the low-precision
+    copies and casts)."""
+    return sum(o.params for o in ops if o.gemms_fwd and o.gemms_fwd[0][4] in LOW_PRECISION)
+
+
 def cast_ops(ops: list[Op], recipe: str, curve: str | None = None) -> list[Op]:
     """One cast op per FP8 GEMM op: forward casts X (M x K), backward casts dY (M x N)."""
     per = cast_bytes(recipe, curve)

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time, p2p_time
-from pipesim.costs.fp8 import (BLACKWELL_CURVES, LOW_PRECISION, as_nvfp4, cast_ops, fp8_storage_cast_bytes,
+from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_nvfp4, cast_ops, fp8_storage_cast_bytes, low_precision_params,
                                weight_cast_bytes, weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
@@ -211,7 +211,7 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0
     sh = shapes_of(s)
     checkpoint = sh.tokens * sh.h * sh.e / sh.tp.token_div
     if policy == "selective_op":
-        return selective_op_recompute(s, cm, ops, checkpoint)
+        return selective_op_recompute(s, cm, ops, checkpoint, saved_all)
     # full: keep only the layer input (Korthikanti et al. 2022, Sec. 4.3: 2sbh per layer, /t with
     # sequence parallelism) and re-run the whole forward, including its TP communication.
     t = sum(cm.time(o, "fwd").seconds for o in ops) + comm_seconds(s, [c for o in ops for c in o.comm_fwd], cm.profile) + cp_fwd
@@ -223,7 +223,8 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0
 OP_SAC_SAVED_MATMULS = 0.5
 
 
-def selective_op_recompute(s: Scenario, cm: CostModel, ops: list[Op], checkpoint: float) -> tuple[float, float, float]:
+def selective_op_recompute(s: Scenario, cm: CostModel, ops: list[Op], checkpoint: float,
+                           saved_all: float) -> tuple[float, float, float]:
     """torchtitan's selective per-op checkpointing (torchtitan parallelize_llama.py, 2024-25:
     `_save_list` = aten.mm, the SDPA flash / efficient kernels, the functional reduce-scatter and
     abs/max; `_custom_policy` returns MUST_SAVE for those ops' outputs "except every second mm", and
@@ -251,7 +252,6 @@ def selective_op_recompute(s: Scenario, cm: CostModel, ops: list[Op], checkpoint
     heads_local = sh.a / sh.tp.size
     attention_out = sh.tokens * heads_local * sh.d * sh.e if attention else 0.0
     lse = sh.b * heads_local * sh.s * FP32 if attention else 0.0
-    saved_all = sum(o.saved_bytes for o in ops)
     kept = min(checkpoint + keep + attention_out + lse, saved_all)
     return redo, kept, saved_all - kept
 
@@ -364,7 +364,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
-        fp8_params = n_layers * sum(o.params for o in layer if o.gemms_fwd and o.gemms_fwd[0][4] in LOW_PRECISION)
+        fp8_params = n_layers * low_precision_params(layer)
         # the chunk's first n_rc dense layers, then its MoE layers, recompute (layer order of a chunk)
         n_rc = n_layers if rc_limit is None else min(rc_limit, n_layers)
         n_rc_moe = n_moe if rc_limit is None else min(max(rc_limit - n_layers, 0), n_moe)
@@ -377,7 +377,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         if n_moe:
             acc.add(s, cm, moe.ops, n_moe, memo)
             params += n_moe * sum(o.params for o in moe.ops)
-            fp8_params += n_moe * sum(o.params for o in moe.ops if o.gemms_fwd and o.gemms_fwd[0][4] in LOW_PRECISION)
+            fp8_params += n_moe * low_precision_params(moe.ops)
             activation += n_rc_moe * moe.saved + (n_moe - n_rc_moe) * moe_keep.saved
             recompute += n_rc_moe * moe.recompute
             flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)

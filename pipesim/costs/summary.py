@@ -27,7 +27,8 @@ def layer_counts(s: Scenario) -> list[tuple[bool, int]]:
 
 def extra_ops(s: Scenario) -> list:
     """The ops outside the layer stack: embedding, output head, and per MTP depth its own."""
-    return embedding_ops(s) + head_ops(s) + mtp_ops(s) * s.model.mtp_layers
+    depth = s.model.mtp_layers
+    return embedding_ops(s) + head_ops(s) + (mtp_ops(s) * depth if depth else [])
 
 
 def active_params(s: Scenario, input_embedding: bool = True) -> float:
