@@ -174,3 +174,12 @@ def test_accuracy_does_not_regress_on_the_families_that_meet_or_near_their_bars(
     assert mape(by["korthikanti22"]) <= 5.0
     assert mape(by["sc21-table1"]) <= 7.5
     assert mape(by["mcore-h100"]) <= 10.0
+
+
+def test_table_prints_the_layout_as_simulated():
+    """A converter may add what the source leaves out (Llama 3's 8 chunks per rank, micro-batch 1):
+    the table shows the simulated layout, not the source's columns."""
+    from pipesim.whatif.validation import format_results
+    res = run_suite(["llama3-405b"], evaluator=fixed_step)
+    row = next(x for x in format_results(res).splitlines() if "16384gpu-cp1-8k" in x)
+    assert row.split()[1:7] == ["16384", "8", "16", "128", "8", "1"]

@@ -206,6 +206,7 @@ class Result:
     step_time_s: float | None
     note: str = ""
     report: dict | None = None
+    layout: tuple | None = None      # (t, p, d, v, mb) as simulated; None when the case did not load
 
 
 def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Result:
@@ -231,7 +232,9 @@ def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Res
     else:
         pred = predicted_tflops(s, step)
     note = "out of memory in pipesim" if rep.get("oom") else ""
-    return Result(case, pred, 100.0 * (pred - case.target) / case.target, step, note, rep)
+    par = s.parallel
+    layout = (par.tensor, par.pipeline, par.data, par.virtual_stages, s.training.micro_batch_size)
+    return Result(case, pred, 100.0 * (pred - case.target) / case.target, step, note, rep, layout)
 
 
 def run_suite(names=None, evaluator: Callable | None = None, path=None,
@@ -313,14 +316,15 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
             pred = "-" if r.predicted is None else f"{r.predicted:.1f}"
             err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
             step = "-" if r.step_time_s is None else f"{r.step_time_s:.3f}"
-            mb = str(p.get("micro_batch", p.get("batch_per_replica", p.get("local_batch", "-")))).split()[0]
-            if suite == "mcore-h100":
-                from pipesim.whatif.families import MCORE_MICRO_BATCH
-                mb = f"{MCORE_MICRO_BATCH}*"
-            v = p.get("virtual_stages_per_gpu", p.get("vp", 1))
-            # bridge2511 rows publish no dp: derived as GPUs / (tp·pp·cp)
-            dp = p.get("dp", int(n) // (int(p.get("tp", 1)) * int(p.get("pp", 1)) * int(p.get("cp", 1))))
-            lines.append(f"  {r.case.id:34s} {n:>5} {p.get('tp', 1):>2} {p.get('pp', 1):>3} {dp:>4} "
+            if r.layout is not None:         # what pipesim simulated (a converter may add v, mb)
+                tp, pp, dp, v, mb = r.layout
+                mb = f"{mb}*" if suite == "mcore-h100" else mb
+            else:                            # the case did not load: the source's own figures
+                tp, pp, v = p.get("tp", 1), p.get("pp", 1), p.get("virtual_stages_per_gpu", p.get("vp", 1))
+                mb = str(p.get("micro_batch", p.get("batch_per_replica", p.get("local_batch", "-")))).split()[0]
+                # bridge2511 rows publish no dp: derived as GPUs / (tp·pp·cp)
+                dp = p.get("dp", int(n) // (int(tp) * int(pp) * int(p.get("cp", 1))))
+            lines.append(f"  {r.case.id:34s} {n:>5} {tp:>2} {pp:>3} {dp:>4} "
                          f"{v:>2} {mb:>3} {step:>8s} {pred:>7s} {r.case.target:>7.0f} {err:>7s}"
                          + (f"  {r.note}" if r.note else ""))
         lines.append("  " + summary_line(suite, results))
