@@ -152,6 +152,40 @@ MOE = {
     "gpt-oss-120b": dict(_MOE, num_layers=36, hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
                          kv_channels=64, ffn_hidden_size=2880, vocab_size=201088, num_experts=128, moe_top_k=4,
                          bias=True, window_size=128, window_attn_skip_freq=2, reference_params=116.83e9),
+    # openai/gpt-oss-20b config.json: as gpt-oss-120b with 24 layers and 32 experts. Model card
+    # Table 1: 20.91B total, 3.61B active.
+    "gpt-oss-20b": dict(_MOE, num_layers=24, hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
+                        kv_channels=64, ffn_hidden_size=2880, vocab_size=201088, num_experts=32, moe_top_k=4,
+                        bias=True, window_size=128, window_attn_skip_freq=2, reference_params=20.91e9),
+    # moonshotai/Kimi-K2-Base config.json (DeepseekV3 architecture): 61 layers, hidden 7168, 64
+    # heads, MLA as DeepSeek-V3 (q_lora_rank 1536, kv_lora_rank 512, rope 64, nope 128, v 128),
+    # first_k_dense_replace 1 with intermediate 18432, 384 routed experts of 2048, top-8, 1 shared,
+    # sigmoid scores, n_group 1 (no group-limited routing), vocab 163840, untied, no MTP. Kimi K2
+    # technical report (arXiv 2507.20534) Table 2: 1.04T total, 32.6B activated. These shapes give
+    # 1.026T (32.86B active with the embedding): 1.3 % short of the report's figure, whose count is
+    # not itemised, so no reference_params.
+    "kimi-k2": dict(_MOE, num_layers=61, hidden_size=7168, num_attention_heads=64, ffn_hidden_size=18432,
+                    vocab_size=163840, attention_variant="mla", q_lora_rank=1536, kv_lora_rank=512,
+                    qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, num_experts=384, moe_top_k=8,
+                    moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=1,
+                    moe_router_score="sigmoid"),
+    # zai-org/GLM-4.5 (GLM-4.5 technical report, arXiv 2508.06471, Table 1; the Megatron arguments
+    # of THUDM/slime scripts/models/glm4.5-355B-A32B.sh): 3 dense + 89 MoE layers, hidden 5120, 96
+    # heads of 128, 8 kv heads, dense intermediate 12288, 160 experts of 1536, top-8, 1 shared,
+    # sigmoid scores, vocab 151552, untied. QK-norm, QKV biases and the half-rotary embedding are
+    # not costed (vector work of a few hidden-size passes). 355B total, 32B active; the report's one
+    # MTP layer is `model.mtp_layers: 1` (356.8B with it, 352.8B without).
+    "glm-4.5": dict(_MOE, num_layers=92, hidden_size=5120, num_attention_heads=96, num_kv_heads=8,
+                    kv_channels=128, ffn_hidden_size=12288, vocab_size=151552, num_experts=160, moe_top_k=8,
+                    moe_ffn_hidden_size=1536, num_shared_experts=1, moe_first_dense_layers=3,
+                    moe_router_score="sigmoid", reference_params=355e9),
+    # zai-org/GLM-4.5-Air (same sources; slime glm4.5-106B-A12B.sh): 1 dense + 45 MoE layers,
+    # hidden 4096, 96 heads of 128, 8 kv heads, dense intermediate 10944, 128 experts of 1408,
+    # top-8, 1 shared. 106B total, 12B active.
+    "glm-4.5-air": dict(_MOE, num_layers=46, hidden_size=4096, num_attention_heads=96, num_kv_heads=8,
+                        kv_channels=128, ffn_hidden_size=10944, vocab_size=151552, num_experts=128, moe_top_k=8,
+                        moe_ffn_hidden_size=1408, num_shared_experts=1, moe_first_dense_layers=1,
+                        moe_router_score="sigmoid", reference_params=106e9),
 }
 
 # Published active parameters per token: (count, counts the input embedding table, resolution
@@ -166,6 +200,7 @@ ACTIVE_PARAMS = {
     "qwen3-30b-a3b": (3.3e9, True, 0.1e9),
     "qwen3-235b-a22b": (22e9, True, 0.5e9),
     "gpt-oss-120b": (5.13e9, False, 0.005e9),
+    "gpt-oss-20b": (3.61e9, False, 0.005e9),
     "llama4-maverick": (17e9, True, 0.5e9),
 }
 
@@ -181,4 +216,16 @@ LLAMA31 = {
                           ffn_hidden_size=53248, seq_length=8192, vocab_size=128256, reference_params=405e9),
 }
 
-MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE, **LLAMA31}
+# Qwen3 dense (Qwen3 technical report, arXiv 2505.09388, Table 1; Qwen/Qwen3-8B and Qwen3-32B
+# config.json): GQA with head_dim 128, QK-norm (not costed), SwiGLU, RMSNorm, vocab 151936,
+# untied, no dropout; pre-training stage 1 at 4096 tokens (Sec. 3.1). Model cards: 8.2B, 32.8B.
+QWEN3 = {
+    "qwen3-8b": dict(_LLAMA, num_layers=36, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                     kv_channels=128, ffn_hidden_size=12288, vocab_size=151936, seq_length=4096, dropout=False,
+                     reference_params=8.2e9),
+    "qwen3-32b": dict(_LLAMA, num_layers=64, hidden_size=5120, num_attention_heads=64, num_kv_heads=8,
+                      kv_channels=128, ffn_hidden_size=25600, vocab_size=151936, seq_length=4096, dropout=False,
+                      reference_params=32.8e9),
+}
+
+MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE, **LLAMA31, **QWEN3}
