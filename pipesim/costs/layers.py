@@ -94,7 +94,8 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
               gemms_bwd=((1, m_gemm, k_loc, n_loc, dtype), (1, k_loc, n_loc, m_gemm, dtype, "wgrad")),
               measure_bwd=(("gemm", dict(m=shape["m"], k=shape["n"], n=shape["k"], dtype=dtype)),
                            ("gemm", dict(m=shape["k"], k=shape["m"], n=shape["n"], dtype=dtype)))
-              + ((("bias_bwd", dict(rows=shape["m"], cols=shape["n"], dtype=dtype)),) if bias else ()))
+              + ((("bias_bwd", dict(rows=shape["m"], cols=shape["n"], dtype=dtype)),) if bias else ()),
+              matrices=((1, n, k, _n_div(sh, role), _k_div(sh, role)),))
 
 
 def _k_div(sh: Shapes, role: str) -> int:
@@ -161,8 +162,10 @@ def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
     qkv_out = q_dim + 2 * sh.g * sh.d
     ops.append(norm("ln1"))
     attn_start = len(ops)
-    ops.append(matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype,
-                      bias=m.bias))
+    qkv = matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype, bias=m.bias)
+    # a matrix optimizer sees Q, K and V apart (Megatron-Core muon_split_qkv, on by default)
+    (_, _, _, rdiv, cdiv), = qkv.matrices
+    ops.append(replace(qkv, matrices=((1, q_dim, sh.h, rdiv, cdiv), (2, sh.g * sh.d, sh.h, rdiv, cdiv))))
     if m.position == "rotary":
         # rotary embedding of Q and K (Su et al. 2021, "RoFormer", Eq. 34: each pair of features
         # rotated, 2 mul + 1 add per element), one memory-bound pass each way: read Q and K,

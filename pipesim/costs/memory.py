@@ -4,7 +4,8 @@ Mixed-precision Adam keeps 2Ψ bytes of fp16/bf16 weights, 2Ψ of gradients and 
 master weights, momentum and variance (Rajbhandari et al. 2020, "ZeRO", Sec. 3.1: 16Ψ in all).
 ZeRO-1 shards the optimizer states over the N_d data-parallel ranks, ZeRO-2 also the gradients,
 ZeRO-3 also the weights (ibid., Sec. 5.1, Fig. 1). fp32 training: 4Ψ + 4Ψ + 8Ψ (Adam m, v).
-SGD with momentum keeps one state (plus fp32 master weights under mixed precision).
+SGD with momentum keeps one state (plus fp32 master weights under mixed precision); so does Muon
+for the matrices it manages, Adam's two for the rest (pipesim/costs/muon.py).
 """
 from __future__ import annotations
 
@@ -28,19 +29,20 @@ class StaticMemory:
 
 def optimizer_bytes_per_param(optimizer: str, precision: str) -> float:
     mixed = precision not in ("fp32", "tf32")          # TF32 trains on fp32 weights
-    states = 2 if optimizer == "adam" else 1          # Adam: m and v; SGD: momentum
+    states = 2 if optimizer == "adam" else 1          # Adam: m and v; SGD, Muon: momentum
     return 4 * states + (4 if mixed else 0)           # + fp32 master weights when mixed
 
 
 def static_memory(params: float, precision: str, optimizer: str, zero_stage: int, dp: int,
-                  resident_weights: bool = False) -> StaticMemory:
+                  resident_weights: bool = False, adam_params: float = 0.0) -> StaticMemory:
     """Weights, gradients and optimizer states per GPU. `resident_weights`: ZeRO-3 weights that stay
     gathered from a micro-batch's forward to its backward (FSDP reshard_after_forward=False); at the
     peak every layer holds them (pipelined: every chunk has a micro-batch in flight), so they count
-    unsharded."""
+    unsharded. `adam_params`: those of `params` that Muon leaves to Adam."""
     elem = 4 if precision in ("fp32", "tf32") else 2
     weights, grads = params * elem, params * elem
-    opt = params * optimizer_bytes_per_param(optimizer, precision)
+    opt = (params - adam_params) * optimizer_bytes_per_param(optimizer, precision) + \
+        adam_params * optimizer_bytes_per_param("adam", precision)
     if zero_stage >= 1:
         opt /= dp
     if zero_stage >= 2:

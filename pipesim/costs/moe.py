@@ -98,7 +98,8 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
                   saved_bytes=T_loc * sh.h * e, params=sh.h * E + (E if m.bias else 0), dgrad_fraction=0.5,
                   param_tensors=1, measure_fwd=(("gemm", dict(m=int(T_loc), k=sh.h, n=E, dtype=rdt)),),
                   gemms_fwd=((1, T_loc, E, sh.h, rdt),),
-                  gemms_bwd=((1, T_loc, sh.h, E, rdt), (1, sh.h, E, T_loc, rdt, "wgrad"))))
+                  gemms_bwd=((1, T_loc, sh.h, E, rdt), (1, sh.h, E, T_loc, rdt, "wgrad")),
+                  matrices=((1, E, sh.h, 1, 1),)))
     ops.append(Op("router_topk", "vector", 8 * T_loc * E, 4 * T_loc * E, 2 * T_loc * E * FP32,
                   3 * T_loc * E * FP32, saved_bytes=T_loc * k * (FP32 + 8)))
     # permute (local, T_loc·k copies) and the post-dispatch sort by local expert (rows copies):
@@ -107,12 +108,12 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
     ops.append(Op("permute", "vector", 0.0, 0.0, 2 * moved, 2 * moved))
     fc1_n = m.moe_ffn * (2 if gated else 1)
     ops.append(grouped_gemm("expert_fc1", rows, sh.h, fc1_n / et, local_experts, e, dtype, m.bias,
-                            saved_input=rows * sh.h * e))
+                            saved_input=rows * sh.h * e, split=(et, 1)))
     act = rows * f_loc
     ops.append(vector("expert_act", act, sh, (8, 12), reads=2 if gated else 1,
                       saved_bytes=act * e * (2 if gated else 1)))
     ops.append(grouped_gemm("expert_fc2", rows, f_loc, sh.h, local_experts, e, dtype, m.bias,
-                            saved_input=act * e))
+                            saved_input=act * e, split=(1, et)))
     # unsort + unpermute: read the k weighted copies (and their probabilities), write one token
     ops.append(Op("unpermute", "vector", 2 * T_loc * k * sh.h, 2 * T_loc * k * sh.h,
                   moved + T_loc * sh.h * e, moved + 2 * T_loc * sh.h * e,
@@ -139,9 +140,10 @@ def expert_gemm_rounds(groups: int, m: float, n: float, k: float, dtype: str, *r
 
 
 def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int, dtype: str, bias: bool,
-                 saved_input: float) -> Op:
+                 saved_input: float, split: tuple[int, int] = (1, 1)) -> Op:
     """`groups` experts, each [rows/groups x k] @ [k x n] (a grouped GEMM, Megatron-Core
-    --moe-grouped-gemm); 2mnk forward, 4mnk backward FLOPs (Kaplan et al. 2020, Sec. 2.1)."""
+    --moe-grouped-gemm); 2mnk forward, 4mnk backward FLOPs (Kaplan et al. 2020, Sec. 2.1).
+    `split`: how expert tensor parallelism divides each expert's (out, in) features."""
     flops = 2 * rows * k * n
     a, w, c = rows * k * e, groups * k * n * e, rows * n * e
     b = groups * n * e if bias else 0.0
@@ -162,7 +164,8 @@ def grouped_gemm(name: str, rows: float, k: float, n: float, groups: int, e: int
               gemms_bwd=expert_gemm_rounds(groups, m_e, k, n, dtype) + expert_gemm_rounds(groups, k, n, m_e, dtype, "wgrad"),
               measure_fwd=(("gemm", per),) * groups,
               measure_bwd=(("gemm", dict(m=per["m"], k=per["n"], n=per["k"], dtype=dtype)),
-                           ("gemm", dict(m=per["k"], k=per["m"], n=per["n"], dtype=dtype))) * groups)
+                           ("gemm", dict(m=per["k"], k=per["m"], n=per["n"], dtype=dtype))) * groups,
+              matrices=((groups, n * split[0], k * split[1], *split),))   # one matrix per expert (TE GroupedLinear)
 
 
 def shared_expert_ops(s: Scenario, sh: Shapes, f: int) -> list[Op]:

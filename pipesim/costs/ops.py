@@ -36,6 +36,9 @@ class Op:
     gemms_*: the GEMMs the op runs, (batch, M, N, K, dtype), timed by the GEMM curve
     (pipesim/costs/gemm.py); flash: (batch·heads, seq, head_dim, causal) of a fused attention,
     timed by the attention table (pipesim/costs/flash.py).
+    matrices: the op's weight matrices as a matrix optimizer (Muon) sees them, (count, rows,
+    cols, row_div, col_div): `count` matrices of full rows x cols (out x in features), split over
+    row_div x col_div tensor-parallel ranks.
     """
     name: str
     kind: str
@@ -56,3 +59,4 @@ class Op:
     gemms_fwd: tuple = field(default=(), compare=False)
     gemms_bwd: tuple = field(default=(), compare=False)
     flash: tuple = field(default=(), compare=False)
+    matrices: tuple = field(default=(), compare=False)

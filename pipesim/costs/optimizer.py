@@ -8,7 +8,8 @@ the distributed optimizer does the same on its shard):
      write 4 (bf16 runs without a loss scaler)
   3. the gradient norm reads the fp32 main gradients (4; its own op, GRAD_NORM)
   4. the optimizer kernel (apex/TE fused multi-tensor Adam): read fp32 master, grad, m, v; write
-     master, m, v = 28 (SGD with momentum: read master, grad, momentum; write master, momentum = 20)
+     master, m, v = 28 (SGD with momentum: read master, grad, momentum; write master, momentum = 20;
+     Muon: 42 per matrix parameter, pipesim/costs/muon.py, plus its Newton-Schulz GEMMs)
   5. `_copy_main_params_to_model_params` (multi-tensor copy): read fp32 master 4, write 16-bit
      weight 2
 and, once per step, the grad buffer is zeroed before the first micro-batch (`zero_grad_buffer`:
@@ -17,9 +18,11 @@ All memory bound (the state sizes: Rajbhandari et al. 2020, Sec. 3.1).
 """
 from __future__ import annotations
 
+from pipesim.costs import muon
+
 FP32 = 4
 HALF = 2
-UPDATE_BYTES = {"adam": 7 * FP32, "sgd": 5 * FP32}      # step 4
+UPDATE_BYTES = {"adam": 7 * FP32, "sgd": 5 * FP32, "muon": muon.UPDATE_BYTES}      # step 4
 
 
 def mixed(precision: str) -> bool:
@@ -27,15 +30,17 @@ def mixed(precision: str) -> bool:
     return precision not in ("fp32", "tf32")
 
 
-def optimizer_bytes(optimizer: str, precision: str, grad_elem: int, local_params: float, params: float) -> float:
+def optimizer_bytes(optimizer: str, precision: str, grad_elem: int, local_params: float, params: float,
+                    adam_local: float = 0.0) -> float:
     """HBM bytes of steps 1, 2, 4, 5 over the rank's `local_params` (its ZeRO shard) plus the
-    zeroing of the `params` x `grad_elem` grad buffer."""
-    per = UPDATE_BYTES[optimizer]
+    zeroing of the `params` x `grad_elem` grad buffer; `adam_local` of them are Muon's Adam share."""
+    update = UPDATE_BYTES[optimizer] * (local_params - adam_local) + UPDATE_BYTES["adam"] * adam_local
+    per = 0.0
     if mixed(precision):
         per += 0 if grad_elem == FP32 else grad_elem + FP32          # 1
         per += 2 * FP32 if precision == "fp16" else 0                 # 2
         per += FP32 + HALF                                            # 5
-    return local_params * per + params * grad_elem
+    return update + local_params * per + params * grad_elem
 
 
 def grad_norm_bytes(local_params: float) -> float:

@@ -16,6 +16,7 @@ from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Comm, Op
+from pipesim.costs.muon import MuonParts, muon_split
 from pipesim.costs.optimizer import grad_norm_bytes, optimizer_bytes
 from pipesim.costs.recompute_modules import module_recompute
 from pipesim.costs.roofline import CostModel
@@ -390,13 +391,20 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         # parallelism, the dense ones over data parallelism (pipesim/costs/moe_parallel.py)
         dense_params = params - ep.params
         resident = not tr.reshard_after_forward
-        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_cp, resident)
-        local_params = dense_params / (dp_cp if tr.zero_stage >= 1 else 1)
+        edp = 1
         if ep.params:
             from pipesim.costs.moe_parallel import expert_data_size
             edp = expert_data_size(s)
-            static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp, resident))
-            local_params += ep.params / (edp if tr.zero_stage >= 1 else 1)
+        shard = (lambda n: n) if tr.zero_stage >= 1 else (lambda n: 1)
+        muon_parts = muon_split(s, cm, layer, n_layers, extras, moe, n_moe, shard(dp_cp), shard(edp))
+        adam_dense, adam_expert = muon_parts.adam_params(dense_params, ep.params)
+        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_cp, resident, adam_dense)
+        local_params = dense_params / shard(dp_cp)
+        adam_local = adam_dense / shard(dp_cp) + adam_expert / shard(edp)
+        if ep.params:
+            static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp, resident,
+                                               adam_expert))
+            local_params += ep.params / shard(edp)
         if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
             static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         if fp8_params:
@@ -410,8 +418,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             static = StaticMemory(static.weights + (fp8_params * copy - dropped) / shards, static.gradients,
                                   static.optimizer)
         elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
-        opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params))
-        steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step)
+        opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params,
+                                                  adam_local))
+        steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step, muon_parts)
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         # FSDP2 copies each all-gathered layer into its parameters on the compute stream
         gather_f, gather_b = copy_out_seconds(s, cm, params, fp8_params, elem_of(tr))
@@ -521,14 +530,18 @@ _NORM_AR: dict = {}
 
 
 def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_params: float,
-                   fp8_params: float, elem: int, opt_step: float) -> tuple:
+                   fp8_params: float, elem: int, opt_step: float, muon_parts: "MuonParts") -> tuple:
     """The per-step work after the last backward of a stage, in the order Megatron-LM runs it
     (megatron/core/optimizer: finalize_model_grads, then clip_grad_norm, then step):
       EMBED_GRAD_AR   tied input/output embedding: first and last pipeline stage all-reduce the
                       embedding gradient (Shoeybi et al. 2019 Sec. 3; Narayanan et al. SC'21 Sec. 4)
       GRAD_NORM       gradient clipping: a multi-tensor L2 norm over the local gradients (memory
                       bound) and a scalar all-reduce over the tensor, pipeline and data groups
-      OPTIMIZER       Adam over the local (ZeRO-sharded) parameters, memory bound
+      OPTIMIZER       Adam over the local (ZeRO-sharded) parameters, memory bound (Muon: its
+                      elementwise passes)
+      MUON_TP_AG      Muon, duplicated over the tensor group: the momentum all-gathers of the
+                      rank's matrices before their orthogonalisation
+      NEWTON_SCHULZ   Muon: the orthogonalisation GEMMs of the rank's matrices (pipesim/costs/muon.py)
       FP8_WEIGHT_CAST the FP8 weight copies re-cast after the update (precision fp8); under
                       fp8_param_gather the fp32 master shard cast to FP8 plus the transpose rebuild"""
     tr, par = s.training, s.parallel
@@ -541,10 +554,10 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
         emb = sh.v * sh.h / sh.tp.weight_div * elem
         # an all-reduce of 2 members is one exchange of the buffer each way: α + B β
         out.append(("EMBED_GRAD_AR", p2p_time(emb, stage_link(s, 0, par.pipeline - 1))))
-    if tr.optimizer == "adam":
+    if tr.optimizer in ("adam", "muon"):
         grads = grad_norm_bytes(local_params)
         out.append(("GRAD_NORM", cm.memory_time(grads) + norm_all_reduce(s)))
-    out.append(("OPTIMIZER", opt_step))
+    out += [("MUON_TP_AG", muon_parts.gather), ("NEWTON_SCHULZ", muon_parts.ns), ("OPTIMIZER", opt_step)]
     curve = s.system.gpu.kernel_curve
     if fp8_params and tr.fp8_param_gather:      # the master shard cast to FP8 (pipesim/costs/fp8.py)
         local = fp8_params * local_params / params       # sharded as the stage's parameters are

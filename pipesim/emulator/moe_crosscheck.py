@@ -32,6 +32,7 @@ def config_of(s):
         ("every layer MoE", m.num_moe_layers, m.num_moe_layers == m.num_layers),
         ("no multi-token prediction", m.mtp_layers, not m.mtp_layers),
         ("full causal attention", f"window_size {m.window_size}", not m.window_size),
+        ("optimizer adam or sgd", tr.optimizer, tr.optimizer != "muon"),
         ("recompute none, selective or full", tr.recompute, tr.recompute != "selective_op"
          and tr.recompute_modules == ("core_attn",))) if not ok]
     if problems:

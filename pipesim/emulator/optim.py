@@ -55,8 +55,11 @@ class Optimizer:
                     self.opt = torch.optim.Adam(targets, lr=LR, betas=ADAM_BETAS, eps=ADAM_EPS, fused=True)
                 except (RuntimeError, TypeError):
                     self.opt = torch.optim.Adam(targets, lr=LR, betas=ADAM_BETAS, eps=ADAM_EPS, foreach=True)
-            else:
+            elif kind == "sgd":
                 self.opt = torch.optim.SGD(targets, lr=LR, momentum=0.9, foreach=True)
+            else:       # check_supported refuses the others first; never run SGD in their place
+                from pipesim.errors import ScenarioError
+                raise ScenarioError(f"training.optimizer {kind!r} is not emulated; use adam or sgd")
 
     def nbytes(self) -> float:
         """Optimizer state bytes (torch allocates them at the first step): Adam m and v or the

@@ -326,7 +326,17 @@ class TrainingConfig:
                                                      "(pipesim/costs/eager.py)")
     zero_stage: int = field(0, doc="ZeRO stage 0-3 over the data-parallel group")
     activation_compression_bits: int = field(16, doc="bits per element sent between stages")
-    optimizer: Literal["adam", "sgd"] = field("adam", doc="optimizer (state size)")
+    optimizer: Literal["adam", "sgd", "muon"] = field(
+        "adam", doc="optimizer: adam, sgd (momentum), or muon (Megatron-Core's: Newton-Schulz-orthogonalised "
+                    "momentum for the hidden 2-D weights, Adam for embeddings, output layer, norms and "
+                    "biases; under ZeRO-1/2 each data-parallel rank orthogonalises whole matrices of its own, "
+                    "Megatron's layer-wise distributed optimizer; pipesim/costs/muon.py)")
+    muon_ns_steps: int = field(5, doc="optimizer muon: Newton-Schulz iterations per step (Megatron-Core "
+                                      "muon_num_ns_steps, torch.optim.Muon ns_steps)")
+    muon_tp_mode: Literal["duplicated", "blockwise"] = field(
+        "duplicated", doc="optimizer muon with tensor parallelism: duplicated = all-gather each matrix over the "
+                          "tensor group and orthogonalise it whole on every rank (Megatron-Core's default); "
+                          "blockwise = orthogonalise each rank's shard alone (no collective)")
     attention: Literal["eager", "flash"] = field("eager", doc="attention kernel (flash keeps no s x s scores)")
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3"] = field(
         "auto", doc="fused attention's kernel table (attention: flash): auto = what Transformer Engine runs "
@@ -415,6 +425,8 @@ class TrainingConfig:
             raise ValueError(f"moe_capacity_factor must be positive, got {self.moe_capacity_factor}")
         if self.moe_routing_skew < 0:
             raise ValueError(f"moe_routing_skew must not be negative, got {self.moe_routing_skew}")
+        if not 1 <= self.muon_ns_steps < 100:     # torch.optim.Muon refuses 100 and more
+            raise ValueError(f"muon_ns_steps must be 1 to 99, got {self.muon_ns_steps}")
 
 
 @dataclass(frozen=True, kw_only=True)

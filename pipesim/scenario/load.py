@@ -244,6 +244,9 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     """Cross-field checks; each message shows the arithmetic."""
     m, par, tr = s.model, s.parallel, s.training
     t, p, d, v = par.tensor, par.pipeline, par.data, par.virtual_stages
+    if tr.optimizer == "muon" and m.arch == "cnn":
+        loader.fail("training.optimizer", "muon is modelled for transformer weights; a CNN's convolutions are "
+                    "not 2-D matrices (use adam or sgd)")
     if m.arch == "cnn":
         _check_cnn(s, loader)
         return
@@ -277,6 +280,10 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if tr.recompute_modules != ("core_attn",) and tr.recompute != "selective":
         loader.fail("training.recompute_modules", f"submodules are re-run by recompute: selective, got "
                     f"recompute: {tr.recompute}")
+    if tr.optimizer == "muon" and tr.zero_stage == 3:
+        loader.fail("training.optimizer", "muon orthogonalises whole matrices: Megatron-Core runs it with "
+                    "ZeRO-1/2 (its layer-wise distributed optimizer), not with sharded weights; set zero_stage "
+                    "to 0, 1 or 2")
     if not tr.reshard_after_forward and tr.zero_stage != 3:
         loader.fail("training.reshard_after_forward", f"keeping gathered weights from forward to backward "
                     f"is a ZeRO-3 / FSDP choice, got zero_stage: {tr.zero_stage}")

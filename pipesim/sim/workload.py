@@ -222,11 +222,11 @@ class Workload:
 
 def merge_step_ops(per_chunk, speed: float) -> tuple:
     """A rank's per-step fixed ops over its model chunks, summed by name in first-seen order;
-    communication (all-reduces) is not scaled by the GPU's speed, the rest is."""
+    communication (all-reduces, all-gathers) is not scaled by the GPU's speed, the rest is."""
     total: dict = {}
     for ops in per_chunk:
         for name, sec in ops:
-            total[name] = total.get(name, 0.0) + (sec if name.endswith("_AR") else sec / speed)
+            total[name] = total.get(name, 0.0) + (sec if name.endswith(("_AR", "_AG")) else sec / speed)
     return tuple(total.items())
 
 

@@ -4,7 +4,7 @@ replaces the event simulation by the schedules' bubble formulas, so it is ~100x 
 rougher: use it to discard hopeless layouts, then simulate the finalists.
 
 step = M · T_rank + bubble + pipeline fill/drain p2p + blocking p2p + exposed DP/ZeRO communication
-       + optimizer
+       + per-step fixed ops (optimizer, gradient norm, ...)
 """
 from __future__ import annotations
 
@@ -156,7 +156,9 @@ def analytic_report(s, mode: str = "representative") -> dict:
         e, tot = dp_exposed(s, per_rank[r], i[r] + w[r])
         if e > dp_exp:
             dp_exp, dp_total = e, tot
-    opt = max(sum(c.optimizer_step for c in ch) for ch in per_rank)
+    # the per-step fixed ops after the drain (optimizer, gradient norm, Muon, FP8 casts), as simulated
+    opt = max(sum(sec for c in ch for _, sec in (c.step_ops or (("OPTIMIZER", c.optimizer_step),)))
+              for ch in per_rank)
     step = compute + bubble + fill + sync + dp_exp + opt
     peaks = []
     for r, ch in enumerate(per_rank):

@@ -145,6 +145,8 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
                     else:
                         scheds.append((name, 1))
             zeros = space.zero if d > 1 else (0,)
+            if base["training"].get("optimizer") == "muon":     # Muon runs with ZeRO 0-2 only
+                zeros = tuple(z for z in zeros if z != 3)
             comps = space.compression if p > 1 else (16,)
             for mb, (sched, v), rc, z, bits in itertools.product(space.micro_batch, scheds, space.recompute, zeros,
                                                                  comps):
