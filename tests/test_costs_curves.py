@@ -217,7 +217,8 @@ def test_step_fixed_ops_are_in_the_timeline():
         assert {(rank, "EMBED_GRAD_AR"), (rank, "GRAD_NORM"), (rank, "OPTIMIZER")} <= kinds
 
 
-@pytest.mark.parametrize("name", ["hgx-h800", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72"])
+@pytest.mark.parametrize("name", ["hgx-h800", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-b300", "gb200-nvl72",
+                                  "gb300-nvl72"])
 def test_contract_presets_load_with_kernel_curves(name):
     s = load_scenario({"model": {"preset": "gpt3-1.3b"}, "system": name, "parallel": {"tensor": 4},
                        "training": {"micro_batch_size": 1, "global_batch_size": s_gpus(name) // 4}})

@@ -131,10 +131,35 @@ def vector(name: str, elements: float, sh: Shapes, flops_per_elem: tuple[float, 
               saved_bytes=saved_bytes, params=params, measure_fwd=measure_fwd, measure_bwd=measure_bwd)
 
 
-def layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
+def layer_ops(s: Scenario, moe: bool | str = False) -> list[Op]:
     """The ops of one transformer layer (pre-norm GPT/Llama block; BERT's post-norm costs the same).
-    moe: the MLP is a mixture-of-experts block (pipesim/costs/moe.py); MLA attention replaces the
-    q/k/v projections and the attention core (pipesim/costs/mla.py)."""
+    moe: True, the MLP is a mixture-of-experts block (pipesim/costs/moe.py); MLA attention replaces
+    the q/k/v projections and the attention core (pipesim/costs/mla.py).
+    In a hybrid model (model.hybrid_layer_pattern) a layer is one sublayer with its own pre-norm
+    and residual, `moe` its kind (ModelConfig.layer_kind): "attention", "mlp", "mamba"
+    (pipesim/costs/mamba.py) or True (MoE)."""
+    if s.model.hybrid_layer_pattern:
+        return hybrid_layer_ops(s, moe)
+    return block_ops(s, moe)
+
+
+def hybrid_layer_ops(s: Scenario, kind: bool | str) -> list[Op]:
+    """One layer of a hybrid model: the attention or the MLP / MoE half of a transformer block
+    (Megatron-Core builds them as separate layers, each norm -> sublayer -> residual), or Mamba."""
+    if kind == "mamba":
+        from pipesim.costs.mamba import mamba_ops
+        sh = shapes_of(s)
+        norm = lambda name: replace(vector(name, sh.tokens / sh.tp.token_div * sh.h, sh, (8, 10),
+                                           saved_bytes=sh.tokens / sh.tp.token_div * sh.h * sh.e, params=sh.h),
+                                    param_tensors=1)
+        return mamba_ops(s, sh, norm, vector, matmul)
+    ops = block_ops(s, kind is True)
+    mlp = [o.name for o in ops].index("ln2")
+    return ops[:mlp] if kind == "attention" else ops[mlp:]
+
+
+def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
+    """A transformer block: attention and MLP (or MoE with `moe`), see layer_ops."""
     sh = shapes_of(s)
     m, tr = s.model, s.training
     e, tp = sh.e, sh.tp

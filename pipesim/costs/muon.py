@@ -144,15 +144,15 @@ def is_expert(op: Op) -> bool:
     return op.name.startswith("expert_")      # routed experts (pipesim/costs/moe.py expert_params)
 
 
-def muon_split(s: Scenario, cm, layer: list[Op], n_layers: int, extras: list[Op], moe, n_moe: int,
+def muon_split(s: Scenario, cm, layers: list[tuple[list[Op], int]], extras: list[Op], moe, n_moe: int,
                dense_bins: int, expert_bins: int) -> MuonParts:
-    """Muon's share of a model chunk of `n_layers` dense layers, `n_moe` MoE layers (`moe.ops`) and
-    the `extras` (embedding, head, MTP); the dense matrices are packed over `dense_bins` ranks, the
-    experts' over `expert_bins` (1 without a distributed optimizer)."""
+    """Muon's share of a model chunk of dense `layers` ([(ops, count)]), `n_moe` MoE layers
+    (`moe.ops`) and the `extras` (embedding, head, MTP); the dense matrices are packed over
+    `dense_bins` ranks, the experts' over `expert_bins` (1 without a distributed optimizer)."""
     if s.training.optimizer != "muon":
         return MuonParts()
     moe_ops = moe.ops if moe is not None and n_moe else []
-    dense = [(layer, n_layers), (extras, 1), ([o for o in moe_ops if not is_expert(o)], n_moe)]
+    dense = layers + [(extras, 1), ([o for o in moe_ops if not is_expert(o)], n_moe)]
     experts = [([o for o in moe_ops if is_expert(o)], n_moe)]
     steps, duplicated = s.training.muon_ns_steps, s.training.muon_tp_mode == "duplicated"
 

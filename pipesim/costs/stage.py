@@ -291,7 +291,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         raise ScenarioError(f"{s.source}: model.arch: {s.model.arch!r} stage costs come from "
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
-    layer = costed_layer_ops(s)
+    kinds = dense_kinds(s)
+    layer = kinds[0][1]       # the (first) dense kind: a whole block, or a hybrid model's sublayer
     host_action, copy_fwd, copy_bwd = 0.0, 0.0, 0.0
     if cm.profile is not None:
         # A CPU profile's host model: the emulator's executor cost per compute action
@@ -307,10 +308,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     emb, head = embedding_ops(s), head_ops(s)
     mtp = costed_mtp_ops(s) * s.model.mtp_layers if s.model.mtp_layers else []     # the last stage's MTP
     cpc = context_comm(s, cm, layer)
-    rc_time, rc_saved, rc_working = layer_recompute(s, cm, layer, cpc.fwd_exposed)
     # recompute_num_layers (Megatron's block method): only the first N layers of a chunk recompute
     rc_limit = tr.recompute_num_layers
-    keep_saved = layer_recompute(s, cm, layer, policy="none")[1] if rc_limit is not None else rc_saved
+    dense = [_DenseKind.build(s, cm, kind, ops, cpc.fwd_exposed, rc_limit is not None) for kind, ops in kinds]
     sh = shapes_of(s)
     moe = moe_stage_parts(s, cm, sh) if s.model.is_moe else None
     moe_keep = moe_stage_parts(s, cm, sh, "none") if moe is not None and rc_limit is not None else moe
@@ -338,19 +338,18 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     memo: dict = {}       # id(op) -> its timed terms: every stage repeats the same layer ops
     for k, stage_layers in enumerate(s.layers_per_stage()):
         first, last = k == 0, k == n_stages - 1
-        n_layers, n_moe = stage_layers, 0
-        if moe is not None:
-            from pipesim.costs.moe import layer_split
-            n_layers, n_moe = layer_split(s, first_layer, stage_layers)
+        counts = [s.model.layer_kind(i) for i in range(first_layer, first_layer + stage_layers)]
         first_layer += stage_layers
         if last and s.model.mtp_layers:       # the MTP blocks, built like the last layer
-            if s.model.mtp_is_moe:
-                n_moe += s.model.mtp_layers
-            else:
-                n_layers += s.model.mtp_layers
-        n_cp = n_layers + n_moe       # every layer's attention exchanges K/V under context parallelism
+            counts += [s.model.mtp_is_moe] * s.model.mtp_layers
+        n_moe = counts.count(True)
+        n_by_kind = [counts.count(d.kind) for d in dense]
+        n_layers = sum(n_by_kind)
+        # every layer's attention exchanges K/V under context parallelism
+        n_cp = counts.count("attention") if s.model.hybrid_layer_pattern else len(counts)
         acc = _Acc()
-        acc.add(s, cm, layer, n_layers, memo)
+        for d, n in zip(dense, n_by_kind):
+            acc.add(s, cm, d.ops, n, memo)
         acc.fwd += n_cp * copy_fwd
         acc.bwd += n_cp * copy_bwd
         acc.dgrad += n_cp * copy_bwd
@@ -362,19 +361,23 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             acc.fwd += host_fwd
             acc.bwd += host_bwd
             acc.dgrad += host_bwd
-        params = n_layers * sum(o.params for o in layer) + sum(o.params for o in extras)
+        params = sum(n * d.params for d, n in zip(dense, n_by_kind)) + sum(o.params for o in extras)
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
-        fp8_params = n_layers * low_precision_params(layer)
-        # the chunk's first n_rc dense layers, then its MoE layers, recompute (layer order of a chunk)
-        n_rc = n_layers if rc_limit is None else min(rc_limit, n_layers)
+        fp8_params = sum(n * low_precision_params(d.ops) for d, n in zip(dense, n_by_kind))
+        # the chunk's first n_rc dense layers (kind by kind), then its MoE layers, recompute
+        left = n_layers if rc_limit is None else rc_limit
+        activation = sum(o.saved_bytes for o in extras)
+        recompute, working = 0.0, 0.0
+        for d, n in zip(dense, n_by_kind):
+            n_rc = min(left, n)
+            left -= n_rc
+            activation += n_rc * d.rc_saved + (n - n_rc) * d.keep_saved
+            recompute += n_rc * d.rc_time
+            working = max(working, d.rc_working if n_rc else 0.0)
         n_rc_moe = n_moe if rc_limit is None else min(max(rc_limit - n_layers, 0), n_moe)
-        activation = n_rc * rc_saved + (n_layers - n_rc) * keep_saved + sum(o.saved_bytes for o in extras)
-        recompute = n_rc * rc_time
-        flops = n_layers * sum(o.flops_fwd + o.flops_bwd for o in layer) + sum(
-            o.flops_fwd + o.flops_bwd for o in extras)
+        flops = sum(n * d.flops for d, n in zip(dense, n_by_kind)) + sum(o.flops_fwd + o.flops_bwd for o in extras)
         ep = _MoEStage()
-        working = rc_working if n_rc else 0.0
         if n_moe:
             acc.add(s, cm, moe.ops, n_moe, memo)
             params += n_moe * sum(o.params for o in moe.ops)
@@ -396,7 +399,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             from pipesim.costs.moe_parallel import expert_data_size
             edp = expert_data_size(s)
         shard = (lambda n: n) if tr.zero_stage >= 1 else (lambda n: 1)
-        muon_parts = muon_split(s, cm, layer, n_layers, extras, moe, n_moe, shard(dp_cp), shard(edp))
+        muon_parts = muon_split(s, cm, [(d.ops, n) for d, n in zip(dense, n_by_kind)], extras, moe, n_moe,
+                                shard(dp_cp), shard(edp))
         adam_dense, adam_expert = muon_parts.adam_params(dense_params, ep.params)
         static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_cp, resident, adam_dense)
         local_params = dense_params / shard(dp_cp)
@@ -448,7 +452,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             recompute_working_bytes=working if n_layers + n_moe else 0.0,
             optimizer_step=opt_step, flops=flops,
             sources=acc.sources,
-            param_tensors=n_layers * sum(o.param_tensors for o in layer)
+            param_tensors=sum(n * sum(o.param_tensors for o in d.ops) for d, n in zip(dense, n_by_kind))
             + n_moe * sum(o.param_tensors for o in (moe.ops if moe else ())) + sum(o.param_tensors for o in extras),
             step_ops=steps,
             cp_comm_fwd=n_cp * cpc.fwd_exposed, cp_comm_bwd=n_cp * cpc.bwd_exposed,
@@ -480,6 +484,36 @@ def activation_offload(s: Scenario, layers_saved: float, layers: int, forward: f
     offload = layers_saved * n / layers
     copy = offload / (s.system.host_link_GBps * 1e9)
     return offload, offload / n, max(0.0, copy - forward), max(0.0, copy - backward)
+
+
+def dense_kinds(s: Scenario) -> list[tuple]:
+    """[(kind, costed ops)] of the model's non-MoE layers: one transformer block (kind False), or
+    each sublayer kind of a hybrid model that it has ("mamba", "attention", "mlp")."""
+    if not s.model.hybrid_layer_pattern:
+        return [(False, costed_layer_ops(s))]
+    from pipesim.costs.summary import layer_counts
+    out = [(kind, costed_layer_ops(s, kind)) for kind, _ in layer_counts(s) if kind is not True]
+    return out or [("attention", costed_layer_ops(s, "attention"))]     # an all-MoE pattern
+
+
+@dataclass(frozen=True)
+class _DenseKind:
+    """One non-MoE layer kind's per-layer terms under the recompute policy."""
+    kind: object
+    ops: list
+    rc_time: float
+    rc_saved: float
+    rc_working: float
+    keep_saved: float         # saved bytes without recompute (recompute_num_layers)
+    params: float
+    flops: float
+
+    @classmethod
+    def build(cls, s: Scenario, cm: CostModel, kind, ops: list, cp_fwd: float, limited: bool) -> "_DenseKind":
+        rc_time, rc_saved, rc_working = layer_recompute(s, cm, ops, cp_fwd)
+        keep = layer_recompute(s, cm, ops, policy="none")[1] if limited else rc_saved
+        return cls(kind, ops, rc_time, rc_saved, rc_working, keep, sum(o.params for o in ops),
+                   sum(o.flops_fwd + o.flops_bwd for o in ops))
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,14 @@ def total_params(s: Scenario) -> float:
     return sum(n * sum(o.params for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s)) + extras
 
 
-def layer_counts(s: Scenario) -> list[tuple[bool, int]]:
-    """[(is MoE, number of layers)] of the whole model, its multi-token-prediction blocks
-    included (built like the last layer)."""
+def layer_counts(s: Scenario) -> list[tuple[bool | str, int]]:
+    """[(layer kind, number of layers)] of the whole model, its multi-token-prediction blocks
+    included (built like the last layer). Kinds: False (dense), True (MoE); a hybrid model's
+    "mamba", "attention", "mlp" and True (ModelConfig.layer_kind)."""
     m = s.model
+    if m.hybrid_layer_pattern:
+        kinds = [m.layer_kind(i) for i in range(m.num_layers)]
+        return [(k, kinds.count(k)) for k in dict.fromkeys(kinds)]
     moe = m.num_moe_layers + (m.mtp_layers if m.mtp_is_moe else 0)
     dense = m.num_layers + m.mtp_layers - moe
     return ([(False, dense)] if dense else []) + ([(True, moe)] if moe else [])
@@ -43,7 +47,7 @@ def active_params(s: Scenario, input_embedding: bool = True) -> float:
         from dataclasses import replace
         one = replace(s, parallel=replace(s.parallel, tensor=1, sequence_parallel=False, expert=1, expert_tensor=1))
         per_layer = expert_params(layer_ops(one, True))
-        moe_layers = sum(n for moe, n in layer_counts(s) if moe)
+        moe_layers = sum(n for kind, n in layer_counts(s) if kind is True)
         total -= moe_layers * per_layer * (1 - m.moe_top_k / m.num_experts)
     if not input_embedding:
         sh = shapes_of(s)

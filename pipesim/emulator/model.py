@@ -354,6 +354,9 @@ def check_supported(s) -> None:
         raise ScenarioError(f"{where}: training.precision fp8 is not emulated; use fp32, bf16 or fp16")
     if s.training.recompute == "selective_op":
         raise ScenarioError(f"{where}: training.recompute selective_op is not emulated; use none, selective or full")
+    if m.hybrid_layer_pattern:
+        raise ScenarioError(f"{where}: model.hybrid_layer_pattern: the emulator runs transformer blocks, not "
+                            f"Mamba / hybrid layers")
     if s.training.optimizer == "muon":
         raise ScenarioError(f"{where}: training.optimizer muon is not emulated; use adam or sgd")
     if m.mtp_layers:

@@ -36,6 +36,9 @@ def _flops(ops) -> float:
 def transformer_graph(s: Scenario, granularity: str = "layer", profile=None) -> Graph:
     if granularity not in ("layer", "block"):
         raise PipesimError(f"--granularity {granularity}: expected layer or block for a transformer")
+    if s.model.hybrid_layer_pattern:
+        raise PipesimError(f"{s.source}: model.hybrid_layer_pattern: the partitioner builds identical transformer "
+                           "layers; give parallel.layers_per_stage for a hybrid model")
     if s.training.recompute_num_layers is not None:
         # which layers recompute depends on the chunk boundaries the partitioner is choosing
         raise PipesimError(f"{s.source}: training.recompute_num_layers: the partitioner costs every layer "

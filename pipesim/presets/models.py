@@ -202,6 +202,7 @@ ACTIVE_PARAMS = {
     "gpt-oss-120b": (5.13e9, False, 0.005e9),
     "gpt-oss-20b": (3.61e9, False, 0.005e9),
     "llama4-maverick": (17e9, True, 0.5e9),
+    "nemotron-3-nano": (3.6e9, True, 0.05e9),
 }
 
 # Llama 3.1 405B (dense), preset kept as its own block (issue 15). Dubey et al. 2024, "The Llama 3
@@ -228,4 +229,36 @@ QWEN3 = {
                       reference_params=32.8e9),
 }
 
-MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE, **LLAMA31, **QWEN3}
+# Hybrid Mamba-Transformer models (pipesim/costs/mamba.py): one layer per pattern character, M =
+# Mamba-2 mixer, * = attention (no position embedding), - = squared-ReLU MLP, E = MoE. Shapes from
+# Megatron-Bridge's recipes (src/megatron/bridge/recipes/nemotronh/h100/nemotronh.py and
+# nemotron_3_nano.py, HybridModelProvider arguments); Mamba head dim 64 and 8 groups, vocab 131072
+# (make_vocab_size_divisible_by 128 of the Nemotron tokenizer), untied, no biases.
+_HYBRID = dict(_LLAMA, position="none", activation="squared_relu", seq_length=8192, vocab_size=131072,
+               dropout=False, mamba_head_dim=64, mamba_num_groups=8)
+_NEMOTRONH_PERIOD = "M-M-M-M-M*-"
+HYBRID = {
+    # Nemotron-H (NVIDIA, arXiv 2504.03624): 8B, 52 layers (24 Mamba, 4 attention, 24 MLP), 128
+    # Mamba heads of state 128; 56B, 118 layers (54, 10, 54), 256 heads of state 256; GQA with 8
+    # kv groups. Model cards: 8B and 56B.
+    "nemotronh-8b": dict(_HYBRID, num_layers=52, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                         ffn_hidden_size=21504, mamba_num_heads=128, mamba_state_dim=128,
+                         hybrid_layer_pattern="M-M-M-M*-" + _NEMOTRONH_PERIOD * 3 + "M-M-M-M-M-",
+                         reference_params=8e9),
+    "nemotronh-56b": dict(_HYBRID, num_layers=118, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
+                          ffn_hidden_size=32768, mamba_num_heads=256, mamba_state_dim=256,
+                          hybrid_layer_pattern="M-M-M-M*-" + _NEMOTRONH_PERIOD * 9 + "M-M-M-M-M-",
+                          reference_params=56e9),
+    # Nemotron 3 Nano 30B-A3B: 52 layers (23 Mamba, 23 MoE, 6 attention), hidden 2688, 64 Mamba heads,
+    # 32 attention heads of 128 with 2 kv groups, 128 experts of 1856 (top-6, sigmoid router) and a
+    # shared expert of 3712 (two of 1856 here). Model card: 31.6B total, 3.6B active with the
+    # embeddings (3.2B without).
+    "nemotron-3-nano": dict(_HYBRID, num_layers=52, hidden_size=2688, num_attention_heads=32, num_kv_heads=2,
+                            kv_channels=128, ffn_hidden_size=1856, mamba_num_heads=64, mamba_state_dim=128,
+                            num_experts=128, moe_top_k=6, moe_ffn_hidden_size=1856, num_shared_experts=2,
+                            moe_router_score="sigmoid",
+                            hybrid_layer_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+                            reference_params=31.6e9),
+}
+
+MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE, **LLAMA31, **QWEN3, **HYBRID}

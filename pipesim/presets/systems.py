@@ -83,6 +83,14 @@ _GB200 = dict(_B200, name="GB200", peak_tflops_fp16=2500, peak_tflops_bf16=2500,
 _GB300 = dict(_GB200, name="GB300", peak_tflops_fp32=75, peak_tflops_fp4=15000, vector_tflops_fp32=75,
               memory_GiB=288 * 1e9 / 2**30,
               kernel_curve="gb300")
+# NVIDIA HGX/DGX B300 (2025; per-GPU table of the HGX B300 specification, as collected in
+# G. Lockwood's processor notes, glennklockwood.com/garden/processors/B300): Blackwell Ultra SXM at
+# the B200's dense rates except FP4, 13.125 PF dense (105 PF per 8 GPUs); BF16 2.25 PF, FP8 4.5 PF
+# (DGX B300: 72 PF sparse FP8 training / 8 GPUs / 2), FP32 75 TF; HBM3e 8 TB/s, 288 GB (2.3 TB per
+# 8); NVLink 5 1.8 TB/s; ConnectX-8 800 Gb/s per GPU (100 GB/s). Kernel curve: the B300 SXM MAMF
+# row the gb300 curve is built from (160 SMs).
+_B300 = dict(_B200, name="B300", peak_tflops_fp32=75, peak_tflops_fp4=13125, vector_tflops_fp32=75,
+             memory_GiB=288 * 1e9 / 2**30, kernel_curve="gb300")
 _PCIE3 = dict(bandwidth_GBps=15.75, latency_us=5.0, efficiency=_LINK_EFF)
 _10GBE = dict(bandwidth_GBps=1.25, latency_us=20.0, efficiency=_LINK_EFF)
 
@@ -130,6 +138,8 @@ SYSTEMS: dict[str, dict] = {
     "hgx-h800": _dgx(dict(_H100, name="H800-SXM5", hbm_bandwidth_GBps=3350, memory_GiB=80, kernel_curve="h800"),
                      200, 50),
     "dgx-b200": _dgx(_B200, 900, 50),
+    # DGX B300's host is PCIe Gen6; no measured Gen6 copy rate, so the Gen5 measurement (a floor)
+    "dgx-b300": _dgx(_B300, 900, 100),
     "gb200-nvl72": _nvl72(_GB200, 50),
     "gb300-nvl72": _nvl72(_GB300, 100),
     # The seed 003 notebook's A100-like system: 312 TF fp16 matrix, 19.5/78 TF fp32/fp16 vector,

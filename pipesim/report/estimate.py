@@ -46,7 +46,7 @@ def estimate(s: Scenario) -> dict:
     cm = cost_model_for(s)
     # MoE models: the table shows an MoE layer; the depth totals add dense and MoE layers
     kinds = {moe: [op_row(s, cm, op, "layer") for op in costed_layer_ops(s, moe)] for moe, _ in layer_counts(s)}
-    layer = kinds[s.model.is_moe]
+    layer = kinds.get(True, kinds.get(False)) or next(iter(kinds.values()))   # an MoE layer if there is one
     extras = ([op_row(s, cm, op, "embedding") for op in embedding_ops(s)]
               + [op_row(s, cm, op, "head") for op in head_ops(s)]
               + [op_row(s, cm, op, "mtp") for op in (costed_mtp_ops(s) if s.model.mtp_layers else [])])

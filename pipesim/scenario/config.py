@@ -22,6 +22,11 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
 
 
+# Megatron-Core hybrid layer symbols (megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols)
+# -> the layer kind the cost model builds (pipesim/costs/layers.py layer_ops; True = MoE)
+HYBRID_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": True}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     name: str = field("custom", doc="preset name or a label")
@@ -38,9 +43,11 @@ class ModelConfig:
     ffn_hidden_size: Optional[int] = field(None, doc="MLP inner width (default 4h)")
     seq_length: int = field(0, doc="tokens per sample s")
     vocab_size: int = field(0, doc="vocabulary V")
-    activation: Literal["gelu", "relu", "swiglu"] = field("gelu", doc="MLP activation")
+    activation: Literal["gelu", "relu", "squared_relu", "swiglu"] = field("gelu", doc="MLP activation (all but "
+                                                                           "swiglu are one elementwise pass)")
     norm: Literal["layernorm", "rmsnorm"] = field("layernorm", doc="normalisation")
-    position: Literal["learned", "rotary"] = field("learned", doc="position embedding")
+    position: Literal["learned", "rotary", "none"] = field("learned", doc="position embedding (none: NoPE, as "
+                                                                      "Nemotron-H's attention layers)")
     tied_embeddings: bool = field(True, doc="LM head shares the input embedding")
     bias: bool = field(True, doc="linear layers have biases")
     causal: bool = field(True, doc="causal (decoder) attention")
@@ -74,6 +81,17 @@ class ModelConfig:
     mtp_layers: int = field(0, doc="multi-token prediction depth D: D more transformer blocks (the last "
                                    "layer's kind), each with its projection and a pass through the shared "
                                    "output head and loss, on the last pipeline stage (DeepSeek-V3 trained with 1)")
+    # Hybrid Mamba-Transformer models (Megatron-Core MambaModel / HybridModel, hybrid layer pattern;
+    # Nemotron-H, Nemotron 3): each character one layer with its own pre-norm and residual.
+    hybrid_layer_pattern: str = field("", doc="one character per layer: M = Mamba-2 mixer, * = self-attention, "
+                                              "- = dense MLP, E = MoE (Megatron-Core hybrid_layer_pattern); "
+                                              "empty = every layer attention + MLP (or MoE)")
+    mamba_num_heads: int = field(0, doc="Mamba-2 heads (0 = 2·hidden_size / mamba_head_dim, Megatron's expand 2)")
+    mamba_head_dim: int = field(64, doc="Mamba-2 head dimension P")
+    mamba_state_dim: int = field(128, doc="Mamba-2 state dimension N")
+    mamba_num_groups: int = field(8, doc="Mamba-2 groups sharing B and C")
+    mamba_conv_kernel: int = field(4, doc="Mamba-2 causal depthwise convolution width (Megatron d_conv)")
+    mamba_chunk_size: int = field(128, doc="tokens per chunk of the SSD scan (Megatron MambaMixer chunk_size)")
     # Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1): low-rank q and kv.
     attention_variant: Literal["gqa", "mla"] = field("gqa", doc="gqa (MHA/GQA/MQA) or mla")
     q_lora_rank: Optional[int] = field(None, doc="MLA query compression rank (None = no q compression)")
@@ -96,6 +114,19 @@ class ModelConfig:
         if self.window_size < 0 or self.window_attn_skip_freq < 0:
             raise ValueError(f"window_size and window_attn_skip_freq must not be negative, got "
                              f"{self.window_size} and {self.window_attn_skip_freq}")
+        if self.hybrid_layer_pattern:
+            bad = sorted(set(self.hybrid_layer_pattern) - set(HYBRID_KINDS))
+            if bad:
+                raise ValueError(f"hybrid_layer_pattern: layer symbols {bad} are not modelled; use M (Mamba), "
+                                 f"* (attention), - (MLP), E (MoE), and parallel.layers_per_stage for the "
+                                 f"pipeline split ('|')")
+            if len(self.hybrid_layer_pattern) != self.num_layers:
+                raise ValueError(f"hybrid_layer_pattern has {len(self.hybrid_layer_pattern)} layers but num_layers is "
+                                 f"{self.num_layers}")
+        for key in ("mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel",
+                    "mamba_chunk_size"):
+            if getattr(self, key) < (0 if key == "mamba_num_heads" else 1):
+                raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
 
     @property
     def kv_heads(self) -> int:
@@ -119,9 +150,27 @@ class ModelConfig:
 
     def is_moe_layer(self, index: int) -> bool:
         """Layer `index` (0-based) is MoE: past the dense prefix, every moe_layer_freq-th
-        (Megatron-Core --moe-layer-freq; DeepSeek-V3 first_k_dense_replace)."""
+        (Megatron-Core --moe-layer-freq; DeepSeek-V3 first_k_dense_replace); in a hybrid model, an E."""
+        if self.hybrid_layer_pattern:
+            return self.hybrid_layer_pattern[index] == "E"
         return (self.is_moe and index >= self.moe_first_dense_layers
                 and (index - self.moe_first_dense_layers) % self.moe_layer_freq == 0)
+
+    def layer_kind(self, index: int):
+        """The kind of layer `index` as the cost model builds it: False (attention + MLP), True (an
+        MoE layer: attention + MoE block); in a hybrid model "mamba", "attention", "mlp" or True."""
+        if self.hybrid_layer_pattern:
+            return HYBRID_KINDS[self.hybrid_layer_pattern[index]]
+        return self.is_moe_layer(index)
+
+    @property
+    def mamba_heads(self) -> int:
+        return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def has_attention(self) -> bool:
+        """Some layer runs self-attention (not a pure Mamba/MLP stack)."""
+        return not self.hybrid_layer_pattern or "*" in self.hybrid_layer_pattern
 
     @property
     def num_moe_layers(self) -> int:

@@ -258,6 +258,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("model", f"num_attention_heads({m.num_attention_heads}) is not divisible by "
                     f"num_kv_heads({m.kv_heads})")
     _check_window(s, loader)
+    _check_hybrid(s, loader)
     _check_router_groups(s, loader)
     tp_split = {"1d": t, "2d": _root(t, 2), "2.5d": _root(t // par.tensor_depth, 2), "3d": _root(t, 3)}
     _check_tensor_shape(par, loader)
@@ -355,6 +356,33 @@ def _check_router_groups(s: Scenario, loader: Loader) -> None:
     if m.moe_top_k > top * m.num_experts // groups:
         loader.fail("model.moe_router_group_topk", f"moe_top_k({m.moe_top_k}) experts do not fit in "
                     f"moe_router_group_topk({top}) groups of {m.num_experts // groups}")
+
+
+def _check_hybrid(s: Scenario, loader: Loader) -> None:
+    """Hybrid Mamba models (pipesim/costs/mamba.py): the pattern's MoE layers need experts and the
+    other way round; Mamba heads and groups split over the tensor group (Megatron MambaMixer
+    asserts); MTP, sliding windows and context parallelism are not modelled with them."""
+    m, par = s.model, s.parallel
+    pattern = m.hybrid_layer_pattern
+    if not pattern:
+        return
+    key = "model.hybrid_layer_pattern"
+    if ("E" in pattern) != m.is_moe:
+        loader.fail(key, "MoE layers (E) need model.num_experts > 0" if "E" in pattern else
+                    f"model.num_experts is {m.num_experts} but the pattern has no MoE layer (E)")
+    for other, value in (("model.mtp_layers", m.mtp_layers), ("model.window_size", m.window_size),
+                         ("parallel.context", par.context > 1)):
+        if value:
+            loader.fail(other, f"not modelled for hybrid models (a hybrid_layer_pattern is set); got {value}")
+    if "M" in pattern:
+        t, heads, groups = par.tensor, m.mamba_heads, m.mamba_num_groups
+        if heads % groups:
+            loader.fail("model.mamba_num_groups", f"mamba heads({heads}) are not divisible by mamba_num_groups({groups})")
+        if heads % t or groups % t:
+            loader.fail("parallel.tensor", f"mamba heads({heads}) and mamba_num_groups({groups}) must both be "
+                        f"divisible by tensor({t})")
+    if par.tensor_mode != "1d":
+        loader.fail("parallel.tensor_mode", "hybrid models are modelled with 1d tensor parallelism")
 
 
 def _check_window(s: Scenario, loader: Loader) -> None:

@@ -1,0 +1,75 @@
+"""A Mamba-2 layer of a hybrid model (Dao & Gu 2024, "Transformers are SSMs", arXiv 2405.21060) as
+Megatron-Core's MambaMixer runs it (megatron/core/ssm/mamba_mixer.py), per micro-batch per GPU:
+
+  norm      the layer's pre-norm (RMSNorm)
+  in_proj   column-parallel h -> 2·d_inner + 2·G·N + H  (z, x, B, C, dt; heads and groups split
+            over the tensor group, `nheads % tp == 0`, `ngroups % tp == 0`)
+  conv1d    causal depthwise convolution of width d_conv over x, B, C, then SiLU (memory bound)
+  ssd       the chunked state-space scan (mamba_ssm `mamba_chunk_scan_combined`, chunk Q):
+            per chunk and group C·Bᵀ (2Q²N), per chunk and head the masked product with x (2Q²P),
+            the chunk's state Bᵀx (2QNP) and the states' contribution C·state (2QNP) (the paper's
+            Sec. 6 / Listing 1 SSD algorithm; the inter-chunk recurrence, N·P per chunk, is left
+            out). GEMMs on the GPU's curve; the backward runs each product's two gradients (2x)
+  norm_out  the gated RMSNorm y·silu(z) over groups (memory bound)
+  out_proj  row-parallel d_inner -> h
+  residual
+
+H heads of head dim P (d_inner = H·P), G groups, state N. Saved for the backward: the in_proj and
+out_proj inputs, the convolution's input, the scan's x, B, C, z, dt (fp32) and output, the gated
+norm's input.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipesim.costs.ops import Op
+
+FP32 = 4
+
+
+def mamba_ops(s, sh, norm, vector, matmul) -> list[Op]:
+    """The ops of one Mamba-2 layer; `norm`, `vector`, `matmul` are layers.py's builders."""
+    m, dtype = s.model, s.training.precision
+    e, tp, T = sh.e, sh.tp, sh.tokens
+    t = tp.size
+    H, P, N, G = m.mamba_heads, m.mamba_head_dim, m.mamba_state_dim, m.mamba_num_groups
+    Q, K = m.mamba_chunk_size, m.mamba_conv_kernel
+    d_inner = H * P
+    conv_dim = d_inner + 2 * G * N                     # x, B, C
+    tok = T / tp.token_div
+    ops = [norm("ln1")]
+    in_proj = matmul("in_proj", T, sh.h, 2 * d_inner + 2 * G * N + H, sh, "column", saved_input=tok * sh.h * e,
+                     dtype=dtype, bias=False)
+    ops.append(replace(in_proj, matrices=()))      # Muon leaves it to Adam (MambaMixer: use_muon = False)
+    conv_elems = T * conv_dim / t
+    conv_params = (conv_dim * K + conv_dim) / t        # depthwise weight and bias
+    ops.append(vector("conv1d", conv_elems, sh, (2 * K + 4, 4 * K + 8), saved_bytes=conv_elems * e,
+                      params=conv_params))
+    ops.append(ssd_op(s, sh, H / t, G / t, P, N, Q))
+    y_elems = T * d_inner / t
+    ops.append(vector("norm_out", y_elems, sh, (10, 14), reads=2, saved_bytes=2 * y_elems * e,
+                      params=d_inner / t))
+    ops.append(matmul("out_proj", T, d_inner, sh.h, sh, "row", saved_input=y_elems * e, dtype=dtype, bias=False))
+    ops.append(vector("residual1", tok * sh.h, sh, (1, 0), reads=2, writes=1))
+    return ops
+
+
+def ssd_op(s, sh, heads: float, groups: float, P: int, N: int, Q: int) -> Op:
+    """The chunked SSD scan over the local `heads` (and `groups`) of one micro-batch."""
+    e, T = sh.e, sh.tokens
+    chunks = sh.b * -(-sh.s // Q)
+    adt = "bf16" if s.training.precision == "fp8" else s.training.precision   # the scan stays 16-bit
+    gemms = ((chunks * groups, Q, Q, N, adt),         # C Bᵀ per group
+             (chunks * heads, Q, P, Q, adt),          # (L ∘ C Bᵀ) x per head
+             (chunks * heads, N, P, Q, adt),          # chunk state Bᵀ x
+             (chunks * heads, Q, P, N, adt))          # C · state
+    flops = sum(2 * b * m * n * k for b, m, n, k, _ in gemms)
+    x = T * heads * P                                  # elements of x (and y, z)
+    bc = 2 * T * groups * N
+    dt = T * heads
+    states = chunks * heads * P * N                    # fp32 chunk states, written and read back
+    fwd_bytes = (2 * x + bc) * e + dt * FP32 + 2 * states * FP32 + x * e
+    saved = (3 * x + bc) * e + dt * FP32
+    # the scan's A_log, D and dt_bias (one each per head)
+    return Op("ssd", "matmul", flops, 2 * flops, fwd_bytes, 2 * fwd_bytes, saved_bytes=saved, params=3 * heads,
+              gemms_fwd=gemms, gemms_bwd=gemms + gemms)

@@ -1,0 +1,114 @@
+"""Hybrid Mamba-Transformer models (model.hybrid_layer_pattern): the Mamba-2 layer's parameters and
+SSD FLOPs by hand, the sublayer split, stage placement of a pattern, and the one-line errors."""
+import pytest
+
+from pipesim import load_scenario
+from pipesim.costs.layers import layer_ops
+from pipesim.costs.stage import stage_costs
+from pipesim.costs.summary import layer_counts, total_params
+from pipesim.errors import PipesimError
+
+TINY = dict(num_layers=6, hidden_size=256, num_attention_heads=4, num_kv_heads=2, seq_length=512, vocab_size=1024,
+            activation="squared_relu", norm="rmsnorm", position="none", bias=False, tied_embeddings=False,
+            dropout=False, ffn_hidden_size=512, hybrid_layer_pattern="M-M*-M", mamba_num_heads=8,
+            mamba_head_dim=32, mamba_state_dim=16, mamba_num_groups=2, mamba_chunk_size=64)
+
+
+def tiny(model=None, **parallel):
+    par = {"data": 1, **parallel}
+    gpus = par.get("tensor", 1) * par.get("pipeline", 1) * par["data"]
+    return load_scenario({"model": {**TINY, **(model or {})}, "system": {"preset": "dgx-h100", "gpus_per_node": gpus},
+                          "parallel": par, "training": {"global_batch_size": 4 * par["data"], "attention": "flash"}})
+
+
+def test_mamba_layer_parameters_by_hand():
+    s = tiny()
+    h, H, P, N, G, K = 256, 8, 32, 16, 2, 4
+    d_inner, conv = H * P, H * P + 2 * G * N
+    expected = (h                                   # pre-norm
+                + h * (2 * d_inner + 2 * G * N + H)  # in_proj: z, x, B, C, dt
+                + conv * K + conv                    # depthwise conv weight and bias
+                + 3 * H                              # A_log, D, dt_bias
+                + d_inner                            # gated RMSNorm
+                + d_inner * h)                       # out_proj
+    assert sum(o.params for o in layer_ops(s, "mamba")) == expected
+
+
+def test_ssd_flops_by_hand():
+    s = tiny()
+    ssd = next(o for o in layer_ops(s, "mamba") if o.name == "ssd")
+    Q, N, P, H, G, chunks = 64, 16, 32, 8, 2, 512 // 64
+    per_chunk = G * 2 * Q * Q * N + H * (2 * Q * Q * P + 4 * Q * N * P)
+    assert ssd.flops_fwd == chunks * per_chunk and ssd.flops_bwd == 2 * ssd.flops_fwd
+
+
+def test_sublayers_have_their_own_norm_and_residual():
+    s = tiny()
+    attn, mlp = [o.name for o in layer_ops(s, "attention")], [o.name for o in layer_ops(s, "mlp")]
+    assert attn[0] == "ln1" and attn[-1] == "residual1" and "fc1" not in attn
+    assert mlp[0] == "ln2" and mlp[-1] == "residual2" and "qkv" not in mlp
+    assert dict(layer_counts(s)) == {"mamba": 3, "mlp": 2, "attention": 1}
+
+
+def test_pipeline_stages_hold_the_pattern_layers_they_are_given():
+    whole = stage_costs(tiny())[0]
+    split = stage_costs(tiny(pipeline=2, layers_per_stage=[2, 4]))
+    assert sum(c.params for c in split) == pytest.approx(whole.params)
+    mamba = sum(o.params for o in layer_ops(tiny(), "mamba"))
+    mlp = sum(o.params for o in layer_ops(tiny(), "mlp"))
+    emb = 1024 * 256
+    assert split[0].params == pytest.approx(emb + mamba + mlp)     # "M-"
+
+
+def test_total_params_add_up_the_kinds():
+    s = tiny()
+    kinds = {k: sum(o.params for o in layer_ops(s, k)) for k in ("mamba", "mlp", "attention")}
+    extras = 2 * 1024 * 256 + 256                  # embedding, untied head, final norm
+    assert total_params(s) == 3 * kinds["mamba"] + 2 * kinds["mlp"] + kinds["attention"] + extras
+
+
+def test_tensor_parallel_splits_mamba_heads():
+    one, two = tiny(), tiny(tensor=2, sequence_parallel=True)
+    ssd1 = next(o for o in layer_ops(one, "mamba") if o.name == "ssd")
+    ssd2 = next(o for o in layer_ops(two, "mamba") if o.name == "ssd")
+    assert ssd2.flops_fwd == pytest.approx(ssd1.flops_fwd / 2)
+
+
+def test_muon_leaves_the_mamba_in_proj_to_adam():
+    s = tiny()
+    by_name = {o.name: o for o in layer_ops(s, "mamba")}
+    assert by_name["in_proj"].matrices == () and by_name["out_proj"].matrices
+
+
+@pytest.mark.parametrize("model,parallel,key", [
+    ({"hybrid_layer_pattern": "M-M*-G"}, {}, "hybrid_layer_pattern"),
+    ({"hybrid_layer_pattern": "M-M*-"}, {}, "hybrid_layer_pattern"),
+    ({"hybrid_layer_pattern": "M-M*-E"}, {}, "model.hybrid_layer_pattern"),
+    ({"mamba_num_groups": 3}, {}, "model.mamba_num_groups"),
+    ({"mamba_num_heads": 6, "mamba_num_groups": 6}, {"tensor": 4}, "parallel.tensor"),
+    ({"mtp_layers": 1}, {}, "model.mtp_layers"),
+])
+def test_bad_hybrid_settings_get_one_line_naming_the_key(model, parallel, key):
+    with pytest.raises(PipesimError) as err:
+        tiny(model, **parallel)
+    assert "\n" not in str(err.value) and key in str(err.value)
+
+
+def test_emulator_refuses_hybrid_models():
+    from pipesim.emulator.model import check_supported
+    with pytest.raises(PipesimError, match="hybrid_layer_pattern"):
+        check_supported(tiny())
+
+
+def test_nemotron_h_simulates_and_the_scan_enters_the_step():
+    from pipesim.sim import simulate
+    base = {"model": {"preset": "nemotronh-8b"}, "system": {"preset": "dgx-h100", "num_nodes": 1},
+            "parallel": {"tensor": 2, "pipeline": 2, "data": 2, "sequence_parallel": True},
+            "training": {"global_batch_size": 16, "attention": "flash", "schedule": "1f1b"}}
+    s = load_scenario(base)
+    rep = simulate(s, trace=False)
+    costs = stage_costs(s)
+    assert rep.step_time_s >= s.num_microbatches * max(c.forward + c.backward for c in costs)
+    # a larger Mamba state makes the scan (and in_proj) longer
+    big = dict(base, model={"preset": "nemotronh-8b", "mamba_state_dim": 512})
+    assert simulate(load_scenario(big), trace=False).step_time_s > rep.step_time_s
