@@ -55,3 +55,17 @@ def test_rows_whose_script_layout_matches_take_its_recompute_dispatch_and_overla
     assert case_scenario(cases["bridge2511-h100-qwen3-235b-a22b"])["training"]["moe_a2a_overlap"] is True
     other = case_scenario(cases["bridge2511-gb200-deepseekv3-mx"])["training"]     # PP 8 here, 4 in the script
     assert other["recompute"] == "none" and other["moe_dispatcher"] == "alltoall"
+
+
+def test_the_2604_tables_map_with_the_same_converter():
+    cases = {c.id: c for c in load_cases() if c.suite == "bridge2604"}
+    assert len(cases) == 47                                          # every row of the 26.04.01 tables
+    kimi = case_scenario(cases["bridge2604-gb300-kimi-k2-mxfp8"])   # footnote: trained with Muon
+    assert kimi["training"]["optimizer"] == "muon" and kimi["system"]["preset"] == "gb300-nvl72"
+    assert kimi["system"]["nvlink_domain"] == 64 and kimi["parallel"]["expert"] == 64
+    nano = case_scenario(cases["bridge2604-b300-nemotron-3-nano-mxfp8"])   # vp and ep "n/a" -> 1 / 8
+    assert nano["system"] == {"preset": "dgx-b300", "num_nodes": 1} and nano["parallel"]["virtual_stages"] == 1
+    h100 = case_scenario(cases["bridge2604-h100-llama3-70b-fp8"])   # "FP8" = current scaling
+    assert (h100["training"]["fp8_recipe"], h100["parallel"].get("expert")) == ("tensorwise", None)
+    with pytest.raises(ScenarioError, match="skipped: Nemotron 3 Super"):    # no preset: listed, not simulated
+        case_scenario(cases["bridge2604-b200-nemotron-3-super-mxfp8"])

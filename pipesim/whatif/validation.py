@@ -39,11 +39,13 @@ SUITES = {
     "llama3-405b": ("llama3-405b-", 10.0),  # pipesim/whatif/validation_cp.py
     "korthikanti22": ("rac22-", None),       # held out: pipesim/whatif/validation_heldout.py
     "bridge2511": ("bridge2511-", None),     # held out: pipesim/whatif/validation_bridge.py
+    "bridge2604": ("bridge2604-", None),     # held out: the same converter, the 26.04.01 tables
     "titan2024": ("titan2024-", None),       # held out: pipesim/whatif/validation_titan.py
 }
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
 METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
+          "bridge2604": "tokens",
           "titan2024": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
@@ -125,7 +127,7 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite == "korthikanti22":
         from pipesim.whatif.validation_heldout import rac22_scenario
         return rac22_scenario(case)
-    if case.suite == "bridge2511":
+    if case.suite in ("bridge2511", "bridge2604"):
         from pipesim.whatif.validation_bridge import bridge_scenario
         return bridge_scenario(case)
     if case.suite == "titan2024":

@@ -39,11 +39,22 @@ from pipesim.errors import ScenarioError
 from pipesim.whatif.families import megatron_bucket_MB, megatron_p2p_sync
 
 # Published system names -> (pipesim system preset, GPUs per preset node: pipesim/presets/systems.py).
-BRIDGE_SYSTEMS = {"DGX-H100": ("dgx-h100", 8), "DGX-B200": ("dgx-b200", 8), "DGX-GB200": ("gb200-nvl72", 4)}
+BRIDGE_SYSTEMS = {"DGX-H100": ("dgx-h100", 8), "DGX-B200": ("dgx-b200", 8), "DGX-GB200": ("gb200-nvl72", 4),
+                  "DGX-B300": ("dgx-b300", 8), "DGX-GB300": ("gb300-nvl72", 4)}
+NVL72 = ("gb200-nvl72", "gb300-nvl72")
 # Published model names -> pipesim model presets (pipesim/presets/models.py).
 BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
                  "DeepSeekV3 (w/o MTP)": "deepseek-v3", "DeepSeekV3 (w/ MTP)": "deepseek-v3",
-                 "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
+                 "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
+                 "Kimi_K2": "kimi-k2", "Nemotron_3_Nano": "nemotron-3-nano",
+                 # 26.x tables: "DeepSeekV3" without an MTP label, mapped without MTP (not stated)
+                 "DeepSeekV3": "deepseek-v3"}
+# Published models pipesim has no preset for, with the reason (validate lists them as skipped).
+BRIDGE_NO_PRESET = {"Nemotron_3_Super": "Nemotron 3 Super's shapes come from its Hugging Face config, which "
+                                        "the Megatron-Bridge recipes read here do not state; no preset"}
+# Settings a table's footnote states for a model (26.04.01: "Muon optimizer was used for
+# pre-training Kimi-K2").
+BRIDGE_MODEL_SETTINGS = {"Kimi_K2": dict(optimizer="muon")}
 # Multi-token prediction depth of the published model names that train with it.
 BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1}
 # Per-row settings of the release's performance scripts (Megatron-Bridge tag v0.2.0,
@@ -66,13 +77,16 @@ BRIDGE_ROW_SETTINGS = {
     "bridge2511-b200-gpt-oss-120b-bf16": dict(recompute="selective", recompute_modules=["layernorm", "moe_act"]),
 }
 # Published precision -> (training.precision, training.fp8_recipe).
+# The 26.x tables write FP8 (current scaling, Megatron-Bridge's fp8_cs default) and MXFP8.
 BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "FP8-MX": ("fp8", "mxfp8"),
-                     "NVFP4": ("fp8", "nvfp4")}
+                     "NVFP4": ("fp8", "nvfp4"), "FP8": ("fp8", "tensorwise"), "MXFP8": ("fp8", "mxfp8")}
 
 
 def bridge_scenario(case) -> dict:
     c, cid = case.raw, case.id
     name, par, hw = c["model"]["name"], c["parallel"], c["hardware"]
+    if name in BRIDGE_NO_PRESET:
+        raise ScenarioError(f"{cid}: skipped: {BRIDGE_NO_PRESET[name]}")
     if name not in BRIDGE_MODELS:
         raise ScenarioError(f"{cid}: model.name {name!r} has no preset mapping; known: {', '.join(BRIDGE_MODELS)}")
     if hw["system"] not in BRIDGE_SYSTEMS:
@@ -83,8 +97,7 @@ def bridge_scenario(case) -> dict:
                             f"known: {', '.join(BRIDGE_PRECISIONS)}")
     preset, per_node = BRIDGE_SYSTEMS[hw["system"]]
     n = int(hw["num_gpus"])
-    tp, pp, cp, ep, fsdp = (int(par[k]) for k in ("tp", "pp", "cp", "ep", "fsdp"))
-    vp = 1 if par["vp"] == "n/a" else int(par["vp"])
+    tp, pp, cp, ep, vp, fsdp = (1 if par[k] == "n/a" else int(par[k]) for k in ("tp", "pp", "cp", "ep", "vp", "fsdp"))
     if n % (tp * pp * cp):
         raise ScenarioError(f"{cid}: tensor({tp})·pipeline({pp})·context({cp}) does not divide {n} GPUs")
     dp = n // (tp * pp * cp)
@@ -94,7 +107,7 @@ def bridge_scenario(case) -> dict:
         raise ScenarioError(f"{cid}: {n} GPUs is not a whole number of {per_node}-GPU {hw['system']} nodes")
     system = ({"preset": preset, "num_nodes": 1, "gpus_per_node": n} if n < per_node
               else {"preset": preset, "num_nodes": n // per_node})
-    if preset == "gb200-nvl72" and n > per_node:
+    if preset in NVL72 and n > per_node:
         system["nvlink_domain"] = max(d for d in range(per_node, 73, per_node) if n % d == 0)
     precision, recipe = BRIDGE_PRECISIONS[c["precision"]]
     parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp}
@@ -120,6 +133,7 @@ def bridge_scenario(case) -> dict:
     if ep > 1:
         parallel.update(expert=ep, expert_tensor=1)
         training.update(moe_routing="balanced", moe_dispatcher="alltoall")
+    training.update(BRIDGE_MODEL_SETTINGS.get(name, {}))
     training.update(BRIDGE_ROW_SETTINGS.get(cid, {}))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
 
