@@ -42,6 +42,22 @@ def test_ssd_flops_by_hand():
     assert ssd.flops_fwd == chunks * per_chunk and ssd.flops_bwd == 2 * ssd.flops_fwd
 
 
+def test_gated_deltanet_layer_by_hand():
+    s = tiny({"hybrid_layer_pattern": "G-G*-M", "gdn_num_key_heads": 2, "gdn_num_value_heads": 4,
+              "gdn_key_head_dim": 32, "gdn_value_head_dim": 16})
+    h, Hk, Hv, dk, dv, K = 256, 2, 4, 32, 16, 4
+    ops = layer_ops(s, "gdn")
+    expected = (h + h * (2 * Hk * dk + 2 * Hv * dv + 2 * Hv)      # norm, in_proj: q k v z beta alpha
+                + (2 * Hk * dk + Hv * dv) * K + 2 * Hv + dv + Hv * dv * h)   # conv, A_log + dt_bias, norm, out
+    assert sum(o.params for o in ops) == expected
+    gdn = next(o for o in ops if o.name == "gdn")
+    C, chunks = 64, 512 // 64
+    per_chunk_head = 2 * C * C * dk * 2 + 2 * C * C * dv * 2 + 2 * C * C * dk + 3 * 2 * C * dk * dv + 2 * C ** 3 / 3
+    assert gdn.flops_fwd == pytest.approx(chunks * Hv * per_chunk_head)
+    # the state pass runs chunk after chunk: parallel over the heads only, K over every chunk
+    assert [g[:4] for g in gdn.gemms_fwd if g[0] == Hv] == [(Hv, dk, dv, 3 * C * chunks)]
+
+
 def test_sublayers_have_their_own_norm_and_residual():
     s = tiny()
     attn, mlp = [o.name for o in layer_ops(s, "attention")], [o.name for o in layer_ops(s, "mlp")]
@@ -81,7 +97,9 @@ def test_muon_leaves_the_mamba_in_proj_to_adam():
 
 
 @pytest.mark.parametrize("model,parallel,key", [
-    ({"hybrid_layer_pattern": "M-M*-G"}, {}, "hybrid_layer_pattern"),
+    ({"hybrid_layer_pattern": "M-M*-D"}, {}, "hybrid_layer_pattern"),
+    ({"hybrid_layer_pattern": "G-M*-M", "gdn_num_value_heads": 6, "gdn_num_key_heads": 4}, {},
+     "model.gdn_num_value_heads"),
     ({"hybrid_layer_pattern": "M-M*-"}, {}, "hybrid_layer_pattern"),
     ({"hybrid_layer_pattern": "M-M*-E"}, {}, "model.hybrid_layer_pattern"),
     ({"mamba_num_groups": 3}, {}, "model.mamba_num_groups"),

@@ -137,7 +137,7 @@ def layer_ops(s: Scenario, moe: bool | str = False) -> list[Op]:
     the q/k/v projections and the attention core (pipesim/costs/mla.py).
     In a hybrid model (model.hybrid_layer_pattern) a layer is one sublayer with its own pre-norm
     and residual, `moe` its kind (ModelConfig.layer_kind): "attention", "mlp", "mamba"
-    (pipesim/costs/mamba.py) or True (MoE)."""
+    (pipesim/costs/mamba.py), "gdn" (pipesim/costs/gated_delta.py) or True (MoE)."""
     if s.model.hybrid_layer_pattern:
         return hybrid_layer_ops(s, moe)
     return block_ops(s, moe)
@@ -146,13 +146,14 @@ def layer_ops(s: Scenario, moe: bool | str = False) -> list[Op]:
 def hybrid_layer_ops(s: Scenario, kind: bool | str) -> list[Op]:
     """One layer of a hybrid model: the attention or the MLP / MoE half of a transformer block
     (Megatron-Core builds them as separate layers, each norm -> sublayer -> residual), or Mamba."""
-    if kind == "mamba":
+    if kind in ("mamba", "gdn"):
+        from pipesim.costs.gated_delta import gdn_ops
         from pipesim.costs.mamba import mamba_ops
         sh = shapes_of(s)
         norm = lambda name: replace(vector(name, sh.tokens / sh.tp.token_div * sh.h, sh, (8, 10),
                                            saved_bytes=sh.tokens / sh.tp.token_div * sh.h * sh.e, params=sh.h),
                                     param_tensors=1)
-        return mamba_ops(s, sh, norm, vector, matmul)
+        return (mamba_ops if kind == "mamba" else gdn_ops)(s, sh, norm, vector, matmul)
     ops = block_ops(s, kind is True)
     mlp = [o.name for o in ops].index("ln2")
     return ops[:mlp] if kind == "attention" else ops[mlp:]

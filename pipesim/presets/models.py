@@ -203,6 +203,7 @@ ACTIVE_PARAMS = {
     "gpt-oss-20b": (3.61e9, False, 0.005e9),
     "llama4-maverick": (17e9, True, 0.5e9),
     "nemotron-3-nano": (3.6e9, True, 0.05e9),
+    "qwen3-next-80b-a3b": (3e9, True, 1e9),
 }
 
 # Llama 3.1 405B (dense), preset kept as its own block (issue 15). Dubey et al. 2024, "The Llama 3
@@ -259,6 +260,18 @@ HYBRID = {
                             moe_router_score="sigmoid",
                             hybrid_layer_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
                             reference_params=31.6e9),
+    # Qwen/Qwen3-Next-80B-A3B config.json: 48 layers, each a token mixer and an MoE block, the mixer
+    # Gated DeltaNet in three of every four (full_attention_interval 4; 16 key heads and 32 value
+    # heads of 128, conv width 4) and gated attention in the fourth (16 heads of 256, 2 kv heads);
+    # 512 experts of 512, top-10, one shared expert of 512; hidden 2048, vocab 151936, untied.
+    # Megatron-Core builds it as a GPT model with the gated_delta_net attention variant
+    # (Megatron-Bridge qwen3_next_bridge.py); here the 96 sublayers of the hybrid pattern. The
+    # attention output gate (q_proj doubled, 0.1 % of the weights) and the shared-expert gate are
+    # not costed. Model card: 80B total, 3B activated (79.57B and 3.77B with the embedding here).
+    "qwen3-next-80b-a3b": dict(_MOE, num_layers=96, hidden_size=2048, num_attention_heads=16, num_kv_heads=2,
+                               kv_channels=256, ffn_hidden_size=512, vocab_size=151936, num_experts=512,
+                               moe_top_k=10, moe_ffn_hidden_size=512, num_shared_experts=1,
+                               hybrid_layer_pattern="GEGEGE*E" * 12, reference_params=80e9),
 }
 
 MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE, **LLAMA31, **QWEN3, **HYBRID}

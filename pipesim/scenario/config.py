@@ -24,7 +24,7 @@ BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
 
 # Megatron-Core hybrid layer symbols (megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols)
 # -> the layer kind the cost model builds (pipesim/costs/layers.py layer_ops; True = MoE)
-HYBRID_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": True}
+HYBRID_KINDS = {"M": "mamba", "G": "gdn", "*": "attention", "-": "mlp", "E": True}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,15 +83,21 @@ class ModelConfig:
                                    "output head and loss, on the last pipeline stage (DeepSeek-V3 trained with 1)")
     # Hybrid Mamba-Transformer models (Megatron-Core MambaModel / HybridModel, hybrid layer pattern;
     # Nemotron-H, Nemotron 3): each character one layer with its own pre-norm and residual.
-    hybrid_layer_pattern: str = field("", doc="one character per layer: M = Mamba-2 mixer, * = self-attention, "
-                                              "- = dense MLP, E = MoE (Megatron-Core hybrid_layer_pattern); "
-                                              "empty = every layer attention + MLP (or MoE)")
+    hybrid_layer_pattern: str = field("", doc="one character per layer: M = Mamba-2 mixer, G = Gated DeltaNet, "
+                                              "* = self-attention, - = dense MLP, E = MoE (Megatron-Core "
+                                              "hybrid_layer_pattern); empty = every layer attention + MLP (or MoE)")
     mamba_num_heads: int = field(0, doc="Mamba-2 heads (0 = 2·hidden_size / mamba_head_dim, Megatron's expand 2)")
     mamba_head_dim: int = field(64, doc="Mamba-2 head dimension P")
     mamba_state_dim: int = field(128, doc="Mamba-2 state dimension N")
     mamba_num_groups: int = field(8, doc="Mamba-2 groups sharing B and C")
-    mamba_conv_kernel: int = field(4, doc="Mamba-2 causal depthwise convolution width (Megatron d_conv)")
+    mamba_conv_kernel: int = field(4, doc="Mamba-2 / Gated DeltaNet causal depthwise convolution width "
+                                          "(Megatron d_conv, linear_conv_kernel_dim)")
     mamba_chunk_size: int = field(128, doc="tokens per chunk of the SSD scan (Megatron MambaMixer chunk_size)")
+    # Gated DeltaNet (G layers; Megatron-Core linear_num_key_heads ...; defaults: Qwen3-Next's)
+    gdn_num_key_heads: int = field(16, doc="Gated DeltaNet query/key heads")
+    gdn_num_value_heads: int = field(32, doc="Gated DeltaNet value heads")
+    gdn_key_head_dim: int = field(128, doc="Gated DeltaNet key head dimension")
+    gdn_value_head_dim: int = field(128, doc="Gated DeltaNet value head dimension")
     # Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1): low-rank q and kv.
     attention_variant: Literal["gqa", "mla"] = field("gqa", doc="gqa (MHA/GQA/MQA) or mla")
     q_lora_rank: Optional[int] = field(None, doc="MLA query compression rank (None = no q compression)")
@@ -118,13 +124,14 @@ class ModelConfig:
             bad = sorted(set(self.hybrid_layer_pattern) - set(HYBRID_KINDS))
             if bad:
                 raise ValueError(f"hybrid_layer_pattern: layer symbols {bad} are not modelled; use M (Mamba), "
-                                 f"* (attention), - (MLP), E (MoE), and parallel.layers_per_stage for the "
-                                 f"pipeline split ('|')")
+                                 f"G (Gated DeltaNet), * (attention), - (MLP), E (MoE), and "
+                                 f"parallel.layers_per_stage for the pipeline split ('|')")
             if len(self.hybrid_layer_pattern) != self.num_layers:
                 raise ValueError(f"hybrid_layer_pattern has {len(self.hybrid_layer_pattern)} layers but num_layers is "
                                  f"{self.num_layers}")
         for key in ("mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel",
-                    "mamba_chunk_size"):
+                    "mamba_chunk_size", "gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim",
+                    "gdn_value_head_dim"):
             if getattr(self, key) < (0 if key == "mamba_num_heads" else 1):
                 raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
 

@@ -381,6 +381,13 @@ def _check_hybrid(s: Scenario, loader: Loader) -> None:
         if heads % t or groups % t:
             loader.fail("parallel.tensor", f"mamba heads({heads}) and mamba_num_groups({groups}) must both be "
                         f"divisible by tensor({t})")
+    if "G" in pattern:
+        t, hk, hv = par.tensor, m.gdn_num_key_heads, m.gdn_num_value_heads
+        if hv % hk:
+            loader.fail("model.gdn_num_value_heads", f"gdn_num_value_heads({hv}) is not a multiple of "
+                        f"gdn_num_key_heads({hk})")
+        if hk % t:
+            loader.fail("parallel.tensor", f"gdn_num_key_heads({hk}) is not divisible by tensor({t})")
     if par.tensor_mode != "1d":
         loader.fail("parallel.tensor_mode", "hybrid models are modelled with 1d tensor parallelism")
 
