@@ -113,10 +113,3 @@ def test_cnn_with_muon_is_refused():
     with pytest.raises(PipesimError, match="training.optimizer"):
         load_scenario({"model": "resnet50", "system": "dgx-a100-80gb", "parallel": {"data": 8},
                        "training": {"global_batch_size": 64, "optimizer": "muon"}})
-
-
-def test_emulator_refuses_muon():
-    from pipesim.emulator.model import check_supported
-    with pytest.raises(PipesimError, match="muon is not emulated"):
-        check_supported(load_scenario({"model": "gpt2-small", "system": "dgx-a100-80gb", "parallel": {"data": 8},
-                                       "training": {"global_batch_size": 8, "optimizer": "muon"}}))

@@ -145,7 +145,8 @@ def layer_ops(s: Scenario, moe: bool | str = False) -> list[Op]:
 
 def hybrid_layer_ops(s: Scenario, kind: bool | str) -> list[Op]:
     """One layer of a hybrid model: the attention or the MLP / MoE half of a transformer block
-    (Megatron-Core builds them as separate layers, each norm -> sublayer -> residual), or Mamba."""
+    (Megatron-Core builds them as separate layers, each norm -> sublayer -> residual), a Mamba-2
+    or a Gated DeltaNet mixer."""
     if kind in ("mamba", "gdn"):
         from pipesim.costs.gated_delta import gdn_ops
         from pipesim.costs.mamba import mamba_ops

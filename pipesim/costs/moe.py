@@ -290,12 +290,6 @@ def expert_params(ops: list[Op]) -> float:
     return sum(o.params for o in ops if o.name.startswith("expert_"))
 
 
-def layer_split(s: Scenario, first: int, count: int) -> tuple[int, int]:
-    """(dense, MoE) layers among layers first .. first+count-1."""
-    moe = sum(s.model.is_moe_layer(i) for i in range(first, first + count))
-    return count - moe, moe
-
-
 @dataclass(frozen=True)
 class MoELayerCosts:
     """What one MoE layer adds per micro-batch on one GPU (stage_costs multiplies by its count)."""

@@ -32,6 +32,7 @@ Elementwise bytes per Muon-managed parameter (torch.optim.Muon `_single_tensor_m
 without Nesterov as Megatron's default muon_nesterov=False; fp32 master, gradient and momentum):
 momentum lerp (read m, g; write m) 12; cast to bf16 6; Frobenius norm 2; scale 4; weight decay
 (read, write) 8; update (read p, bf16 update; write p) 10 = 42.
+The CPU emulator runs the same step (pipesim/emulator/muon.py) and times it as NEWTON_SCHULZ.
 """
 from __future__ import annotations
 
@@ -44,7 +45,6 @@ from pipesim.costs.topology import placement
 from pipesim.scenario.config import Scenario
 
 UPDATE_BYTES = 42                       # per Muon-managed parameter, the table above
-STATE_BYTES = 4                         # the fp32 momentum buffer
 EXCLUDED = ("lm_head",)                 # the output layer stays on Adam (the embedding has no matrices)
 
 

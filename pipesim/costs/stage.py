@@ -398,7 +398,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         if ep.params:
             from pipesim.costs.moe_parallel import expert_data_size
             edp = expert_data_size(s)
-        shard = (lambda n: n) if tr.zero_stage >= 1 else (lambda n: 1)
+
+        def shard(group: int) -> int:       # ZeRO-1 and up shard the optimizer over the group
+            return group if tr.zero_stage >= 1 else 1
         muon_parts = muon_split(s, cm, [(d.ops, n) for d, n in zip(dense, n_by_kind)], extras, moe, n_moe,
                                 shard(dp_cp), shard(edp))
         adam_dense, adam_expert = muon_parts.adam_params(dense_params, ep.params)
@@ -564,7 +566,7 @@ _NORM_AR: dict = {}
 
 
 def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_params: float,
-                   fp8_params: float, elem: int, opt_step: float, muon_parts: "MuonParts") -> tuple:
+                   fp8_params: float, elem: int, opt_step: float, muon_parts: MuonParts) -> tuple:
     """The per-step work after the last backward of a stage, in the order Megatron-LM runs it
     (megatron/core/optimizer: finalize_model_grads, then clip_grad_norm, then step):
       EMBED_GRAD_AR   tied input/output embedding: first and last pipeline stage all-reduce the

@@ -19,7 +19,7 @@ def total_params(s: Scenario) -> float:
 def layer_counts(s: Scenario) -> list[tuple[bool | str, int]]:
     """[(layer kind, number of layers)] of the whole model, its multi-token-prediction blocks
     included (built like the last layer). Kinds: False (dense), True (MoE); a hybrid model's
-    "mamba", "attention", "mlp" and True (ModelConfig.layer_kind)."""
+    "mamba", "gdn", "attention", "mlp" and True (ModelConfig.layer_kind)."""
     m = s.model
     if m.hybrid_layer_pattern:
         kinds = [m.layer_kind(i) for i in range(m.num_layers)]

@@ -357,8 +357,9 @@ def check_supported(s) -> None:
     if m.hybrid_layer_pattern:
         raise ScenarioError(f"{where}: model.hybrid_layer_pattern: the emulator runs transformer blocks, not "
                             f"Mamba / hybrid layers")
-    if s.training.optimizer == "muon":
-        raise ScenarioError(f"{where}: training.optimizer muon is not emulated; use adam or sgd")
+    if s.training.optimizer == "muon" and p.tensor > 1 and s.training.muon_tp_mode == "duplicated":
+        raise ScenarioError(f"{where}: training.muon_tp_mode duplicated: the emulator orthogonalises each rank's "
+                            f"shard (blockwise) with tensor parallelism; set it to blockwise or tensor to 1")
     if m.mtp_layers:
         raise ScenarioError(f"{where}: model.mtp_layers={m.mtp_layers}: the emulator runs no multi-token "
                             f"prediction; set it to 0")

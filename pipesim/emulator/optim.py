@@ -36,11 +36,26 @@ def attach_grad_buffer(params) -> torch.Tensor:
     return buf
 
 
+def adam(targets):
+    try:
+        return torch.optim.Adam(targets, lr=LR, betas=ADAM_BETAS, eps=ADAM_EPS, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(targets, lr=LR, betas=ADAM_BETAS, eps=ADAM_EPS, foreach=True)
+
+
+def muon_managed(p, name: str) -> bool:
+    """Muon takes 2-D weights but the embeddings and the output layer (Megatron-Core
+    emerging_optimizers._is_muon_excluded)."""
+    return p.dim() == 2 and not name.startswith(("embedding.", "head."))
+
+
 class Optimizer:
     """Adam or SGD with momentum over `params` (torch's fused single-pass kernels where the
-    device has them, as Megatron uses a fused Adam); fp32 master copies when params are not fp32."""
+    device has them, as Megatron uses a fused Adam); fp32 master copies when params are not fp32.
+    Muon (pipesim/emulator/muon.py) takes the 2-D hidden weights, Adam the rest: `muon` =
+    (names: id(param) -> global name, qkv_split: the local QKV row split, Newton-Schulz steps)."""
 
-    def __init__(self, params, kind: str = "adam"):
+    def __init__(self, params, kind: str = "adam", muon: tuple | None = None):
         self.params, self.kind = list(params), kind
         self.mixed = bool(self.params) and self.params[0].dtype != torch.float32
         if self.mixed:
@@ -48,34 +63,53 @@ class Optimizer:
             targets = self.master
         else:
             self.master, targets = None, self.params
-        self.opt = None
-        if targets:
-            if kind == "adam":
-                try:
-                    self.opt = torch.optim.Adam(targets, lr=LR, betas=ADAM_BETAS, eps=ADAM_EPS, fused=True)
-                except (RuntimeError, TypeError):
-                    self.opt = torch.optim.Adam(targets, lr=LR, betas=ADAM_BETAS, eps=ADAM_EPS, foreach=True)
-            elif kind == "sgd":
-                self.opt = torch.optim.SGD(targets, lr=LR, momentum=0.9, foreach=True)
-            else:       # check_supported refuses the others first; never run SGD in their place
-                from pipesim.errors import ScenarioError
-                raise ScenarioError(f"training.optimizer {kind!r} is not emulated; use adam or sgd")
+        self.opt, self.muon, self.matrix_numel = None, None, 0
+        if not targets:
+            return
+        if kind == "adam":
+            self.opt = adam(targets)
+        elif kind == "sgd":
+            self.opt = torch.optim.SGD(targets, lr=LR, momentum=0.9, foreach=True)
+        elif kind == "muon" and muon is not None:
+            from pipesim.emulator.muon import MuonStep
+            names, qkv_split, steps = muon
+            picked = [i for i, p in enumerate(self.params) if muon_managed(p, names.get(id(p), ""))]
+            self.matrix_numel = sum(self.params[i].numel() for i in picked)
+            splits = [qkv_split if names[id(self.params[i])].endswith(".qkv.weight") else None for i in picked]
+            self.muon = MuonStep([targets[i] for i in picked], splits, LR, steps)
+            rest = [t for i, t in enumerate(targets) if i not in set(picked)]
+            self.opt = adam(rest) if rest else None
+        else:       # check_supported refuses the others first; never run SGD in their place
+            from pipesim.errors import ScenarioError
+            raise ScenarioError(f"training.optimizer {kind!r} is not emulated here; use adam or sgd")
 
     def nbytes(self) -> float:
         """Optimizer state bytes (torch allocates them at the first step): Adam m and v or the
-        SGD momentum in fp32, plus the fp32 master weights under mixed precision."""
-        states = 2 if self.kind == "adam" else 1
+        SGD (Muon) momentum in fp32, plus the fp32 master weights under mixed precision."""
+        states = 2 if self.kind in ("adam", "muon") else 1
+        total = sum(p.numel() for p in self.params)
         per = 4 * states + (4 if self.mixed else 0)
-        return float(per * sum(p.numel() for p in self.params))
+        return float(per * total - 4 * self.matrix_numel)
+
+    def step(self) -> None:
+        self.step_matrices()
+        self.step_rest()
 
     @torch.no_grad()
-    def step(self) -> None:
-        if self.opt is None:
-            return
+    def step_matrices(self) -> None:
+        """The main gradients (fp32 masters) and Muon's step of its matrices (the simulator's
+        NEWTON_SCHULZ: the emulator times it apart)."""
         if self.mixed:
             for m, p in zip(self.master, self.params):
                 m.grad = p.grad.float()
-        self.opt.step()
+        if self.muon is not None:
+            self.muon.step()
+
+    @torch.no_grad()
+    def step_rest(self) -> None:
+        """Adam or SGD over the rest, then the masters back into the model weights."""
+        if self.opt is not None:
+            self.opt.step()
         if self.mixed:
             for m, p in zip(self.master, self.params):
                 p.copy_(m)

@@ -147,7 +147,10 @@ def run_worker(cfg: dict) -> dict:
         params_by_stage[k] = ps
         rt.grad_buffers[k] = attach_grad_buffer(ps)
     all_params = [p for k in sorted(params_by_stage) for p in params_by_stage[k]]
-    opt = Optimizer(all_params, s.training.optimizer)
+    m = s.model
+    muon = (builder.names, (m.num_attention_heads // m.kv_heads * m.head_dim, m.head_dim, m.head_dim),
+            s.training.muon_ns_steps) if s.training.optimizer == "muon" else None
+    opt = Optimizer(all_params, s.training.optimizer, muon)
     counter.skip_storage_of(all_params)
     counter.set_static("weights", sum(p.numel() * p.element_size() for p in all_params))
     counter.set_static("gradients", sum(b.numel() * b.element_size() for b in rt.grad_buffers.values()))
@@ -201,13 +204,16 @@ def run_worker(cfg: dict) -> dict:
         ex.run_step(step, tokens)
         if cfg.get("dump_grads") and step == 0:
             _dump_grads(cfg, rt, builder, all_params)
-        start, cpu0 = rec.now(), time.thread_time()
         rt.recorder.status.set(step, "OPTIMIZER", "run")
-        opt.step()
-        if cuda:
-            torch.cuda.synchronize()
-        end = rec.now()
-        rec.event("compute", "OPTIMIZER", -1, -1, start, end, cpu_s=time.thread_time() - cpu0)
+        # Muon's orthogonalisation as its own event, as the simulator's NEWTON_SCHULZ step op
+        for name, run in ((("NEWTON_SCHULZ", opt.step_matrices),) if opt.muon else ()) + (
+                ("OPTIMIZER", opt.step if not opt.muon else opt.step_rest),):
+            start, cpu0 = rec.now(), time.thread_time()
+            run()
+            if cuda:
+                torch.cuda.synchronize()
+            end = rec.now()
+            rec.event("compute", name, -1, -1, start, end, cpu_s=time.thread_time() - cpu0)
         rec.sample(end, *rt.memory_reading())
         rec.flush()
         rt.losses[:] = [float(x) for x in rt.losses]

@@ -16,7 +16,7 @@ import statistics
 
 from pipesim.errors import PipesimError
 
-COMPUTE = ("F", "B", "I", "W", "R", "QUANTIZE", "DEQUANTIZE", "OPTIMIZER")
+COMPUTE = ("F", "B", "I", "W", "R", "QUANTIZE", "DEQUANTIZE", "OPTIMIZER", "NEWTON_SCHULZ")
 COMM = ("RECV_F", "RECV_B", "SEND_F", "SEND_B", "DP", "TP")
 
 

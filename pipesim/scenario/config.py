@@ -82,7 +82,7 @@ class ModelConfig:
                                    "layer's kind), each with its projection and a pass through the shared "
                                    "output head and loss, on the last pipeline stage (DeepSeek-V3 trained with 1)")
     # Hybrid Mamba-Transformer models (Megatron-Core MambaModel / HybridModel, hybrid layer pattern;
-    # Nemotron-H, Nemotron 3): each character one layer with its own pre-norm and residual.
+    # Nemotron-H, Nemotron 3, Qwen3-Next): each character one layer with its own pre-norm and residual.
     hybrid_layer_pattern: str = field("", doc="one character per layer: M = Mamba-2 mixer, G = Gated DeltaNet, "
                                               "* = self-attention, - = dense MLP, E = MoE (Megatron-Core "
                                               "hybrid_layer_pattern); empty = every layer attention + MLP (or MoE)")
@@ -165,7 +165,7 @@ class ModelConfig:
 
     def layer_kind(self, index: int):
         """The kind of layer `index` as the cost model builds it: False (attention + MLP), True (an
-        MoE layer: attention + MoE block); in a hybrid model "mamba", "attention", "mlp" or True."""
+        MoE layer: attention + MoE block); in a hybrid model "mamba", "gdn", "attention", "mlp" or True."""
         if self.hybrid_layer_pattern:
             return HYBRID_KINDS[self.hybrid_layer_pattern[index]]
         return self.is_moe_layer(index)
@@ -173,11 +173,6 @@ class ModelConfig:
     @property
     def mamba_heads(self) -> int:
         return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
-
-    @property
-    def has_attention(self) -> bool:
-        """Some layer runs self-attention (not a pure Mamba/MLP stack)."""
-        return not self.hybrid_layer_pattern or "*" in self.hybrid_layer_pattern
 
     @property
     def num_moe_layers(self) -> int:
