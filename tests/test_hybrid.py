@@ -130,3 +130,12 @@ def test_nemotron_h_simulates_and_the_scan_enters_the_step():
     # a larger Mamba state makes the scan (and in_proj) longer
     big = dict(base, model={"preset": "nemotronh-8b", "mamba_state_dim": 512})
     assert simulate(load_scenario(big), trace=False).step_time_s > rep.step_time_s
+
+
+def test_estimate_lists_every_layer_kind_of_a_hybrid_model():
+    from pipesim.report.estimate import estimate
+    out = estimate(tiny())
+    ops = [r["op"] for r in out["rows"]]
+    assert {"mamba.ssd", "mlp.fc1", "attention.qkv"} <= set(ops)
+    # per layer is the mean over the pattern's 6 layers
+    assert out["per_layer"]["flops_fwd"] == pytest.approx(out["layers_total"]["flops_fwd"] / 6)

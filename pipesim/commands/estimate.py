@@ -62,7 +62,8 @@ def run(args) -> int:
     if not args.wide:
         print("(--wide adds the compute/memory time split, the collectives and their sizes)")
     pl, tot = result["per_layer"], result["layers_total"]
-    say(f"\nper layer: fwd {pl['flops_fwd'] / 1e12:.4g} TFLOP, bwd {pl['flops_bwd'] / 1e12:.4g} TFLOP, "
+    mean = " (mean of the hybrid pattern's layers)" if m.hybrid_layer_pattern else ""
+    say(f"\nper layer{mean}: fwd {pl['flops_fwd'] / 1e12:.4g} TFLOP, bwd {pl['flops_bwd'] / 1e12:.4g} TFLOP, "
           f"fwd {pl['t_fwd_s'] * 1e3:.4g} ms (comm {pl['t_comm_fwd_s'] * 1e3:.4g}), "
           f"bwd {pl['t_bwd_s'] * 1e3:.4g} ms (comm {pl['t_comm_bwd_s'] * 1e3:.4g})")
     say(f"x {result['depth']} layers: fwd {tot['flops_fwd'] / 1e12:.4g} TFLOP, bwd {tot['flops_bwd'] / 1e12:.4g} "

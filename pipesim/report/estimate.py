@@ -45,14 +45,20 @@ def estimate(s: Scenario) -> dict:
     """Rows per op, per-layer and depth totals, and the model summary (all SI units)."""
     cm = cost_model_for(s)
     # MoE models: the table shows an MoE layer; the depth totals add dense and MoE layers
-    kinds = {moe: [op_row(s, cm, op, "layer") for op in costed_layer_ops(s, moe)] for moe, _ in layer_counts(s)}
+    # a hybrid model's table has every layer kind, its block named after the kind (mamba, ...)
+    hybrid = bool(s.model.hybrid_layer_pattern)
+    block = lambda kind: ("moe" if kind is True else kind) if hybrid else "layer"
+    kinds = {moe: [op_row(s, cm, op, block(moe)) for op in costed_layer_ops(s, moe)] for moe, _ in layer_counts(s)}
     layer = kinds.get(True, kinds.get(False)) or next(iter(kinds.values()))   # an MoE layer if there is one
     extras = ([op_row(s, cm, op, "embedding") for op in embedding_ops(s)]
               + [op_row(s, cm, op, "head") for op in head_ops(s)]
               + [op_row(s, cm, op, "mtp") for op in (costed_mtp_ops(s) if s.model.mtp_layers else [])])
-    per_layer = {k: sum(r[k] for r in layer) for k in TOTALS}
     depth = s.model.num_layers + s.model.mtp_layers      # MTP blocks counted with the stack
     stack = {k: sum(n * sum(r[k] for r in kinds[moe]) for moe, n in layer_counts(s)) for k in TOTALS}
+    # per layer: the table's layer, or a hybrid model's mean layer
+    per_layer = {k: stack[k] / depth for k in TOTALS} if hybrid else {k: sum(r[k] for r in layer) for k in TOTALS}
+    if hybrid:
+        layer = [dict(r, op=f"{r['block']}.{r['op']}") for rows in kinds.values() for r in rows]
     stages = stage_costs(s)
     memory = {
         "weights_bytes": max(st.static.weights for st in stages),
