@@ -69,3 +69,14 @@ def test_the_2604_tables_map_with_the_same_converter():
     assert (h100["training"]["fp8_recipe"], h100["parallel"].get("expert")) == ("tensorwise", None)
     with pytest.raises(ScenarioError, match="skipped: Nemotron 3 Super"):    # no preset: listed, not simulated
         case_scenario(cases["bridge2604-b200-nemotron-3-super-mxfp8"])
+
+
+def test_2604_rows_take_their_release_configs_settings():
+    cases = {c.id: c for c in load_cases() if c.suite == "bridge2604"}
+    b200 = case_scenario(cases["bridge2604-b200-deepseekv3-mxfp8"])["training"]    # DEEPSEEK_V3 ..._B200_FP8_MX_V2
+    assert (b200["moe_dispatcher"], b200["moe_a2a_overlap"]) == ("deepep", True)
+    assert b200["recompute"] == "selective" and b200["recompute_modules"] == ["mla_up_proj", "mlp"]
+    fsdp = case_scenario(cases["bridge2604-gb300-llama3-70b-fp8"])["training"]     # Megatron-FSDP, 20 offloaded
+    assert (fsdp["zero_stage"], fsdp["zero3_collectives"], fsdp["offload_activation_layers"]) == (3, "layer", 20)
+    plain = case_scenario(cases["bridge2604-gb300-gpt-oss-120b-bf16"])["training"]  # the config sets nothing more
+    assert plain["moe_dispatcher"] == "alltoall" and plain["recompute"] == "none"

@@ -135,6 +135,8 @@ def bridge_scenario(case) -> dict:
         training.update(moe_routing="balanced", moe_dispatcher="alltoall")
     training.update(BRIDGE_MODEL_SETTINGS.get(name, {}))
     training.update(BRIDGE_ROW_SETTINGS.get(cid, {}))
+    from pipesim.whatif.validation_bridge_2604 import row_settings
+    training.update(row_settings(cid))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
 
 

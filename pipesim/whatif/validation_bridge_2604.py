@@ -1,0 +1,71 @@
+"""Per-row settings of the bridge2604 held-out family (the Megatron-Bridge 26.04.01 tables), from
+the release's own performance configs: github:NVIDIA-NeMo/Megatron-Bridge tag v0.4.2 (2026-05-28,
+the tag whose docs hold the 26.04.01 tables), scripts/performance/configs/*/
+*_workload_base_configs.py. Every one of the 39 modelled rows has a config there whose layout
+(GPUs, global and micro batch, TP, PP, VP, CP, EP) is the table's; the comment names it. Test only.
+
+Mapped (pipesim/whatif/validation_bridge.py applies them over the family's defaults):
+- moe_flex_dispatcher_backend hybridep / deepep -> training.moe_dispatcher deepep (the fused
+  dispatch-combine kernels; as bridge2511's rows);
+- moe_a2a_overlap -> training.moe_a2a_overlap;
+- recompute_modules -> recompute selective with those modules (Megatron-Core recompute_modules);
+- cpu_offloading_num_layers -> training.offload_activation_layers;
+- use_megatron_fsdp -> ZeRO-3 with one gather and reduce-scatter per layer (Megatron-FSDP's
+  default FSDP unit is the transformer layer: megatron/core/distributed/fsdp/mcore_fsdp_adapter.py,
+  fsdp_unit_modules = [TransformerLayer, MoETransformerLayer, MambaLayer]).
+Not mapped: CUDA graphs (host time pipesim does not model), pipeline layouts, environment
+variables. Rows without an entry run the family defaults.
+"""
+from __future__ import annotations
+
+
+def _recipe(deepep: bool = False, a2a: bool = False, modules=None, offload: int = 0,
+            megatron_fsdp: bool = False) -> dict:
+    out = {}
+    if deepep:
+        out["moe_dispatcher"] = "deepep"
+    if a2a:
+        out["moe_a2a_overlap"] = True
+    if modules:
+        out.update(recompute="selective", recompute_modules=list(modules))
+    if offload:
+        out["offload_activation_layers"] = offload
+    if megatron_fsdp:
+        out["zero3_collectives"] = "layer"
+    return out
+
+
+# row id (without the "bridge2604-" prefix) -> training keys; the v0.4.2 config beside each
+ROWS = {
+    "gb300-llama3-70b-fp8": _recipe(offload=20, megatron_fsdp=True),  # LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2
+    "gb200-llama3-70b-fp8": _recipe(offload=40, megatron_fsdp=True),  # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2
+    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),  # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2
+    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mlp']),  # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2
+    "b300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),  # DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2
+    "b200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj', 'mlp']),  # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2
+    "gb200-gpt-oss-120b-bf16": _recipe(a2a=True, modules=['layernorm', 'moe_act']),  # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2
+    "b300-gpt-oss-120b-bf16": _recipe(deepep=True),  # GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2
+    "b200-gpt-oss-120b-bf16": _recipe(modules=['layernorm', 'moe_act']),  # GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2
+    "h100-gpt-oss-120b-bf16": _recipe(modules=['layernorm', 'moe_act']),  # GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2
+    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1
+    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1
+    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1
+    "b200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_MX_V1
+    "h100-qwen3-30b-a3b-fp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1
+    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
+    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2
+    "b300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2
+    "h100-qwen3-235b-a22b-fp8": _recipe(a2a=True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2
+    "gb300-kimi-k2-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),  # KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX
+    "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1
+    "gb200-nemotron-3-nano-mxfp8": _recipe(deepep=True),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB200_FP8_MX_V1
+    "b300-nemotron-3-nano-mxfp8": _recipe(deepep=True),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B300_FP8_MX_V1
+    "b200-nemotron-3-nano-mxfp8": _recipe(deepep=True),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B200_FP8_MX_V1
+    "h100-nemotron-3-nano-fp8": _recipe(deepep=True, modules=['moe', 'layernorm', 'core_attn', 'moe_act']),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1
+}
+
+
+def row_settings(case_id: str) -> dict:
+    """The training keys of a bridge2604 row's release config (empty for other families)."""
+    prefix = "bridge2604-"
+    return ROWS.get(case_id[len(prefix):], {}) if case_id.startswith(prefix) else {}
