@@ -215,6 +215,16 @@ def main() -> None:
             tb = f"{TORCHBENCH_FA3_FWD[i]:>15.1f}" if (phase, causal) == ("fwd", False) else f"{'-':>15}"
             label = phase + (" causal" if causal else "")
             print(f"   {seq:>6} {label:>10} {pred:>8.0f} {fa3[i]:>11} {tb}")
+    print()
+
+    print("3b. Attention by head dim on H100 (cuDNN, forward; the FA3 paper's head-dim 64 / 256 panels are the")
+    print("    table at those dims: pipesim interpolates between them, log-linear in the head dim)")
+    print(f"   {'seq':>6} {'causal':>6} " + " ".join(f"{'d=' + str(d):>7}" for d in (64, 96, 128, 160, 192, 256)))
+    for seq in SEQ:
+        for causal in (False, True):
+            row = " ".join(f"{attention_tflops(h100, seq, causal, 'fwd', head_dim=d):>7.0f}"
+                           for d in (64, 96, 128, 160, 192, 256))
+            print(f"   {seq:>6} {str(causal):>6} {row}")
 
 
 if __name__ == "__main__":

@@ -127,6 +127,33 @@ def test_attention_tables_interpolate_between_published_points():
     assert attention_tflops(H100, 4096, True, "bwd") < attention_tflops(H100, 4096, False, "bwd")
 
 
+def test_attention_by_head_dim_reads_the_papers_64_and_256_panels():
+    # FA3 paper Fig. 5, cuDNN bars at 2k: head dim 64 395 / causal 334, head dim 256 580 / 450
+    assert attention_tflops(H100, 2048, False, "fwd", head_dim=64) == pytest.approx(395)
+    assert attention_tflops(H100, 2048, True, "fwd", head_dim=64) == pytest.approx(334)
+    assert attention_tflops(H100, 2048, False, "fwd", head_dim=256) == pytest.approx(580)
+    assert attention_tflops(H100, 2048, True, "fwd", head_dim=256) == pytest.approx(450)
+    assert attention_tflops(H100, 2048, False, "fwd", head_dim=32) == pytest.approx(395)   # held beyond
+    between = attention_tflops(H100, 2048, False, "fwd", head_dim=96)
+    assert 395 < between < 617
+    # the backward takes the forward's non-causal head-dim factor
+    bwd = attention_tflops(H100, 2048, False, "bwd")
+    assert attention_tflops(H100, 2048, False, "bwd", head_dim=64) == pytest.approx(bwd * 395 / 617)
+
+
+def test_a_head_dim_64_model_runs_its_attention_slower_per_flop():
+    from pipesim.costs.roofline import CostModel
+    from pipesim.costs.layers import flash_attention, shapes_of
+    from dataclasses import replace
+    s = load_scenario({"model": {"preset": "llama3-8b"}, "system": "dgx-h100", "parallel": {"data": 8},
+                       "training": {"global_batch_size": 8, "attention": "flash"}})
+    cm = CostModel(s.system.gpu, "bf16")
+    sh = shapes_of(s)
+    per_flop = {d: (lambda op: cm.time(op, "fwd").seconds / op.flops_fwd)(
+        flash_attention(replace(sh, d=d), 32, 8, "bf16", True)) for d in (64, 128)}
+    assert per_flop[64] / per_flop[128] == pytest.approx(529 / 379, rel=0.01)   # 8k causal: 128 vs 64 panel
+
+
 def scenario(system="dgx-h100", precision="bf16", **training):
     tr = {"micro_batch_size": 1, "global_batch_size": 8, "precision": precision, "attention": "flash"}
     tr.update(training)

@@ -4,8 +4,9 @@ FLOPs follow the FlashAttention papers' convention (Dao 2023, FlashAttention-2, 
 forward 4·b·heads·s²·d (half when causal), backward 2.5x the forward. The achieved TFLOP/s at a
 sequence length is interpolated (log-linear in s, clamped at the table ends) in the GPU's table
 (pipesim/presets/gpus.py: cuDNN / FlashAttention-2 measurements of the FlashAttention-3 paper,
-Fig. 5, head dim 128). The backward table is non-causal; a causal backward keeps the forward's
-causal/non-causal ratio at that length (the same masked blocks are skipped).
+Fig. 5, head dim 128), times a head-dim factor from the same figure's head-dim 64 and 256 panels.
+The backward table is non-causal; a causal backward keeps the forward's causal/non-causal ratio at
+that length (the same masked blocks are skipped).
 """
 from __future__ import annotations
 
@@ -25,16 +26,33 @@ def _interp(table, seq: float) -> float:
     raise AssertionError("unreachable")
 
 
-def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: str = "auto") -> float:
+def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: str = "auto",
+                     head_dim: float = 128) -> float:
     """Achieved TFLOP/s of the fused attention kernel on this GPU (`kernel`: a name of the curve's
-    `attention_kernels`, or "auto" for its default table)."""
+    `attention_kernels`, or "auto" for its default table) at `head_dim`."""
     if kernel == "auto":
         table, scale = curve["attention"], curve["attention_scale"]
     else:
         table, scale = curve["attention_kernels"][kernel]
     if phase == "fwd":
-        return scale * _interp(table["fwd_causal" if causal else "fwd"], seq)
+        key = "fwd_causal" if causal else "fwd"
+        return scale * _interp(table[key], seq) * head_dim_factor(table, key, seq, head_dim)
     bwd = _interp(table["bwd"], seq)
     if causal:
         bwd *= _interp(table["fwd_causal"], seq) / _interp(table["fwd"], seq)
-    return scale * bwd
+    return scale * bwd * head_dim_factor(table, "fwd", seq, head_dim)
+
+
+def head_dim_factor(table: dict, key: str, seq: float, head_dim: float) -> float:
+    """Rate at `head_dim` over the rate at 128 (the main table), from the kernel's head-dim 64 and
+    256 panels (FlashAttention-3 paper, Fig. 5), log-linear in the head dim between them and held
+    beyond; 1 for a table without them. The backward uses the forward non-causal factor (no
+    published backward panel per head dim is used)."""
+    panels = table.get("head_dim")
+    if not panels or head_dim == 128:
+        return 1.0
+    base = _interp(table[key], seq)
+    lo, hi = (64, 128) if head_dim < 128 else (128, 256)
+    rate = {128: base, **{d: _interp(p[key], seq) for d, p in panels.items()}}
+    w = min(max((math.log(head_dim) - math.log(lo)) / (math.log(hi) - math.log(lo)), 0.0), 1.0)
+    return (rate[lo] + w * (rate[hi] - rate[lo])) / base

@@ -105,8 +105,9 @@ class CostModel:
         if measured is not None:
             seconds, source = measured
         elif self.curve is not None and op.flash:
-            _, seq, _, causal = op.flash
-            rate = attention_tflops(self.curve, seq, causal, phase, self.attention_kernel) * self.sustained("bf16")
+            _, seq, head_dim, causal = op.flash
+            rate = attention_tflops(self.curve, seq, causal, phase, self.attention_kernel, head_dim) * \
+                self.sustained("bf16")
             compute = flops / (rate * 1e12)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and gemms:

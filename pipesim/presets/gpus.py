@@ -16,7 +16,8 @@ Fields:
   sms             streaming multiprocessors (wave quantisation of GEMM tiles)
   mamf_tflops     Maximum Achievable Matmul FLOPS per dtype: the best large-GEMM throughput a
                   brute-force shape search measured (the asymptote of the GEMM curve)
-  attention       FlashAttention/cuDNN fused attention TFLOP/s by sequence length (head dim 128):
+  attention       FlashAttention/cuDNN fused attention TFLOP/s by sequence length (head dim 128; the
+                  head-dim 64 / 256 panels under "head_dim"):
                   {"fwd": ..., "fwd_causal": ..., "bwd": ...}, each ((seq, TFLOP/s), ...)
   attention_scale multiplies the attention table when it was measured on another GPU (documented
                   per entry); 1 for a table measured on this GPU
@@ -59,6 +60,28 @@ _H100_FA3 = {
     "fwd": tuple(zip(_SEQ, (467, 565, 625, 638, 646, 648))),
     "fwd_causal": tuple(zip(_SEQ, (292, 423, 521, 579, 602, 616))),
     "bwd": tuple(zip(_SEQ, (316, 424, 501, 542, 559, 561))),
+}
+
+# The same figure's head-dim-64 and head-dim-256 panels (forward, non-causal and causal; TFLOP/s
+# at seq 512 .. 16k as labelled on the bars; H100 80GB SXM5, BF16). No backward panel per head
+# dim is used: pipesim/costs/flash.py takes the backward's head-dim factor from the forward's.
+_H100_CUDNN["head_dim"] = {
+    64: {"fwd": tuple(zip(_SEQ, (335, 373, 395, 408, 412, 413))),
+         "fwd_causal": tuple(zip(_SEQ, (225, 288, 334, 363, 379, 388)))},
+    256: {"fwd": tuple(zip(_SEQ, (470, 546, 580, 581, 580, 581))),
+          "fwd_causal": tuple(zip(_SEQ, (308, 391, 450, 483, 497, 509)))},
+}
+_H100_FA2["head_dim"] = {
+    64: {"fwd": tuple(zip(_SEQ, (282, 306, 318, 321, 322, 324))),
+         "fwd_causal": tuple(zip(_SEQ, (180, 229, 262, 284, 295, 299)))},
+    256: {"fwd": tuple(zip(_SEQ, (275, 313, 321, 323, 324, 326))),
+          "fwd_causal": tuple(zip(_SEQ, (208, 251, 278, 293, 297, 298)))},
+}
+_H100_FA3["head_dim"] = {
+    64: {"fwd": tuple(zip(_SEQ, (333, 392, 460, 476, 496, 497))),
+         "fwd_causal": tuple(zip(_SEQ, (197, 265, 371, 420, 460, 473)))},
+    256: {"fwd": tuple(zip(_SEQ, (482, 639, 707, 736, 746, 756))),
+          "fwd_causal": tuple(zip(_SEQ, (286, 427, 537, 612, 628, 642)))},
 }
 
 # FP8 GEMM at an LLM training shape on Hopper: DeepGEMM README, first release (deepseek-ai/DeepGEMM
