@@ -45,8 +45,9 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
 
 def head_dim_factor(table: dict, key: str, seq: float, head_dim: float) -> float:
     """Rate at `head_dim` over the rate at 128 (the main table), from the kernel's head-dim 64 and
-    256 panels (FlashAttention-3 paper, Fig. 5), log-linear in the head dim between them and held
-    beyond; 1 for a table without them. The backward uses the forward non-causal factor (no
+    256 panels (FlashAttention-3 paper, Fig. 5; H100 panels, so a GPU whose table is the H100 one
+    scaled takes the same factor), log-linear in the head dim between them and held beyond; 1
+    for a table without them. The backward uses the forward non-causal factor (no
     published backward panel per head dim is used)."""
     panels = table.get("head_dim")
     if not panels or head_dim == 128:
