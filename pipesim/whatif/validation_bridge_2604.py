@@ -37,31 +37,56 @@ def _recipe(deepep: bool = False, a2a: bool = False, modules=None, offload: int 
 
 # row id (without the "bridge2604-" prefix) -> training keys; the v0.4.2 config beside each
 ROWS = {
-    "gb300-llama3-70b-fp8": _recipe(offload=20, megatron_fsdp=True),  # LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2
-    "gb200-llama3-70b-fp8": _recipe(offload=40, megatron_fsdp=True),  # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2
-    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),  # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mlp']),  # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2
-    "b300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),  # DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2
-    "b200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj', 'mlp']),  # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2
-    "gb200-gpt-oss-120b-bf16": _recipe(a2a=True, modules=['layernorm', 'moe_act']),  # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2
-    "b300-gpt-oss-120b-bf16": _recipe(deepep=True),  # GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2
-    "b200-gpt-oss-120b-bf16": _recipe(modules=['layernorm', 'moe_act']),  # GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2
-    "h100-gpt-oss-120b-bf16": _recipe(modules=['layernorm', 'moe_act']),  # GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2
-    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1
-    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1
-    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1
-    "b200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_MX_V1
-    "h100-qwen3-30b-a3b-fp8": _recipe(deepep=True),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1
-    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2
-    "b300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2
-    "h100-qwen3-235b-a22b-fp8": _recipe(a2a=True),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2
-    "gb300-kimi-k2-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),  # KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX
-    "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1
-    "gb200-nemotron-3-nano-mxfp8": _recipe(deepep=True),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB200_FP8_MX_V1
-    "b300-nemotron-3-nano-mxfp8": _recipe(deepep=True),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B300_FP8_MX_V1
-    "b200-nemotron-3-nano-mxfp8": _recipe(deepep=True),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B200_FP8_MX_V1
-    "h100-nemotron-3-nano-fp8": _recipe(deepep=True, modules=['moe', 'layernorm', 'core_attn', 'moe_act']),  # NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1
+    # LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2
+    "gb300-llama3-70b-fp8": _recipe(offload=20, megatron_fsdp=True),
+    # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2
+    "gb200-llama3-70b-fp8": _recipe(offload=40, megatron_fsdp=True),
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2
+    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2
+    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mlp']),
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2
+    "b300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2
+    "b200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj', 'mlp']),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2
+    "gb200-gpt-oss-120b-bf16": _recipe(a2a=True, modules=['layernorm', 'moe_act']),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2
+    "b300-gpt-oss-120b-bf16": _recipe(deepep=True),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2
+    "b200-gpt-oss-120b-bf16": _recipe(modules=['layernorm', 'moe_act']),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2
+    "h100-gpt-oss-120b-bf16": _recipe(modules=['layernorm', 'moe_act']),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1
+    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1
+    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1
+    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_MX_V1
+    "b200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1
+    "h100-qwen3-30b-a3b-fp8": _recipe(deepep=True),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
+    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2
+    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2
+    "b300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2
+    "h100-qwen3-235b-a22b-fp8": _recipe(a2a=True),
+    # KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX
+    "gb300-kimi-k2-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1
+    "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB200_FP8_MX_V1
+    "gb200-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B300_FP8_MX_V1
+    "b300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B200_FP8_MX_V1
+    "b200-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1
+    "h100-nemotron-3-nano-fp8": _recipe(deepep=True, modules=['moe', 'layernorm', 'core_attn', 'moe_act']),
 }
 
 
