@@ -139,3 +139,29 @@ def test_estimate_lists_every_layer_kind_of_a_hybrid_model():
     assert {"mamba.ssd", "mlp.fc1", "attention.qkv"} <= set(ops)
     # per layer is the mean over the pattern's 6 layers
     assert out["per_layer"]["flops_fwd"] == pytest.approx(out["layers_total"]["flops_fwd"] / 6)
+
+
+def test_context_parallel_mamba_runs_the_whole_sequence_over_a_share_of_the_heads():
+    one = tiny()
+    two = load_scenario({"model": TINY, "system": {"preset": "dgx-h100", "gpus_per_node": 2},
+                         "parallel": {"context": 2}, "training": {"global_batch_size": 4, "attention": "flash"}})
+    ssd = {n: next(o for o in layer_ops(sc, "mamba") if o.name == "ssd") for n, sc in ((1, one), (2, two))}
+    assert ssd[2].flops_fwd == pytest.approx(ssd[1].flops_fwd / 2)
+    # the all-to-alls: z x B C dt in, y out, (cp - 1) / cp of each buffer leaves the rank
+    from pipesim.costs.layers import shapes_of
+    from pipesim.costs.mamba import cp_all_to_all
+    sh = shapes_of(two)
+    d_inner, d_in = 8 * 32, 2 * 8 * 32 + 2 * 2 * 16 + 8
+    seconds, nbytes = cp_all_to_all(two, sh, "mamba")
+    assert nbytes == pytest.approx(sh.tokens * (d_in + d_inner) * 2 / 2)
+    costs = stage_costs(two)[0]
+    assert costs.cp_comm_fwd >= 3 * seconds > 0              # 3 Mamba layers in "M-M*-M", exposed
+    assert costs.cp_bytes > 3 * 2 * nbytes                   # + the attention layer's K/V exchange
+
+
+def test_context_parallel_needs_the_mamba_heads_to_split():
+    with pytest.raises(PipesimError, match="parallel.context") as err:
+        load_scenario({"model": dict(TINY, mamba_num_heads=6, mamba_num_groups=2),
+                       "system": {"preset": "dgx-h100", "gpus_per_node": 4}, "parallel": {"context": 4},
+                       "training": {"global_batch_size": 4, "attention": "flash"}})
+    assert "\n" not in str(err.value)

@@ -20,6 +20,8 @@ ICLR 2025; Qwen3-Next's linear attention) as Megatron-Core runs it
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pipesim.costs.ops import Op
 
 CHUNK = 64          # megatron/core/ssm/gated_delta_net/gdn.py: self.chunk_size = 64
@@ -40,7 +42,8 @@ def gdn_ops(s, sh, norm, vector, matmul) -> list[Op]:
     conv_elems = T * (2 * Hk * dk + Hv * dv) / t
     ops.append(vector("conv1d", conv_elems, sh, (2 * K + 4, 4 * K + 8), saved_bytes=conv_elems * e,
                       params=(2 * Hk * dk + Hv * dv) * K / t))
-    ops.append(delta_rule_op(s, sh, Hv / t, Hk / t, dk, dv))
+    cp = sh.cp       # under context parallelism: the whole sequence, heads / cp (mamba.py)
+    ops.append(delta_rule_op(s, replace(sh, s=sh.s * cp), Hv / (t * cp), Hk / (t * cp), dk, dv))
     y_elems = T * Hv * dv / t
     ops.append(vector("norm_out", y_elems, sh, (10, 14), reads=2, saved_bytes=2 * y_elems * e, params=dv))
     ops.append(matmul("out_proj", T, Hv * dv, sh.h, sh, "row", saved_input=y_elems * e, dtype=dtype, bias=False))

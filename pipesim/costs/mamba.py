@@ -17,6 +17,12 @@ Megatron-Core's MambaMixer runs it (megatron/core/ssm/mamba_mixer.py), per micro
 H heads of head dim P (d_inner = H·P), G groups, state N. Saved for the backward: the in_proj and
 out_proj inputs, the convolution's input, the scan's x, B, C, z, dt (fp32) and output, the gated
 norm's input.
+
+Context parallelism (megatron/core/ssm/mamba_context_parallel.py): all-to-alls over the CP group
+turn the sequence-sharded z, x, B, C, dt into head-sharded ones before the conv and the scan, and
+the scan's output back before out_proj (the backward the same, reversed); the scan then runs the
+whole sequence over heads / CP. The Gated DeltaNet layer does the same with q, k, v, z, beta,
+alpha (gated_delta_net/gdn.py). `cp_all_to_all` times them: blocking, on the compute stream.
 """
 from __future__ import annotations
 
@@ -45,7 +51,10 @@ def mamba_ops(s, sh, norm, vector, matmul) -> list[Op]:
     conv_params = (conv_dim * K + conv_dim) / t        # depthwise weight and bias
     ops.append(vector("conv1d", conv_elems, sh, (2 * K + 4, 4 * K + 8), saved_bytes=conv_elems * e,
                       params=conv_params))
-    ops.append(ssd_op(s, sh, H / t, G / t, P, N, Q))
+    cp = sh.cp
+    # context parallelism (Megatron MambaContextParallel): all-to-alls give each rank the whole
+    # sequence for heads / cp of its heads (groups / cp, or one group repeated when cp exceeds them)
+    ops.append(ssd_op(s, replace(sh, s=sh.s * cp), H / (t * cp), max(G / (t * cp), 1.0), P, N, Q))
     y_elems = T * d_inner / t
     ops.append(vector("norm_out", y_elems, sh, (10, 14), reads=2, saved_bytes=2 * y_elems * e,
                       params=d_inner / t))
@@ -73,3 +82,25 @@ def ssd_op(s, sh, heads: float, groups: float, P: int, N: int, Q: int) -> Op:
     # the scan's A_log, D and dt_bias (one each per head)
     return Op("ssd", "matmul", flops, 2 * flops, fwd_bytes, 2 * fwd_bytes, saved_bytes=saved, params=3 * heads,
               gemms_fwd=gemms, gemms_bwd=gemms + gemms)
+
+
+def cp_all_to_all(s, sh, kind: str) -> tuple[float, float]:
+    """(seconds per layer forward (= backward), bytes each way) of a Mamba-2 or Gated DeltaNet
+    layer's context-parallel all-to-alls: the in_proj outputs in, the mixer's output back."""
+    from pipesim.costs.collectives import collective_time
+    from pipesim.costs.topology import placement
+    m, t, e = s.model, sh.tp.size, sh.e
+    if sh.cp <= 1:
+        return 0.0, 0.0
+    if kind == "mamba":
+        d_out = m.mamba_heads * m.mamba_head_dim
+        d_in = 2 * d_out + 2 * m.mamba_num_groups * m.mamba_state_dim + m.mamba_heads
+    else:
+        d_out = m.gdn_num_value_heads * m.gdn_value_head_dim
+        d_in = 2 * m.gdn_num_key_heads * m.gdn_key_head_dim + 2 * d_out + 2 * m.gdn_num_value_heads
+    group, algo = placement(s, "cp"), s.parallel.collective
+    # after the column-parallel in_proj every tensor rank holds all of its CP rank's tokens
+    sizes = [sh.tokens * d / t * e for d in (d_in, d_out)]
+    seconds = sum(collective_time("all_to_all", n, group, algo) for n in sizes)
+    return seconds, sum(sizes) * (sh.cp - 1) / sh.cp
+

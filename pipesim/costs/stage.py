@@ -292,7 +292,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
                             "pipesim.model_stages.stage_costs_for, not the transformer cost model")
     cm = cost_model_for(s, profile)
     kinds = dense_kinds(s)
-    layer = kinds[0][1]       # the (first) dense kind: a whole block, or a hybrid model's sublayer
+    # the block whose attention the CP exchange is timed against: a hybrid model's attention layer
+    layer = next((ops for kind, ops in kinds if kind == "attention"), kinds[0][1])
     host_action, copy_fwd, copy_bwd = 0.0, 0.0, 0.0
     if cm.profile is not None:
         # A CPU profile's host model: the emulator's executor cost per compute action
@@ -308,6 +309,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     emb, head = embedding_ops(s), head_ops(s)
     mtp = costed_mtp_ops(s) * s.model.mtp_layers if s.model.mtp_layers else []     # the last stage's MTP
     cpc = context_comm(s, cm, layer)
+    from pipesim.costs.mamba import cp_all_to_all
+    ssm_cp = {k: cp_all_to_all(s, shapes_of(s), k) for k, _ in kinds if k in ("mamba", "gdn")}
     # recompute_num_layers (Megatron's block method): only the first N layers of a chunk recompute
     rc_limit = tr.recompute_num_layers
     dense = [_DenseKind.build(s, cm, kind, ops, cpc.fwd_exposed, rc_limit is not None) for kind, ops in kinds]
@@ -347,6 +350,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         n_layers = sum(n_by_kind)
         # every layer's attention exchanges K/V under context parallelism
         n_cp = counts.count("attention") if s.model.hybrid_layer_pattern else len(counts)
+        # ... and a Mamba / Gated DeltaNet layer runs its all-to-alls (pipesim/costs/mamba.py)
+        cp_f = n_cp * cpc.fwd_exposed + sum(counts.count(k) * ssm_cp[k][0] for k in ssm_cp)
+        cp_b = n_cp * cpc.bwd_exposed + sum(counts.count(k) * ssm_cp[k][0] for k in ssm_cp)
+        cp_bytes = n_cp * (cpc.bytes_fwd + cpc.bytes_bwd) + sum(counts.count(k) * 2 * ssm_cp[k][1] for k in ssm_cp)
         acc = _Acc()
         for d, n in zip(dense, n_by_kind):
             acc.add(s, cm, d.ops, n, memo)
@@ -432,15 +439,15 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         gather_f, gather_b = copy_out_seconds(s, cm, params, fp8_params, elem_of(tr))
         if gather_f:
             acc.sources["memory-roofline"] = acc.sources.get("memory-roofline", 0.0) + gather_f + gather_b
-        forward = acc.fwd + acc.tp_fwd + ep.fwd + ep.host_fwd + host_action + n_cp * cpc.fwd_exposed + gather_f
-        backward = acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed + gather_b
+        forward = acc.fwd + acc.tp_fwd + ep.fwd + ep.host_fwd + host_action + cp_f + gather_f
+        backward = acc.bwd + acc.tp_bwd + recompute + ep.bwd + host_action + cp_b + gather_b
         offload, window, off_f, off_b = activation_offload(s, activation - sum(o.saved_bytes for o in extras),
                                                            n_layers + n_moe, forward, backward)
         out.append(StageCosts(
             stage=k, layers=n_layers + n_moe, has_embedding=first, has_head=last,
             forward=forward + off_f,
             backward=backward + off_b,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action + n_cp * cpc.bwd_exposed + gather_b
+            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action + cp_b + gather_b
             + off_b,
             weight_grad=acc.wgrad + host_action,
             recompute=recompute,
@@ -457,9 +464,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             param_tensors=sum(n * sum(o.param_tensors for o in d.ops) for d, n in zip(dense, n_by_kind))
             + n_moe * sum(o.param_tensors for o in (moe.ops if moe else ())) + sum(o.param_tensors for o in extras),
             step_ops=steps,
-            cp_comm_fwd=n_cp * cpc.fwd_exposed, cp_comm_bwd=n_cp * cpc.bwd_exposed,
+            cp_comm_fwd=cp_f, cp_comm_bwd=cp_b,
             cp_comm_hidden=n_cp * (cpc.fwd_hidden + cpc.bwd_hidden),
-            cp_bytes=n_cp * (cpc.bytes_fwd + cpc.bytes_bwd),
+            cp_bytes=cp_bytes,
             cp_buffer_fwd=cpc.buffer_fwd if n_cp else 0.0, cp_buffer_bwd=cpc.buffer_bwd if n_cp else 0.0,
             recv_gather=recv_gather, offload_bytes=offload, offload_window=window, offload_fwd=off_f,
             offload_bwd=off_b,

@@ -360,8 +360,8 @@ def _check_router_groups(s: Scenario, loader: Loader) -> None:
 
 def _check_hybrid(s: Scenario, loader: Loader) -> None:
     """Hybrid Mamba models (pipesim/costs/mamba.py): the pattern's MoE layers need experts and the
-    other way round; Mamba heads and groups split over the tensor group (Megatron MambaMixer
-    asserts); MTP, sliding windows and context parallelism are not modelled with them."""
+    other way round; Mamba heads and groups split over the tensor and context groups (Megatron
+    MambaMixer and MambaContextParallel asserts); MTP and sliding windows are not modelled with them."""
     m, par = s.model, s.parallel
     pattern = m.hybrid_layer_pattern
     if not pattern:
@@ -370,24 +370,29 @@ def _check_hybrid(s: Scenario, loader: Loader) -> None:
     if ("E" in pattern) != m.is_moe:
         loader.fail(key, "MoE layers (E) need model.num_experts > 0" if "E" in pattern else
                     f"model.num_experts is {m.num_experts} but the pattern has no MoE layer (E)")
-    for other, value in (("model.mtp_layers", m.mtp_layers), ("model.window_size", m.window_size),
-                         ("parallel.context", par.context > 1)):
+    for other, value in (("model.mtp_layers", m.mtp_layers), ("model.window_size", m.window_size)):
         if value:
             loader.fail(other, f"not modelled for hybrid models (a hybrid_layer_pattern is set); got {value}")
+    t, cp = par.tensor, par.context
     if "M" in pattern:
-        t, heads, groups = par.tensor, m.mamba_heads, m.mamba_num_groups
+        heads, groups = m.mamba_heads, m.mamba_num_groups
         if heads % groups:
             loader.fail("model.mamba_num_groups", f"mamba heads({heads}) are not divisible by mamba_num_groups({groups})")
         if heads % t or groups % t:
             loader.fail("parallel.tensor", f"mamba heads({heads}) and mamba_num_groups({groups}) must both be "
                         f"divisible by tensor({t})")
+        # Megatron MambaContextParallel: heads split over CP; groups too, or CP a multiple of them
+        local = groups // t
+        if heads // t % cp or (local % cp and cp % local):
+            loader.fail("parallel.context", f"mamba heads({heads}) / tensor({t}) must be divisible by context({cp}), "
+                        f"and mamba_num_groups({groups}) / tensor({t}) divide or be divided by it")
     if "G" in pattern:
-        t, hk, hv = par.tensor, m.gdn_num_key_heads, m.gdn_num_value_heads
+        hk, hv = m.gdn_num_key_heads, m.gdn_num_value_heads
         if hv % hk:
             loader.fail("model.gdn_num_value_heads", f"gdn_num_value_heads({hv}) is not a multiple of "
                         f"gdn_num_key_heads({hk})")
-        if hk % t:
-            loader.fail("parallel.tensor", f"gdn_num_key_heads({hk}) is not divisible by tensor({t})")
+        if hk % (t * cp):
+            loader.fail("parallel.tensor", f"gdn_num_key_heads({hk}) is not divisible by tensor({t})·context({cp})")
     if par.tensor_mode != "1d":
         loader.fail("parallel.tensor_mode", "hybrid models are modelled with 1d tensor parallelism")
 
