@@ -112,10 +112,15 @@ def test_bad_hybrid_settings_get_one_line_naming_the_key(model, parallel, key):
     assert "\n" not in str(err.value) and key in str(err.value)
 
 
-def test_emulator_refuses_hybrid_models():
+def test_emulator_refuses_what_it_does_not_run_of_a_hybrid_model():
     from pipesim.emulator.model import check_supported
+    check_supported(tiny())                                            # M, -, *: emulated
     with pytest.raises(PipesimError, match="hybrid_layer_pattern"):
-        check_supported(tiny())
+        check_supported(tiny({"hybrid_layer_pattern": "G-G*-M"}))      # Gated DeltaNet: not
+    with pytest.raises(PipesimError, match="parallel.context"):
+        check_supported(load_scenario({"model": TINY, "system": {"preset": "dgx-h100", "gpus_per_node": 2},
+                                       "parallel": {"context": 2},
+                                       "training": {"global_batch_size": 4, "attention": "flash"}}))
 
 
 def test_nemotron_h_simulates_and_the_scan_enters_the_step():

@@ -49,6 +49,11 @@ def tiny_overrides(s, layers_per_stage: int) -> list[str]:
            "parallel.sequence_parallel=false", "training.global_batch_size=2"]
     if m.ffn_hidden_size is not None:
         out.append(f"model.ffn_hidden_size={4 * h}")
+    if m.hybrid_layer_pattern:     # the model's own mix of layer kinds, cycled to the tiny depth
+        n = 2 * layers_per_stage
+        pattern = (m.hybrid_layer_pattern * n)[:n]
+        out += [f'model.hybrid_layer_pattern="{pattern}"', "model.mamba_head_dim=8", "model.mamba_state_dim=8",
+                f"model.mamba_num_heads={2 * m.mamba_num_groups}"]
     return out
 
 

@@ -170,17 +170,25 @@ class Block(torch.nn.Module):
         self.d, self.drop, self.rope = d, m.dropout, m.position == "rotary"
         self.gated = m.activation == "swiglu"
         self.act = m.activation
+        # a hybrid model's layer is one sublayer: attention, mlp or mamba (costs/layers.py)
+        self.kind = m.layer_kind(i) if m.hybrid_layer_pattern else "block"
         p = f"layers.{i}"
-        self.ln1 = Norm(b, f"{p}.ln1")
-        # QKV rows grouped per key/value head: [q heads of the group | k | v] (Megatron's GQA
-        # layout), so a tensor-parallel split of the rows hands each rank whole groups.
-        self.qkv = b.linear(f"{p}.qkv", h, h + 2 * g * d, "column", True)
-        self.core = AttentionCore(b.s, self.heads)
-        self.proj = b.linear(f"{p}.proj", h, h, "row", True)
-        self.ln2 = Norm(b, f"{p}.ln2")
-        ffn = m.ffn * (2 if self.gated else 1)
-        self.fc1 = b.linear(f"{p}.fc1", h, ffn, "column", True, parts=[m.ffn, m.ffn] if self.gated else None)
-        self.fc2 = b.linear(f"{p}.fc2", m.ffn, h, "row", True)
+        if self.kind in ("block", "attention", "mamba"):
+            self.ln1 = Norm(b, f"{p}.ln1")
+        if self.kind == "mamba":
+            from pipesim.emulator.mamba import Mamba
+            self.mixer = Mamba(b, f"{p}.mixer")
+        if self.kind in ("block", "attention"):
+            # QKV rows grouped per key/value head: [q heads of the group | k | v] (Megatron's GQA
+            # layout), so a tensor-parallel split of the rows hands each rank whole groups.
+            self.qkv = b.linear(f"{p}.qkv", h, h + 2 * g * d, "column", True)
+            self.core = AttentionCore(b.s, self.heads)
+            self.proj = b.linear(f"{p}.proj", h, h, "row", True)
+        if self.kind in ("block", "mlp"):
+            self.ln2 = Norm(b, f"{p}.ln2")
+            ffn = m.ffn * (2 if self.gated else 1)
+            self.fc1 = b.linear(f"{p}.fc1", h, ffn, "column", True, parts=[m.ffn, m.ffn] if self.gated else None)
+            self.fc2 = b.linear(f"{p}.fc2", m.ffn, h, "row", True)
 
     def attention(self, x):
         s, bsz, _ = x.shape
@@ -211,13 +219,19 @@ class Block(torch.nn.Module):
         if self.gated:
             gate, up = y.chunk(2, dim=-1)
             y = F.silu(gate) * up
+        elif self.act == "gelu":
+            y = F.gelu(y)
         else:
-            y = F.gelu(y) if self.act == "gelu" else F.relu(y)
+            y = F.relu(y)
+            y = y * y if self.act == "squared_relu" else y          # Nemotron-H's squared ReLU
         return dropout(self.fc2.add_bias(exit_tp(self.fc2(y), self.tp)), self.drop)
 
     def body(self, x):
-        x = x + self.attention(x)
-        return x + self.mlp(x)
+        if self.kind == "mamba":
+            return x + self.mixer(self.ln1(x))
+        if self.kind != "mlp":
+            x = x + self.attention(x)
+        return x if self.kind == "attention" else x + self.mlp(x)
 
     def forward(self, x):
         if self.recompute == "full":
@@ -354,9 +368,13 @@ def check_supported(s) -> None:
         raise ScenarioError(f"{where}: training.precision fp8 is not emulated; use fp32, bf16 or fp16")
     if s.training.recompute == "selective_op":
         raise ScenarioError(f"{where}: training.recompute selective_op is not emulated; use none, selective or full")
-    if m.hybrid_layer_pattern:
-        raise ScenarioError(f"{where}: model.hybrid_layer_pattern: the emulator runs transformer blocks, not "
-                            f"Mamba / hybrid layers")
+    odd = sorted(set(m.hybrid_layer_pattern) - set("M*-"))
+    if odd:
+        raise ScenarioError(f"{where}: model.hybrid_layer_pattern: the emulator runs Mamba (M), attention (*) and "
+                            f"MLP (-) layers, not {odd}")
+    if m.hybrid_layer_pattern and p.context > 1:
+        raise ScenarioError(f"{where}: parallel.context={p.context}: the emulator runs hybrid models without "
+                            f"context parallelism")
     if s.training.optimizer == "muon" and p.tensor > 1 and s.training.muon_tp_mode == "duplicated":
         raise ScenarioError(f"{where}: training.muon_tp_mode duplicated: the emulator orthogonalises each rank's "
                             f"shard (blockwise) with tensor parallelism; set it to blockwise or tensor to 1")

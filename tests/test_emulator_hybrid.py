@@ -1,0 +1,45 @@
+"""Hybrid Mamba models on the emulated ranks (pipesim/emulator/mamba.py): the scan against the
+recurrence it stands for, and loss and gradients of pipeline / tensor-parallel runs equal to one
+process."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _emulator_helpers import matches_single_process  # noqa: E402
+from pipesim.emulator.mamba import ssd_chunked, ssd_scan  # noqa: E402
+
+HERE = os.path.dirname(__file__)
+HYBRID = os.path.join(HERE, "..", "scenarios", "emulator", "tiny_hybrid.yaml")
+
+
+def inputs(s=13, b=2, h=4, p=3, n=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)
+    return r(s, b, h, p), torch.rand(s, b, h, generator=g, dtype=torch.float64), \
+        -torch.rand(h, generator=g, dtype=torch.float64), r(s, b, h, n), r(s, b, h, n), r(h)
+
+
+def test_the_scan_is_the_state_space_recurrence():
+    """h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t^T, y_t = C_t h_t + D x_t (Dao & Gu 2024, Eq. 1-2)."""
+    x, dt, A, B, C, D = inputs()
+    state = torch.zeros(x.shape[1], x.shape[2], x.shape[3], B.shape[3], dtype=torch.float64)
+    ys = []
+    for t in range(x.shape[0]):
+        state = torch.exp(dt[t] * A)[..., None, None] * state + \
+            (dt[t][..., None, None] * x[t][..., None] * B[t][..., None, :])
+        ys.append(torch.einsum("bhpn,bhn->bhp", state, C[t]) + D[:, None] * x[t])
+    torch.testing.assert_close(ssd_scan(x, dt, A, B, C, D), torch.stack(ys))
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 16])
+def test_chunked_scan_equals_the_quadratic_form(chunk):
+    x, dt, A, B, C, D = inputs()
+    torch.testing.assert_close(ssd_chunked(x, dt, A, B, C, D, chunk), ssd_scan(x, dt, A, B, C, D))
+
+
+@pytest.mark.parametrize("sets", [[], ["parallel.tensor=2", "parallel.pipeline=1", "parallel.sequence_parallel=true"]])
+def test_hybrid_model_matches_one_process(tmp_path, sets):
+    s, result = matches_single_process(HYBRID, tmp_path, sets, timeout=120)
+    assert s.model.hybrid_layer_pattern and {"F", "B"} <= {e["kind"] for e in result["events"]}
