@@ -43,3 +43,24 @@ def test_chunked_scan_equals_the_quadratic_form(chunk):
 def test_hybrid_model_matches_one_process(tmp_path, sets):
     s, result = matches_single_process(HYBRID, tmp_path, sets, timeout=120)
     assert s.model.hybrid_layer_pattern and {"F", "B"} <= {e["kind"] for e in result["events"]}
+
+
+def test_the_scan_and_conv_are_calibration_ops_on_cpu_only():
+    from pipesim.calibrate.ops import make_runner
+    from pipesim.costs.profile import work_of
+    shape = dict(batch=1, seq=32, heads=4, head_dim=8, state=8, groups=2, chunk=8, dtype="fp32")
+    fn, impl = make_runner("ssd_fwd", shape, "cpu")
+    assert impl == "torch" and fn().shape == (32, 1, 4, 8)
+    grads = make_runner("ssd_bwd", shape, "cpu")[0]()
+    assert len(grads) == 4                                           # x, dt, B, C
+    with pytest.raises(ValueError, match="CPU"):
+        make_runner("ssd_fwd", shape, "cuda")
+    # the profile's work for the key is the op's forward FLOPs (pipesim/costs/mamba.py ssd_op)
+    from pipesim import load_scenario
+    from pipesim.costs.layers import layer_ops
+    s = load_scenario(HYBRID)
+    ssd = next(o for o in layer_ops(s, "mamba") if o.name == "ssd")
+    (key, measured), = ssd.measure_fwd
+    assert key == "ssd_fwd" and work_of(key, measured) == pytest.approx(ssd.flops_fwd)
+    conv = make_runner("conv1d_bwd", dict(tokens=16, channels=6, kernel=4, dtype="fp32"), "cpu")[0]()
+    assert conv[0].shape == (1, 6, 16)

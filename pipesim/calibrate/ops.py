@@ -273,6 +273,60 @@ def _ring_block_bwd(s, dev):
     return (lambda: block_backward(q, k, v, dout, lse, delta, scale, mask())), "torch"
 
 
+def _ssd_inputs(s, dev, grad):
+    import torch
+    if dev.type == "cuda":     # the GPU kernel is mamba_ssm's, costed on the GEMM curve instead
+        raise ValueError("the scan has a CPU (emulator) runner only")
+    dt_ = torch_dtype(s["dtype"])
+    b, n, h, p, q = s["batch"], s["seq"], s["heads"], s["head_dim"], s["state"]
+    r = lambda *shape: torch.randn(*shape, device=dev, dtype=dt_, requires_grad=grad)
+    dt = torch.rand(n, b, h, device=dev, dtype=dt_, requires_grad=grad)
+    return r(n, b, h, p), dt, -torch.rand(h, device=dev, dtype=dt_), r(n, b, h, q), r(n, b, h, q), r(h)
+
+
+def _ssd_fwd(s, dev):
+    from pipesim.emulator.mamba import ssd_chunked
+    args = _ssd_inputs(s, dev, grad=False)
+    return (lambda: ssd_chunked(*args, s["chunk"])), "torch"
+
+
+def _ssd_bwd(s, dev):
+    import torch
+    from pipesim.emulator.mamba import ssd_chunked
+    x, dt, A, B, C, D = _ssd_inputs(s, dev, grad=True)
+    y = ssd_chunked(x, dt, A, B, C, D, s["chunk"])
+    dy = torch.randn_like(y)
+    return (lambda: torch.autograd.grad(y, (x, dt, B, C), dy, retain_graph=True)), "torch"
+
+
+def _conv_inputs(s, dev, grad):
+    import torch
+    if dev.type == "cuda":
+        raise ValueError("the Mamba conv has a CPU (emulator) runner only")
+    dt_ = torch_dtype(s["dtype"])
+    u = torch.randn(1, s["channels"], s["tokens"], device=dev, dtype=dt_, requires_grad=grad)
+    w = torch.randn(s["channels"], 1, s["kernel"], device=dev, dtype=dt_)
+    return u, w
+
+
+def _conv_run(u, w):
+    import torch.nn.functional as F
+    return F.silu(F.conv1d(F.pad(u, (w.shape[-1] - 1, 0)), w, groups=w.shape[0]))
+
+
+def _conv1d_fwd(s, dev):
+    u, w = _conv_inputs(s, dev, grad=False)
+    return (lambda: _conv_run(u, w)), "torch"
+
+
+def _conv1d_bwd(s, dev):
+    import torch
+    u, w = _conv_inputs(s, dev, grad=True)
+    y = _conv_run(u, w)
+    dy = torch.randn_like(y)
+    return (lambda: torch.autograd.grad(y, (u,), dy, retain_graph=True)), "torch"
+
+
 _BUILDERS = {
     "gemm": _gemm, "attention_fwd": _attention_fwd, "attention_bwd": _attention_bwd,
     "layer_norm_fwd": _layer_norm_fwd, "layer_norm_bwd": _layer_norm_bwd,
@@ -282,5 +336,6 @@ _BUILDERS = {
     "bias_fwd": _bias_fwd, "bias_bwd": _bias_bwd,
     "cross_entropy_fwd": _cross_entropy_fwd, "cross_entropy_bwd": _cross_entropy_bwd,
     "ring_block_fwd": _ring_block_fwd, "ring_block_bwd": _ring_block_bwd,
+    "ssd_fwd": _ssd_fwd, "ssd_bwd": _ssd_bwd, "conv1d_fwd": _conv1d_fwd, "conv1d_bwd": _conv1d_bwd,
 }
 COMPUTE_OPS = tuple(_BUILDERS)

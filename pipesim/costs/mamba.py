@@ -49,8 +49,10 @@ def mamba_ops(s, sh, norm, vector, matmul) -> list[Op]:
     ops.append(replace(in_proj, matrices=()))      # Muon leaves it to Adam (MambaMixer: use_muon = False)
     conv_elems = T * conv_dim / t
     conv_params = (conv_dim * K + conv_dim) / t        # depthwise weight and bias
+    conv_shape = dict(tokens=int(T), channels=int(conv_dim / t), kernel=K, dtype=dtype)
     ops.append(vector("conv1d", conv_elems, sh, (2 * K + 4, 4 * K + 8), saved_bytes=conv_elems * e,
-                      params=conv_params))
+                      params=conv_params, measure_fwd=(("conv1d_fwd", conv_shape),),
+                      measure_bwd=(("conv1d_bwd", conv_shape),)))
     cp = sh.cp
     # context parallelism (Megatron MambaContextParallel): all-to-alls give each rank the whole
     # sequence for heads / cp of its heads (groups / cp, or one group repeated when cp exceeds them)
@@ -80,8 +82,12 @@ def ssd_op(s, sh, heads: float, groups: float, P: int, N: int, Q: int) -> Op:
     fwd_bytes = (2 * x + bc) * e + dt * FP32 + 2 * states * FP32 + x * e
     saved = (3 * x + bc) * e + dt * FP32
     # the scan's A_log, D and dt_bias (one each per head)
+    # a CPU profile's measurement of the emulator's chunked scan replaces the curve (profile key ssd_*)
+    shape = dict(batch=sh.b, seq=sh.s, heads=int(heads), head_dim=P, state=N, groups=int(groups), chunk=Q,
+                 dtype=s.training.precision)
     return Op("ssd", "matmul", flops, 2 * flops, fwd_bytes, 2 * fwd_bytes, saved_bytes=saved, params=3 * heads,
-              gemms_fwd=gemms, gemms_bwd=gemms + gemms)
+              gemms_fwd=gemms, gemms_bwd=gemms + gemms, measure_fwd=(("ssd_fwd", shape),),
+              measure_bwd=(("ssd_bwd", shape),))
 
 
 def cp_all_to_all(s, sh, kind: str) -> tuple[float, float]:

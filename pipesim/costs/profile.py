@@ -160,6 +160,29 @@ def _ce_bwd_bytes(s):
     return 2.0 * s["tokens"] * s["vocab"] * 4
 
 
+def _ssd_fwd_flops(s):
+    # The chunked scan's four products (pipesim/costs/mamba.py ssd_op): per chunk C Bᵀ per group
+    # (2Q²N), per head the masked product with x (2Q²P), the chunk state (2QNP), C · state (2QNP).
+    q = s["chunk"]
+    chunks = s["batch"] * -(-s["seq"] // q)
+    return 2.0 * chunks * (s["groups"] * q * q * s["state"]
+                           + s["heads"] * (q * q * s["head_dim"] + 2 * q * s["state"] * s["head_dim"]))
+
+
+def _ssd_bwd_flops(s):
+    return 2.0 * _ssd_fwd_flops(s)
+
+
+def _conv_fwd_bytes(s):
+    # The depthwise conv + SiLU: read the input, write the output.
+    return 2.0 * s["tokens"] * s["channels"] * _elem(s)
+
+
+def _conv_bwd_bytes(s):
+    # Read the output gradient and the saved input, write the input gradient.
+    return 3.0 * s["tokens"] * s["channels"] * _elem(s)
+
+
 @dataclass(frozen=True)
 class OpSpec:
     numeric: tuple[str, ...]
@@ -196,6 +219,15 @@ OPS: dict[str, OpSpec] = {
     # one step of the CPU emulator's eager ring attention (context parallelism), fwd and bwd
     "ring_block_fwd": OpSpec(("batch", "q", "k", "head_dim"), ("causal", "dtype"), _ring_block_flops, "flops"),
     "ring_block_bwd": OpSpec(("batch", "q", "k", "head_dim"), ("causal", "dtype"), _ring_block_bwd_flops, "flops"),
+    # a Mamba-2 layer's chunked scan and its causal depthwise conv (pipesim/costs/mamba.py), as the
+    # CPU emulator runs them (pipesim/emulator/mamba.py); no CUDA runner: on a GPU the scan is
+    # costed on the GEMM curve
+    "ssd_fwd": OpSpec(("batch", "seq", "heads", "head_dim", "state", "groups", "chunk"), ("dtype",),
+                      _ssd_fwd_flops, "flops"),
+    "ssd_bwd": OpSpec(("batch", "seq", "heads", "head_dim", "state", "groups", "chunk"), ("dtype",),
+                      _ssd_bwd_flops, "flops"),
+    "conv1d_fwd": OpSpec(("tokens", "channels", "kernel"), ("dtype",), _conv_fwd_bytes, "bytes"),
+    "conv1d_bwd": OpSpec(("tokens", "channels", "kernel"), ("dtype",), _conv_bwd_bytes, "bytes"),
     "sendrecv": OpSpec(("bytes",), (), _p2p_bytes, "bytes"),
     "allreduce": OpSpec(("bytes",), ("ranks",), _allreduce_bus_bytes, "bytes"),
 }
