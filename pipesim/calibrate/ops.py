@@ -291,12 +291,13 @@ def _ssd_fwd(s, dev):
 
 
 def _ssd_bwd(s, dev):
+    """The scan's backward as the emulator runs it: re-run the forward (it keeps only its inputs),
+    then the gradients."""
     import torch
     from pipesim.emulator.mamba import ssd_chunked
     x, dt, A, B, C, D = _ssd_inputs(s, dev, grad=True)
-    y = ssd_chunked(x, dt, A, B, C, D, s["chunk"])
-    dy = torch.randn_like(y)
-    return (lambda: torch.autograd.grad(y, (x, dt, B, C), dy, retain_graph=True)), "torch"
+    dy = torch.randn(x.shape, device=dev, dtype=x.dtype)
+    return (lambda: torch.autograd.grad(ssd_chunked(x, dt, A, B, C, D, s["chunk"]), (x, dt, B, C), dy)), "torch"
 
 
 def _conv_inputs(s, dev, grad):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pipesim.emulator.layers import enter_tp, exit_tp
+from pipesim.emulator.layers import enter_tp, exit_tp, recompute
 
 
 def segsum(a):
@@ -102,7 +102,10 @@ class Mamba(torch.nn.Module):
         B = B.view(s, bsz, self.groups, self.N).repeat_interleave(rep, dim=2)
         C = C.view(s, bsz, self.groups, self.N).repeat_interleave(rep, dim=2)
         dt = F.softplus(dt + self.dt_bias)
-        y = ssd_chunked(xs.view(s, bsz, H, P), dt, -torch.exp(self.A_log), B, C, self.D, self.chunk).reshape(s, bsz, d)
+        # the scan keeps only its inputs and re-runs in the backward, as the fused kernel does
+        # (the saved tensors pipesim/costs/mamba.py counts)
+        y = recompute(lambda *a: ssd_chunked(*a, self.chunk), xs.view(s, bsz, H, P), dt, -torch.exp(self.A_log),
+                      B, C, self.D).reshape(s, bsz, d)
         # gated RMSNorm over each group's channels (Megatron RMSNormGated, norm after the gate)
         y = (y * F.silu(z)).view(s, bsz, self.groups, d // self.groups)
         y = F.rms_norm(y, (d // self.groups,), eps=1e-5).reshape(s, bsz, d) * self.norm
