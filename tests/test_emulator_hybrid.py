@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _emulator_helpers import matches_single_process  # noqa: E402
+from pipesim.emulator.gated_delta import delta_rule  # noqa: E402
 from pipesim.emulator.mamba import ssd_chunked, ssd_scan  # noqa: E402
 
 HERE = os.path.dirname(__file__)
@@ -64,3 +65,22 @@ def test_the_scan_and_conv_are_calibration_ops_on_cpu_only():
     assert key == "ssd_fwd" and work_of(key, measured) == pytest.approx(ssd.flops_fwd)
     conv = make_runner("conv1d_bwd", dict(tokens=16, channels=6, kernel=4, dtype="fp32"), "cpu")[0]()
     assert conv[0].shape == (1, 6, 16)
+
+
+def test_delta_rule_stores_and_recalls_orthonormal_keys():
+    """With no decay (g = 0) and full writes (beta = 1), the delta rule's state maps each of a set
+    of orthonormal keys to its value: querying with key j returns v_j (Yang et al. 2024, Sec. 2)."""
+    keys = torch.linalg.qr(torch.randn(6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))[0]
+    v = torch.randn(6, 1, 1, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    k = keys.T.reshape(6, 1, 1, 6)                                    # 6 steps, one head
+    zeros, ones = torch.zeros(6, 1, 1, dtype=torch.float64), torch.ones(6, 1, 1, dtype=torch.float64)
+    o = delta_rule(k, k, v, zeros, ones, 1.0)                         # query step t with key t
+    torch.testing.assert_close(o, v)                                  # each recalled once written
+    assert delta_rule(k, k, v, zeros, 0 * ones, 1.0).abs().max() == 0    # beta = 0 writes nothing
+
+
+def test_gated_deltanet_hybrid_matches_one_process(tmp_path):
+    sets = ['model.hybrid_layer_pattern="G-M*-G"', "model.gdn_num_key_heads=2", "model.gdn_num_value_heads=4",
+            "model.gdn_key_head_dim=8", "model.gdn_value_head_dim=8"]
+    s, _ = matches_single_process(HYBRID, tmp_path, sets, timeout=120)
+    assert s.model.hybrid_layer_pattern.count("G") == 2

@@ -115,8 +115,10 @@ def test_bad_hybrid_settings_get_one_line_naming_the_key(model, parallel, key):
 def test_emulator_refuses_what_it_does_not_run_of_a_hybrid_model():
     from pipesim.emulator.model import check_supported
     check_supported(tiny())                                            # M, -, *: emulated
-    with pytest.raises(PipesimError, match="hybrid_layer_pattern"):
-        check_supported(tiny({"hybrid_layer_pattern": "G-G*-M"}))      # Gated DeltaNet: not
+    gdn = {"hybrid_layer_pattern": "G-G*-M", "gdn_num_key_heads": 2, "gdn_num_value_heads": 4}
+    check_supported(tiny(gdn))                                         # G: on one tensor rank
+    with pytest.raises(PipesimError, match="parallel.tensor"):
+        check_supported(tiny(gdn, tensor=2, sequence_parallel=True))
     with pytest.raises(PipesimError, match="parallel.context"):
         check_supported(load_scenario({"model": TINY, "system": {"preset": "dgx-h100", "gpus_per_node": 2},
                                        "parallel": {"context": 2},

@@ -300,6 +300,36 @@ def _ssd_bwd(s, dev):
     return (lambda: torch.autograd.grad(ssd_chunked(x, dt, A, B, C, D, s["chunk"]), (x, dt, B, C), dy)), "torch"
 
 
+def _gdn_inputs(s, dev, grad):
+    import torch
+    import torch.nn.functional as F
+    if dev.type == "cuda":     # the GPU kernel is FLA's, costed on the GEMM curve instead
+        raise ValueError("the delta rule has a CPU (emulator) runner only")
+    dt_ = torch_dtype(s["dtype"])
+    n, b, h, dk, dv = s["seq"], s["batch"], s["heads"], s["key_dim"], s["value_dim"]
+    qk = [F.normalize(torch.randn(n, b, h, dk, device=dev, dtype=dt_), dim=-1).requires_grad_(grad)
+          for _ in range(2)]
+    v = torch.randn(n, b, h, dv, device=dev, dtype=dt_, requires_grad=grad)
+    g = (-torch.rand(n, b, h, device=dev, dtype=dt_)).requires_grad_(grad)
+    beta = torch.rand(n, b, h, device=dev, dtype=dt_, requires_grad=grad)
+    return (*qk, v, g, beta), dk ** -0.5
+
+
+def _gdn_fwd(s, dev):
+    from pipesim.emulator.gated_delta import delta_rule
+    args, scale = _gdn_inputs(s, dev, grad=False)
+    return (lambda: delta_rule(*args, scale)), "torch"
+
+
+def _gdn_bwd(s, dev):
+    """As the emulator runs it: the rule re-run (it keeps only its inputs), then the gradients."""
+    import torch
+    from pipesim.emulator.gated_delta import delta_rule
+    args, scale = _gdn_inputs(s, dev, grad=True)
+    do = torch.randn_like(args[2])
+    return (lambda: torch.autograd.grad(delta_rule(*args, scale), args, do)), "torch"
+
+
 def _conv_inputs(s, dev, grad):
     import torch
     if dev.type == "cuda":
@@ -338,5 +368,6 @@ _BUILDERS = {
     "cross_entropy_fwd": _cross_entropy_fwd, "cross_entropy_bwd": _cross_entropy_bwd,
     "ring_block_fwd": _ring_block_fwd, "ring_block_bwd": _ring_block_bwd,
     "ssd_fwd": _ssd_fwd, "ssd_bwd": _ssd_bwd, "conv1d_fwd": _conv1d_fwd, "conv1d_bwd": _conv1d_bwd,
+    "gdn_fwd": _gdn_fwd, "gdn_bwd": _gdn_bwd,
 }
 COMPUTE_OPS = tuple(_BUILDERS)

@@ -45,7 +45,7 @@ _SHRINK_KEYS = {
     "cross_entropy_fwd": ("tokens",), "cross_entropy_bwd": ("tokens",),
     "ring_block_fwd": ("batch",), "ring_block_bwd": ("batch",),
     "ssd_fwd": ("batch", "heads"), "ssd_bwd": ("batch", "heads"), "conv1d_fwd": ("tokens",),
-    "conv1d_bwd": ("tokens",),
+    "conv1d_bwd": ("tokens",), "gdn_fwd": ("batch", "heads"), "gdn_bwd": ("batch", "heads"),
 }
 
 
@@ -99,11 +99,13 @@ def default_grid(device: str, quick: bool = False) -> list[tuple[str, dict]]:
     for tokens in pick(rows):
         grid += [("cross_entropy_fwd", dict(tokens=tokens, vocab=32768 if gpu else 2048)),
                  ("cross_entropy_bwd", dict(tokens=tokens, vocab=32768 if gpu else 2048))]
-    if not gpu:     # the emulator's Mamba scan and conv (CPU runners only: on a GPU, the GEMM curve)
+    if not gpu:     # the emulator's Mamba scan, delta rule and conv (CPU runners only: on a GPU, the GEMM curve)
         for seq in pick(seqs):
             ssd = dict(batch=1, seq=seq, heads=4, head_dim=16, state=16, groups=2, chunk=32, dtype=dt)
             conv = dict(tokens=seq, channels=128, kernel=4, dtype=dt)
-            grid += [("ssd_fwd", ssd), ("ssd_bwd", dict(ssd)), ("conv1d_fwd", conv), ("conv1d_bwd", dict(conv))]
+            gdn = dict(batch=1, seq=seq, heads=4, key_dim=16, value_dim=16, dtype=dt)
+            grid += [("ssd_fwd", ssd), ("ssd_bwd", dict(ssd)), ("conv1d_fwd", conv), ("conv1d_bwd", dict(conv)),
+                     ("gdn_fwd", gdn), ("gdn_bwd", dict(gdn))]
     copies = [1 << 20, 1 << 24, 1 << 28, 1 << 30] if gpu else [1 << 16, 1 << 20, 1 << 24]
     for n in pick(copies):
         grid.append(("copy", dict(bytes=n)))

@@ -40,8 +40,10 @@ def gdn_ops(s, sh, norm, vector, matmul) -> list[Op]:
                      saved_input=tok * sh.h * e, dtype=dtype, bias=False)
     ops.append(in_proj)
     conv_elems = T * (2 * Hk * dk + Hv * dv) / t
+    conv_shape = dict(tokens=int(T), channels=int((2 * Hk * dk + Hv * dv) / t), kernel=K, dtype=dtype)
     ops.append(vector("conv1d", conv_elems, sh, (2 * K + 4, 4 * K + 8), saved_bytes=conv_elems * e,
-                      params=(2 * Hk * dk + Hv * dv) * K / t))
+                      params=(2 * Hk * dk + Hv * dv) * K / t, measure_fwd=(("conv1d_fwd", conv_shape),),
+                      measure_bwd=(("conv1d_bwd", conv_shape),)))
     cp = sh.cp       # under context parallelism: the whole sequence, heads / cp (mamba.py)
     ops.append(delta_rule_op(s, replace(sh, s=sh.s * cp), Hv / (t * cp), Hk / (t * cp), dk, dv))
     y_elems = T * Hv * dv / t
@@ -73,5 +75,8 @@ def delta_rule_op(s, sh, heads: float, key_heads: float, dk: int, dv: int) -> Op
     fwd_bytes = (qk + 2 * v + wu) * e + gates * FP32 + sh.b * heads * dk * dv * FP32 * 2
     saved = (qk + 2 * v) * e + gates * FP32
     # A_log and dt_bias per value head
+    # a CPU profile's measurement of the emulator's delta rule replaces the curve (profile key gdn_*)
+    shape = dict(batch=sh.b, seq=sh.s, heads=int(heads), key_dim=dk, value_dim=dv, dtype=s.training.precision)
     return Op("gdn", "matmul", flops, 2 * flops, fwd_bytes, 2 * fwd_bytes, saved_bytes=saved, params=2 * heads,
-              gemms_fwd=parallel + state, gemms_bwd=parallel + state + parallel + state)
+              gemms_fwd=parallel + state, gemms_bwd=parallel + state + parallel + state,
+              measure_fwd=(("gdn_fwd", shape),), measure_bwd=(("gdn_bwd", shape),))

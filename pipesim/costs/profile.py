@@ -183,6 +183,16 @@ def _conv_bwd_bytes(s):
     return 3.0 * s["tokens"] * s["channels"] * _elem(s)
 
 
+def _gdn_fwd_flops(s):
+    # The delta rule token by token (the CPU emulator's form, pipesim/emulator/gated_delta.py):
+    # per token and value head decay dk·dv, recall 2dk·dv, write 3dk·dv, read out 2dk·dv.
+    return 8.0 * s["batch"] * s["seq"] * s["heads"] * s["key_dim"] * s["value_dim"]
+
+
+def _gdn_bwd_flops(s):
+    return 2.0 * _gdn_fwd_flops(s)
+
+
 @dataclass(frozen=True)
 class OpSpec:
     numeric: tuple[str, ...]
@@ -219,13 +229,15 @@ OPS: dict[str, OpSpec] = {
     # one step of the CPU emulator's eager ring attention (context parallelism), fwd and bwd
     "ring_block_fwd": OpSpec(("batch", "q", "k", "head_dim"), ("causal", "dtype"), _ring_block_flops, "flops"),
     "ring_block_bwd": OpSpec(("batch", "q", "k", "head_dim"), ("causal", "dtype"), _ring_block_bwd_flops, "flops"),
-    # a Mamba-2 layer's chunked scan and its causal depthwise conv (pipesim/costs/mamba.py), as the
-    # CPU emulator runs them (pipesim/emulator/mamba.py); no CUDA runner: on a GPU the scan is
-    # costed on the GEMM curve
+    # a Mamba-2 layer's chunked scan, a Gated DeltaNet layer's delta rule and their causal depthwise
+    # conv (pipesim/costs/mamba.py, gated_delta.py), as the CPU emulator runs them
+    # (pipesim/emulator/mamba.py, gated_delta.py); no CUDA runner: on a GPU, the GEMM curve
     "ssd_fwd": OpSpec(("batch", "seq", "heads", "head_dim", "state", "groups", "chunk"), ("dtype",),
                       _ssd_fwd_flops, "flops"),
     "ssd_bwd": OpSpec(("batch", "seq", "heads", "head_dim", "state", "groups", "chunk"), ("dtype",),
                       _ssd_bwd_flops, "flops"),
+    "gdn_fwd": OpSpec(("batch", "seq", "heads", "key_dim", "value_dim"), ("dtype",), _gdn_fwd_flops, "flops"),
+    "gdn_bwd": OpSpec(("batch", "seq", "heads", "key_dim", "value_dim"), ("dtype",), _gdn_bwd_flops, "flops"),
     "conv1d_fwd": OpSpec(("tokens", "channels", "kernel"), ("dtype",), _conv_fwd_bytes, "bytes"),
     "conv1d_bwd": OpSpec(("tokens", "channels", "kernel"), ("dtype",), _conv_bwd_bytes, "bytes"),
     "sendrecv": OpSpec(("bytes",), (), _p2p_bytes, "bytes"),

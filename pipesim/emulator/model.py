@@ -173,11 +173,14 @@ class Block(torch.nn.Module):
         # a hybrid model's layer is one sublayer: attention, mlp or mamba (costs/layers.py)
         self.kind = m.layer_kind(i) if m.hybrid_layer_pattern else "block"
         p = f"layers.{i}"
-        if self.kind in ("block", "attention", "mamba"):
+        if self.kind in ("block", "attention", "mamba", "gdn"):
             self.ln1 = Norm(b, f"{p}.ln1")
         if self.kind == "mamba":
             from pipesim.emulator.mamba import Mamba
             self.mixer = Mamba(b, f"{p}.mixer")
+        if self.kind == "gdn":
+            from pipesim.emulator.gated_delta import GatedDeltaNet
+            self.mixer = GatedDeltaNet(b, f"{p}.mixer")
         if self.kind in ("block", "attention"):
             # QKV rows grouped per key/value head: [q heads of the group | k | v] (Megatron's GQA
             # layout), so a tensor-parallel split of the rows hands each rank whole groups.
@@ -227,7 +230,7 @@ class Block(torch.nn.Module):
         return dropout(self.fc2.add_bias(exit_tp(self.fc2(y), self.tp)), self.drop)
 
     def body(self, x):
-        if self.kind == "mamba":
+        if self.kind in ("mamba", "gdn"):
             return x + self.mixer(self.ln1(x))
         if self.kind != "mlp":
             x = x + self.attention(x)
@@ -368,10 +371,13 @@ def check_supported(s) -> None:
         raise ScenarioError(f"{where}: training.precision fp8 is not emulated; use fp32, bf16 or fp16")
     if s.training.recompute == "selective_op":
         raise ScenarioError(f"{where}: training.recompute selective_op is not emulated; use none, selective or full")
-    odd = sorted(set(m.hybrid_layer_pattern) - set("M*-"))
+    odd = sorted(set(m.hybrid_layer_pattern) - set("MG*-"))
     if odd:
-        raise ScenarioError(f"{where}: model.hybrid_layer_pattern: the emulator runs Mamba (M), attention (*) and "
-                            f"MLP (-) layers, not {odd}")
+        raise ScenarioError(f"{where}: model.hybrid_layer_pattern: the emulator runs Mamba (M), Gated DeltaNet (G), "
+                            f"attention (*) and MLP (-) layers, not {odd}")
+    if "G" in m.hybrid_layer_pattern and p.tensor > 1:
+        raise ScenarioError(f"{where}: parallel.tensor={p.tensor}: the emulator runs Gated DeltaNet layers on one "
+                            f"tensor rank (pipeline and data parallelism only)")
     if m.hybrid_layer_pattern and p.context > 1:
         raise ScenarioError(f"{where}: parallel.context={p.context}: the emulator runs hybrid models without "
                             f"context parallelism")
