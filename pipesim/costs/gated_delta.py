@@ -74,9 +74,9 @@ def delta_rule_op(s, sh, heads: float, key_heads: float, dk: int, dv: int) -> Op
     wu = 2 * T * heads * (dk + dv)                    # W and U written, then read by the state pass
     fwd_bytes = (qk + 2 * v + wu) * e + gates * FP32 + sh.b * heads * dk * dv * FP32 * 2
     saved = (qk + 2 * v) * e + gates * FP32
-    # A_log and dt_bias per value head
     # a CPU profile's measurement of the emulator's delta rule replaces the curve (profile key gdn_*)
     shape = dict(batch=sh.b, seq=sh.s, heads=int(heads), key_dim=dk, value_dim=dv, dtype=s.training.precision)
+    # params: A_log and dt_bias per value head
     return Op("gdn", "matmul", flops, 2 * flops, fwd_bytes, 2 * fwd_bytes, saved_bytes=saved, params=2 * heads,
               gemms_fwd=parallel + state, gemms_bwd=parallel + state + parallel + state,
               measure_fwd=(("gdn_fwd", shape),), measure_bwd=(("gdn_bwd", shape),))

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from pipesim.emulator.layers import recompute
+from pipesim.emulator.mamba import causal_conv
 
 
 def delta_rule(q, k, v, g, beta, scale: float):
@@ -38,28 +39,23 @@ class GatedDeltaNet(torch.nn.Module):
         m = b.s.model
         self.Hk, self.Hv, self.dk, self.dv = (m.gdn_num_key_heads, m.gdn_num_value_heads, m.gdn_key_head_dim,
                                               m.gdn_value_head_dim)
-        self.K = m.mamba_conv_kernel
+        K = m.mamba_conv_kernel
         qk, vd = self.Hk * self.dk, self.Hv * self.dv
         self.in_proj = b.linear(f"{prefix}.in_proj", m.hidden_size, 2 * qk + 2 * vd + 2 * self.Hv, "column", False,
                                 parts=[qk, qk, vd, vd, self.Hv, self.Hv])
-        self.conv_w = torch.nn.ParameterList(b.tensor(f"{prefix}.conv.{part}.weight", (n, self.K))
+        self.conv_w = torch.nn.ParameterList(b.tensor(f"{prefix}.conv.{part}.weight", (n, K))
                                              for part, n in (("q", qk), ("k", qk), ("v", vd)))
         self.A_log = b.tensor(f"{prefix}.A_log", (self.Hv,), kind="small")
         self.dt_bias = b.tensor(f"{prefix}.dt_bias", (self.Hv,), kind="small")
         self.norm = b.tensor(f"{prefix}.norm.weight", (self.dv,), kind="ones")
         self.out_proj = b.linear(f"{prefix}.out_proj", vd, m.hidden_size, "row", False)
 
-    def conv(self, u, i: int):
-        w = self.conv_w[i]
-        y = F.conv1d(F.pad(u.permute(1, 2, 0), (self.K - 1, 0)), w.unsqueeze(1), groups=w.shape[0])
-        return F.silu(y).permute(2, 0, 1)
-
     def forward(self, x):
         """x: the layer's normed input [s, b, h]."""
         s, bsz = x.shape[:2]
         qk, vd, Hk, Hv = self.Hk * self.dk, self.Hv * self.dv, self.Hk, self.Hv
         q, k, v, z, beta, alpha = self.in_proj(x).split([qk, qk, vd, vd, Hv, Hv], dim=-1)
-        q, k, v = self.conv(q, 0), self.conv(k, 1), self.conv(v, 2)
+        q, k, v = (causal_conv(t, w) for t, w in zip((q, k, v), self.conv_w))
         rep = Hv // Hk                                     # value heads sharing a query/key head
         q, k = (F.normalize(t.reshape(s, bsz, Hk, self.dk), dim=-1).repeat_interleave(rep, dim=2) for t in (q, k))
         g = -torch.exp(self.A_log) * F.softplus(alpha + self.dt_bias)

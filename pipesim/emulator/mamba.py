@@ -63,6 +63,13 @@ def ssd_scan(x, dt, A, B, C, D):
     return torch.einsum("tsbh,sbhp->tbhp", scores, x * dt.unsqueeze(-1)) + D[:, None] * x
 
 
+def causal_conv(u, w, bias=None):
+    """Causal depthwise conv over time of u [s, b, c] with w [c, width] (Megatron's conv1d with
+    padding width - 1), then SiLU."""
+    y = F.conv1d(F.pad(u.permute(1, 2, 0), (w.shape[1] - 1, 0)), w.unsqueeze(1), bias, groups=w.shape[0])
+    return F.silu(y).permute(2, 0, 1)
+
+
 class Mamba(torch.nn.Module):
     def __init__(self, b, prefix: str):
         super().__init__()
@@ -86,10 +93,7 @@ class Mamba(torch.nn.Module):
         self.out_proj = b.linear(f"{prefix}.out_proj", d_inner, m.hidden_size, "row", False)
 
     def conv(self, u, i: int):
-        """Causal depthwise conv over time (Megatron's conv1d with padding d_conv - 1), then SiLU."""
-        w, bias = self.conv_w[i], self.conv_b[i]
-        y = F.conv1d(F.pad(u.permute(1, 2, 0), (self.K - 1, 0)), w.unsqueeze(1), bias, groups=w.shape[0])
-        return F.silu(y).permute(2, 0, 1)
+        return causal_conv(u, self.conv_w[i], self.conv_b[i])
 
     def forward(self, x):
         """x: the layer's normed input [s, b, h] (sequence-sharded under SP)."""
