@@ -381,10 +381,24 @@ def test_fp8_gemms_keep_their_fp8_input_copy_for_the_backward():
     fp8, bf16 = scenario(precision="fp8"), scenario()
     saved8 = {o.name: o.saved_bytes for o in layer_ops(fp8) + head_ops(fp8)}
     saved16 = {o.name: o.saved_bytes for o in layer_ops(bf16) + head_ops(bf16)}
-    for gemm in ("qkv", "proj", "fc1", "fc2"):
+    for gemm in ("qkv", "fc1", "fc2"):
         assert saved8[gemm] == pytest.approx(saved16[gemm] / 2) and saved16[gemm] > 0
     for other in ("ln1", "act", "lm_head"):
         assert saved8[other] == saved16[other] > 0
+    # the out-projection's BF16 input is the flash kernel's kept output (held once); under FP8 it
+    # keeps its own 1-byte copy of that output: 4096 tokens x 4096 features / tensor 2
+    assert saved16["proj"] == 0.0 and saved8["proj"] == pytest.approx(4096 * 4096 / 2)
+
+
+def test_the_attention_output_is_held_once_by_a_fused_kernel_and_its_projection():
+    """Flash keeps Q, K, V, O and the log-sum-exp; the out-projection saves O as its input, the
+    same storage. The eager core keeps scores and V instead, so its projection holds O itself."""
+    from pipesim.costs.layers import layer_ops
+    flash, eager = ({o.name: o for o in layer_ops(scenario(attention=a))} for a in ("flash", "eager"))
+    o_bytes = 4096 * 4096 * 2 / 2                             # tokens x (heads x head dim) bf16 / tensor 2
+    assert flash["proj"].saved_bytes == 0.0 and eager["proj"].saved_bytes == pytest.approx(o_bytes)
+    qkv_o = 4096 * 128 * (2 * 32 + 2 * 32) * 2 / 2            # Q, K, V, O of 32 heads (llama2-7b, no GQA)
+    assert flash["attention"].saved_bytes == pytest.approx(qkv_o + 32 / 2 * 4096 * 4)
 
 
 def test_rotary_models_pay_a_memory_bound_rope_pass_over_q_and_k():

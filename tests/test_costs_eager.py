@@ -30,12 +30,20 @@ def test_eager_rmsnorm_rotary_and_swiglu_pay_the_passes_of_torchtitans_code():
     assert e["rope"].bytes_fwd - f["rope"].bytes_fwd == pytest.approx(16 * rope)
     act = sh.tokens * sh.f
     assert e["act"].bytes_fwd - f["act"].bytes_fwd == pytest.approx(4 * act)
-    # GQA (32 query heads on 8 kv heads): K and V copied to every query head; the output transposed
-    assert "kv_repeat" in e and "attn_transpose" in e and "kv_repeat" not in f
+    # GQA (32 query heads on 8 kv heads): K and V copied to every query head; SDPA's flash output is
+    # already laid out for wo, so transpose(1, 2).contiguous() copies nothing
+    assert "kv_repeat" in e and "attn_transpose" not in e and "kv_repeat" not in f
     assert e["kv_repeat"].bytes_fwd == pytest.approx(2 * (sh.tokens * 8 * sh.d) * (2 + 2 * 4))
     # GEMMs and attention are the same kernels either way
     assert e["qkv"] == f["qkv"] and e["attention"] == f["attention"]
     assert {o.name: o for o in head_ops(eager)}["final_norm"].bytes_fwd > {o.name: o for o in head_ops(fused)}["final_norm"].bytes_fwd
+
+
+def test_the_eager_attention_core_transposes_its_output_before_wo():
+    e = _ops(_scenario("llama3-8b", "training.kernel_fusion=eager", "training.attention=eager"))
+    sh = shapes_of(_scenario())
+    assert e["attn_transpose"].bytes_fwd == pytest.approx(4 * sh.tokens * sh.h)
+    assert e["proj"].saved_bytes == pytest.approx(2 * sh.tokens * sh.h)
 
 
 def test_layernorm_models_keep_their_one_kernel_norm():

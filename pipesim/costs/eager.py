@@ -19,7 +19,9 @@ backward (pipesim/costs/layers.py vector()), so only the difference is added:
             saved    a for silu, silu(a) and b for the product                               = 6
   GQA       repeat_kv: expand + reshape copies K and V to every query head, forward
             read 2 + write 2·rep per kv element, backward the sum back (2·rep + 2)
-  attention output: transpose(1, 2).contiguous() before wo, 2 + 2 each way
+  attention output: transpose(1, 2).contiguous() before wo, 2 + 2 each way (the eager core
+            only: SDPA's flash kernel writes its output as (b, s, h, d) and returns a transposed
+            view, aten _scaled_dot_product_flash_attention_cuda, so the call copies nothing)
 """
 from __future__ import annotations
 

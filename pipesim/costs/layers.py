@@ -248,8 +248,15 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
                       measure_fwd=(("bmm", dict(bm, m=s_, n=d_, k=s_)),) if core else (),
                       measure_bwd=(("bmm", dict(bm, m=s_, n=s_, k=d_)), ("bmm", dict(bm, m=s_, n=d_, k=s_)))
                       if core else ()))
-    ops.append(matmul("proj", T, q_dim, sh.h, sh, "row", saved_input=T * q_dim * e / tp.size, dtype=dtype,
-                      bias=m.bias))
+    # A fused attention kernel keeps its output O for its own backward, and the out-projection's
+    # saved input is that same storage (Megatron-Core / TE Linear save the input tensor itself;
+    # PyTorch's SDPA flash returns its (b, s, h, d) output as a transposed view, so torchtitan's
+    # .transpose(1, 2).contiguous() copies nothing): held once. Under FP8 the projection keeps its
+    # own FP8 copy instead (TE linear.py: saved_inputmat is the quantized input), 1 byte per element.
+    fused = flash or sh.cp > 1
+    shares_o = fused and dtype != "fp8"
+    ops.append(matmul("proj", T, q_dim, sh.h, sh, "row", saved_input=0.0 if shares_o else T * q_dim * e / tp.size,
+                      dtype=dtype, bias=m.bias))
     if m.attention_variant == "mla":
         from pipesim.costs.mla import mla_attention_ops
         ops[attn_start:] = mla_attention_ops(s, sh)
@@ -285,7 +292,7 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
         per_gpu = tp.size // hd if tp.mode != "1d" else 1
         ops = eager_ops(ops, gated, m.norm == "rmsnorm", kv_elems=sh.b * sh.s * kv * sh.d / per_gpu,
                         rep=max(1, round(heads / kv)),
-                        attn_out_elems=T * q_dim / tp.size)
+                        attn_out_elems=0.0 if fused else T * q_dim / tp.size)
     return ops
 
 

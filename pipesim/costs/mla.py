@@ -47,5 +47,7 @@ def mla_attention_ops(s: Scenario, sh: Shapes) -> list[Op]:
     # at d = (qk + v)/2 (Dao et al. 2022, Sec. 3.1).
     core = replace(sh, d=(qk_dim + m.v_head_dim) / 2)
     ops.append(flash_attention(core, heads, heads, dtype, m.causal))
-    ops.append(lin("proj", sh.a * m.v_head_dim, sh.h, role="row", comm=True))
+    proj = lin("proj", sh.a * m.v_head_dim, sh.h, role="row", comm=True)
+    # its BF16 input is the kernel's kept output O (pipesim.costs.layers: held once)
+    ops.append(proj if dtype == "fp8" else replace(proj, saved_bytes=0.0))
     return ops

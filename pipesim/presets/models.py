@@ -34,8 +34,10 @@ GPT3 = {
     "gpt3-175b": dict(_GPT3, num_layers=96, hidden_size=12288, num_attention_heads=96, reference_params=175.0e9),
 }
 
+# No dropout: Llama's reference model.py has no dropout layer, and the released config.json files
+# set attention_dropout 0.0 (Megatron / NeMo Llama recipes: hidden and attention dropout 0.0).
 _LLAMA = dict(activation="swiglu", norm="rmsnorm", position="rotary", tied_embeddings=False,
-              bias=False, causal=True)
+              bias=False, causal=True, dropout=False)
 
 # Touvron et al. 2023, "Llama 2", Table 1 (context 4096, GQA for 70B) and the released
 # config.json files (hidden, intermediate size, heads, vocab 32000); reference_params are the
@@ -79,8 +81,8 @@ CNNS = {
     "amoebanet-d": dict(arch="cnn", cnn="amoebanet-d"),
 }
 
-# No dropout: every config below has attention_dropout 0.0 and no hidden dropout.
-_MOE = dict(_LLAMA, seq_length=4096, dropout=False)
+# No dropout either: every config below has attention_dropout 0.0 and no hidden dropout.
+_MOE = dict(_LLAMA, seq_length=4096)
 
 # Mixture-of-experts models (pipesim/costs/moe.py, docs/MOE.md). Shapes from each released
 # Hugging Face config.json; seq_length 4096 is the pre-training context of DeepSeek-V3 (arXiv
