@@ -189,3 +189,56 @@ def test_recompute_option_inserts_r_before_each_backward():
                 assert row[i - 1].kind == "R" and row[i - 1].microbatch == x.microbatch
     # recompute adds one f per backward to every rank: busy 4*(1+2+1) per rank
     assert unit_time(plan, f=1, b=2).busy == (16, 16, 16)
+
+
+def test_microbatch_groups_follow_megatrons_schedule_table():
+    # Megatron-Core schedules.py, the comment above get_schedule_table: "PP2 N3M5 with VP2" runs
+    # micro-batches 0 1 2 0 1 2 3 4 3 4 on chunks 0 0 0 1 1 1 0 0 1 1.
+    from pipesim.schedules.loop import group_table
+    assert group_table(5, 2, 3) == list(zip((0, 1, 2, 0, 1, 2, 3, 4, 3, 4), (0, 0, 0, 1, 1, 1, 0, 0, 1, 1)))
+    plan = generate("interleaved", 2, 5, 2, group=3)
+    forwards = [(a.microbatch, a.stage // 2) for a in plan.ranks[0] if a.kind == "F"]
+    assert forwards == group_table(5, 2, 3)
+    # N = P is the default schedule, action for action
+    assert generate("interleaved", 4, 12, 3, group=4) == generate("interleaved", 4, 12, 3)
+
+
+def test_grouped_interleaving_keeps_the_bubble_and_holds_n_per_chunk_in_warm_up():
+    # A group N >= P keeps the interleaved bubble (p-1)/(v*m + p-1) and lengthens rank r's warm-up
+    # to 2(p-r-1) + (v-1)N forwards (Megatron-Core get_pp_rank_microbatches), one more in flight.
+    checked = 0
+    for P in (2, 3, 4):
+        for V in (2, 3):
+            for M in range(P, 4 * P + 1):
+                for N in range(P, M + 1):
+                    if 0 < M % N < P or M == P:
+                        continue
+                    plan = generate("interleaved", P, M, V, group=N)
+                    validate(plan)
+                    a = unit_time(plan, f=1, b=2)
+                    assert overall_bubble(a) == Fraction(P - 1, V * M + P - 1), (P, M, V, N)
+                    for r in range(P):
+                        assert a.peak_inflight[r] == min(2 * (P - r - 1) + (V - 1) * N + 1, V * M), (P, M, V, N, r)
+                    checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("P, M, V, group, needle", [
+    (4, 10, 2, 3, r"must lie in \[P=4, M=10\]"),
+    (4, 10, 2, 11, r"must lie in \[P=4, M=10\]"),
+    (4, 10, 2, 4, "last group of 2 micro-batches"),
+    (4, 8, 1, 4, None),                                  # V = 1 is 1F1B: no groups to form
+])
+def test_microbatch_group_bounds_are_megatrons(P, M, V, group, needle):
+    if needle is None:
+        assert generate("interleaved", P, M, V, group=group).ranks == generate("1f1b", P, M).ranks
+        return
+    with pytest.raises(PipesimError, match=needle):
+        generate("interleaved", P, M, V, group=group)
+
+
+def test_a_group_is_refused_by_other_schedules_and_must_be_a_count():
+    with pytest.raises(PipesimError, match="interleaved schedule only"):
+        generate("1f1b", 4, 8, group=4)
+    with pytest.raises(PipesimError, match="integer >= 1"):
+        generate("interleaved", 4, 8, 2, group=2.5)

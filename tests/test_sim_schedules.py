@@ -81,3 +81,44 @@ def test_full_recompute_keeps_only_the_checkpoints():
     # the recomputed backward needs a working set while it runs, and costs time
     assert max(m.by_category["recompute"] for m in full.memory) > 0
     assert full.step_time_s > none.step_time_s
+
+
+def test_a_larger_microbatch_group_holds_more_chunks_in_flight_at_the_same_bubble():
+    # training.microbatch_group_size N (Megatron-Core microbatch_group_size_per_vp_stage): rank 0's
+    # warm-up is 2(P-1) + (V-1)N chunk-forwards, one more in flight; the analytic engine agrees.
+    from pipesim.whatif.analytic import analytic_report
+    A, M12 = 1e9, 12
+    out = {}
+    for n in (None, 6, 12):
+        extra = {"microbatch_group_size": n} if n else {}
+        s = tiny(P=P, M=M12, V=2, schedule="interleaved", extra_training=extra)
+        out[n] = pipesim.simulate(s, stage_costs=uniform(s, f=0.5, b=1.0, act=A))
+        held = min(2 * (P - 1) + (2 - 1) * (n or P) + 1, 2 * M12)
+        assert _peak_act(out[n]) == pytest.approx(held * A), n
+        assert out[n].step_time_s == pytest.approx(M12 * 3 + (P - 1) * 3 / 2)
+        real = tiny(P=P, M=M12, V=2, schedule="interleaved", extra_training=extra)
+        sim, ana = pipesim.simulate(real), analytic_report(real)
+        assert ana["peak_memory_bytes"] == pytest.approx(sim.peak_memory_bytes, rel=0.05), n
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["training.microbatch_group_size=3"], r"must lie in \[P=4, M=12\]"),
+    (["training.microbatch_group_size=5"], "last group of 2 micro-batches"),
+    (["training.microbatch_group_size=6", "training.schedule=1f1b"], "interleaved schedule"),
+    (["training.microbatch_group_size=0"], "training.microbatch_group_size"),
+])
+def test_a_bad_microbatch_group_is_one_line_naming_the_key(sets, needle):
+    from pipesim.errors import ScenarioError
+    from pipesim.scenario.load import load_scenario
+    base = tiny(P=P, M=12, V=2, schedule="interleaved")
+    with pytest.raises(ScenarioError, match=needle) as err:
+        load_scenario(base, sets)
+    assert "training.microbatch_group_size" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_emulator_runs_the_grouped_plan():
+    from pipesim.emulator.worker import plan_for
+    s = tiny(P=2, M=6, V=2, schedule="interleaved", extra_training={"microbatch_group_size": 3})
+    ranks = plan_for(s).ranks
+    first = [(a.microbatch, a.stage // 2) for a in ranks[0] if a.kind == "F"][:6]
+    assert first == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]

@@ -16,6 +16,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--virtual", "-v", type=int, default=None, help="model chunks per rank V (default 1; 2 for V-shapes)")
     p.add_argument("--costs", default="f=1,b=2,i=1,w=1",
                    help="relative costs for placement and unit-time analysis, e.g. f=1,b=2,i=1,w=1")
+    p.add_argument("--microbatch-group", dest="group", type=int, default=None, metavar="N",
+                   help="interleaved: micro-batches per group and chunk (Megatron-Core "
+                        "microbatch_group_size_per_vp_stage; default P)")
     p.add_argument("--recompute", action="store_true", help="insert an explicit R (recompute forward) before each backward")
     p.add_argument("--from-csv", dest="from_csv", metavar="IN", help="load the plan from a torch-format CSV instead")
     p.add_argument("--csv", metavar="OUT", help="write the plan as a torch-format CSV")
@@ -69,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         if virtual is None:
             virtual = 2 if args.name.lower().replace("_", "-") in ("zb-v", "zbv", "dualpipe-v", "dualpipev") else 1
         hints = {k: v for k, v in costs.items() if k in ("f", "b", "i", "w")}
+        if args.group is not None:
+            hints["group"] = args.group
         plan = generate(args.name, args.stages, args.microbatches, virtual, recompute=args.recompute, **hints)
     validate(plan, mode=args.deadlock_mode)
     ua = unit_time(plan, **costs)

@@ -357,6 +357,11 @@ class TrainingConfig:
     micro_batch_size: int = field(1, doc="samples per micro-batch")
     global_batch_size: int = field(doc="samples per optimizer step")
     schedule: str = field("1f1b", doc="pipeline schedule name or path to an action CSV")
+    microbatch_group_size: Optional[int] = field(
+        None, doc="interleaved schedule: micro-batches per group, each group running through every chunk "
+                  "before the next (Megatron-Core --microbatch-group-size-per-virtual-pipeline-stage; "
+                  "Llama 3's flexible N); P <= N <= micro-batches, default P. Larger N: longer warm-up, "
+                  "more activations in flight, more P2P slack")
     recompute_modules: tuple[Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe",
                                      "shared_experts"], ...] = field(
         ("core_attn",), doc="recompute: selective re-runs these submodules (Megatron-Core --recompute-modules; "

@@ -41,6 +41,7 @@ LIMITS = {
     "parallel.layers_per_stage": (0, 10_000),
     "training.micro_batch_size": (1, 10_000_000),
     "training.global_batch_size": (1, 1e12),
+    "training.microbatch_group_size": (1, 1e12),
     "training.zero_stage": (0, 3),
     # DP buckets: Megatron/PyTorch DDP use 25-40 MB; below 1 kB the bucket count explodes.
     "training.grad_bucket_MB": (0.001, 1e6),
@@ -326,6 +327,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
             loader.fail("training.schedule", f"schedule CSV not found: {tr.schedule}")
     else:
         _check_schedule_name(s, loader)
+    _check_microbatch_group(s, loader)
     if tr.offload_activation_layers and s.system.host_link_GBps is None:
         loader.fail("training.offload_activation_layers", f"offloading activations needs system.host_link_GBps "
                     f"(the GPU-host copy rate per GPU); system {s.system.name!r} gives none")
@@ -485,6 +487,23 @@ def _is_megatron_schedule(name: str) -> bool:
         return True
     key = name.strip().lower()
     return ALIASES.get(key, key) in P2P_SYNC_SCHEDULES
+
+
+def _check_microbatch_group(s: Scenario, loader: Loader) -> None:
+    """Megatron-Core's bounds on the micro-batch group (schedules.py
+    forward_backward_pipelining_with_interleaving): P <= N <= M, and a last group of 0 or >= P."""
+    n, tr, par = s.training.microbatch_group_size, s.training, s.parallel
+    if n is None:
+        return
+    if tr.schedule.replace("_", "-").lower() not in ("interleaved", "interleaved-1f1b", "interleaved1f1b") \
+            or par.virtual_stages < 2:
+        loader.fail("training.microbatch_group_size", f"groups micro-batches of the interleaved schedule with "
+                    f"virtual_stages >= 2; got schedule: {tr.schedule}, virtual_stages: {par.virtual_stages}")
+    from pipesim.schedules.loop import check_group
+    problem = check_group(par.pipeline, s.num_microbatches, n)
+    if problem:
+        loader.fail("training.microbatch_group_size", f"{problem} (P = parallel.pipeline, M = micro-batches "
+                    f"per step)")
 
 
 def _check_schedule_name(s: Scenario, loader: Loader) -> None:

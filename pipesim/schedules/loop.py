@@ -33,36 +33,62 @@ def one_f_one_b(lay: Layout):
     return loop_stage_map(P, 1), [one_f_one_b_row(r, P, M) for r in range(P)]
 
 
+def group_table(M: int, V: int, N: int) -> list[tuple[int, int]]:
+    """Megatron-Core's order of (micro-batch, chunk) forwards on every rank (schedules.py
+    get_schedule_table): micro-batches in groups of N; each group runs through chunk 0, then 1, ...;
+    the last group holds whatever remains. The backward walks the same table with the chunks
+    reversed. N = P is the SC'21 schedule (Narayanan et al. Sec. 2.2); N > P is Llama 3's
+    "set N flexibly" (Dubey et al. 2024, Sec. 3.3.2, Fig. 6)."""
+    table = []
+    for first in range(0, M, N):
+        last = min(first + N, M)
+        table += [(m, c) for c in range(V) for m in range(first, last)]
+    return table
+
+
+def check_group(P: int, M: int, N: int) -> str | None:
+    """Why N contiguous micro-batches per chunk cannot run on P ranks with M micro-batches, or None.
+    Megatron-Core refuses N outside [P, M], and a last group of fewer than P micro-batches (its
+    chunk-to-chunk hand-off would wait on the pipeline: dependency bubbles)."""
+    if not P <= N <= M:
+        return f"the micro-batch group N={N} must lie in [P={P}, M={M}]"
+    if 0 < M % N < P:
+        return (f"M={M} mod N={N} leaves a last group of {M % N} micro-batches, fewer than P={P}: it must "
+                f"be 0 or at least P")
+    return None
+
+
 @register("interleaved", "interleaved-1f1b", "interleaved1f1b",
           constraint="V = 1 is plain 1f1b; V > 1 needs M % P == 0 because micro-batches enter in rounds of P "
-                     "per chunk (Narayanan et al. SC'21 Sec. 2.2; Megatron-LM imposes the same)")
+                     "per chunk, or with a micro-batch group N (Megatron-Core microbatch_group_size_per_vp_stage) "
+                     "P <= N <= M and M mod N = 0 or >= P (Narayanan et al. SC'21 Sec. 2.2; Megatron-LM imposes "
+                     "the same)")
 def interleaved(lay: Layout):
     P, M, V = lay.ranks, lay.microbatches, lay.virtual
     if V == 1:
         return one_f_one_b(lay)
-    need(M % P == 0, "interleaved", f"M={M} is not a multiple of P={P}")
+    N = lay.group or P
+    if lay.group is None:
+        need(M % P == 0, "interleaved", f"M={M} is not a multiple of P={P}")
+    else:
+        problem = check_group(P, M, N)
+        need(problem is None, "interleaved", problem or "")
     total = M * V  # chunk-forwards per rank
-
-    def fwd(r: int, k: int) -> Action:
-        # k-th forward of rank r: chunks advance every P micro-batches, rounds of P*V (Megatron order)
-        chunk = (k // P) % V
-        return Action(chunk * P + r, "F", (k // (P * V)) * P + k % P)
-
-    def bwd(r: int, k: int) -> Action:
-        chunk = V - 1 - (k // P) % V
-        return Action(chunk * P + r, "B", (k // (P * V)) * P + k % P)
+    table = group_table(M, V, N)
 
     rows = []
     for r in range(P):
-        # warm-up: (V-1)*P forwards to reach the last chunk, plus 2 per hop to the last rank
-        # (Narayanan et al. SC'21, interleaved schedule; Megatron-LM get_num_warmup_microbatches)
+        # warm-up: (V-1)*N forwards to reach the last chunk, plus 2 per hop to the last rank
+        # (Narayanan et al. SC'21, interleaved schedule; Megatron-Core get_pp_rank_microbatches)
         # M == P: every forward first, then every backward ("Run all forward passes and then all
         # backward passes if number of microbatches is just the number of pipeline stages")
-        warm = total if M == P else min((V - 1) * P + 2 * (P - 1 - r), total)
-        row = [fwd(r, k) for k in range(warm)]
+        warm = total if M == P else min((V - 1) * N + 2 * (P - 1 - r), total)
+        fwd = [Action(c * P + r, "F", m) for m, c in table]
+        bwd = [Action((V - 1 - c) * P + r, "B", m) for m, c in table]
+        row = fwd[:warm]
         for k in range(total - warm):
-            row += [fwd(r, warm + k), bwd(r, k)]
-        row += [bwd(r, k) for k in range(total - warm, total)]
+            row += [fwd[warm + k], bwd[k]]
+        row += bwd[total - warm:]
         rows.append(row)
     return loop_stage_map(P, V), rows
 

@@ -18,6 +18,9 @@ class Layout:
     virtual: int
     costs: dict
     """Relative costs f, b, i, w used where a generator places work by time (zero-bubble family)."""
+    group: int | None = None
+    """Interleaved: micro-batches per group and chunk (Megatron-Core microbatch_group_size_per_vp_stage;
+    None = P)."""
 
 
 Generator = Callable[[Layout], tuple[tuple[int, ...], list[list[Action]]]]
@@ -80,22 +83,30 @@ def generate(name: str, stages: int, microbatches: int, virtual: int = 1, **opti
     """Build the plan of schedule `name` for P=`stages` pipeline ranks, M micro-batches, V chunks per rank.
 
     options: cost hints f, b, i, w (relative, > 0) for time-based placement; recompute=True inserts
-    an explicit R (recompute forward) right before every backward.
+    an explicit R (recompute forward) right before every backward; group=N (interleaved only) runs
+    micro-batches in groups of N per chunk instead of P.
     """
     key = canonical(name)
     for label, v in (("stages", stages), ("microbatches", microbatches), ("virtual", virtual)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise PipesimError(f"schedule {key!r}: --{label} must be an integer >= 1, got {v!r}")
     recompute = bool(options.pop("recompute", False))
+    group = options.pop("group", None)
+    if group is not None:
+        if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+            raise PipesimError(f"schedule {key!r}: the micro-batch group must be an integer >= 1, got {group!r}")
+        if key != "interleaved":
+            raise PipesimError(f"schedule {key!r}: a micro-batch group applies to the interleaved schedule only")
     costs = {"f": 1.0, "b": 2.0, "i": 1.0, "w": 1.0}
     for k in list(options):
         if k not in COST_KEYS:
-            raise PipesimError(f"schedule {key!r}: unknown option {k!r}; known: {', '.join(COST_KEYS)}, recompute")
+            raise PipesimError(f"schedule {key!r}: unknown option {k!r}; known: {', '.join(COST_KEYS)}, recompute, "
+                               f"group")
         v = options.pop(k)
         if not isinstance(v, (int, float)) or not v > 0:
             raise PipesimError(f"schedule {key!r}: cost hint {k} must be a number > 0, got {v!r}")
         costs[k] = float(v)
-    stage_to_rank, rows = SCHEDULES[key](Layout(stages, microbatches, virtual, costs))
+    stage_to_rank, rows = SCHEDULES[key](Layout(stages, microbatches, virtual, costs, group))
     if recompute:
         rows = [[x for a in row for x in ((Action(a.stage, "R", a.microbatch), a) if a.is_backward else (a,))] for row in rows]
     return Plan(key, stages, len(stage_to_rank), microbatches, tuple(stage_to_rank), tuple(tuple(r) for r in rows))

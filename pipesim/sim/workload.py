@@ -333,7 +333,8 @@ def plan_family(s) -> tuple | None:
     name = s.training.schedule
     if name.endswith(".csv"):
         return None
-    return (name, s.parallel.pipeline, s.num_microbatches, s.parallel.virtual_stages)
+    return (name, s.parallel.pipeline, s.num_microbatches, s.parallel.virtual_stages,
+            s.training.microbatch_group_size)
 
 
 def load_plan(s, costs):
@@ -350,7 +351,8 @@ def load_plan(s, costs):
         validate(plan)
         return lower(plan), None
     if name.lower().replace("_", "-") not in COST_PLACED:
-        return _generated(name, P, M, V, None)      # loop schedules ignore cost hints
+        # loop schedules ignore cost hints
+        return _generated(name, P, M, V, None, s.training.microbatch_group_size)
     n = len(costs)
     f = sum(c.forward for c in costs) / n
     # Relative costs to one decimal: finer hints barely move the zero-bubble placement, and
@@ -366,11 +368,11 @@ COST_PLACED = {"zb-h1", "zbh1", "zb1p", "zb-h2", "zbh2", "zb2p", "zb-v", "zbv"}
 
 
 @lru_cache(maxsize=2048)   # a sweep cycles through its plans: an LRU smaller than the set evicts each before reuse
-def _generated(name, P, M, V, hints):
+def _generated(name, P, M, V, hints, group=None):
     """Plans carry no durations, so one plan serves every cost model: cache them for sweeps."""
     from pipesim.schedules import generate, lower, validate
     if hints is None:
-        plan = generate(name, stages=P, microbatches=M, virtual=V)
+        plan = generate(name, stages=P, microbatches=M, virtual=V, **({"group": group} if group else {}))
     else:
         f, b, i, w = hints
         plan = generate(name, stages=P, microbatches=M, virtual=V, f=f, b=b, i=max(i, 0.1), w=max(w, 0.1))

@@ -59,16 +59,17 @@ def bubble_time(schedule: str, P: int, V: int, f, i, w, slow: int | None = None)
     return total(lambda r: f[r] + i[r] + w[r])
 
 
-def in_flight(schedule: str, P: int, V: int, M: int, r: int) -> float:
+def in_flight(schedule: str, P: int, V: int, M: int, r: int, group: int | None = None) -> float:
     """Micro-batch activations (in units of one rank's full set, all chunks) held at the peak.
     GPipe: all M (Huang et al. 2019); 1F1B / ZB-H1: p - r (Narayanan et al. 2021 PipeDream-Flush);
-    interleaved: Megatron's warm-up of 2(p-r-1) + (v-1)p + 1 chunk-micro-batches, /v in rank units
-    (all M·v when m = p: Megatron then runs every forward first);
+    interleaved: Megatron's warm-up of 2(p-r-1) + (v-1)N + 1 chunk-micro-batches (N = the
+    micro-batch group, default p), /v in rank units (all M·v when m = p: Megatron then runs every
+    forward first);
     ZB-H2: 2(p-r)-1 (Qi et al. ICLR'24, Table 2: about 2x 1F1B); ZB-V: p chunk-pairs (ibid. Sec. 6)."""
     if schedule == "gpipe" or schedule == "looped-bfs":
         return M
     if schedule == "interleaved" and V > 1:
-        return M if M == P else min(M * V, 2 * (P - r - 1) + (V - 1) * P + 1) / V
+        return M if M == P else min(M * V, 2 * (P - r - 1) + (V - 1) * (group or P) + 1) / V
     if schedule == "zb-h2":
         return min(M, 2 * (P - r) - 1)
     if schedule in V_SHAPE:
@@ -164,7 +165,8 @@ def analytic_report(s, mode: str = "representative") -> dict:
     for r, ch in enumerate(per_rank):
         static = sum(c.static.total for c in ch)
         # offloaded activations are on the GPU one layer at a time, for the pass that runs
-        act = sum((c.activation_bytes - c.offload_bytes) * in_flight(sched, P, V, M, r) + c.offload_window
+        held = in_flight(sched, P, V, M, r, s.training.microbatch_group_size)
+        act = sum((c.activation_bytes - c.offload_bytes) * held + c.offload_window
                   for c in ch)
         working = max((c.recompute_working_bytes + c.cp_buffer_bwd for c in ch), default=0.0)
         peaks.append(static + act + working)
