@@ -467,3 +467,27 @@ def test_attention_kernel_picks_the_published_table_and_refuses_one_without():
                                             training={"attention": "flash", "attention_kernel": "fa3"})))
     msg = str(err.value)
     assert "training.attention_kernel" in msg and "fa2" in msg and "\n" not in msg
+
+
+def test_model_flops_leave_out_the_flash_backwards_recompute():
+    """The fused attention backward re-computes the scores (2.5x the forward in its time), but model
+    FLOPs (MFU, model TFLOP/s) count its gradient alone, 2x the forward."""
+    from pipesim.costs.layers import layer_ops
+    from pipesim.costs.summary import extra_ops, iteration_flops, model_flops
+    s = scenario()
+    ops = layer_ops(s)
+    att = next(o for o in ops if o.name == "attention")
+    assert att.flops_bwd == pytest.approx(2.5 * att.flops_fwd) and model_flops(att) == pytest.approx(3 * att.flops_fwd)
+    gemm = next(o for o in ops if o.name == "fc1")
+    assert model_flops(gemm) == gemm.flops_fwd + gemm.flops_bwd
+    # whole step: the time-side count exceeds the model count by half an attention forward per layer
+    # (tensor 2 splits the heads: iteration_flops counts the unsharded model, so compare on tensor 1)
+    one = load_scenario({"model": {"preset": "llama2-7b", "num_layers": 4},
+                                           "system": {"preset": "dgx-h100", "num_nodes": 1},
+                                           "parallel": {"data": 8},
+                                           "training": {"micro_batch_size": 1, "global_batch_size": 8,
+                                                        "attention": "flash"}})
+    ops1 = layer_ops(one)
+    hardware = 4 * sum(o.flops_fwd + o.flops_bwd for o in ops1) + sum(o.flops_fwd + o.flops_bwd for o in extra_ops(one))
+    att1 = next(o for o in ops1 if o.name == "attention")
+    assert iteration_flops(one) == pytest.approx(8 * (hardware - 4 * 0.5 * att1.flops_fwd))

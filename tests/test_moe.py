@@ -208,11 +208,33 @@ def test_moezoo_cases_convert_and_flag_context_parallelism():
     assert embedding_aware_split(94, 96)[0] == 0 and embedding_aware_split(94, 96)[-1] == 0
     results = run_moe_suite(evaluator=lambda s, mode: {"step_time_s": 10.0})
     by = {r.id: r for r in results}
-    # the long-sequence cases run with ring context parallelism (issue 15), published as TFLOP/s only
-    long = by["moezoo-qwen3-235b-longseq-32k"]
-    assert long.predicted_s == 10.0 and long.error_pct is None and "TFLOP/s only" in long.note
-    assert moe_case_scenario(cases["moezoo-qwen3-235b-longseq-32k"])["parallel"]["context"] == 2
+    assert len(results) == 5 and not any("longseq" in r.id for r in results)
     assert by["moezoo-qwen3-235b-deepep-ep32-pp8"].error_pct == pytest.approx(100 * (10 / 19.7 - 1))
+    # the long-sequence cases run with ring context parallelism (issue 15) and the README's
+    # long-context command: selective recompute of the norms and the MoE block
+    long = moe_case_scenario(cases["moezoo-qwen3-235b-longseq-32k"], "dropless")
+    assert long["parallel"]["context"] == 2 and long["training"]["moe_routing"] == "dropless"
+    assert long["training"]["recompute"] == "selective"
+    assert long["training"]["recompute_modules"] == ["layernorm", "moe"]
+
+
+def test_the_long_sequence_series_is_scored_in_megatron_cores_tflops():
+    from pipesim.costs.summary import megatron_core_flops
+    from pipesim.whatif.validation_moe import load_moe_cases, moe_case_scenario, run_longseq_suite
+    results = run_longseq_suite(evaluator=lambda s, mode: {"step_time_s": 100.0})
+    assert [(r.id[-4:], r.routing) for r in results][:2] == [("-16k", "balanced"), ("-16k", "dropless")]
+    assert len(results) == 8
+    case = next(c for c in load_moe_cases() if c["id"].endswith("longseq-128k"))
+    s = load_scenario(moe_case_scenario(case))
+    # Megatron-Core's count by hand for Qwen3-235B-A22B (94 layers, h 4096, 64 heads of 128, 4 query
+    # groups, 8 of 128 experts of 1536, SwiGLU, vocab 151936 padded to 512 = 152064), 256 x 131072 tokens
+    h, L, S = 4096, 94, 131072
+    per_token = (12 * L * h * 1536 * 8 * 1.5 + 12 * L * h * h * ((1 + 4 / 64) + S / h / 2) * 2
+                 + 6 * h * 152064)
+    assert megatron_core_flops(s) == pytest.approx(256 * S * per_token)
+    r = next(r for r in results if r.id == case["id"] and r.routing == "balanced")
+    assert r.published == 389 and r.predicted == pytest.approx(megatron_core_flops(s) / 100.0 / 256 / 1e12)
+    assert r.error_pct == pytest.approx(100 * (r.predicted / 389 - 1))
 
 
 @pytest.mark.parametrize("name,total,active,tol", [

@@ -37,9 +37,10 @@ def run(args) -> int:
     want_moe = not args.suites or "moezoo-qwen3" in args.suites
     suites = [s for s in args.suites if not s.startswith("seed-") and s not in ("nccl", "moezoo-qwen3")]
     if want_moe:
-        from pipesim.whatif.validation_moe import format_moe, run_moe_suite
-        print(format_moe(run_moe_suite(args.cases, evaluator=None if args.engine == "sim" else analytic_report))
-              + "\n")
+        from pipesim.whatif.validation_moe import format_longseq, format_moe, run_longseq_suite, run_moe_suite
+        evaluator = None if args.engine == "sim" else analytic_report
+        print(format_moe(run_moe_suite(args.cases, evaluator=evaluator)) + "\n")
+        print(format_longseq(run_longseq_suite(args.cases, evaluator=evaluator)) + "\n")
         if args.suites and not suites and not seeds and not want_nccl:
             return 0
     if want_nccl:

@@ -7,7 +7,8 @@ the alltoall token dispatcher) per micro-batch on one GPU:
   dispatch    all-to-all over the EP group (+ all-gather over ETP)     -- a2a_costs()
   experts     grouped GEMMs fc1 / activation / fc2 of the local experts, each with its own tokens
   combine     all-to-all back (+ reduce-scatter over ETP)               -- a2a_costs()
-  unpermute   weight by the router probabilities and sum the k copies (memory bound)
+  unpermute   sum the k copies of each token (memory bound); the router probabilities are
+              applied in the experts' activation (Megatron-Core >= 0.13)
   shared      always-active shared experts: a dense tensor-parallel MLP (DeepSeek-V3)
 Shapes: a GPU holds T_loc = b·s / t tokens (sequence parallel); the EP·ETP ranks of a stage route
 EP·ETP·T_loc·k token copies to E experts, so a local expert's GEMM has M = λ·EP·ETP·T_loc·k / E rows
@@ -110,14 +111,18 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
     ops.append(grouped_gemm("expert_fc1", rows, sh.h, fc1_n / et, local_experts, e, dtype, m.bias,
                             saved_input=rows * sh.h * e, split=(et, 1)))
     act = rows * f_loc
+    # Megatron-Core multiplies each copy by its router probability inside the activation
+    # (experts.py activation_func_with_probs; fused: weighted_bias_swiglu, which keeps its input and
+    # the probabilities), "Memory efficient token permutation", !2668, core_v0.13.0
     ops.append(vector("expert_act", act, sh, (8, 12), reads=2 if gated else 1,
-                      saved_bytes=act * e * (2 if gated else 1)))
+                      saved_bytes=act * e * (2 if gated else 1) + rows * FP32))
     ops.append(grouped_gemm("expert_fc2", rows, f_loc, sh.h, local_experts, e, dtype, m.bias,
                             saved_input=act * e, split=(1, et)))
-    # unsort + unpermute: read the k weighted copies (and their probabilities), write one token
+    # unsort + unpermute: read the k weighted copies, write their sum per token. Its backward
+    # scatters the gradient back by the saved mapping, so it keeps no tokens (before !2668 the
+    # probabilities were applied here and the k expert outputs were kept for their gradient).
     ops.append(Op("unpermute", "vector", 2 * T_loc * k * sh.h, 2 * T_loc * k * sh.h,
-                  moved + T_loc * sh.h * e, moved + 2 * T_loc * sh.h * e,
-                  saved_bytes=T_loc * k * sh.h * e))
+                  moved + T_loc * sh.h * e, moved + 2 * T_loc * sh.h * e))
     if m.num_shared_experts:
         ops += shared_expert_ops(s, sh, m.num_shared_experts * m.moe_ffn)
     return ops

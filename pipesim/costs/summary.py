@@ -61,9 +61,17 @@ def iteration_flops(s: Scenario) -> float:
     # model FLOPs: unsharded, with balanced routing (imbalance costs time, not model FLOPs)
     unsharded = replace(s, parallel=replace(s.parallel, tensor=1, context=1, sequence_parallel=False, tensor_mode="1d"),
                         training=replace(s.training, moe_routing="balanced"))
-    per_mb = (sum(n * sum(o.flops_fwd + o.flops_bwd for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s))
-              + sum(o.flops_fwd + o.flops_bwd for o in extra_ops(unsharded)))
+    per_mb = (sum(n * sum(model_flops(o) for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s))
+              + sum(model_flops(o) for o in extra_ops(unsharded)))
     return per_mb * s.training.global_batch_size / s.training.micro_batch_size
+
+
+def model_flops(op) -> float:
+    """An op's forward + backward model FLOPs. A fused attention kernel's backward re-computes the
+    scores (5 matmuls against the forward's 2: Dao 2023, "FlashAttention-2", Alg. 2), which the
+    op's time counts; model FLOPs count the 4 matmuls of the gradient alone, twice the forward
+    (Chowdhery et al. 2022, "PaLM", App. B: MFU leaves re-computation out)."""
+    return op.flops_fwd + (2 * op.flops_fwd if op.flash else op.flops_bwd)
 
 
 def megatron_flops(s: Scenario, recompute: bool) -> float:
@@ -74,6 +82,29 @@ def megatron_flops(s: Scenario, recompute: bool) -> float:
     if recompute:
         return 96 * B * s_ * l * h * h * (1 + s_ / (6 * h) + V / (16 * l * h))
     return 72 * B * s_ * l * h * h * (1 + s_ / (6 * h) + V / (12 * l * h))
+
+
+def megatron_core_flops(s: Scenario) -> float:
+    """Model FLOPs per step as Megatron-Core's logger counts them for a GQA transformer, dense or
+    MoE (megatron/training/training.py num_floating_point_operations, transformer_flops, since
+    ADLR/megatron-lm!2789 of 2025-03-06, which halved the causal attention term):
+      B·s·[12·L·h·(f_dense·D/L + (f_moe·k + f_shared)·M/L)·g + 12·L·h²·((1 + q/a) + s/2h)·r
+           + 6·h·V]
+    g = 3/2 for SwiGLU, q/a = query groups over heads, r = heads·head_dim / h, D and M the dense
+    and MoE layers, V the vocabulary padded to 128·tensor (Megatron --make-vocab-size-divisible-by)."""
+    m, B = s.model, s.training.global_batch_size
+    S, L, h = m.seq_length, m.num_layers, m.hidden_size
+    gated = 1.5 if m.activation == "swiglu" else 1.0
+    moe_layers = m.num_moe_layers if m.is_moe else 0
+    dense = L - moe_layers
+    mlp = m.ffn * dense / L
+    if moe_layers:
+        mlp += (m.moe_ffn * m.moe_top_k + m.num_shared_experts * m.moe_ffn) * moe_layers / L
+    ratio = m.head_dim * m.num_attention_heads / h
+    attention = h * h * ((1 + m.kv_heads / m.num_attention_heads) + S / h / 2) * ratio
+    pad = 128 * s.parallel.tensor
+    vocab = -(-m.vocab_size // pad) * pad
+    return B * S * (12 * L * h * mlp * gated + 12 * L * attention + 6 * h * vocab)
 
 
 def required_measurements(s: Scenario) -> list[tuple[str, dict]]:
