@@ -29,6 +29,8 @@ def add_arguments(p) -> None:
                                     "the scenario's)")
     p.add_argument("--offload", help="activation-offloaded layers per stage to try, e.g. 0,8,16 (default: the "
                                      "scenario's; training.offload_activation_layers)")
+    p.add_argument("--zero-replicas", help="sharding replicas to try with ZeRO, e.g. 1,2,8 (hybrid sharding; "
+                                           "training.zero_replicas; layouts they do not divide are skipped)")
     p.add_argument("--micro-batch", help="micro-batch sizes to try (default 1,2,4,8)")
     p.add_argument("--schedules", help="schedules to try (default 1f1b,interleaved,zb-h1,zb-v)")
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
@@ -62,6 +64,8 @@ def run(args) -> int:
         space.extra["parallel.expert"] = _ints(args.expert)
     if args.offload:
         space.extra[OFFLOAD] = _ints(args.offload)
+    if args.zero_replicas:
+        space.extra["training.zero_replicas"] = _ints(args.zero_replicas)
     if args.micro_batch:
         space.micro_batch = _ints(args.micro_batch)
     if args.schedules:

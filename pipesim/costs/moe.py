@@ -344,12 +344,13 @@ def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:
     from pipesim.costs.moe_parallel import expert_data_size
     if expert_data_size(s) <= 1:
         return 0.0
+    from pipesim.costs.zero_groups import zero_collective_time
     bucket = s.training.grad_bucket_MB * 1e6
-    algorithm = algorithm or s.parallel.collective
-    dense = collective_time(kind, bucket, placement(s, "dp_cp"), algorithm)     # the engine's DP group
+    algorithm, replicas = algorithm or s.parallel.collective, s.training.zero_replicas
+    dense = zero_collective_time(kind, bucket, placement(s, "dp_cp"), replicas, algorithm)   # the engine's DP group
     if dense <= 0:
         return 1.0
-    return collective_time(kind, bucket, expert_placement(s, "edp"), algorithm) / dense
+    return zero_collective_time(kind, bucket, expert_placement(s, "edp"), replicas, algorithm) / dense
 
 
 def grad_ratio(s: Scenario) -> float:

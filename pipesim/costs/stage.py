@@ -13,6 +13,7 @@ from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_nvfp4, cast_ops, fp8_storage
                                weight_cast_bytes, weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
+from pipesim.costs.zero_groups import shard_size
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Comm, Op
@@ -406,18 +407,22 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             from pipesim.costs.moe_parallel import expert_data_size
             edp = expert_data_size(s)
 
+        # ZeRO shards over one replica of the group (training.zero_replicas, costs/zero_groups.py)
+        dp_shard, edp_shard = shard_size(dp_cp, tr.zero_replicas), shard_size(edp, tr.zero_replicas)
+
         def shard(group: int) -> int:       # ZeRO-1 and up shard the optimizer over the group
             return group if tr.zero_stage >= 1 else 1
         muon_parts = muon_split(s, cm, [(d.ops, n) for d, n in zip(dense, n_by_kind)], extras, moe, n_moe,
-                                shard(dp_cp), shard(edp))
+                                shard(dp_shard), shard(edp_shard))
         adam_dense, adam_expert = muon_parts.adam_params(dense_params, ep.params)
-        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_cp, resident, adam_dense)
-        local_params = dense_params / shard(dp_cp)
-        adam_local = adam_dense / shard(dp_cp) + adam_expert / shard(edp)
+        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_shard, resident,
+                               adam_dense)
+        local_params = dense_params / shard(dp_shard)
+        adam_local = adam_dense / shard(dp_shard) + adam_expert / shard(edp_shard)
         if ep.params:
-            static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp, resident,
-                                               adam_expert))
-            local_params += ep.params / shard(edp)
+            static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp_shard,
+                                               resident, adam_expert))
+            local_params += ep.params / shard(edp_shard)
         if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
             static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         if fp8_params:
@@ -425,7 +430,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             # under ZeRO-3 / FSDP they are sharded like the weights (gathered per layer in FP8, as
             # the ZeRO-3 gathers are costed: 1 byte per parameter)
             copy = weight_copy_bytes(tr.fp8_recipe, s.system.gpu.kernel_curve)
-            shards = dp_cp if tr.zero_stage >= 3 and not resident else 1
+            shards = dp_shard if tr.zero_stage >= 3 and not resident else 1
             # FP8 parameter storage drops their 16-bit copy (the fp32 master is optimizer state)
             dropped = fp8_params * elem_of(tr) if tr.fp8_param_gather else 0.0
             static = StaticMemory(static.weights + (fp8_params * copy - dropped) / shards, static.gradients,

@@ -381,6 +381,12 @@ class TrainingConfig:
                                                      "as torchtitan's Llama runs without torch.compile "
                                                      "(pipesim/costs/eager.py)")
     zero_stage: int = field(0, doc="ZeRO stage 0-3 over the data-parallel group")
+    zero_replicas: int = field(1, doc="hybrid sharding: the data x context group splits into this many "
+                                      "replicas of consecutive ranks, each sharding the ZeRO states over its "
+                                      "own ranks; gradients reduce-scatter inside a replica, then all-reduce "
+                                      "across replicas (Megatron-Core --num-distributed-optimizer-instances, "
+                                      "FSDP HSDP, torchtitan data_parallel_replicate_degree; "
+                                      "pipesim/costs/zero_groups.py)")
     activation_compression_bits: int = field(16, doc="bits per element sent between stages")
     optimizer: Literal["adam", "sgd", "muon"] = field(
         "adam", doc="optimizer: adam, sgd (momentum), or muon (Megatron-Core's: Newton-Schulz-orthogonalised "

@@ -43,6 +43,7 @@ LIMITS = {
     "training.global_batch_size": (1, 1e12),
     "training.microbatch_group_size": (1, 1e12),
     "training.zero_stage": (0, 3),
+    "training.zero_replicas": (1, 10_000_000),
     # DP buckets: Megatron/PyTorch DDP use 25-40 MB; below 1 kB the bucket count explodes.
     "training.grad_bucket_MB": (0.001, 1e6),
 }
@@ -289,6 +290,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if not tr.reshard_after_forward and tr.zero_stage != 3:
         loader.fail("training.reshard_after_forward", f"keeping gathered weights from forward to backward "
                     f"is a ZeRO-3 / FSDP choice, got zero_stage: {tr.zero_stage}")
+    _check_zero_replicas(s, loader)
     if tr.zero3_collectives != "tensor" and tr.zero_stage != 3:
         loader.fail("training.zero3_collectives", f"per-layer weight gathers are a ZeRO-3 / FSDP choice, got "
                     f"zero_stage: {tr.zero_stage}")
@@ -487,6 +489,27 @@ def _is_megatron_schedule(name: str) -> bool:
         return True
     key = name.strip().lower()
     return ALIASES.get(key, key) in P2P_SYNC_SCHEDULES
+
+
+def _check_zero_replicas(s: Scenario, loader: Loader) -> None:
+    """Replicas split the gradient group evenly (Megatron-Core asserts it for the dense and the
+    expert data-parallel groups) and only mean something when the states are sharded."""
+    r, par, tr = s.training.zero_replicas, s.parallel, s.training
+    if r == 1:
+        return
+    if tr.zero_stage < 1:
+        loader.fail("training.zero_replicas", f"replicas of a sharded state need zero_stage >= 1, got zero_stage: "
+                    f"{tr.zero_stage}")
+    group = par.data * par.context
+    if group % r:
+        loader.fail("training.zero_replicas", f"{r} replicas do not split data({par.data})·context({par.context}) "
+                    f"= {group} ranks evenly")
+    if s.model.is_moe:
+        from pipesim.costs.moe_parallel import expert_data_size
+        edp = expert_data_size(s)
+        if edp % r:
+            loader.fail("training.zero_replicas", f"{r} replicas do not split the expert-data-parallel group "
+                        f"({edp} ranks) evenly")
 
 
 def _check_microbatch_group(s: Scenario, loader: Loader) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from heapq import heappush
 
+from pipesim.costs.zero_groups import shard_size
 from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, ready_event, release_env, run_queue
@@ -74,6 +75,7 @@ class Engine:
         for g in w.gangs:
             self.dp_peers.setdefault(g.pp, []).append(g.id)
         self.dp_n = w.scenario.parallel.data * w.scenario.parallel.context   # gradient group: data x context
+        self.shard_n = shard_size(self.dp_n, w.scenario.training.zero_replicas)   # ZeRO shards over one replica
 
     # ---------------------------------------------------------------- helpers
     def record(self, gid, stream, kind, stage, mb, start, end, nbytes=0.0, **args):
@@ -301,7 +303,7 @@ class Engine:
             return 0.0          # kept from forward to backward: counted as resident weights
         full = self.w.weights_full[stage]
         live = full * min(1.0, 2.0 / self.w.gather_layers[stage])
-        return live - live / self.dp_n
+        return live - live / self.shard_n
 
     def _issue_gather(self, g, op, j):
         ev = self.env.event()
@@ -351,7 +353,7 @@ class Engine:
                 n = w.gather_tensors[st] * passes
                 sec = n * collective_seconds(w, "all_gather", nbytes / n, g.pp, "ring")
                 if w.zero3_gather_rate:        # the framework's own rate, when it is the slower
-                    sec = max(sec, nbytes * (1 - 1 / self.dp_n) / w.zero3_gather_rate)
+                    sec = max(sec, nbytes * (1 - 1 / self.shard_n) / w.zero3_gather_rate)
                 start, end = yield from self._collective(g, ("gather", g.pp, j), sec)
                 tl.comm.setdefault("ZERO_GATHER", []).append((start, end))
                 self.record(g.id, "dp", "ZERO_GATHER", st, -1, start, end, nbytes)

@@ -15,10 +15,11 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import NamedTuple
 
-from pipesim.costs.collectives import GroupPlacement, Link, collective_time, p2p_time
+from pipesim.costs.collectives import GroupPlacement, Link, p2p_time
 from pipesim.costs.fp8 import gathered_bytes_per_param, gemm_dtype
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
+from pipesim.costs.zero_groups import zero_collective_time
 from pipesim.errors import PlanError, ScenarioError
 
 # Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Table 1: a transformer layer's
@@ -583,6 +584,9 @@ def collective_seconds(w: Workload, kind: str, nbytes: float, pp: int, algorithm
             from pipesim.calibrate.host import allreduce_seconds
             sec = allreduce_seconds(w.host_profile, nbytes, group.size)
         if sec is None:
-            sec = collective_time(kind, nbytes, group, algorithm or w.scenario.parallel.collective)
+            # with sharding replicas the ZeRO collectives run inside one replica (+ the all-reduce
+            # across replicas after a reduce-scatter): pipesim/costs/zero_groups.py
+            sec = zero_collective_time(kind, nbytes, group, w.scenario.training.zero_replicas,
+                                       algorithm or w.scenario.parallel.collective)
         w.cache[key] = sec
     return sec

@@ -13,6 +13,7 @@ from pipesim.costs.fp8 import gemm_dtype
 from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
+from pipesim.costs.zero_groups import shard_size, zero_collective_time
 
 V_SHAPE = ("zb-v", "dualpipe-v")
 
@@ -84,31 +85,34 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     if d <= 1:
         return 0.0, 0.0
     group = placement(s, "dp_cp")
-    alg = s.parallel.collective
+    alg, replicas = s.parallel.collective, tr.zero_replicas
+
+    def zero(kind: str, nbytes: float) -> float:     # inside one sharding replica (costs/zero_groups.py)
+        return zero_collective_time(kind, nbytes, group, replicas, alg)
     grad = sum(st.grad_bytes for st in stages_of_rank)
     if tr.zero_stage >= 3:
         # ZeRO-3: all-gather the parameters before F and before B of every micro-batch, and
         # reduce-scatter the gradients (Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x DP volume per pass);
         # prefetching overlaps it with that micro-batch's compute.
-        gather = collective_time("all_gather", grad, group, alg)
+        gather = zero("all_gather", grad)
         if tr.zero3_gather_GBps:       # the framework's own gather rate, when it is the slower
-            gather = max(gather, grad * (1 - 1 / d) / (tr.zero3_gather_GBps * 1e9))
+            gather = max(gather, grad * (1 - 1 / shard_size(d, replicas)) / (tr.zero3_gather_GBps * 1e9))
         # a recomputing backward gathers twice when the weights are released after every forward
         # (the non-prefetching DeepSpeed mode: pipesim/sim/workload.py regather_recompute)
         regather = not tr.zero3_prefetch and tr.recompute == "full"
         # weights kept from the forward to the backward (reshard_after_forward false): one gather
         gathers = 1 if not tr.reshard_after_forward else 3 if regather else 2
-        per_mb = gathers * gather + collective_time("reduce_scatter", grad, group, alg)
+        per_mb = gathers * gather + zero("reduce_scatter", grad)
         compute = sum(st.forward + st.backward for st in stages_of_rank)
         M = s.num_microbatches
         # without prefetch every gather waits for the compute before it: nothing hides
         hidden = compute if tr.zero3_prefetch else 0.0
         return M * max(0.0, per_mb - hidden), M * per_mb
-    rs = collective_time("reduce_scatter", grad, group, alg) if tr.zero_stage >= 1 else 0.0
+    rs = zero("reduce_scatter", grad) if tr.zero_stage >= 1 else 0.0
     if tr.zero_stage >= 1:
         # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated parameters (same volume
         # as one all-reduce; Rajbhandari et al. 2020, Sec. 7.2.1).
-        total = rs + collective_time("all_gather", grad, group, alg)
+        total = rs + zero("all_gather", grad)
     else:
         total = collective_time("all_reduce", grad, group, alg)
     # sharded gradients are reduce-scattered after every micro-batch's backward
