@@ -27,22 +27,26 @@ class StaticMemory:
                             self.optimizer + other.optimizer)
 
 
-def optimizer_bytes_per_param(optimizer: str, precision: str) -> float:
+def optimizer_bytes_per_param(optimizer: str, precision: str, moment_bytes: int = 4) -> float:
+    """`moment_bytes`: bytes of each Adam moment (4; 2 with BF16 states, training.optimizer_state_dtype:
+    Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16; DeepSeek-V3
+    technical report Sec. 3.3.2 keeps AdamW's moments in BF16, the master weights in FP32)."""
     mixed = precision not in ("fp32", "tf32")          # TF32 trains on fp32 weights
-    states = 2 if optimizer == "adam" else 1          # Adam: m and v; SGD, Muon: momentum
-    return 4 * states + (4 if mixed else 0)           # + fp32 master weights when mixed
+    states = 2 * moment_bytes if optimizer == "adam" else 4   # Adam: m and v; SGD, Muon: fp32 momentum
+    return states + (4 if mixed else 0)               # + fp32 master weights when mixed
 
 
 def static_memory(params: float, precision: str, optimizer: str, zero_stage: int, dp: int,
-                  resident_weights: bool = False, adam_params: float = 0.0) -> StaticMemory:
+                  resident_weights: bool = False, adam_params: float = 0.0, moment_bytes: int = 4) -> StaticMemory:
     """Weights, gradients and optimizer states per GPU. `resident_weights`: ZeRO-3 weights that stay
     gathered from a micro-batch's forward to its backward (FSDP reshard_after_forward=False); at the
     peak every layer holds them (pipelined: every chunk has a micro-batch in flight), so they count
-    unsharded. `adam_params`: those of `params` that Muon leaves to Adam."""
+    unsharded. `adam_params`: those of `params` that Muon leaves to Adam; `moment_bytes`: per Adam
+    moment."""
     elem = 4 if precision in ("fp32", "tf32") else 2
     weights, grads = params * elem, params * elem
-    opt = (params - adam_params) * optimizer_bytes_per_param(optimizer, precision) + \
-        adam_params * optimizer_bytes_per_param("adam", precision)
+    opt = (params - adam_params) * optimizer_bytes_per_param(optimizer, precision, moment_bytes) + \
+        adam_params * optimizer_bytes_per_param("adam", precision, moment_bytes)
     if zero_stage >= 1:
         opt /= dp
     if zero_stage >= 2:

@@ -8,7 +8,8 @@ the distributed optimizer does the same on its shard):
      write 4 (bf16 runs without a loss scaler)
   3. the gradient norm reads the fp32 main gradients (4; its own op, GRAD_NORM)
   4. the optimizer kernel (apex/TE fused multi-tensor Adam): read fp32 master, grad, m, v; write
-     master, m, v = 28 (SGD with momentum: read master, grad, momentum; write master, momentum = 20;
+     master, m, v = 28 (with BF16 moments, TE FusedAdam's exp_avg_dtype / exp_avg_sq_dtype: 20;
+     SGD with momentum: read master, grad, momentum; write master, momentum = 20;
      Muon: 42 per matrix parameter, pipesim/costs/muon.py, plus its Newton-Schulz GEMMs)
   5. `_copy_main_params_to_model_params` (multi-tensor copy): read fp32 master 4, write 16-bit
      weight 2
@@ -31,10 +32,12 @@ def mixed(precision: str) -> bool:
 
 
 def optimizer_bytes(optimizer: str, precision: str, grad_elem: int, local_params: float, params: float,
-                    adam_local: float = 0.0) -> float:
+                    adam_local: float = 0.0, moment_bytes: int = FP32) -> float:
     """HBM bytes of steps 1, 2, 4, 5 over the rank's `local_params` (its ZeRO shard) plus the
-    zeroing of the `params` x `grad_elem` grad buffer; `adam_local` of them are Muon's Adam share."""
-    update = UPDATE_BYTES[optimizer] * (local_params - adam_local) + UPDATE_BYTES["adam"] * adam_local
+    zeroing of the `params` x `grad_elem` grad buffer; `adam_local` of them are Muon's Adam share;
+    `moment_bytes` per Adam moment (read and written once each in step 4)."""
+    adam = UPDATE_BYTES["adam"] - 4 * (FP32 - moment_bytes)
+    update = (adam if optimizer == "adam" else UPDATE_BYTES[optimizer]) * (local_params - adam_local) + adam * adam_local
     per = 0.0
     if mixed(precision):
         per += 0 if grad_elem == FP32 else grad_elem + FP32          # 1

@@ -416,12 +416,12 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
                                 shard(dp_shard), shard(edp_shard))
         adam_dense, adam_expert = muon_parts.adam_params(dense_params, ep.params)
         static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_shard, resident,
-                               adam_dense)
+                               adam_dense, s.moment_bytes)
         local_params = dense_params / shard(dp_shard)
         adam_local = adam_dense / shard(dp_shard) + adam_expert / shard(edp_shard)
         if ep.params:
             static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp_shard,
-                                               resident, adam_expert))
+                                               resident, adam_expert, s.moment_bytes))
             local_params += ep.params / shard(edp_shard)
         if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
             static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
@@ -437,7 +437,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
                                   static.optimizer)
         elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
         opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params,
-                                                  adam_local))
+                                                  adam_local, s.moment_bytes))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step, muon_parts)
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         # FSDP2 copies each all-gathered layer into its parameters on the compute stream

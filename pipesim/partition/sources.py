@@ -73,7 +73,7 @@ def load_source(source: str, *, system: str | None = None, batch: int | None = N
         g = transformer_graph(s, granularity)
         tr = s.training
         per_param = static_memory(1.0, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data,
-                                  not tr.reshard_after_forward).total
+                                  not tr.reshard_after_forward, moment_bytes=s.moment_bytes).total
         return Source(g, cluster_from_system(s.system, slot_width=s.parallel.tensor), per_param, s, raw)
     raise PipesimError(f"{source}: expected a scenario .yaml, a CNN preset ({', '.join(PRESETS)}) or "
                        f"module:package.module:factory")

@@ -241,7 +241,8 @@ def partition_split(s) -> tuple[list[int], str] | None:
     cap = s.system.gpu.memory
     opts = Options(recompute=tr.recompute == "full", memory_cap=cap, microbatches=p, schedule="1f1b",
                    static_bytes_per_param=static_memory(1.0, tr.precision, tr.optimizer, tr.zero_stage,
-                                                        s.parallel.data, not tr.reshard_after_forward).total)
+                                                        s.parallel.data, not tr.reshard_after_forward,
+                                                        moment_bytes=s.moment_bytes).total)
     try:
         g = transformer_graph(s, "layer")
         cluster = cluster_from_system(s.system, slot_width=s.parallel.tensor)

@@ -381,6 +381,9 @@ class TrainingConfig:
                                                      "as torchtitan's Llama runs without torch.compile "
                                                      "(pipesim/costs/eager.py)")
     zero_stage: int = field(0, doc="ZeRO stage 0-3 over the data-parallel group")
+    optimizer_state_dtype: Literal["fp32", "bf16"] = field(
+        "fp32", doc="Adam's two moments in fp32 or bf16 (Megatron-Core --use-precision-aware-optimizer "
+                    "--exp-avg-dtype/--exp-avg-sq-dtype bf16; DeepSeek-V3's recipe); master weights stay fp32")
     zero_replicas: int = field(1, doc="hybrid sharding: the data x context group splits into this many "
                                       "replicas of consecutive ranks, each sharding the ZeRO states over its "
                                       "own ranks; gradients reduce-scatter inside a replica, then all-reduce "
@@ -528,3 +531,8 @@ class Scenario:
     @property
     def bytes_per_element(self) -> int:
         return BYTES_PER_ELEMENT[self.training.precision]
+
+    @property
+    def moment_bytes(self) -> int:
+        """Bytes of each Adam moment (training.optimizer_state_dtype)."""
+        return 2 if self.training.optimizer_state_dtype == "bf16" else 4

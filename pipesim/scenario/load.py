@@ -291,6 +291,10 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("training.reshard_after_forward", f"keeping gathered weights from forward to backward "
                     f"is a ZeRO-3 / FSDP choice, got zero_stage: {tr.zero_stage}")
     _check_zero_replicas(s, loader)
+    if tr.optimizer_state_dtype == "bf16" and (tr.optimizer == "sgd" or tr.precision in ("fp32", "tf32")):
+        loader.fail("training.optimizer_state_dtype", f"bf16 states are Adam's moments in mixed-precision training "
+                    f"(Megatron-Core's precision-aware optimizer); got optimizer: {tr.optimizer}, precision: "
+                    f"{tr.precision}")
     if tr.zero3_collectives != "tensor" and tr.zero_stage != 3:
         loader.fail("training.zero3_collectives", f"per-layer weight gathers are a ZeRO-3 / FSDP choice, got "
                     f"zero_stage: {tr.zero_stage}")
@@ -469,6 +473,11 @@ def _check_cnn(s: Scenario, loader: Loader) -> None:
         loader.fail("parallel.virtual_stages", "CNN models support one stage per pipeline rank")
     if tr.recompute in ("selective", "selective_op"):
         loader.fail("training.recompute", f"{tr.recompute} recompute is defined for transformers; use none or full")
+    for key, value, plain in (("optimizer_state_dtype", tr.optimizer_state_dtype, "fp32"),
+                              ("zero_replicas", tr.zero_replicas, 1)):
+        if value != plain:
+            loader.fail(f"training.{key}", f"the CNN cost path keeps fp32 Adam states over one data-parallel "
+                        f"group; {key} must be {plain}, got {value}")
     per = tr.micro_batch_size * par.data
     if tr.global_batch_size % per:
         loader.fail("training.global_batch_size", f"global_batch_size({tr.global_batch_size}) is not "
