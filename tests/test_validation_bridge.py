@@ -55,6 +55,10 @@ def test_rows_whose_script_layout_matches_take_its_recompute_dispatch_and_overla
     assert case_scenario(cases["bridge2511-h100-qwen3-235b-a22b"])["training"]["moe_a2a_overlap"] is True
     other = case_scenario(cases["bridge2511-gb200-deepseekv3-mx"])["training"]     # PP 8 here, 4 in the script
     assert other["recompute"] == "none" and other["moe_dispatcher"] == "alltoall"
+    # the DeepSeek-V3 recipe's BF16 Adam moments hold for every DeepSeek-V3 row, and only for them
+    assert ds["optimizer_state_dtype"] == other["optimizer_state_dtype"] == "bf16"
+    qwen = case_scenario(cases["bridge2511-h100-qwen3-235b-a22b"])["training"]
+    assert qwen.get("optimizer_state_dtype", "fp32") == "fp32"
 
 
 def test_the_2604_tables_map_with_the_same_converter():

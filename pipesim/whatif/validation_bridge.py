@@ -53,8 +53,13 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1
 BRIDGE_NO_PRESET = {"Nemotron_3_Super": "Nemotron 3 Super's shapes come from its Hugging Face config, which "
                                         "the Megatron-Bridge recipes read here do not state; no preset"}
 # Settings a table's footnote states for a model (26.04.01: "Muon optimizer was used for
-# pre-training Kimi-K2").
-BRIDGE_MODEL_SETTINGS = {"Kimi_K2": dict(optimizer="muon")}
+# pre-training Kimi-K2"), and the model recipe's own: Megatron-Bridge's DeepSeek-V3 recipe keeps
+# Adam's moments in BF16 (src/megatron/bridge/recipes/deepseek/deepseek_v3.py at v0.2.0 and
+# v0.4.2: use_precision_aware_optimizer, exp_avg_dtype = exp_avg_sq_dtype = bfloat16), which every
+# DeepSeek-V3 performance config builds on.
+_BF16_MOMENTS = dict(optimizer_state_dtype="bf16")
+BRIDGE_MODEL_SETTINGS = {"Kimi_K2": dict(optimizer="muon"), "DeepSeekV3": _BF16_MOMENTS,
+                         "DeepSeekV3 (w/o MTP)": _BF16_MOMENTS, "DeepSeekV3 (w/ MTP)": _BF16_MOMENTS}
 # Multi-token prediction depth of the published model names that train with it.
 BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1}
 # Per-row settings of the release's performance scripts (Megatron-Bridge tag v0.2.0,
