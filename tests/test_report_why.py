@@ -148,3 +148,22 @@ def test_sweep_writes_into_the_report_folder(tmp_path, capsys):
     rows = (out / "sweep.csv").read_text().splitlines()
     assert len(rows) == 3 and "micro_batch_size" in rows[0]
     assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_exposed_zero_traffic_is_offered_one_sharding_replica_per_island():
+    """ZeRO-3 over 2 nodes (16 ranks, 8 per NVLink island): the explanation tries 2 replicas, whose
+    gathers stay inside a node; a step that does not fit is also offered BF16 Adam moments."""
+    from pipesim.report.explain import candidates, island_replicas, memory_candidates
+    s = pipesim.load_scenario({"model": {"preset": "llama2-7b", "num_layers": 4},
+                               "system": {"preset": "dgx-h100", "num_nodes": 2},
+                               "parallel": {"data": 16},
+                               "training": {"global_batch_size": 16, "zero_stage": 3}})
+    assert island_replicas(s) == 2
+    assert island_replicas(pipesim.load_scenario(s, ["training.zero_stage=0"])) == 1
+    rep = pipesim.simulate(s)
+    exposed = sum(rep.data["exposed_comm_s"].get(k, 0.0) for k in ("DP", "ZERO_GATHER", "ZERO_ALLGATHER"))
+    titles = [t for t, _, _ in candidates(s, rep)]
+    assert ("2 sharding replicas (one per NVLink island)" in titles) == (exposed > 0.02 * rep.data["step_time_s"])
+    assert any(t == "BF16 Adam moments" for t, _, _ in memory_candidates(s))
+    assert not any(t == "BF16 Adam moments" for t, _, _ in
+                   memory_candidates(pipesim.load_scenario(s, ["training.optimizer_state_dtype=bf16"])))

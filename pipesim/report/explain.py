@@ -280,6 +280,12 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
     if tr.recompute != "none":
         lighter = "selective" if tr.recompute == "full" and s.model.arch == "transformer" else "none"
         out.append(recompute_candidate(s, lighter))
+    replicas = island_replicas(s)
+    zero_comm = sum(report.data.get("exposed_comm_s", {}).get(k, 0.0) for k in ("DP", "ZERO_GATHER", "ZERO_ALLGATHER"))
+    if replicas > 1 and zero_comm > 0.02 * report.data["step_time_s"]:
+        out.append((f"{replicas} sharding replicas (one per NVLink island)", {"training.zero_replicas": replicas},
+                    f"--set training.zero_replicas={replicas} (ZeRO gathers inside the island, one all-reduce "
+                    f"of the shard across)"))
     p2p = report.data.get("exposed_comm_s", {}).get("P2P", 0.0)
     if par.pipeline > 1 and tr.activation_compression_bits == 16 and p2p > 0.02 * report.data["step_time_s"]:
         out.append(("8-bit activations between stages", {"training.activation_compression_bits": 8},
@@ -287,6 +293,19 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
     if report.data.get("oom"):
         out += memory_candidates(s)
     return out
+
+
+def island_replicas(s) -> int:
+    """Sharding replicas that put each ZeRO shard group inside one NVLink island: the gradient
+    group's ranks over its members per island, when a ZeRO stage shards and an island holds 2+."""
+    from pipesim.costs.topology import placement
+    tr = s.training
+    if tr.zero_stage < 1 or tr.zero_replicas != 1 or s.model.arch != "transformer":
+        return 1
+    group = placement(s, "dp_cp")
+    if group.per_node < 2 or group.size <= group.per_node or group.size % group.per_node:
+        return 1
+    return group.size // group.per_node
 
 
 def recompute_candidate(s, rc: str) -> tuple[str, dict, str]:
@@ -314,6 +333,10 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
         for z in (1, 3):
             if z > tr.zero_stage:
                 out.append((f"ZeRO-{z}", {"training.zero_stage": z}, f"--set training.zero_stage={z}"))
+    if (tr.optimizer != "sgd" and tr.optimizer_state_dtype == "fp32" and tr.precision not in ("fp32", "tf32")
+            and s.model.arch == "transformer"):
+        out.append(("BF16 Adam moments", {"training.optimizer_state_dtype": "bf16"},
+                    "--set training.optimizer_state_dtype=bf16 (Megatron-Core's precision-aware optimizer)"))
     return out
 
 
