@@ -71,8 +71,14 @@ def test_the_2604_tables_map_with_the_same_converter():
     assert nano["system"] == {"preset": "dgx-b300", "num_nodes": 1} and nano["parallel"]["virtual_stages"] == 1
     h100 = case_scenario(cases["bridge2604-h100-llama3-70b-fp8"])   # "FP8" = current scaling
     assert (h100["training"]["fp8_recipe"], h100["parallel"].get("expert")) == ("tensorwise", None)
-    with pytest.raises(ScenarioError, match="skipped: Nemotron 3 Super"):    # no preset: listed, not simulated
-        case_scenario(cases["bridge2604-b200-nemotron-3-super-mxfp8"])
+    # Nemotron 3 Super: two passes through one shared "*E" MTP block (its recipe); MXFP8 rows map,
+    # the NVFP4 recipe (BF16 / MXFP8 / NVFP4 per module) is listed and skipped
+    sup = case_scenario(cases["bridge2604-b200-nemotron-3-super-mxfp8"])
+    assert sup["model"]["preset"] == "nemotron-3-super" and sup["model"]["mtp_layers"] == 2
+    assert sup["model"]["mtp_repeated_layer"] is True and sup["model"]["mtp_hybrid_pattern"] == "*E"
+    assert sup["training"]["recompute_modules"] == ["moe_act", "layernorm"]
+    with pytest.raises(ScenarioError, match="skipped: its NVFP4 recipe"):
+        case_scenario(cases["bridge2604-b200-nemotron-3-super-nvfp4"])
 
 
 def test_2604_rows_take_their_release_configs_settings():

@@ -10,6 +10,10 @@ the alltoall token dispatcher) per micro-batch on one GPU:
   unpermute   sum the k copies of each token (memory bound); the router probabilities are
               applied in the experts' activation (Megatron-Core >= 0.13)
   shared      always-active shared experts: a dense tensor-parallel MLP (DeepSeek-V3)
+LatentMoE (`model.moe_latent_size` d, Nemotron 3 Super; Megatron-Core moe_layer.py): a duplicated
+(not tensor-split) projection h -> d of the local tokens before the permute and d -> h after the
+unpermute; the permute, all-to-all, experts (d -> ffn -> d) and unpermute run at width d; the router
+and the shared experts see the full h.
 Shapes: a GPU holds T_loc = b·s / t tokens (sequence parallel); the EP·ETP ranks of a stage route
 EP·ETP·T_loc·k token copies to E experts, so a local expert's GEMM has M = λ·EP·ETP·T_loc·k / E rows
 (λ: load of the busiest EP rank over the mean, `load_factor`) and N = moe_ffn / ETP columns.
@@ -80,10 +84,30 @@ def expert_rows(s: Scenario, sh: Shapes) -> float:
     return load_factor(s, sh) * local_tokens(s, sh) * m.moe_top_k * par.expert_tensor
 
 
+def routed_width(s: Scenario, sh: Shapes) -> int:
+    """Width of a routed token: the latent size under LatentMoE, else the hidden size."""
+    return s.model.moe_latent_size or sh.h
+
+
+def latent_projection(name: str, T_loc: float, k: int, n: int, e: int, dtype: str, saved_input: float) -> Op:
+    """One of LatentMoE's projections (Megatron-Core fc1_latent_proj / fc2_latent_proj: TELinear
+    with parallel_mode "duplicated", no bias): [T_loc x k] @ [k x n], the full weight on every
+    tensor rank. Under FP8 it keeps its input's FP8 copy, as a Linear does (layers.matmul)."""
+    flops = 2 * T_loc * k * n
+    a, w, c = T_loc * k * e, k * n * e, T_loc * n * e
+    return Op(name, "matmul", flops, 2 * flops, a + w + c, c + 2 * a + 2 * w,
+              saved_bytes=saved_input / e if dtype == "fp8" else saved_input, params=k * n, dgrad_fraction=0.5,
+              param_tensors=1, measure_fwd=(("gemm", dict(m=int(T_loc), k=k, n=n, dtype=dtype)),),
+              gemms_fwd=((1, T_loc, n, k, dtype),),
+              gemms_bwd=((1, T_loc, k, n, dtype), (1, k, n, T_loc, dtype, "wgrad")),
+              matrices=((1, n, k, 1, 1),))
+
+
 def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
     """The MoE block of one layer (the part after the second norm), per micro-batch per GPU."""
     m, par, dtype = s.model, s.parallel, s.training.precision
     e, E, k = sh.e, m.num_experts, m.moe_top_k
+    d = routed_width(s, sh)
     T_loc = local_tokens(s, sh)
     local_experts = E // par.expert
     et = par.expert_tensor
@@ -103,26 +127,32 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
                   matrices=((1, E, sh.h, 1, 1),)))
     ops.append(Op("router_topk", "vector", 8 * T_loc * E, 4 * T_loc * E, 2 * T_loc * E * FP32,
                   3 * T_loc * E * FP32, saved_bytes=T_loc * k * (FP32 + 8)))
+    if m.moe_latent_size:
+        # its BF16 input is the router's saved input (the normed hidden states): held once
+        ops.append(latent_projection("moe_latent_down", T_loc, sh.h, d, e, dtype,
+                                     T_loc * sh.h * e if dtype == "fp8" else 0.0))
     # permute (local, T_loc·k copies) and the post-dispatch sort by local expert (rows copies):
     # read + write each copy once; backward is the inverse gather.
-    moved = (T_loc * k + rows) * sh.h * e
+    moved = (T_loc * k + rows) * d * e
     ops.append(Op("permute", "vector", 0.0, 0.0, 2 * moved, 2 * moved))
     fc1_n = m.moe_ffn * (2 if gated else 1)
-    ops.append(grouped_gemm("expert_fc1", rows, sh.h, fc1_n / et, local_experts, e, dtype, m.bias,
-                            saved_input=rows * sh.h * e, split=(et, 1)))
+    ops.append(grouped_gemm("expert_fc1", rows, d, fc1_n / et, local_experts, e, dtype, m.bias,
+                            saved_input=rows * d * e, split=(et, 1)))
     act = rows * f_loc
     # Megatron-Core multiplies each copy by its router probability inside the activation
     # (experts.py activation_func_with_probs; fused: weighted_bias_swiglu, which keeps its input and
     # the probabilities), "Memory efficient token permutation", !2668, core_v0.13.0
     ops.append(vector("expert_act", act, sh, (8, 12), reads=2 if gated else 1,
                       saved_bytes=act * e * (2 if gated else 1) + rows * FP32))
-    ops.append(grouped_gemm("expert_fc2", rows, f_loc, sh.h, local_experts, e, dtype, m.bias,
+    ops.append(grouped_gemm("expert_fc2", rows, f_loc, d, local_experts, e, dtype, m.bias,
                             saved_input=act * e, split=(1, et)))
     # unsort + unpermute: read the k weighted copies, write their sum per token. Its backward
     # scatters the gradient back by the saved mapping, so it keeps no tokens (before !2668 the
     # probabilities were applied here and the k expert outputs were kept for their gradient).
-    ops.append(Op("unpermute", "vector", 2 * T_loc * k * sh.h, 2 * T_loc * k * sh.h,
-                  moved + T_loc * sh.h * e, moved + 2 * T_loc * sh.h * e))
+    ops.append(Op("unpermute", "vector", 2 * T_loc * k * d, 2 * T_loc * k * d,
+                  moved + T_loc * d * e, moved + 2 * T_loc * d * e))
+    if m.moe_latent_size:
+        ops.append(latent_projection("moe_latent_up", T_loc, d, sh.h, e, dtype, T_loc * d * e))
     if m.num_shared_experts:
         ops += shared_expert_ops(s, sh, m.num_shared_experts * m.moe_ffn)
     return ops
@@ -200,7 +230,8 @@ class A2ACost:
 def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     """α-β cost of dispatch and combine over the EP group's placement on NVLink islands.
 
-    A GPU sends X = T_loc·k·h·e bytes (one copy per chosen expert), 1/EP of it to itself; with
+    A GPU sends X = T_loc·k·d·e bytes (d: the routed width, h or the LatentMoE size; one copy per
+    chosen expert), 1/EP of it to itself; with
     `per` of the EP group's members on its island and EP − per elsewhere, routing spreads the
     copies evenly (uniform top-k), so (per − 1)/EP·X crosses NVLink and (EP − per)/EP·X the
     inter-node network. Both links run at once: t = max(intra/B_intra, inter/B_inter)·λ + latency,
@@ -223,7 +254,8 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     m, par, tr = s.model, s.parallel, s.training
     ep, et = par.expert, par.expert_tensor
     T_loc = local_tokens(s, sh)
-    X = T_loc * m.moe_top_k * sh.h * sh.e
+    d = routed_width(s, sh)
+    X = T_loc * m.moe_top_k * d * sh.e
     lam = load_factor(s, sh)
     etp_s = 0.0
     if et > 1:
@@ -235,7 +267,7 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     per, islands = g.per_node, max(1, math.ceil(ep / g.per_node))
     intra_link, inter_link = g.intra, g.inter
     if tr.moe_dispatcher == "deepep" and islands > 1:
-        inter = T_loc * sh.h * sh.e * remote_islands(m, islands)
+        inter = T_loc * d * sh.e * remote_islands(m, islands)
         intra = X * (ep - 1) / ep          # local copies plus the forwarding of received tokens
         alpha = intra_link.latency + inter_link.latency
     else:

@@ -87,6 +87,8 @@ def check_moe(s: Scenario, loader) -> None:
         loader.fail("model.moe_top_k", f"moe_top_k({m.moe_top_k}) > num_experts({m.num_experts})")
     if m.num_shared_experts < 0:
         loader.fail("model.num_shared_experts", f"must not be negative, got {m.num_shared_experts}")
+    if m.moe_latent_size is not None and not 1 <= m.moe_latent_size <= m.hidden_size:
+        loader.fail("model.moe_latent_size", f"must be in [1, hidden_size({m.hidden_size})], got {m.moe_latent_size}")
     if m.moe_layer_freq < 1:
         loader.fail("model.moe_layer_freq", f"must be at least 1, got {m.moe_layer_freq}")
     if not 0 <= m.moe_first_dense_layers < m.num_layers:

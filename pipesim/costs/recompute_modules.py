@@ -22,7 +22,8 @@ from pipesim.costs.layers import FP32, shapes_of
 from pipesim.costs.ops import Op
 
 _SHARED = ("shared_fc1", "shared_act", "shared_fc2")
-_MOE_BLOCK = ("router", "router_topk", "permute", "expert_fc1", "expert_act", "expert_fc2", "unpermute") + _SHARED
+_MOE_BLOCK = ("router", "router_topk", "moe_latent_down", "permute", "expert_fc1", "expert_act", "expert_fc2",
+              "unpermute", "moe_latent_up") + _SHARED
 # module -> ops (by name, pipesim/costs/layers.py, mla.py, moe.py) re-run in the backward
 RERUN = {"layernorm": ("ln1", "ln2"), "moe_act": ("expert_act",), "mla_up_proj": ("q_up", "kv_up"),
          "mlp": ("fc1", "act", "fc2"), "moe": _MOE_BLOCK, "shared_experts": _SHARED}

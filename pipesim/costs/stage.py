@@ -344,10 +344,16 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         first, last = k == 0, k == n_stages - 1
         counts = [s.model.layer_kind(i) for i in range(first_layer, first_layer + stage_layers)]
         first_layer += stage_layers
-        if last and s.model.mtp_layers:       # the MTP blocks, built like the last layer
-            counts += [s.model.mtp_is_moe] * s.model.mtp_layers
+        # the MTP blocks (built like the last layer, or as mtp_hybrid_pattern); repeated depths
+        # share one block's weights: `dup` of them add compute and activations, not weights
+        dup = s.model.mtp_layers - s.model.mtp_weight_depths if last else 0
+        if last and s.model.mtp_layers:
+            counts += s.model.mtp_kinds * s.model.mtp_layers
+        dup_kinds = s.model.mtp_kinds * dup
         n_moe = counts.count(True)
         n_by_kind = [counts.count(d.kind) for d in dense]
+        w_by_kind = [n - dup_kinds.count(d.kind) for d, n in zip(dense, n_by_kind)]      # with weights
+        w_moe = n_moe - dup_kinds.count(True)
         n_layers = sum(n_by_kind)
         # every layer's attention exchanges K/V under context parallelism
         n_cp = counts.count("attention") if s.model.hybrid_layer_pattern else len(counts)
@@ -369,10 +375,11 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             acc.fwd += host_fwd
             acc.bwd += host_bwd
             acc.dgrad += host_bwd
-        params = sum(n * d.params for d, n in zip(dense, n_by_kind)) + sum(o.params for o in extras)
+        params = sum(n * d.params for d, n in zip(dense, w_by_kind)) + sum(o.params for o in extras) \
+            - dup * sum(o.params for o in mtp[:len(mtp) // max(1, s.model.mtp_layers)])
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
-        fp8_params = sum(n * low_precision_params(d.ops) for d, n in zip(dense, n_by_kind))
+        fp8_params = sum(n * low_precision_params(d.ops) for d, n in zip(dense, w_by_kind))
         # the chunk's first n_rc dense layers (kind by kind), then its MoE layers, recompute
         left = n_layers if rc_limit is None else rc_limit
         activation = sum(o.saved_bytes for o in extras)
@@ -388,13 +395,13 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         ep = _MoEStage()
         if n_moe:
             acc.add(s, cm, moe.ops, n_moe, memo)
-            params += n_moe * sum(o.params for o in moe.ops)
-            fp8_params += n_moe * low_precision_params(moe.ops)
+            params += w_moe * sum(o.params for o in moe.ops)
+            fp8_params += w_moe * low_precision_params(moe.ops)
             activation += n_rc_moe * moe.saved + (n_moe - n_rc_moe) * moe_keep.saved
             recompute += n_rc_moe * moe.recompute
             flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)
             ep = _MoEStage(n_moe * moe.a2a.fwd, n_moe * moe.a2a.bwd, n_moe * moe.a2a.bytes_fwd,
-                           n_moe * moe.a2a.bytes_bwd, n_moe * moe.expert_params,
+                           n_moe * moe.a2a.bytes_bwd, w_moe * moe.expert_params,
                            n_moe * moe.block_fwd, n_moe * moe.block_bwd, n_moe * moe.host_fwd,
                            n_moe * moe.block_wgrad)
             working = max(working, moe.working if n_rc_moe else 0.0)

@@ -12,26 +12,30 @@ def total_params(s: Scenario) -> float:
     unsharded = replace(s, parallel=replace(s.parallel, tensor=1, pipeline=1, data=1, context=1, sequence_parallel=False,
                                             tensor_mode="1d", virtual_stages=1, layers_per_stage=None,
                                             expert=1, expert_tensor=1))
-    extras = sum(o.params for o in extra_ops(unsharded))
-    return sum(n * sum(o.params for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s)) + extras
+    extras = sum(o.params for o in extra_ops(unsharded, weights=True))
+    return sum(n * sum(o.params for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s, weights=True)) \
+        + extras
 
 
-def layer_counts(s: Scenario) -> list[tuple[bool | str, int]]:
+def layer_counts(s: Scenario, weights: bool = False) -> list[tuple[bool | str, int]]:
     """[(layer kind, number of layers)] of the whole model, its multi-token-prediction blocks
-    included (built like the last layer). Kinds: False (dense), True (MoE); a hybrid model's
-    "mamba", "gdn", "attention", "mlp" and True (ModelConfig.layer_kind)."""
+    included (built like the last layer, or as model.mtp_hybrid_pattern). Kinds: False (dense),
+    True (MoE); a hybrid model's "mamba", "gdn", "attention", "mlp" and True (ModelConfig.layer_kind).
+    `weights`: count repeated MTP depths once (layers with their own weights, not passes)."""
     m = s.model
+    depths = m.mtp_weight_depths if weights else m.mtp_layers
     if m.hybrid_layer_pattern:
-        kinds = [m.layer_kind(i) for i in range(m.num_layers)]
+        kinds = [m.layer_kind(i) for i in range(m.num_layers)] + m.mtp_kinds * depths
         return [(k, kinds.count(k)) for k in dict.fromkeys(kinds)]
-    moe = m.num_moe_layers + (m.mtp_layers if m.mtp_is_moe else 0)
-    dense = m.num_layers + m.mtp_layers - moe
+    moe = m.num_moe_layers + (depths if m.mtp_is_moe else 0)
+    dense = m.num_layers + depths - moe
     return ([(False, dense)] if dense else []) + ([(True, moe)] if moe else [])
 
 
-def extra_ops(s: Scenario) -> list:
-    """The ops outside the layer stack: embedding, output head, and per MTP depth its own."""
-    depth = s.model.mtp_layers
+def extra_ops(s: Scenario, weights: bool = False) -> list:
+    """The ops outside the layer stack: embedding, output head, and per MTP depth its own
+    (`weights`: per depth with its own weights)."""
+    depth = s.model.mtp_weight_depths if weights else s.model.mtp_layers
     return embedding_ops(s) + head_ops(s) + (mtp_ops(s) * depth if depth else [])
 
 
@@ -47,7 +51,7 @@ def active_params(s: Scenario, input_embedding: bool = True) -> float:
         from dataclasses import replace
         one = replace(s, parallel=replace(s.parallel, tensor=1, sequence_parallel=False, expert=1, expert_tensor=1))
         per_layer = expert_params(layer_ops(one, True))
-        moe_layers = sum(n for kind, n in layer_counts(s) if kind is True)
+        moe_layers = sum(n for kind, n in layer_counts(s, weights=True) if kind is True)
         total -= moe_layers * per_layer * (1 - m.moe_top_k / m.num_experts)
     if not input_embedding:
         sh = shapes_of(s)

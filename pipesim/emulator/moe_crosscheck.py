@@ -31,6 +31,7 @@ def config_of(s):
         ("virtual_stages must be 1", par.virtual_stages, par.virtual_stages == 1),
         ("every layer MoE", m.num_moe_layers, m.num_moe_layers == m.num_layers and not m.hybrid_layer_pattern),
         ("no multi-token prediction", m.mtp_layers, not m.mtp_layers),
+        ("no latent projections", f"moe_latent_size {m.moe_latent_size}", not m.moe_latent_size),
         ("full causal attention", f"window_size {m.window_size}", not m.window_size),
         ("optimizer adam or sgd", tr.optimizer, tr.optimizer != "muon"),
         ("recompute none, selective or full", tr.recompute, tr.recompute != "selective_op"

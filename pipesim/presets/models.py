@@ -262,6 +262,20 @@ HYBRID = {
                             moe_router_score="sigmoid",
                             hybrid_layer_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
                             reference_params=31.6e9),
+    # Nemotron 3 Super 120B-A12B (nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 config.json, as
+    # Megatron-Bridge's recipe reads it: recipes/nemotronh/nemotron_3_super.py): 88 layers (40 Mamba,
+    # 40 LatentMoE, 8 attention), hidden 4096, 128 Mamba heads of 64 with state 128 and 8 groups,
+    # 32 attention heads of 128 with 2 kv groups, 512 experts of 2688 (top-22, squared ReLU) at a
+    # latent width of 1024, a shared expert of 5376 (two of 2688 here), vocab 131072, untied. The
+    # checkpoint: 123,611,012,096 BF16 weights, 2,942,324,736 of them the MTP block ("*E", not
+    # modelled in this preset), so 120,668,687,360 without it.
+    "nemotron-3-super": dict(_HYBRID, num_layers=88, hidden_size=4096, num_attention_heads=32, num_kv_heads=2,
+                             kv_channels=128, ffn_hidden_size=2688, mamba_num_heads=128, mamba_state_dim=128,
+                             num_experts=512, moe_top_k=22, moe_ffn_hidden_size=2688, num_shared_experts=2,
+                             moe_latent_size=1024, moe_router_score="sigmoid",
+                             hybrid_layer_pattern="MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
+                                                  "EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
+                             reference_params=120_668_687_360),
     # Qwen/Qwen3-Next-80B-A3B config.json: 48 layers, each a token mixer and an MoE block, the mixer
     # Gated DeltaNet in three of every four (full_attention_interval 4; 16 key heads and 32 value
     # heads of 128, conv width 4) and gated attention in the fourth (16 heads of 256, 2 kv heads);

@@ -61,6 +61,10 @@ class ModelConfig:
     moe_top_k: int = field(2, doc="experts each token is routed to")
     moe_ffn_hidden_size: Optional[int] = field(None, doc="inner width of one expert (default ffn_hidden_size)")
     num_shared_experts: int = field(0, doc="always-active shared experts per MoE layer (DeepSeek)")
+    moe_latent_size: Optional[int] = field(None, doc="LatentMoE (Nemotron 3 Super): routed tokens are projected "
+                                                     "to this width before dispatch and back after combine; the "
+                                                     "experts and the all-to-all run at it (Megatron-Core "
+                                                     "moe_latent_size)")
     moe_layer_freq: int = field(1, doc="every k-th layer is MoE (1 = all layers)")
     moe_first_dense_layers: int = field(0, doc="the first k layers are dense (DeepSeek-V3: 3)")
     moe_router_score: Literal["softmax", "sigmoid"] = field("softmax", doc="router score function")
@@ -81,6 +85,11 @@ class ModelConfig:
     mtp_layers: int = field(0, doc="multi-token prediction depth D: D more transformer blocks (the last "
                                    "layer's kind), each with its projection and a pass through the shared "
                                    "output head and loss, on the last pipeline stage (DeepSeek-V3 trained with 1)")
+    mtp_hybrid_pattern: Optional[str] = field(None, doc="hybrid models: the layers of one MTP depth in the pattern's "
+                                                        "symbols (Megatron-Core mtp_hybrid_override_pattern; "
+                                                        "Nemotron 3 Super: \"*E\")")
+    mtp_repeated_layer: bool = field(False, doc="every MTP depth runs one shared block (Megatron-Core "
+                                                "mtp_use_repeated_layer): compute per depth, weights once")
     # Hybrid Mamba-Transformer models (Megatron-Core MambaModel / HybridModel, hybrid layer pattern;
     # Nemotron-H, Nemotron 3, Qwen3-Next): each character one layer with its own pre-norm and residual.
     hybrid_layer_pattern: str = field("", doc="one character per layer: M = Mamba-2 mixer, G = Gated DeltaNet, "
@@ -129,6 +138,13 @@ class ModelConfig:
             if len(self.hybrid_layer_pattern) != self.num_layers:
                 raise ValueError(f"hybrid_layer_pattern has {len(self.hybrid_layer_pattern)} layers but num_layers is "
                                  f"{self.num_layers}")
+        if self.mtp_hybrid_pattern is not None:
+            bad = sorted(set(self.mtp_hybrid_pattern) - set(HYBRID_KINDS))
+            if not self.hybrid_layer_pattern or bad or not self.mtp_hybrid_pattern:
+                raise ValueError(f"mtp_hybrid_pattern {self.mtp_hybrid_pattern!r}: one MTP depth of a hybrid model "
+                                 f"(hybrid_layer_pattern set) in its symbols M, G, *, -, E")
+            if "E" in self.mtp_hybrid_pattern and "E" not in self.hybrid_layer_pattern:
+                raise ValueError("mtp_hybrid_pattern: an MoE layer (E) in the MTP block needs MoE layers in the model")
         for key in ("mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel",
                     "mamba_chunk_size", "gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim",
                     "gdn_value_head_dim"):
@@ -193,6 +209,18 @@ class ModelConfig:
         """An MTP block is built like the decoder's last layer (Megatron-Core
         get_gpt_mtp_block_spec takes the last layer's spec)."""
         return self.is_moe_layer(self.num_layers - 1)
+
+    @property
+    def mtp_kinds(self) -> list:
+        """Layer kinds (layer_kind) of one MTP depth: its hybrid pattern's, else the last layer's."""
+        if self.mtp_hybrid_pattern:
+            return [HYBRID_KINDS[c] for c in self.mtp_hybrid_pattern]
+        return [self.mtp_is_moe]
+
+    @property
+    def mtp_weight_depths(self) -> int:
+        """MTP depths with their own weights: one when they repeat a shared block."""
+        return min(self.mtp_layers, 1) if self.mtp_repeated_layer else self.mtp_layers
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -378,9 +378,12 @@ def _check_hybrid(s: Scenario, loader: Loader) -> None:
     if ("E" in pattern) != m.is_moe:
         loader.fail(key, "MoE layers (E) need model.num_experts > 0" if "E" in pattern else
                     f"model.num_experts is {m.num_experts} but the pattern has no MoE layer (E)")
-    for other, value in (("model.mtp_layers", m.mtp_layers), ("model.window_size", m.window_size)):
-        if value:
-            loader.fail(other, f"not modelled for hybrid models (a hybrid_layer_pattern is set); got {value}")
+    if m.window_size:
+        loader.fail("model.window_size", f"not modelled for hybrid models (a hybrid_layer_pattern is set); got "
+                    f"{m.window_size}")
+    if m.mtp_layers and not m.mtp_hybrid_pattern:
+        loader.fail("model.mtp_layers", f"a hybrid model's MTP depth needs its layers: give model.mtp_hybrid_pattern "
+                    f"(e.g. \"*E\"); got mtp_layers {m.mtp_layers}")
     t, cp = par.tensor, par.context
     if "M" in pattern:
         heads, groups = m.mamba_heads, m.mamba_num_groups

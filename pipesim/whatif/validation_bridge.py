@@ -46,12 +46,21 @@ NVL72 = ("gb200-nvl72", "gb300-nvl72")
 BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
                  "DeepSeekV3 (w/o MTP)": "deepseek-v3", "DeepSeekV3 (w/ MTP)": "deepseek-v3",
                  "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
-                 "Kimi_K2": "kimi-k2", "Nemotron_3_Nano": "nemotron-3-nano",
+                 "Kimi_K2": "kimi-k2", "Nemotron_3_Nano": "nemotron-3-nano", "Nemotron_3_Super": "nemotron-3-super",
                  # 26.x tables: "DeepSeekV3" without an MTP label, mapped without MTP (not stated)
                  "DeepSeekV3": "deepseek-v3"}
 # Published models pipesim has no preset for, with the reason (validate lists them as skipped).
-BRIDGE_NO_PRESET = {"Nemotron_3_Super": "Nemotron 3 Super's shapes come from its Hugging Face config, which "
-                                        "the Megatron-Bridge recipes read here do not state; no preset"}
+BRIDGE_NO_PRESET: dict = {}
+# Published (model, precision) pairs whose recipe pipesim cannot express, with the reason.
+BRIDGE_NOT_EXPRESSIBLE = {
+    ("Nemotron_3_Super", "NVFP4"): "its NVFP4 recipe keeps the attention and latent projections, the MTP block and "
+                                   "the last 14 layers in BF16 and the Mamba out_proj in MXFP8 (Megatron-Bridge "
+                                   "v0.4.2 scripts/performance/configs/nemotronh/te_quant.cfg, mixed_precision.py "
+                                   "nemotron_3_super_bf16_with_nvfp4_mixed); pipesim has one GEMM precision per run"}
+# Model keys of a published model's recipe: Nemotron 3 Super trains with two MTP passes through one
+# shared "*E" block (Megatron-Bridge v0.4.2 recipes/nemotronh/nemotron_3_super.py: mtp_num_layers 2,
+# mtp_use_repeated_layer; the HF config's mtp_hybrid_override_pattern "*E").
+BRIDGE_MODEL_KEYS = {"Nemotron_3_Super": dict(mtp_layers=2, mtp_repeated_layer=True, mtp_hybrid_pattern="*E")}
 # Settings a table's footnote states for a model (26.04.01: "Muon optimizer was used for
 # pre-training Kimi-K2"), and the model recipe's own: Megatron-Bridge's DeepSeek-V3 recipe keeps
 # Adam's moments in BF16 (src/megatron/bridge/recipes/deepseek/deepseek_v3.py at v0.2.0 and
@@ -92,6 +101,8 @@ def bridge_scenario(case) -> dict:
     name, par, hw = c["model"]["name"], c["parallel"], c["hardware"]
     if name in BRIDGE_NO_PRESET:
         raise ScenarioError(f"{cid}: skipped: {BRIDGE_NO_PRESET[name]}")
+    if (name, c.get("precision")) in BRIDGE_NOT_EXPRESSIBLE:
+        raise ScenarioError(f"{cid}: skipped: {BRIDGE_NOT_EXPRESSIBLE[name, c.get('precision')]}")
     if name not in BRIDGE_MODELS:
         raise ScenarioError(f"{cid}: model.name {name!r} has no preset mapping; known: {', '.join(BRIDGE_MODELS)}")
     if hw["system"] not in BRIDGE_SYSTEMS:
@@ -134,7 +145,7 @@ def bridge_scenario(case) -> dict:
     if recipe:      # FP8 weights stored and gathered in FP8; NVFP4 keeps BF16 weights
         training.update(fp8_recipe=recipe, fp8_param_gather=recipe != "nvfp4")
     model = {"preset": BRIDGE_MODELS[name], "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False,
-             "mtp_layers": BRIDGE_MTP.get(name, 0)}
+             "mtp_layers": BRIDGE_MTP.get(name, 0), **BRIDGE_MODEL_KEYS.get(name, {})}
     if ep > 1:
         parallel.update(expert=ep, expert_tensor=1)
         training.update(moe_routing="balanced", moe_dispatcher="alltoall")

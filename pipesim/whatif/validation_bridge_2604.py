@@ -77,6 +77,14 @@ ROWS = {
     "h100-qwen3-235b-a22b-fp8": _recipe(a2a=True),
     # KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX
     "gb300-kimi-k2-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB300_FP8_MX_V1 (BASE_NEMOTRON_3_SUPER_CONFIG: hybridep, EP64)
+    "gb300-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB200_FP8_MX_V1 (the base with TP2)
+    "gb200-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_FP8_MX_V1 (the base with EP8)
+    "b300-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_FP8_MX_V1 (EP64, recompute moe_act and layernorm)
+    "b200-nemotron-3-super-mxfp8": _recipe(deepep=True, modules=['moe_act', 'layernorm']),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1
     "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB200_FP8_MX_V1
