@@ -45,10 +45,26 @@ def test_faster_than_mxfp8_far_from_the_tensor_core_ratio_and_mfu_against_fp4_pe
     assert d4["mfu"] == pytest.approx(d8["mfu"] * speedup * 4500 / 9000, rel=1e-6)
 
 
-def test_hopper_and_fp4_param_gather_are_one_line_errors():
+def test_hopper_is_a_one_line_error():
     with pytest.raises(ScenarioError, match="training.fp8_recipe: nvfp4 needs Blackwell") as e:
         simulate(scenario(system="dgx-h100"), trace=False)
     assert "\n" not in str(e.value)
-    with pytest.raises(ScenarioError, match="training.fp8_param_gather") as e:
-        scenario(fp8_param_gather=True)
-    assert "\n" not in str(e.value)
+
+
+def test_fp4_parameter_storage_drops_the_bf16_weights_and_gathers_fp4():
+    """Megatron-Core --fp4-param-gather (NVFP4 native weights, #4005): the FP4 GEMMs' weights live
+    as their two FP4 copies only, the distributed optimizer all-gathers the row-wise one (0.5625 bytes
+    per weight instead of 2) and casts its fp32 master shard straight to FP4."""
+    from pipesim.costs.fp8 import fp8_storage_cast_bytes, gathered_bytes_per_param, stored_bytes
+    from pipesim.costs.stage import stage_costs
+    plain = stage_costs(scenario(zero_stage=1))[0]
+    stored = stage_costs(scenario(zero_stage=1, fp8_param_gather=True))[0]
+    fp4 = plain.fp8_params
+    assert fp4 > 0 and plain.static.weights - stored.static.weights == pytest.approx(2 * fp4)
+    assert stored_bytes("nvfp4") == FP4_BYTES and stored_bytes("mxfp8") == 1.0
+    assert gathered_bytes_per_param(2, 1.0, FP4_BYTES) == FP4_BYTES
+    # master shard 4 read + FP4 written, the column-wise copy re-built from the gathered row-wise one
+    assert fp8_storage_cast_bytes(8.0, 1.0, "nvfp4", "b200") == pytest.approx((4 + FP4_BYTES) + 8 * 2 * FP4_BYTES)
+    # with the distributed optimizer a rank casts its 1/8 master shard, not every weight
+    steps = dict(stored.step_ops)
+    assert steps["FP8_WEIGHT_CAST"] < dict(plain.step_ops)["FP8_WEIGHT_CAST"]

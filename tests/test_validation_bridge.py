@@ -79,6 +79,8 @@ def test_the_2604_tables_map_with_the_same_converter():
     assert sup["training"]["recompute_modules"] == ["moe_act", "layernorm"]
     with pytest.raises(ScenarioError, match="skipped: its NVFP4 recipe"):
         case_scenario(cases["bridge2604-b200-nemotron-3-super-nvfp4"])
+    # 26.04's NVFP4 recipe stores and gathers the weights in FP4 (25.11's kept BF16 ones)
+    assert case_scenario(cases["bridge2604-gb300-llama3-70b-nvfp4"])["training"]["fp8_param_gather"] is True
 
 
 def test_2604_rows_take_their_release_configs_settings():

@@ -111,17 +111,30 @@ def weight_cast_bytes(gemm_params: float, recipe: str, curve: str | None = None)
 # params": read 4 bytes, write 1), the all-gather moves 1 byte per parameter, and where the GEMMs
 # need a column-wise copy (weight_copy_bytes = 2) it is rebuilt from the gathered weight
 # (fp8_utils.post_all_gather_processing: read 1, write 1).
-MASTER_TO_FP8_BYTES = 4.0 + 1.0
-TRANSPOSE_BYTES = 1.0 + 1.0
+
+
+# NVFP4 parameter storage (Megatron-Core "NVFP4 native weights for DDP", #4005, 2026-04:
+# --fp4-param-gather, megatron/core/fp4_utils.py quantize_nvfp4_param_shard -> TE
+# quantize_master_weights, then post_all_gather_processing): the same steps at FP4_BYTES per
+# element - the master shard cast reads 4 and writes the row-wise FP4 copy, the all-gather moves it,
+# and the column-wise copy is rebuilt from it.
+
+
+def stored_bytes(recipe: str) -> float:
+    """Bytes per weight stored and gathered under low-precision parameter storage."""
+    return FP4_BYTES if recipe == "nvfp4" else 1.0
 
 
 def fp8_storage_cast_bytes(gemm_params: float, local_gemm_params: float, recipe: str,
                            curve: str | None = None) -> float:
-    """Per step under FP8 parameter storage: the master-shard cast plus the column-wise rebuild."""
-    transpose = TRANSPOSE_BYTES if weight_copy_bytes(recipe, curve) > 1 else 0.0
-    return local_gemm_params * MASTER_TO_FP8_BYTES + gemm_params * transpose
+    """Per step under FP8 (FP4) parameter storage: the master-shard cast plus the column-wise
+    rebuild."""
+    low = stored_bytes(recipe)
+    transpose = 2 * low if weight_copy_bytes(recipe, curve) > low else 0.0
+    return local_gemm_params * (4.0 + low) + gemm_params * transpose
 
 
-def gathered_bytes_per_param(elem: float, fp8_share: float) -> float:
-    """All-gather bytes per parameter when a share `fp8_share` of them is stored in FP8."""
-    return elem * (1 - fp8_share) + 1.0 * fp8_share
+def gathered_bytes_per_param(elem: float, fp8_share: float, low: float = 1.0) -> float:
+    """All-gather bytes per parameter when a share `fp8_share` of them is stored at `low` bytes
+    (1 for FP8, stored_bytes for NVFP4)."""
+    return elem * (1 - fp8_share) + low * fp8_share

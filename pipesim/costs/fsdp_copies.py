@@ -15,7 +15,7 @@ like the reduce-scatter itself); neither holds up the compute stream.
 """
 from __future__ import annotations
 
-from pipesim.costs.fp8 import gathered_bytes_per_param
+from pipesim.costs.fp8 import gathered_bytes_per_param, stored_bytes
 
 # split_with_sizes_copy moves each gathered byte twice: read from the all-gather output, written
 # to the parameter's unsharded storage.
@@ -32,5 +32,6 @@ def copy_out_seconds(s, cm, params: float, fp8_params: float, elem: int) -> tupl
         return 0.0, 0.0
     # the same bytes per parameter as the all-gather moves (the compute dtype; FP8 storage: 1)
     share = fp8_params / params if tr.fp8_param_gather and params else 0.0
-    seconds = cm.memory_time(COPY_OUT_PASSES * gathered_bytes_per_param(elem, share) * params)
+    seconds = cm.memory_time(COPY_OUT_PASSES * gathered_bytes_per_param(elem, share, stored_bytes(tr.fp8_recipe))
+                             * params)
     return seconds, seconds if tr.reshard_after_forward else 0.0

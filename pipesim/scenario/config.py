@@ -464,7 +464,8 @@ class TrainingConfig:
     fp8_param_gather: bool = field(False, doc="precision fp8: keep the FP8-GEMM weights only in FP8 (no BF16 copy; "
                                              "fp32 masters in the optimizer) and all-gather them in FP8 (Megatron "
                                              "--fp8-param-gather, Transformer Engine fp8_model_init; NeMo 2.0 / "
-                                             "Megatron-Bridge FP8 recipes turn it on)")
+                                             "Megatron-Bridge FP8 recipes turn it on); with fp8_recipe nvfp4 the "
+                                             "same in NVFP4 (Megatron --fp4-param-gather)")
     grad_reduce_in_fp32: bool = field(False, doc="accumulate and reduce gradients in fp32 (Megatron-LM's default "
                                                  "for bf16 parameters: arguments.py, accumulate_allreduce_grads_in_fp32)")
     overlap_tp_comm: bool = field(False, doc="overlap tensor-parallel collectives with the GEMMs "

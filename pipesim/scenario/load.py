@@ -277,9 +277,6 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if tr.fp8_param_gather and tr.precision != "fp8":
         loader.fail("training.fp8_param_gather", f"FP8 parameter storage and all-gather need precision: fp8, "
                     f"got precision: {tr.precision}")
-    if tr.fp8_param_gather and tr.fp8_recipe == "nvfp4":
-        loader.fail("training.fp8_param_gather", "fp8_recipe nvfp4 keeps BF16 weights and quantizes them each "
-                    "step (no FP4 parameter storage or all-gather); set fp8_param_gather: false")
     if tr.recompute_modules != ("core_attn",) and tr.recompute != "selective":
         loader.fail("training.recompute_modules", f"submodules are re-run by recompute: selective, got "
                     f"recompute: {tr.recompute}")

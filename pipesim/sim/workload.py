@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, p2p_time
-from pipesim.costs.fp8 import gathered_bytes_per_param, gemm_dtype
+from pipesim.costs.fp8 import gathered_bytes_per_param, gemm_dtype, stored_bytes
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.costs.zero_groups import zero_collective_time
@@ -556,9 +556,9 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
 def _gather_elem(tr, elem: int, c) -> float:
     """Bytes per parameter a ZeRO weight all-gather moves for stage costs `c`."""
     if gemm_dtype(tr) == "fp8" and tr.zero_stage >= 3:
-        return 1.0              # FP8 weights gathered as such; NVFP4 (fp4 GEMMs) gathers them in 16 bits
+        return 1.0              # FP8 weights gathered as such; NVFP4 (fp4 GEMMs) in 16 bits or stored FP4
     if tr.fp8_param_gather and c.params:
-        return gathered_bytes_per_param(elem, c.fp8_params / c.params)
+        return gathered_bytes_per_param(elem, c.fp8_params / c.params, stored_bytes(tr.fp8_recipe))
     return elem
 
 

@@ -98,7 +98,15 @@ ROWS = {
 }
 
 
+# The release's NVFP4 precision config stores and gathers the FP4-GEMM weights in NVFP4
+# (v0.4.2 src/megatron/bridge/training/mixed_precision.py bf16_with_nvfp4_mixed: fp4_param_gather =
+# True; at v0.2.0, the 25.11 tables' tag, it did not exist).
+NVFP4_ROW = dict(fp8_param_gather=True)
+
+
 def row_settings(case_id: str) -> dict:
     """The training keys of a bridge2604 row's release config (empty for other families)."""
     prefix = "bridge2604-"
-    return ROWS.get(case_id[len(prefix):], {}) if case_id.startswith(prefix) else {}
+    if not case_id.startswith(prefix):
+        return {}
+    return {**(NVFP4_ROW if case_id.endswith("-nvfp4") else {}), **ROWS.get(case_id[len(prefix):], {})}
