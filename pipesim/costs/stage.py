@@ -13,7 +13,6 @@ from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_nvfp4, cast_ops, fp8_storage
                                weight_cast_bytes, weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
-from pipesim.costs.zero_groups import shard_size
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Comm, Op
@@ -22,6 +21,7 @@ from pipesim.costs.optimizer import grad_norm_bytes, optimizer_bytes
 from pipesim.costs.recompute_modules import module_recompute
 from pipesim.costs.roofline import CostModel
 from pipesim.costs.topology import placement, stage_link
+from pipesim.costs.zero_groups import shard_size
 from pipesim.scenario.config import Scenario
 
 # Adam update traffic per parameter of the CNN path (pipesim/partition/cnn_stages.py): read fp32
