@@ -33,6 +33,16 @@ def test_every_schedule_matches_one_process(tmp_path, schedule, virtual):
     assert n_f == s.num_model_stages * s.num_microbatches
 
 
+def test_grouped_interleaving_matches_one_process(tmp_path):
+    """Megatron-Core's micro-batch groups (training.microbatch_group_size): the 4 micro-batches
+    enter each chunk as one group instead of two groups of P = 2; the ranks run that plan."""
+    s, result = check_against_single_process(
+        tmp_path, ["training.schedule=interleaved", "parallel.virtual_stages=2", "training.microbatch_group_size=4"])
+    firsts = [e["microbatch"] for e in sorted(result["events"], key=lambda e: e["start"])
+              if e["kind"] == "F" and e["rank"] == 0 and e["step"] == result["events"][0]["step"]][:4]
+    assert firsts == [0, 1, 2, 3]          # chunk 0 runs the whole group before chunk 1
+
+
 def test_data_parallel_matches_one_process(tmp_path):
     _, result = check_against_single_process(tmp_path, ["parallel.pipeline=1", "parallel.data=2",
                                                         "training.schedule=gpipe"])
