@@ -342,7 +342,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     memo: dict = {}       # id(op) -> its timed terms: every stage repeats the same layer ops
     for k, stage_layers in enumerate(s.layers_per_stage()):
         first, last = k == 0, k == n_stages - 1
-        counts = [s.model.layer_kind(i) for i in range(first_layer, first_layer + stage_layers)]
+        counts = [s.layer_cost_kind(i) for i in range(first_layer, first_layer + stage_layers)]
         first_layer += stage_layers
         # the MTP blocks (built like the last layer, or as mtp_hybrid_pattern); repeated depths
         # share one block's weights: `dup` of them add compute and activations, not weights
@@ -355,12 +355,13 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         w_by_kind = [n - dup_kinds.count(d.kind) for d, n in zip(dense, n_by_kind)]      # with weights
         w_moe = n_moe - dup_kinds.count(True)
         n_layers = sum(n_by_kind)
+        base = [k[1] if isinstance(k, tuple) else k for k in counts]     # BF16-kept layers by their kind
         # every layer's attention exchanges K/V under context parallelism
-        n_cp = counts.count("attention") if s.model.hybrid_layer_pattern else len(counts)
+        n_cp = base.count("attention") if s.model.hybrid_layer_pattern else len(counts)
         # ... and a Mamba / Gated DeltaNet layer runs its all-to-alls (pipesim/costs/mamba.py)
-        cp_f = n_cp * cpc.fwd_exposed + sum(counts.count(k) * ssm_cp[k][0] for k in ssm_cp)
-        cp_b = n_cp * cpc.bwd_exposed + sum(counts.count(k) * ssm_cp[k][0] for k in ssm_cp)
-        cp_bytes = n_cp * (cpc.bytes_fwd + cpc.bytes_bwd) + sum(counts.count(k) * 2 * ssm_cp[k][1] for k in ssm_cp)
+        cp_f = n_cp * cpc.fwd_exposed + sum(base.count(k) * ssm_cp[k][0] for k in ssm_cp)
+        cp_b = n_cp * cpc.bwd_exposed + sum(base.count(k) * ssm_cp[k][0] for k in ssm_cp)
+        cp_bytes = n_cp * (cpc.bytes_fwd + cpc.bytes_bwd) + sum(base.count(k) * 2 * ssm_cp[k][1] for k in ssm_cp)
         acc = _Acc()
         for d, n in zip(dense, n_by_kind):
             acc.add(s, cm, d.ops, n, memo)
@@ -509,12 +510,26 @@ def activation_offload(s: Scenario, layers_saved: float, layers: int, forward: f
 
 def dense_kinds(s: Scenario) -> list[tuple]:
     """[(kind, costed ops)] of the model's non-MoE layers: one transformer block (kind False), or
-    each sublayer kind of a hybrid model that it has ("mamba", "attention", "mlp")."""
+    each sublayer kind of a hybrid model that it has ("mamba", "attention", "mlp"); and ("bf16",
+    kind) for those of them an FP8 / FP4 run keeps in BF16 (Scenario.layer_cost_kind)."""
     if not s.model.hybrid_layer_pattern:
-        return [(False, costed_layer_ops(s))]
-    from pipesim.costs.summary import layer_counts
-    out = [(kind, costed_layer_ops(s, kind)) for kind, _ in layer_counts(s) if kind is not True]
-    return out or [("attention", costed_layer_ops(s, "attention"))]     # an all-MoE pattern
+        out = [(False, costed_layer_ops(s))]
+    else:
+        from pipesim.costs.summary import layer_counts
+        out = [(kind, costed_layer_ops(s, kind)) for kind, _ in layer_counts(s) if kind is not True]
+        out = out or [("attention", costed_layer_ops(s, "attention"))]     # an all-MoE pattern
+    kept = dict.fromkeys(k for k in map(s.layer_cost_kind, range(s.model.num_layers)) if isinstance(k, tuple))
+    if kept:
+        s16 = bf16_variant(s)
+        out += [(k, costed_layer_ops(s16, k[1])) for k in kept]
+    return out
+
+
+def bf16_variant(s: Scenario) -> Scenario:
+    """The scenario with its GEMMs in BF16: the ops of the layers an FP8 recipe keeps in BF16."""
+    from dataclasses import replace
+    return replace(s, training=replace(s.training, precision="bf16", fp8_param_gather=False, bf16_layers_start=0,
+                                       bf16_layers_end=0))
 
 
 @dataclass(frozen=True)

@@ -461,6 +461,11 @@ class TrainingConfig:
                           "scaling, 128-element blocks, or MXFP8 (32-element blocks, Blackwell); nvfp4: FP4 "
                           "GEMMs (E2M1 with E4M3 scales per 16 elements and an FP32 scale per tensor, "
                           "Blackwell; pipesim/costs/fp8.py)")
+    bf16_layers_start: int = field(0, doc="precision fp8: the first N transformer layers run their GEMMs in BF16 "
+                                          "(Megatron-Core --first-last-layers-bf16 --num-layers-at-start-in-bf16; "
+                                          "NeMo's FP8 current-scaling recipe keeps 1)")
+    bf16_layers_end: int = field(0, doc="precision fp8: the last N transformer layers in BF16 "
+                                        "(--num-layers-at-end-in-bf16)")
     fp8_param_gather: bool = field(False, doc="precision fp8: keep the FP8-GEMM weights only in FP8 (no BF16 copy; "
                                              "fp32 masters in the optimizer) and all-gather them in FP8 (Megatron "
                                              "--fp8-param-gather, Transformer Engine fp8_model_init; NeMo 2.0 / "
@@ -540,6 +545,19 @@ class Scenario:
     @property
     def num_gpus(self) -> int:
         return self.parallel.tensor * self.parallel.context * self.parallel.pipeline * self.parallel.data
+
+    def layer_in_bf16(self, index: int) -> bool:
+        """Whether transformer layer `index` runs its GEMMs in BF16 under an FP8 / FP4 recipe
+        (training.bf16_layers_start / _end; Megatron-Core transformer_block.py
+        get_layer_fp8_context / is_layer_bf16 keeps those layers out of the FP8 context)."""
+        tr = self.training
+        return tr.precision == "fp8" and (index < tr.bf16_layers_start
+                                          or index >= self.model.num_layers - tr.bf16_layers_end)
+
+    def layer_cost_kind(self, index: int):
+        """layer_kind, tagged ("bf16", kind) for a layer kept in BF16."""
+        kind = self.model.layer_kind(index)
+        return ("bf16", kind) if self.layer_in_bf16(index) else kind
 
     @property
     def num_microbatches(self) -> int:

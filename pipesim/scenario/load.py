@@ -44,6 +44,8 @@ LIMITS = {
     "training.microbatch_group_size": (1, 1e12),
     "training.zero_stage": (0, 3),
     "training.zero_replicas": (1, 10_000_000),
+    "training.bf16_layers_start": (0, 100_000),
+    "training.bf16_layers_end": (0, 100_000),
     # DP buckets: Megatron/PyTorch DDP use 25-40 MB; below 1 kB the bucket count explodes.
     "training.grad_bucket_MB": (0.001, 1e6),
 }
@@ -288,6 +290,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("training.reshard_after_forward", f"keeping gathered weights from forward to backward "
                     f"is a ZeRO-3 / FSDP choice, got zero_stage: {tr.zero_stage}")
     _check_zero_replicas(s, loader)
+    _check_bf16_layers(s, loader)
     if tr.optimizer_state_dtype == "bf16" and (tr.optimizer == "sgd" or tr.precision in ("fp32", "tf32")):
         loader.fail("training.optimizer_state_dtype", f"bf16 states are Adam's moments in mixed-precision training "
                     f"(Megatron-Core's precision-aware optimizer); got optimizer: {tr.optimizer}, precision: "
@@ -498,6 +501,24 @@ def _is_megatron_schedule(name: str) -> bool:
         return True
     key = name.strip().lower()
     return ALIASES.get(key, key) in P2P_SYNC_SCHEDULES
+
+
+def _check_bf16_layers(s: Scenario, loader: Loader) -> None:
+    """BF16 layers at the ends of an FP8 / FP4 model: within its layers, not MoE layers (their
+    expert block is costed once per model: pipesim/costs/stage.py)."""
+    tr, m = s.training, s.model
+    n = tr.bf16_layers_start + tr.bf16_layers_end
+    if not n:
+        return
+    key = "training.bf16_layers_start" if tr.bf16_layers_start else "training.bf16_layers_end"
+    if tr.precision != "fp8":
+        loader.fail(key, f"BF16 layers at the ends are an FP8 / FP4 recipe's; got precision: {tr.precision}")
+    if tr.bf16_layers_start < 0 or tr.bf16_layers_end < 0 or n > m.num_layers:
+        loader.fail(key, f"start({tr.bf16_layers_start}) + end({tr.bf16_layers_end}) must be between 0 and "
+                    f"num_layers({m.num_layers})")
+    if any(s.layer_in_bf16(i) and m.layer_kind(i) is True for i in range(m.num_layers)):
+        loader.fail(key, "a BF16 layer here is an MoE layer; BF16 MoE layers are not modelled (dense and "
+                    "hybrid non-MoE layers are)")
 
 
 def _check_zero_replicas(s: Scenario, loader: Loader) -> None:
