@@ -56,7 +56,8 @@ BRIDGE_NOT_EXPRESSIBLE = {
     ("Nemotron_3_Super", "NVFP4"): "its NVFP4 recipe keeps the attention and latent projections, the MTP block and "
                                    "the last 14 layers in BF16 and the Mamba out_proj in MXFP8 (Megatron-Bridge "
                                    "v0.4.2 scripts/performance/configs/nemotronh/te_quant.cfg, mixed_precision.py "
-                                   "nemotron_3_super_bf16_with_nvfp4_mixed); pipesim has one GEMM precision per run"}
+                                   "nemotron_3_super_bf16_with_nvfp4_mixed); pipesim models neither per-module GEMM precision nor "
+                                   "BF16 MoE layers"}
 # Model keys of a published model's recipe: Nemotron 3 Super trains with two MTP passes through one
 # shared "*E" block (Megatron-Bridge v0.4.2 recipes/nemotronh/nemotron_3_super.py: mtp_num_layers 2,
 # mtp_use_repeated_layer; the HF config's mtp_hybrid_override_pattern "*E").
