@@ -81,6 +81,39 @@ def as_nvfp4(ops: list[Op]) -> list[Op]:
             if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8" else o for o in ops]
 
 
+# GEMM groups an FP8 / FP4 recipe can keep in BF16 (training.bf16_gemms; Transformer Engine
+# quantization configs match modules by name, e.g. Megatron-Bridge's Nemotron 3 Super NVFP4 recipe,
+# scripts/performance/configs/nemotronh/te_quant.cfg: "*.linear_qkv", "*.linear_proj",
+# "*fc[12]_latent_proj" in BF16) -> the ops that carry them (pipesim/costs/layers.py, mla.py,
+# moe.py, mamba.py, gated_delta.py).
+BF16_GEMM_GROUPS = {
+    "attention": ("qkv", "proj", "q_down", "q_up", "kv_down", "kv_up", "q_proj"),
+    "mlp": ("fc1", "fc2"),
+    "experts": ("expert_fc1", "expert_fc2"),
+    "shared_experts": ("shared_fc1", "shared_fc2"),
+    "moe_latent": ("moe_latent_down", "moe_latent_up"),
+    "ssm_in_proj": ("in_proj",),
+    "ssm_out_proj": ("out_proj",),
+    "mtp": ("mtp_eh_proj",),
+}
+
+
+def as_bf16(ops: list[Op], groups, e: int) -> list[Op]:
+    """`ops` with the GEMMs of `groups` back in BF16: their operands, and the input each keeps for
+    its weight gradient at `e` bytes per element instead of the FP8 copy's 1 (layers.matmul); a BF16
+    out-projection after a fused attention kernel shares the kernel's kept output (held once)."""
+    names = {n for g in groups for n in BF16_GEMM_GROUPS[g]}
+    fused = any(o.flash for o in ops)
+
+    def bf16(gemms):
+        return tuple(g[:4] + ("bf16",) + g[5:] if g[4] in LOW_PRECISION else g for g in gemms)
+
+    def kept(o: Op) -> float:
+        return 0.0 if o.name == "proj" and fused else o.saved_bytes * e
+    return [replace(o, gemms_fwd=bf16(o.gemms_fwd), gemms_bwd=bf16(o.gemms_bwd), saved_bytes=kept(o))
+            if o.name in names and o.gemms_fwd and o.gemms_fwd[0][4] in LOW_PRECISION else o for o in ops]
+
+
 def low_precision_params(ops: list[Op]) -> float:
     """Parameters of the ops whose GEMMs run in FP8 / FP4 (their weights get the low-precision
     copies and casts)."""

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time, p2p_time
-from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_nvfp4, cast_ops, fp8_storage_cast_bytes, low_precision_params,
+from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_bf16, as_nvfp4, cast_ops, fp8_storage_cast_bytes, low_precision_params,
                                weight_cast_bytes, weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
@@ -280,6 +280,8 @@ def low_precision(s: Scenario, ops: list[Op]) -> list[Op]:
         raise ScenarioError(f"{s.source}: training.fp8_recipe: {tr.fp8_recipe} needs Blackwell tensor cores "
                             f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
                             f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
+    if tr.bf16_gemms:
+        ops = as_bf16(ops, tr.bf16_gemms, s.bytes_per_element)
     if tr.fp8_recipe == "nvfp4":
         ops = as_nvfp4(ops)
     return ops + cast_ops(ops, tr.fp8_recipe, s.system.gpu.kernel_curve)
@@ -529,7 +531,7 @@ def bf16_variant(s: Scenario) -> Scenario:
     """The scenario with its GEMMs in BF16: the ops of the layers an FP8 recipe keeps in BF16."""
     from dataclasses import replace
     return replace(s, training=replace(s.training, precision="bf16", fp8_param_gather=False, bf16_layers_start=0,
-                                       bf16_layers_end=0))
+                                       bf16_layers_end=0, bf16_gemms=()))
 
 
 @dataclass(frozen=True)

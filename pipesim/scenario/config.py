@@ -466,6 +466,10 @@ class TrainingConfig:
                                           "NeMo's FP8 current-scaling recipe keeps 1)")
     bf16_layers_end: int = field(0, doc="precision fp8: the last N transformer layers in BF16 "
                                         "(--num-layers-at-end-in-bf16)")
+    bf16_gemms: tuple[Literal["attention", "mlp", "experts", "shared_experts", "moe_latent", "ssm_in_proj",
+                              "ssm_out_proj", "mtp"], ...] = field(
+        (), doc="precision fp8: these GEMM groups stay in BF16 in every layer (Transformer Engine quantization "
+                "configs by module name; pipesim/costs/fp8.py BF16_GEMM_GROUPS)")
     fp8_param_gather: bool = field(False, doc="precision fp8: keep the FP8-GEMM weights only in FP8 (no BF16 copy; "
                                              "fp32 masters in the optimizer) and all-gather them in FP8 (Megatron "
                                              "--fp8-param-gather, Transformer Engine fp8_model_init; NeMo 2.0 / "

@@ -291,6 +291,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
                     f"is a ZeRO-3 / FSDP choice, got zero_stage: {tr.zero_stage}")
     _check_zero_replicas(s, loader)
     _check_bf16_layers(s, loader)
+    _check_bf16_gemms(s, loader)
     if tr.optimizer_state_dtype == "bf16" and (tr.optimizer == "sgd" or tr.precision in ("fp32", "tf32")):
         loader.fail("training.optimizer_state_dtype", f"bf16 states are Adam's moments in mixed-precision training "
                     f"(Megatron-Core's precision-aware optimizer); got optimizer: {tr.optimizer}, precision: "
@@ -501,6 +502,13 @@ def _is_megatron_schedule(name: str) -> bool:
         return True
     key = name.strip().lower()
     return ALIASES.get(key, key) in P2P_SYNC_SCHEDULES
+
+
+def _check_bf16_gemms(s: Scenario, loader: Loader) -> None:
+    tr = s.training
+    if tr.bf16_gemms and tr.precision != "fp8":
+        loader.fail("training.bf16_gemms", f"keeping GEMM groups in BF16 is an FP8 / FP4 recipe's choice; got "
+                    f"precision: {tr.precision}")
 
 
 def _check_bf16_layers(s: Scenario, loader: Loader) -> None:
