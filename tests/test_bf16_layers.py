@@ -51,8 +51,19 @@ def test_bad_bf16_layers_are_one_line(sets, needle):
     assert needle in str(err.value) and "training.bf16_layers" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_bf16_moe_layers_are_refused():
-    with pytest.raises(PipesimError, match="BF16 MoE layers are not modelled"):
-        load_scenario({"model": {"preset": "mixtral-8x7b", "num_layers": 2}, "system": {"preset": "dgx-b200"},
-                       "parallel": {"data": 8, "expert": 8},
-                       "training": {"global_batch_size": 8, "precision": "fp8", "bf16_layers_end": 1}})
+def test_bf16_moe_layers_cost_their_bf16_expert_gemms():
+    from pipesim.costs.layers import shapes_of
+    from pipesim.costs.stage import cost_model_for, moe_stage_parts
+    base = {"model": {"preset": "mixtral-8x7b", "num_layers": 4}, "system": {"preset": "dgx-b200"},
+            "parallel": {"data": 8, "expert": 8},
+            "training": {"global_batch_size": 8, "precision": "fp8", "fp8_recipe": "mxfp8", "zero_stage": 1}}
+    fp8 = load_scenario(base)
+    kept = load_scenario(base, ["training.bf16_layers_end=2"])
+    a, b = stage_costs(fp8)[0], stage_costs(kept)[0]
+    cm, sh = cost_model_for(fp8), shapes_of(fp8)
+    low, high = moe_stage_parts(fp8, cm, sh), moe_stage_parts(bf16_variant(fp8), cm, sh)
+    layer = {k: sum(cm.time(o, "fwd").seconds for o in p.ops) for k, p in (("fp8", low), ("bf16", high))}
+    assert b.forward - a.forward == pytest.approx(2 * (layer["bf16"] - layer["fp8"]), rel=1e-6)
+    assert b.activation_bytes - a.activation_bytes == pytest.approx(2 * (high.saved - low.saved))
+    assert b.params == a.params and b.fp8_params == pytest.approx(a.fp8_params / 2)
+    assert b.moe_layers == a.moe_layers == 4

@@ -320,6 +320,14 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     sh = shapes_of(s)
     moe = moe_stage_parts(s, cm, sh) if s.model.is_moe else None
     moe_keep = moe_stage_parts(s, cm, sh, "none") if moe is not None and rc_limit is not None else moe
+    # MoE layers by precision: (count key, parts, parts without recompute); the BF16-kept ones of an
+    # FP8 / FP4 run (Scenario.layer_cost_kind) cost the BF16 variant's ops
+    moe_kinds = [(True, moe, moe_keep)] if moe is not None else []
+    if moe is not None and any(s.layer_cost_kind(i) == ("bf16", True) for i in range(s.model.num_layers)):
+        s16 = bf16_variant(s)
+        moe16 = moe_stage_parts(s16, cm, sh)
+        moe_kinds.append((("bf16", True), moe16,
+                          moe_stage_parts(s16, cm, sh, "none") if rc_limit is not None else moe16))
     n_stages = s.num_model_stages
     bits = tr.activation_compression_bits
     # Activations sent between stages: with tensor parallelism each GPU sends its 1/t slice
@@ -352,10 +360,11 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         if last and s.model.mtp_layers:
             counts += s.model.mtp_kinds * s.model.mtp_layers
         dup_kinds = s.model.mtp_kinds * dup
-        n_moe = counts.count(True)
+        n_by_moe = [counts.count(key) for key, _, _ in moe_kinds]
+        n_moe = sum(n_by_moe)
         n_by_kind = [counts.count(d.kind) for d in dense]
         w_by_kind = [n - dup_kinds.count(d.kind) for d, n in zip(dense, n_by_kind)]      # with weights
-        w_moe = n_moe - dup_kinds.count(True)
+        w_by_moe = [n - dup_kinds.count(key) for (key, _, _), n in zip(moe_kinds, n_by_moe)]
         n_layers = sum(n_by_kind)
         base = [k[1] if isinstance(k, tuple) else k for k in counts]     # BF16-kept layers by their kind
         # every layer's attention exchanges K/V under context parallelism
@@ -396,18 +405,24 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         n_rc_moe = n_moe if rc_limit is None else min(max(rc_limit - n_layers, 0), n_moe)
         flops = sum(n * d.flops for d, n in zip(dense, n_by_kind)) + sum(o.flops_fwd + o.flops_bwd for o in extras)
         ep = _MoEStage()
-        if n_moe:
-            acc.add(s, cm, moe.ops, n_moe, memo)
-            params += w_moe * sum(o.params for o in moe.ops)
-            fp8_params += w_moe * low_precision_params(moe.ops)
-            activation += n_rc_moe * moe.saved + (n_moe - n_rc_moe) * moe_keep.saved
-            recompute += n_rc_moe * moe.recompute
-            flops += n_moe * sum(o.flops_fwd + o.flops_bwd for o in moe.ops)
-            ep = _MoEStage(n_moe * moe.a2a.fwd, n_moe * moe.a2a.bwd, n_moe * moe.a2a.bytes_fwd,
-                           n_moe * moe.a2a.bytes_bwd, w_moe * moe.expert_params,
-                           n_moe * moe.block_fwd, n_moe * moe.block_bwd, n_moe * moe.host_fwd,
-                           n_moe * moe.block_wgrad)
-            working = max(working, moe.working if n_rc_moe else 0.0)
+        left_rc = n_rc_moe
+        for (_, part, keep), n, w in zip(moe_kinds, n_by_moe, w_by_moe):
+            if not n:
+                continue
+            rc = min(left_rc, n)         # recompute_num_layers: the chunk's first MoE layers
+            left_rc -= rc
+            acc.add(s, cm, part.ops, n, memo)
+            params += w * sum(o.params for o in part.ops)
+            fp8_params += w * low_precision_params(part.ops)
+            activation += rc * part.saved + (n - rc) * keep.saved
+            recompute += rc * part.recompute
+            flops += n * sum(o.flops_fwd + o.flops_bwd for o in part.ops)
+            ep = _MoEStage(ep.fwd + n * part.a2a.fwd, ep.bwd + n * part.a2a.bwd,
+                           ep.bytes_fwd + n * part.a2a.bytes_fwd, ep.bytes_bwd + n * part.a2a.bytes_bwd,
+                           ep.params + w * part.expert_params, ep.block_fwd + n * part.block_fwd,
+                           ep.block_bwd + n * part.block_bwd, ep.host_fwd + n * part.host_fwd,
+                           ep.block_wgrad + n * part.block_wgrad)
+            working = max(working, part.working if rc else 0.0)
         # routed-expert weights, gradients and optimizer states are sharded over expert-data
         # parallelism, the dense ones over data parallelism (pipesim/costs/moe_parallel.py)
         dense_params = params - ep.params
@@ -520,7 +535,8 @@ def dense_kinds(s: Scenario) -> list[tuple]:
         from pipesim.costs.summary import layer_counts
         out = [(kind, costed_layer_ops(s, kind)) for kind, _ in layer_counts(s) if kind is not True]
         out = out or [("attention", costed_layer_ops(s, "attention"))]     # an all-MoE pattern
-    kept = dict.fromkeys(k for k in map(s.layer_cost_kind, range(s.model.num_layers)) if isinstance(k, tuple))
+    kept = dict.fromkeys(k for k in map(s.layer_cost_kind, range(s.model.num_layers))
+                         if isinstance(k, tuple) and k[1] is not True)      # BF16 MoE layers: moe_kinds
     if kept:
         s16 = bf16_variant(s)
         out += [(k, costed_layer_ops(s16, k[1])) for k in kept]

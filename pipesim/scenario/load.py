@@ -512,8 +512,7 @@ def _check_bf16_gemms(s: Scenario, loader: Loader) -> None:
 
 
 def _check_bf16_layers(s: Scenario, loader: Loader) -> None:
-    """BF16 layers at the ends of an FP8 / FP4 model: within its layers, not MoE layers (their
-    expert block is costed once per model: pipesim/costs/stage.py)."""
+    """BF16 layers at the ends of an FP8 / FP4 model: within its layers."""
     tr, m = s.training, s.model
     n = tr.bf16_layers_start + tr.bf16_layers_end
     if not n:
@@ -524,9 +523,6 @@ def _check_bf16_layers(s: Scenario, loader: Loader) -> None:
     if tr.bf16_layers_start < 0 or tr.bf16_layers_end < 0 or n > m.num_layers:
         loader.fail(key, f"start({tr.bf16_layers_start}) + end({tr.bf16_layers_end}) must be between 0 and "
                     f"num_layers({m.num_layers})")
-    if any(s.layer_in_bf16(i) and m.layer_kind(i) is True for i in range(m.num_layers)):
-        loader.fail(key, "a BF16 layer here is an MoE layer; BF16 MoE layers are not modelled (dense and "
-                    "hybrid non-MoE layers are)")
 
 
 def _check_zero_replicas(s: Scenario, loader: Loader) -> None:

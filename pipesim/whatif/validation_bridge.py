@@ -53,11 +53,12 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1
 BRIDGE_NO_PRESET: dict = {}
 # Published (model, precision) pairs whose recipe pipesim cannot express, with the reason.
 BRIDGE_NOT_EXPRESSIBLE = {
-    ("Nemotron_3_Super", "NVFP4"): "its NVFP4 recipe keeps the attention and latent projections, the MTP block and "
-                                   "the last 14 layers in BF16 and the Mamba out_proj in MXFP8 (Megatron-Bridge "
-                                   "v0.4.2 scripts/performance/configs/nemotronh/te_quant.cfg, mixed_precision.py "
-                                   "nemotron_3_super_bf16_with_nvfp4_mixed); pipesim models neither per-module GEMM precision nor "
-                                   "BF16 MoE layers"}
+    ("Nemotron_3_Super", "NVFP4"): "its NVFP4 recipe also runs the Mamba out_proj in MXFP8 and the MTP block in "
+                                   "BF16 (Megatron-Bridge v0.4.2 scripts/performance/configs/nemotronh/te_quant.cfg), "
+                                   "which pipesim cannot mix into an NVFP4 run; its BF16 attention and latent "
+                                   "projections and last 14 layers (mixed_precision.py "
+                                   "nemotron_3_super_bf16_with_nvfp4_mixed) are expressible: training.bf16_gemms, "
+                                   "bf16_layers_end"}
 # Model keys of a published model's recipe: Nemotron 3 Super trains with two MTP passes through one
 # shared "*E" block (Megatron-Bridge v0.4.2 recipes/nemotronh/nemotron_3_super.py: mtp_num_layers 2,
 # mtp_use_repeated_layer; the HF config's mtp_hybrid_override_pattern "*E").
