@@ -552,8 +552,8 @@ class Scenario:
 
     def layer_in_bf16(self, index: int) -> bool:
         """Whether transformer layer `index` runs its GEMMs in BF16 under an FP8 / FP4 recipe
-        (training.bf16_layers_start / _end; Megatron-Core transformer_block.py
-        get_layer_fp8_context / is_layer_bf16 keeps those layers out of the FP8 context)."""
+        (training.bf16_layers_start / _end; Megatron-Core fp8_utils.py is_first_last_bf16_layer,
+        by the global layer index, keeps those layers out of the FP8 / FP4 context)."""
         tr = self.training
         return tr.precision == "fp8" and (index < tr.bf16_layers_start
                                           or index >= self.model.num_layers - tr.bf16_layers_end)
