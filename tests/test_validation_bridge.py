@@ -71,14 +71,15 @@ def test_the_2604_tables_map_with_the_same_converter():
     assert nano["system"] == {"preset": "dgx-b300", "num_nodes": 1} and nano["parallel"]["virtual_stages"] == 1
     h100 = case_scenario(cases["bridge2604-h100-llama3-70b-fp8"])   # "FP8" = current scaling
     assert (h100["training"]["fp8_recipe"], h100["parallel"].get("expert")) == ("tensorwise", None)
-    # Nemotron 3 Super: two passes through one shared "*E" MTP block (its recipe); MXFP8 rows map,
-    # the NVFP4 recipe (BF16 / MXFP8 / NVFP4 per module) is listed and skipped
+    # Nemotron 3 Super: two passes through one shared "*E" MTP block in BF16 (its recipe); the NVFP4
+    # rows take its per-module recipe (te_quant.cfg) and last 14 layers in BF16
     sup = case_scenario(cases["bridge2604-b200-nemotron-3-super-mxfp8"])
     assert sup["model"]["preset"] == "nemotron-3-super" and sup["model"]["mtp_layers"] == 2
     assert sup["model"]["mtp_repeated_layer"] is True and sup["model"]["mtp_hybrid_pattern"] == "*E"
-    assert sup["training"]["recompute_modules"] == ["moe_act", "layernorm"]
-    with pytest.raises(ScenarioError, match="skipped: its NVFP4 recipe"):
-        case_scenario(cases["bridge2604-b200-nemotron-3-super-nvfp4"])
+    assert sup["training"]["recompute_modules"] == ["moe_act", "layernorm"] and sup["training"]["bf16_mtp"]
+    fp4 = case_scenario(cases["bridge2604-b200-nemotron-3-super-nvfp4"])["training"]
+    assert (fp4["fp8_recipe"], fp4["bf16_layers_end"], fp4["mxfp8_gemms"]) == ("nvfp4", 14, ["ssm_out_proj"])
+    assert fp4["bf16_gemms"] == ["attention", "moe_latent"] and fp4["fp8_param_gather"] is False
     # 26.04's NVFP4 recipe stores and gathers the weights in FP4 (25.11's kept BF16 ones)
     assert case_scenario(cases["bridge2604-gb300-llama3-70b-nvfp4"])["training"]["fp8_param_gather"] is True
 

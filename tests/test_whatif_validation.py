@@ -81,8 +81,8 @@ def test_mape_with_a_stub(cases):
 
 def test_write_scenarios_keep_the_citation_and_the_metric(tmp_path):
     files = write_scenarios(tmp_path)
-    # the dense cases, bridge2511, titan2024, MoE, bridge2604 without its 4 NVFP4 Nemotron 3 Super rows
-    assert len(files) == 67 + 23 + 8 + 9 + 43
+    # the dense cases, bridge2511, titan2024, MoE, bridge2604
+    assert len(files) == 67 + 23 + 8 + 9 + 47
     text = (tmp_path / "sc21-t1-1.7B.yaml").read_text()
     assert text.startswith("# sc21-t1-1.7B: Narayanan et al.") and "137 (TFLOP/s per GPU" in text
     s = load_scenario(tmp_path / "sc21-t1-1.7B.yaml")

@@ -72,13 +72,29 @@ def gemm_dtype(training) -> str:
     return "fp4" if training.precision == "fp8" and training.fp8_recipe == "nvfp4" else training.precision
 
 
-def as_nvfp4(ops: list[Op]) -> list[Op]:
+def as_nvfp4(ops: list[Op], keep=()) -> list[Op]:
     """The FP8 GEMM ops as NVFP4 runs them: FP4 operands, and the input kept for the weight
-    gradient as its FP4 column-wise copy (FP4_BYTES per element instead of the FP8 byte)."""
+    gradient as its FP4 column-wise copy (FP4_BYTES per element instead of the FP8 byte). Ops
+    named in `keep` stay FP8 GEMMs: MXFP8 inside the NVFP4 run (training.mxfp8_gemms)."""
     def fp4(gemms):
         return tuple(g[:4] + ("fp4",) + g[5:] if g[4] == "fp8" else g for g in gemms)
     return [replace(o, gemms_fwd=fp4(o.gemms_fwd), gemms_bwd=fp4(o.gemms_bwd), saved_bytes=o.saved_bytes * FP4_BYTES)
-            if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8" else o for o in ops]
+            if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8" and o.name not in keep else o for o in ops]
+
+
+def op_recipe(op: Op, recipe: str) -> str:
+    """The recipe an op's low-precision GEMMs run: an FP8 GEMM inside an NVFP4 run is MXFP8."""
+    return "mxfp8" if recipe == "nvfp4" and op.gemms_fwd and op.gemms_fwd[0][4] == "fp8" else recipe
+
+
+def group_ops(groups) -> set:
+    """The op names of GEMM groups (BF16_GEMM_GROUPS)."""
+    return {n for g in groups for n in BF16_GEMM_GROUPS[g]}
+
+
+def fp8_gemm_params(ops: list[Op]) -> float:
+    """Parameters of the ops whose GEMMs run in FP8 (not FP4)."""
+    return sum(o.params for o in ops if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8")
 
 
 # GEMM groups an FP8 / FP4 recipe can keep in BF16 (training.bf16_gemms; Transformer Engine
@@ -102,7 +118,7 @@ def as_bf16(ops: list[Op], groups, e: int) -> list[Op]:
     """`ops` with the GEMMs of `groups` back in BF16: their operands, and the input each keeps for
     its weight gradient at `e` bytes per element instead of the FP8 copy's 1 (layers.matmul); a BF16
     out-projection after a fused attention kernel shares the kernel's kept output (held once)."""
-    names = {n for g in groups for n in BF16_GEMM_GROUPS[g]}
+    names = group_ops(groups)
     fused = any(o.flash for o in ops)
 
     def bf16(gemms):
@@ -122,11 +138,11 @@ def low_precision_params(ops: list[Op]) -> float:
 
 def cast_ops(ops: list[Op], recipe: str, curve: str | None = None) -> list[Op]:
     """One cast op per FP8 GEMM op: forward casts X (M x K), backward casts dY (M x N)."""
-    per = cast_bytes(recipe, curve)
     out = []
     for op in ops:
         if not op.gemms_fwd or op.gemms_fwd[0][4] not in LOW_PRECISION:
             continue
+        per = cast_bytes(op_recipe(op, recipe), curve)
         _, m, n, k, _ = op.gemms_fwd[0]
         out.append(Op(f"{op.name}_fp8_cast", "vector", m * k, m * n, m * k * per, m * n * per))
     return out

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time, p2p_time
-from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_bf16, as_nvfp4, cast_ops, fp8_storage_cast_bytes, low_precision_params,
+from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_bf16, as_nvfp4, cast_ops, fp8_gemm_params, group_ops, fp8_storage_cast_bytes, low_precision_params,
                                weight_cast_bytes, weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
@@ -266,7 +266,10 @@ def costed_layer_ops(s: Scenario, moe: bool = False) -> list[Op]:
 
 def costed_mtp_ops(s: Scenario) -> list[Op]:
     """One multi-token-prediction depth's ops outside its block (layers.mtp_ops) as they run:
-    Megatron-Core runs the projection under the FP8 context too, with its cast."""
+    Megatron-Core runs the projection under the FP8 context too, with its cast (in BF16 under
+    training.bf16_mtp)."""
+    if s.training.bf16_mtp and s.training.precision == "fp8":
+        return mtp_ops(bf16_variant(s))
     return low_precision(s, mtp_ops(s))
 
 
@@ -283,7 +286,7 @@ def low_precision(s: Scenario, ops: list[Op]) -> list[Op]:
     if tr.bf16_gemms:
         ops = as_bf16(ops, tr.bf16_gemms, s.bytes_per_element)
     if tr.fp8_recipe == "nvfp4":
-        ops = as_nvfp4(ops)
+        ops = as_nvfp4(ops, group_ops(tr.mxfp8_gemms))
     return ops + cast_ops(ops, tr.fp8_recipe, s.system.gpu.kernel_curve)
 
 
@@ -323,7 +326,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     # MoE layers by precision: (count key, parts, parts without recompute); the BF16-kept ones of an
     # FP8 / FP4 run (Scenario.layer_cost_kind) cost the BF16 variant's ops
     moe_kinds = [(True, moe, moe_keep)] if moe is not None else []
-    if moe is not None and any(s.layer_cost_kind(i) == ("bf16", True) for i in range(s.model.num_layers)):
+    if moe is not None and ("bf16", True) in [*map(s.layer_cost_kind, range(s.model.num_layers)),
+                                              *(s.mtp_cost_kinds if s.model.mtp_layers else [])]:
         s16 = bf16_variant(s)
         moe16 = moe_stage_parts(s16, cm, sh)
         moe_kinds.append((("bf16", True), moe16,
@@ -358,8 +362,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         # share one block's weights: `dup` of them add compute and activations, not weights
         dup = s.model.mtp_layers - s.model.mtp_weight_depths if last else 0
         if last and s.model.mtp_layers:
-            counts += s.model.mtp_kinds * s.model.mtp_layers
-        dup_kinds = s.model.mtp_kinds * dup
+            counts += s.mtp_cost_kinds * s.model.mtp_layers
+        dup_kinds = s.mtp_cost_kinds * dup
         n_by_moe = [counts.count(key) for key, _, _ in moe_kinds]
         n_moe = sum(n_by_moe)
         n_by_kind = [counts.count(d.kind) for d in dense]
@@ -392,6 +396,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
         fp8_params = sum(n * low_precision_params(d.ops) for d, n in zip(dense, w_by_kind))
+        # of them, FP8 GEMMs inside an NVFP4 run (training.mxfp8_gemms): MXFP8 copies and casts
+        mx_params = sum(n * fp8_gemm_params(d.ops) for d, n in zip(dense, w_by_kind)) if tr.mxfp8_gemms else 0.0
         # the chunk's first n_rc dense layers (kind by kind), then its MoE layers, recompute
         left = n_layers if rc_limit is None else rc_limit
         activation = sum(o.saved_bytes for o in extras)
@@ -414,6 +420,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             acc.add(s, cm, part.ops, n, memo)
             params += w * sum(o.params for o in part.ops)
             fp8_params += w * low_precision_params(part.ops)
+            mx_params += w * fp8_gemm_params(part.ops) if tr.mxfp8_gemms else 0.0
             activation += rc * part.saved + (n - rc) * keep.saved
             recompute += rc * part.recompute
             flops += n * sum(o.flops_fwd + o.flops_bwd for o in part.ops)
@@ -458,12 +465,13 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             shards = dp_shard if tr.zero_stage >= 3 and not resident else 1
             # FP8 parameter storage drops their 16-bit copy (the fp32 master is optimizer state)
             dropped = fp8_params * elem_of(tr) if tr.fp8_param_gather else 0.0
-            static = StaticMemory(static.weights + (fp8_params * copy - dropped) / shards, static.gradients,
+            copies = (fp8_params - mx_params) * copy + mx_params * weight_copy_bytes("mxfp8", s.system.gpu.kernel_curve)
+            static = StaticMemory(static.weights + (copies - dropped) / shards, static.gradients,
                                   static.optimizer)
         elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
         opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params,
                                                   adam_local, s.moment_bytes))
-        steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step, muon_parts)
+        steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step, muon_parts, mx_params)
         grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         # FSDP2 copies each all-gathered layer into its parameters on the compute stream
         gather_f, gather_b = copy_out_seconds(s, cm, params, fp8_params, elem_of(tr))
@@ -535,8 +543,8 @@ def dense_kinds(s: Scenario) -> list[tuple]:
         from pipesim.costs.summary import layer_counts
         out = [(kind, costed_layer_ops(s, kind)) for kind, _ in layer_counts(s) if kind is not True]
         out = out or [("attention", costed_layer_ops(s, "attention"))]     # an all-MoE pattern
-    kept = dict.fromkeys(k for k in map(s.layer_cost_kind, range(s.model.num_layers))
-                         if isinstance(k, tuple) and k[1] is not True)      # BF16 MoE layers: moe_kinds
+    tagged = [*map(s.layer_cost_kind, range(s.model.num_layers)), *(s.mtp_cost_kinds if s.model.mtp_layers else [])]
+    kept = dict.fromkeys(k for k in tagged if isinstance(k, tuple) and k[1] is not True)    # BF16 MoE: moe_kinds
     if kept:
         s16 = bf16_variant(s)
         out += [(k, costed_layer_ops(s16, k[1])) for k in kept]
@@ -618,7 +626,8 @@ _NORM_AR: dict = {}
 
 
 def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_params: float,
-                   fp8_params: float, elem: int, opt_step: float, muon_parts: MuonParts) -> tuple:
+                   fp8_params: float, elem: int, opt_step: float, muon_parts: MuonParts,
+                   mx_params: float = 0.0) -> tuple:
     """The per-step work after the last backward of a stage, in the order Megatron-LM runs it
     (megatron/core/optimizer: finalize_model_grads, then clip_grad_norm, then step):
       EMBED_GRAD_AR   tied input/output embedding: first and last pipeline stage all-reduce the
@@ -650,6 +659,7 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
     if fp8_params and tr.fp8_param_gather:      # the master shard cast to FP8 (pipesim/costs/fp8.py)
         local = fp8_params * local_params / params       # sharded as the stage's parameters are
         out.append(("FP8_WEIGHT_CAST", cm.memory_time(fp8_storage_cast_bytes(fp8_params, local, tr.fp8_recipe, curve))))
-    elif fp8_params:    # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not
-        out.append(("FP8_WEIGHT_CAST", cm.memory_time(weight_cast_bytes(fp8_params, tr.fp8_recipe, curve))))
+    elif fp8_params:    # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not (MXFP8 ones as such)
+        cast = weight_cast_bytes(fp8_params - mx_params, tr.fp8_recipe, curve) + weight_cast_bytes(mx_params, "mxfp8", curve)
+        out.append(("FP8_WEIGHT_CAST", cm.memory_time(cast)))
     return tuple((name, sec) for name, sec in out if sec > 0)

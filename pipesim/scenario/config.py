@@ -470,6 +470,11 @@ class TrainingConfig:
                               "ssm_out_proj", "mtp"], ...] = field(
         (), doc="precision fp8: these GEMM groups stay in BF16 in every layer (Transformer Engine quantization "
                 "configs by module name; pipesim/costs/fp8.py BF16_GEMM_GROUPS)")
+    mxfp8_gemms: tuple[Literal["attention", "mlp", "experts", "shared_experts", "moe_latent", "ssm_in_proj",
+                               "ssm_out_proj", "mtp"], ...] = field(
+        (), doc="fp8_recipe nvfp4: these GEMM groups run MXFP8 instead of NVFP4 (the same quantization configs)")
+    bf16_mtp: bool = field(False, doc="precision fp8: the MTP blocks run in BF16 (Megatron-Core "
+                                      "keep_mtp_spec_in_bf16)")
     fp8_param_gather: bool = field(False, doc="precision fp8: keep the FP8-GEMM weights only in FP8 (no BF16 copy; "
                                              "fp32 masters in the optimizer) and all-gather them in FP8 (Megatron "
                                              "--fp8-param-gather, Transformer Engine fp8_model_init; NeMo 2.0 / "
@@ -562,6 +567,14 @@ class Scenario:
         """layer_kind, tagged ("bf16", kind) for a layer kept in BF16."""
         kind = self.model.layer_kind(index)
         return ("bf16", kind) if self.layer_in_bf16(index) else kind
+
+    @property
+    def mtp_cost_kinds(self) -> list:
+        """ModelConfig.mtp_kinds, tagged ("bf16", kind) when the MTP blocks stay in BF16."""
+        kinds = self.model.mtp_kinds
+        if self.training.bf16_mtp and self.training.precision == "fp8":
+            return [("bf16", k) for k in kinds]
+        return kinds
 
     @property
     def num_microbatches(self) -> int:

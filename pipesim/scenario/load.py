@@ -505,10 +505,23 @@ def _is_megatron_schedule(name: str) -> bool:
 
 
 def _check_bf16_gemms(s: Scenario, loader: Loader) -> None:
+    """Per-module precision of an FP8 / FP4 recipe (pipesim/costs/fp8.py BF16_GEMM_GROUPS)."""
     tr = s.training
-    if tr.bf16_gemms and tr.precision != "fp8":
-        loader.fail("training.bf16_gemms", f"keeping GEMM groups in BF16 is an FP8 / FP4 recipe's choice; got "
-                    f"precision: {tr.precision}")
+    for key, value in (("bf16_gemms", tr.bf16_gemms), ("bf16_mtp", tr.bf16_mtp)):
+        if value and tr.precision != "fp8":
+            loader.fail(f"training.{key}", f"keeping GEMMs in BF16 is an FP8 / FP4 recipe's choice; got "
+                        f"precision: {tr.precision}")
+    if not tr.mxfp8_gemms:
+        return
+    if tr.precision != "fp8" or tr.fp8_recipe != "nvfp4":
+        loader.fail("training.mxfp8_gemms", f"MXFP8 groups inside an NVFP4 run need fp8_recipe: nvfp4; got "
+                    f"precision: {tr.precision}, fp8_recipe: {tr.fp8_recipe}")
+    if tr.fp8_param_gather:
+        loader.fail("training.mxfp8_gemms", "mixed MXFP8 / NVFP4 weights with fp8_param_gather are not modelled; "
+                    "set fp8_param_gather: false")
+    both = sorted(set(tr.mxfp8_gemms) & set(tr.bf16_gemms))
+    if both:
+        loader.fail("training.mxfp8_gemms", f"{', '.join(both)} also in training.bf16_gemms")
 
 
 def _check_bf16_layers(s: Scenario, loader: Loader) -> None:

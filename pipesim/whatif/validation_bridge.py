@@ -52,13 +52,7 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1
 # Published models pipesim has no preset for, with the reason (validate lists them as skipped).
 BRIDGE_NO_PRESET: dict = {}
 # Published (model, precision) pairs whose recipe pipesim cannot express, with the reason.
-BRIDGE_NOT_EXPRESSIBLE = {
-    ("Nemotron_3_Super", "NVFP4"): "its NVFP4 recipe also runs the Mamba out_proj in MXFP8 and the MTP block in "
-                                   "BF16 (Megatron-Bridge v0.4.2 scripts/performance/configs/nemotronh/te_quant.cfg), "
-                                   "which pipesim cannot mix into an NVFP4 run; its BF16 attention and latent "
-                                   "projections and last 14 layers (mixed_precision.py "
-                                   "nemotron_3_super_bf16_with_nvfp4_mixed) are expressible: training.bf16_gemms, "
-                                   "bf16_layers_end"}
+BRIDGE_NOT_EXPRESSIBLE: dict = {}
 # Model keys of a published model's recipe: Nemotron 3 Super trains with two MTP passes through one
 # shared "*E" block (Megatron-Bridge v0.4.2 recipes/nemotronh/nemotron_3_super.py: mtp_num_layers 2,
 # mtp_use_repeated_layer; the HF config's mtp_hybrid_override_pattern "*E").
@@ -70,7 +64,17 @@ BRIDGE_MODEL_KEYS = {"Nemotron_3_Super": dict(mtp_layers=2, mtp_repeated_layer=T
 # DeepSeek-V3 performance config builds on.
 _BF16_MOMENTS = dict(optimizer_state_dtype="bf16")
 BRIDGE_MODEL_SETTINGS = {"Kimi_K2": dict(optimizer="muon"), "DeepSeekV3": _BF16_MOMENTS,
-                         "DeepSeekV3 (w/o MTP)": _BF16_MOMENTS, "DeepSeekV3 (w/ MTP)": _BF16_MOMENTS}
+                         "DeepSeekV3 (w/o MTP)": _BF16_MOMENTS, "DeepSeekV3 (w/ MTP)": _BF16_MOMENTS,
+                         # its recipe keeps the MTP block in BF16 (keep_mtp_spec_in_bf16)
+                         "Nemotron_3_Super": dict(bf16_mtp=True)}
+# A model's own low-precision recipe, by published precision: Nemotron 3 Super's NVFP4 runs keep
+# the last 14 layers in BF16 (v0.4.2 mixed_precision.py nemotron_3_super_bf16_with_nvfp4_mixed;
+# its FP4 parameter gather "disabled until MCore PR 4358 lands", scripts/performance/configs/
+# nemotronh/nemotron_3_llm_pretrain.py) and quantize by module (te_quant.cfg there): attention
+# qkv / proj and the latent projections in BF16, the Mamba out_proj in MXFP8, the rest NVFP4.
+BRIDGE_PRECISION_RECIPES = {("Nemotron_3_Super", "NVFP4"): dict(
+    bf16_layers_end=14, bf16_gemms=["attention", "moe_latent"], mxfp8_gemms=["ssm_out_proj"],
+    fp8_param_gather=False)}
 # Multi-token prediction depth of the published model names that train with it.
 BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1}
 # Per-row settings of the release's performance scripts (Megatron-Bridge tag v0.2.0,
@@ -155,6 +159,7 @@ def bridge_scenario(case) -> dict:
     training.update(BRIDGE_ROW_SETTINGS.get(cid, {}))
     from pipesim.whatif.validation_bridge_2604 import row_settings
     training.update(row_settings(cid))
+    training.update(BRIDGE_PRECISION_RECIPES.get((name, c.get("precision")), {}))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
 
 

@@ -85,6 +85,14 @@ ROWS = {
     "b300-nemotron-3-super-mxfp8": _recipe(deepep=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_FP8_MX_V1 (EP64, recompute moe_act and layernorm)
     "b200-nemotron-3-super-mxfp8": _recipe(deepep=True, modules=['moe_act', 'layernorm']),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB300_NVFP4_V1 (the base)
+    "gb300-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB200_NVFP4_V1 (the base with TP2)
+    "gb200-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_NVFP4_V1 (= B300_BF16_V1: EP8, recompute moe_act, layernorm)
+    "b300-nemotron-3-super-nvfp4": _recipe(deepep=True, modules=['moe_act', 'layernorm']),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_NVFP4_V1 (the B200 base with TP2, no recompute)
+    "b200-nemotron-3-super-nvfp4": _recipe(deepep=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1
     "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB200_FP8_MX_V1
