@@ -10,7 +10,7 @@ from pipesim.costs.memory import StaticMemory
 
 def tiny(P=2, M=1, V=1, schedule="1f1b", data=1, tensor=1, nodes=1, gpus_per_node=None, bw_GBps=1.0,
          latency_us=0.0, inter_GBps=None, memory_GiB=80, extra_training=None, extra_parallel=None,
-         heterogeneity=None, extra_system=None):
+         heterogeneity=None, extra_system=None, extra_model=None):
     """A small transformer on a made-up system whose links run at exactly `bw_GBps` (efficiency 1)."""
     gpn = gpus_per_node or (P * data * tensor) // nodes
     system = {
@@ -28,9 +28,10 @@ def tiny(P=2, M=1, V=1, schedule="1f1b", data=1, tensor=1, nodes=1, gpus_per_nod
     training.update(extra_training or {})
     parallel = {"tensor": tensor, "pipeline": P, "data": data, "virtual_stages": V}
     parallel.update(extra_parallel or {})
+    model = {"num_layers": 2 * P * V, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32,
+             "vocab_size": 128}
     return load_scenario({
-        "model": {"num_layers": 2 * P * V, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32,
-                  "vocab_size": 128},
+        "model": {**model, **(extra_model or {})},
         "system": system, "parallel": parallel, "training": training})
 
 

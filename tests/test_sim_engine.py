@@ -102,28 +102,46 @@ def test_dp_buckets_overlap_the_backward():
 
 
 def test_zero3_gathers_before_forward_and_backward():
-    # weights all-gathered (ring, n = 2: B/2 / bw) before F and B, the second prefetched during F
+    # weights all-gathered (ring, n = 2: B/2 / bw) before F and B, the second prefetched during F;
+    # prefetched gathers run layer by layer, so F (2 layers) starts once its first layer's half
+    # of the gather is in
     s = tiny(P=1, M=1, data=2, extra_training={"zero_stage": 3}, extra_parallel={"collective": "ring"})
+    assert s.model.num_layers == 2
     costs = uniform(s, f=1, b=2, params=0.5e9)   # bf16: 1e9 bytes of weights -> 0.5 s per gather
     r = pipesim.simulate(s, stage_costs=costs)
     gathers = [(e.start, e.end) for e in r.events if e.kind == "ZERO_GATHER" and e.rank == 0]
     assert gathers == [(0.0, 0.5), (0.5, 1.0)]
-    assert log(r, rank=0, streams=("compute",)) == [(0, "B", 0, 0, 1.5, 3.5), (0, "F", 0, 0, 0.5, 1.5)]
-    assert r.step_time_s == 3.5
+    assert log(r, rank=0, streams=("compute",)) == [(0, "B", 0, 0, 1.25, 3.25), (0, "F", 0, 0, 0.25, 1.25)]
+    assert r.step_time_s == 3.25
+
+
+def test_zero3_prefetched_gather_paces_the_layers():
+    """A gather slower than the compute it hides under: the last layer computes after the
+    whole gather, so the pass ends one layer's compute after it (2 layers; 2 s gathers)."""
+    s = tiny(P=1, M=1, data=2, extra_training={"zero_stage": 3}, extra_parallel={"collective": "ring"})
+    costs = uniform(s, f=1, b=2, params=2e9)     # 4e9 bytes: 2 s per gather on the ring
+    r = pipesim.simulate(s, stage_costs=costs)
+    assert [(e.start, e.end) for e in r.events if e.kind == "ZERO_GATHER" and e.rank == 0] == [(0.0, 2.0), (2.0, 4.0)]
+    # F: first layer's weights at 1.0, but the second only at 2.0 -> F ends 2.5, runs [1.5, 2.5];
+    # B: its gather ends 4.0 -> ends 4.0 + 1.0 (one of its two layers), runs [3.0, 5.0]
+    assert log(r, rank=0, streams=("compute",)) == [(0, "B", 0, 0, 3.0, 5.0), (0, "F", 0, 0, 1.5, 2.5)]
 
 
 def test_zero3_without_prefetch_gathers_when_each_action_is_reached():
     """DeepSpeed <= 0.3.16: every gather waits for the compute before it (nothing hides); with
-    full recompute the backward gathers twice (the recomputed forward releases the weights); a
-    framework gather rate below the network's sets the gather time."""
+    full recompute a large layer's backward gathers again what its recomputed forward released
+    (hidden 12288: all but the last MLP matrix, 8 of 12 h², costs/zero3_reuse.py); a framework
+    gather rate below the network's sets the gather time."""
     zero3 = {"zero_stage": 3, "zero3_prefetch": False}
     s = tiny(P=1, M=1, data=2, extra_training=zero3, extra_parallel={"collective": "ring"})
     costs = uniform(s, f=1, b=2, params=0.5e9)           # 0.5 s per gather on the ring
     r = pipesim.simulate(s, stage_costs=costs)
     assert [(e.start, e.end) for e in r.events if e.kind == "ZERO_GATHER" and e.rank == 0] == [(0.0, 0.5), (1.5, 2.0)]
-    assert r.step_time_s == 4.0                          # 3.5 with the gather prefetched
-    s = tiny(P=1, M=1, data=2, extra_training={**zero3, "recompute": "full"}, extra_parallel={"collective": "ring"})
-    assert pipesim.simulate(s, stage_costs=costs).step_time_s == 4.5
+    assert r.step_time_s == 4.0                          # 3.25 with the gather prefetched
+    big = {"hidden_size": 12288, "num_attention_heads": 96}
+    s = tiny(P=1, M=1, data=2, extra_training={**zero3, "recompute": "full"}, extra_parallel={"collective": "ring"},
+             extra_model=big)
+    assert pipesim.simulate(s, stage_costs=costs).step_time_s == pytest.approx(4.0 + 0.5 * 2 / 3, rel=1e-4)  # op params carry biases
     s = tiny(P=1, M=1, data=2, extra_training={**zero3, "zero3_gather_GBps": 0.5}, extra_parallel={"collective": "ring"})
     # 1e9 bytes, half of them from the other rank, at 0.5 GB/s: 1 s per gather
     assert pipesim.simulate(s, stage_costs=costs).step_time_s == 5.0
@@ -174,7 +192,7 @@ def test_zero3_kept_weights_gather_once_per_microbatch():
     assert gathers == [(0.0, 0.5), (0.5, 1.0)]           # F0's, then F1's prefetched during F0
     assert [x[1:4] for x in log(r, rank=0, streams=("compute",))] == [
         ("B", 0, 0), ("B", 0, 1), ("F", 0, 0), ("F", 0, 1)]
-    assert r.step_time_s == 6.5                          # 0.5 s first gather + 2 x (F 1 s + B 2 s)
+    assert r.step_time_s == 6.25              # first layer's half of the 0.5 s gather + 2 x (F 1 s + B 2 s)
     refetch = tiny(P=1, M=2, data=2, extra_training={"zero_stage": 3}, extra_parallel={"collective": "ring"})
     r2 = pipesim.simulate(refetch, stage_costs=uniform(refetch, f=1, b=2, params=0.5e9))
     assert len([e for e in r2.events if e.kind == "ZERO_GATHER" and e.rank == 0]) == 4

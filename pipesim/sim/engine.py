@@ -138,6 +138,7 @@ class Engine:
         for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, gather) in enumerate(ops):
             if code == COMPUTE:
                 gather = zero3 and gather and (refetch or kind == "F")
+                dur, m0, m1 = info[key]
                 if gather:
                     ev = gather_ev.pop(idx)
                     if not ev.processed:
@@ -146,7 +147,16 @@ class Engine:
                         j = gathers[gather_next]
                         gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
                         gather_next += 1
-                dur, m0, m1 = info[key]
+                    if prefetch:
+                        # layer by layer: the first layer waits for its own weights, the last
+                        # computes after the whole gather (ev fires when it is scheduled)
+                        gs, ge = ev.value
+                        per = 1.0 / w.gather_layers[stage]
+                        begin = max(gs + (ge - gs) * per, ge + dur * per - dur)
+                        if begin > env._now:
+                            timer.callbacks = armed
+                            heappush(queue, (begin, NORMAL, next(eid), timer))
+                            yield None
                 start = env._now
                 if m0:
                     mt_add(start)
@@ -312,9 +322,8 @@ class Engine:
             times, ids, reg = self.mem[g.id].flat
             times.append(self.env.now)
             ids.append(reg.id_of((("buffers", gathered),)))
-        # a backward that recomputes its forward gathers twice when the framework releases the
-        # weights after every module forward, the recomputed one too (w.regather_recompute)
-        passes = 2 if self.w.regather_recompute and op.kind in ("B", "I") else 1
+        # the share of the weights this pass gathers (w.gather_passes: DeepSpeed's release rule)
+        passes = self.w.gather_passes[0 if op.kind == "F" else 1]
         self.put(g.id, ("gather", op.stage, j, ev, passes))
         return ev
 
@@ -354,10 +363,14 @@ class Engine:
                 sec = n * collective_seconds(w, "all_gather", nbytes / n, g.pp, "ring")
                 if w.zero3_gather_rate:        # the framework's own rate, when it is the slower
                     sec = max(sec, nbytes * (1 - 1 / self.shard_n) / w.zero3_gather_rate)
-                start, end = yield from self._collective(g, ("gather", g.pp, j), sec)
+                start, end = yield from self._collective_slot(g, ("gather", g.pp, j), sec)
+                if w.zero3_prefetch:          # the compute pipelines behind it (step loop)
+                    ev.succeed((start, end))
+                yield at(env, end, DP_PRIORITY)
                 tl.comm.setdefault("ZERO_GATHER", []).append((start, end))
                 self.record(g.id, "dp", "ZERO_GATHER", st, -1, start, end, nbytes)
-                ev.succeed()
+                if not ev.triggered:
+                    ev.succeed((start, end))
             elif typ == "allgather":
                 nbytes, hide = job[1], job[2]
                 sec = max(0.0, collective_seconds(w, "all_gather", nbytes, g.pp) - hide)
@@ -372,20 +385,23 @@ class Engine:
         return [self.net.ports[m][port] for m in self.dp_peers[g.pp]]
 
     def _collective(self, g, key, sec):
-        """Generator: one collective over g's DP group; returns its (start, end)."""
+        """Generator: one collective over g's DP group; returns its (start, end) once it ends."""
+        start, end = yield from self._collective_slot(g, key, sec)
+        yield at(self.env, end, DP_PRIORITY)
+        return start, end
+
+    def _collective_slot(self, g, key, sec):
+        """Generator: reserve one collective over g's DP group on every member's ports once all
+        have arrived; returns its (start, end) then, without waiting for it to run."""
         env = self.env
         members = self.dp_peers[g.pp]
         if len(members) == 1:
-            start, end = reserve_all(self._ports(g), env.now, sec)
-            yield at(env, end, DP_PRIORITY)
-            return start, end
+            return reserve_all(self._ports(g), env.now, sec)
         bar, last = self.net.arrive(key, len(members))
         if last:
-            start, end = reserve_all(self._ports(g), env.now, sec)
-            yield at(env, end, DP_PRIORITY)
-            bar.data = (start, end)
+            bar.data = reserve_all(self._ports(g), env.now, sec)
             bar.done.succeed()
-            return start, end
+            return bar.data
         yield bar.done
         return bar.data
 

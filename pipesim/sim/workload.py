@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, p2p_time
 from pipesim.costs.fp8 import gathered_bytes_per_param, gemm_dtype, stored_bytes
+from pipesim.costs.zero3_reuse import zero3_gather_passes
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.costs.zero_groups import zero_collective_time
@@ -212,7 +213,7 @@ class Workload:
     explicit_r: bool
     zero3_prefetch: bool = True   # ZeRO-3: gather one compute action ahead (else when it is reached)
     zero3_gather_rate: float | None = None   # ZeRO-3: the framework's gather bytes/s per GPU, if capped
-    regather_recompute: bool = False   # ZeRO-3: a recomputing backward gathers its weights twice
+    gather_passes: tuple = (1.0, 1.0)  # ZeRO-3: weights gathered for a forward, for a backward (multiples)
     reshard_after_forward: bool = True   # ZeRO-3: the backward gathers again (else only the forward)
     grad_every_microbatch: bool = False  # sharded gradients: reduce-scatter after every backward
     p2p_sync: bool = False    # blocking, batched pipeline P2P (sim/p2p_sync.py)
@@ -536,9 +537,9 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         w_fraction=wf,
         rc_working={c.stage: (c.recompute_working_bytes if tr.recompute != "none" else 0.0) for c in costs},
         explicit_r=explicit_r, zero3_prefetch=tr.zero3_prefetch,
-        # DeepSpeed releases a module's weights after each forward (stage3 post-forward hook), the
-        # recomputed one inside the backward too, so the backward's own hook gathers them again
-        regather_recompute=not tr.zero3_prefetch and tr.recompute == "full",
+        # DeepSpeed releases a module's weights after each use unless it is reused soon, the
+        # recomputed forward's too (pipesim/costs/zero3_reuse.py); FSDP gathers a layer once per pass
+        gather_passes=zero3_gather_passes(s),
         zero3_gather_rate=tr.zero3_gather_GBps * 1e9 if tr.zero3_gather_GBps else None,
         reshard_after_forward=tr.reshard_after_forward,
         # A gradient held sharded (ZeRO-2/3) cannot accumulate unreduced partial sums over

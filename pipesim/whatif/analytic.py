@@ -13,6 +13,7 @@ from pipesim.costs.fp8 import gemm_dtype
 from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
+from pipesim.costs.zero3_reuse import zero3_gather_passes
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
 
 V_SHAPE = ("zb-v", "dualpipe-v")
@@ -97,11 +98,11 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         gather = zero("all_gather", grad)
         if tr.zero3_gather_GBps:       # the framework's own gather rate, when it is the slower
             gather = max(gather, grad * (1 - 1 / shard_size(d, replicas)) / (tr.zero3_gather_GBps * 1e9))
-        # a recomputing backward gathers twice when the weights are released after every forward
-        # (the non-prefetching DeepSpeed mode: pipesim/sim/workload.py regather_recompute)
-        regather = not tr.zero3_prefetch and tr.recompute == "full"
-        # weights kept from the forward to the backward (reshard_after_forward false): one gather
-        gathers = 1 if not tr.reshard_after_forward else 3 if regather else 2
+        # DeepSpeed's backward gathers again what the recomputed forward released
+        # (pipesim/costs/zero3_reuse.py); weights kept from the forward to the backward
+        # (reshard_after_forward false): one gather
+        fwd, bwd = zero3_gather_passes(s)
+        gathers = fwd if not tr.reshard_after_forward else fwd + bwd
         per_mb = gathers * gather + zero("reduce_scatter", grad)
         compute = sum(st.forward + st.backward for st in stages_of_rank)
         M = s.num_microbatches

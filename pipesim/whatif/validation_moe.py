@@ -6,8 +6,9 @@ scenarios/validation/published.yaml). Metric: step time (the published iteration
 Mapping of the published columns (nothing here is tuned on the cases):
   tp/pp/vp/ep/dp/micro/global batch -> parallel.* / training.* as published; sequence parallelism
     on (Megatron-Core requires it for MoE with tp > 1);
-  fsdp 'on' -> zero_stage 3 (weights, gradients and optimizer sharded); otherwise Megatron's
-    distributed optimizer -> zero_stage 1;
+  fsdp 'on' -> zero_stage 3 (weights, gradients and optimizer sharded) with one gather and
+    reduce-scatter per layer (Megatron-FSDP's unit is the transformer layer, as in
+    validation_bridge_2604.py); otherwise Megatron's distributed optimizer -> zero_stage 1;
   recompute "norm, act" (Megatron-Core --recompute-modules layernorm moe_act) -> none: re-running
     norms and activations costs < 1 % of a layer's time; "full" -> full;
   moe_dispatcher as published; "A2A overlap" in the notes -> training.moe_a2a_overlap;
@@ -104,7 +105,8 @@ def moe_case_scenario(case: dict, routing: str = "balanced") -> dict:
         "training": {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                      "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": recompute,
                      "precision": "bf16", "attention": "flash",
-                     "zero_stage": 3 if str(par.get("fsdp")).lower() == "on" else 1,
+                     **({"zero_stage": 3, "zero3_collectives": "layer"} if str(par.get("fsdp")).lower() == "on"
+                        else {"zero_stage": 1}),
                      "moe_dispatcher": tr.get("moe_dispatcher", "alltoall"), "moe_a2a_overlap": overlap,
                      "moe_routing": routing, **modules},
     }

@@ -1,0 +1,79 @@
+"""How much of the model DeepSpeed ZeRO-3 gathers in each pass, from its release rule.
+
+DeepSpeed gathers a module's weights before it runs and releases them after, unless the trace
+says they are used again soon: `PartitionedParameterCoordinator.__params_to_release`
+(deepspeed/runtime/zero/partitioned_param_coordinator.py) walks the recorded module order from
+the next step, adding up each module's element count, and keeps every parameter it meets before
+the count reaches `stage3_max_reuse_distance` (default 1e9 elements: `max_reuse_distance` in
+DeepSpeedZeroOptimizer_Stage3's signature). Parameters below `stage3_param_persistence_threshold`
+(1e5 elements) are never partitioned (`persistent_parameters`): norms and biases are not gathered.
+
+With full recompute a layer's backward first re-runs its forward (every module gathered again,
+its forward use being a whole model away) and then runs the module backwards in reverse: the
+last module is reused at once and kept; an earlier one is kept only if the modules after it,
+counted twice (recomputed forward, then backward), come to less than the reuse distance. So a
+large layer (hidden 12288: 8·h² between the first MLP matrix's two uses, 1.2e9) gathers most of
+its weights 2.67 times a step, a small one (hidden 4096) twice. The trace holds the layers; the
+embedding and head (a few % of the weights) are gathered like them.
+"""
+from __future__ import annotations
+
+from itertools import accumulate
+
+from pipesim.scenario.config import Scenario
+
+MAX_REUSE_DISTANCE = 1e9      # stage3_max_reuse_distance default, elements
+PERSISTENCE_THRESHOLD = 1e5   # stage3_param_persistence_threshold default, elements
+
+
+def trace_gathers(uses: list[tuple[str, float, str]], max_reuse: float = MAX_REUSE_DISTANCE) -> dict[str, float]:
+    """Elements gathered per phase for one step's module trace [(module, elements, phase)]:
+    a use gathers unless the module's previous use kept its weights (fewer than `max_reuse`
+    elements traversed in between, the release walk's rule)."""
+    prefix = [0.0, *accumulate(n for _, n, _ in uses)]
+    last: dict[str, int] = {}
+    gathered: dict[str, float] = {}
+    for i, (module, n, phase) in enumerate(uses):
+        j = last.get(module)
+        # elements of the uses strictly between the previous use j and this one
+        kept = j is not None and prefix[i] - prefix[j + 1] < max_reuse
+        if not kept:
+            gathered[phase] = gathered.get(phase, 0.0) + n
+        last[module] = i
+    return gathered
+
+
+def module_trace(layers: list[list[float]], recompute: bool) -> list[tuple[str, float, str]]:
+    """One step's module uses: the forward through every layer, then per layer from the last its
+    recomputed forward (with full recompute) and its modules' backward in reverse."""
+    uses = [(f"{l}.{k}", n, "F") for l, mods in enumerate(layers) for k, n in enumerate(mods)]
+    for l in reversed(range(len(layers))):
+        mods = list(enumerate(layers[l]))
+        if recompute:
+            uses += [(f"{l}.{k}", n, "B") for k, n in mods]
+        uses += [(f"{l}.{k}", n, "B") for k, n in reversed(mods)]
+    return uses
+
+
+def zero3_gather_passes(s: Scenario) -> tuple[float, float]:
+    """(forward, backward) ZeRO-3 weight gathers per micro-batch, in multiples of the weights:
+    DeepSpeed's (collectives per tensor) by its release rule; FSDP gathers a layer once a pass."""
+    tr = s.training
+    if tr.zero_stage < 3 or tr.zero3_per_layer:
+        return 1.0, 1.0
+    return deepspeed_gather_passes(s)
+
+
+def deepspeed_gather_passes(s: Scenario) -> tuple[float, float]:
+    """(forward, backward) weight gathers per micro-batch, as multiples of the gathered weights:
+    (1, 1) without recompute for a large model, up to (1, 2) with full recompute."""
+    from pipesim.costs.layers import layer_ops
+    from pipesim.costs.summary import layer_counts
+    kinds = {kind: [o.params for o in layer_ops(s, kind) if o.params >= PERSISTENCE_THRESHOLD]
+             for kind, _ in layer_counts(s)}
+    layers = [kinds[kind] for kind, n in layer_counts(s) for _ in range(n)]
+    total = sum(map(sum, layers))
+    if not total:
+        return 1.0, 1.0
+    got = trace_gathers(module_trace(layers, s.training.recompute == "full"))
+    return got.get("F", 0.0) / total, got.get("B", 0.0) / total
