@@ -16,12 +16,13 @@ from pipesim.errors import ScenarioError
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def scenario(context=2, seq=4096, mode="ring", layout="balanced", tensor=1, nodes=1, **model):
+def scenario(context=2, seq=4096, mode="ring", layout="balanced", tensor=1, nodes=1, a2a=None, **model):
     return load_scenario({
         "model": {"preset": "llama2-7b", "seq_length": seq, "num_layers": 4, **model},
         "system": {"preset": "dgx-h100", "num_nodes": nodes},
         "parallel": {"tensor": tensor, "context": context, "context_mode": mode, "context_layout": layout,
-                     "pipeline": 1, "sequence_parallel": tensor > 1},
+                     "pipeline": 1, "sequence_parallel": tensor > 1,
+                     **({"context_a2a": a2a} if a2a else {})},
         "training": {"micro_batch_size": 1, "global_batch_size": 16,
                      "attention": "flash"}})
 
@@ -30,12 +31,59 @@ def attention_flops(s):
     return sum(o.flops_fwd for o in layer_ops(s) if o.name == "attention" or o.name.startswith(PREFIX))
 
 
-@pytest.mark.parametrize("mode,layout", [("ring", "balanced"), ("allgather", "balanced")])
-@pytest.mark.parametrize("cp", [2, 4, 8])
-def test_causal_attention_flops_split_exactly(cp, mode, layout):
+@pytest.mark.parametrize("mode,cp,a2a", [(m, cp, None) for m in ("ring", "allgather", "a2a") for cp in (2, 4, 8)]
+                         + [("a2a+p2p", 4, 2), ("a2a+p2p", 8, 2), ("a2a+p2p", 8, 4)])
+def test_causal_attention_flops_split_exactly(mode, cp, a2a):
     one = scenario(context=1)
-    many = scenario(context=cp, mode=mode, layout=layout)
+    many = scenario(context=cp, mode=mode, a2a=a2a)
     assert attention_flops(many) * cp == pytest.approx(attention_flops(one), rel=1e-12)
+
+
+def test_a2a_runs_whole_sequence_attention_on_a_share_of_the_heads():
+    """Ulysses: one causal block over all 4096 tokens with 32/4 heads; the all-to-alls move the
+    local Q, K, V in and O out (forward), keep 1/4 of each, and nothing hides them."""
+    s = scenario(context=4, mode="a2a")
+    blocks = [o for o in layer_ops(s) if o.name.startswith(PREFIX)]
+    one = flash_attention(shapes_of(scenario(context=1)), 8, 8, "bf16", True)
+    assert len(blocks) == 1 and blocks[0].flops_fwd == pytest.approx(one.flops_fwd)
+    sh = shapes_of(s)
+    cc = context_comm(s, cost_model_for(s), layer_ops(s))
+    local = sh.b * sh.s * 32 * 128 * 2            # one of Q, K, V, O on this rank: 1024 tokens x 32 heads
+    assert cc.bytes_fwd == pytest.approx(4 * local * 3 / 4)
+    assert cc.fwd_exposed > 0 and cc.fwd_hidden == 0 and cc.bwd_exposed == cc.fwd_exposed
+
+
+def test_a2a_p2p_rings_over_the_groups_with_their_head_share():
+    """context 8 = all-to-all groups of 2 x a ring of 4: four ring blocks over 4096/4 tokens of
+    32/2 heads; the all-to-all stays inside a node, the ring crosses nodes (tensor 2: 16 ranks)."""
+    s = scenario(context=8, mode="a2a+p2p", a2a=2, tensor=2, nodes=2)
+    blocks = [o for o in layer_ops(s) if o.name.startswith(PREFIX)]
+    assert len(blocks) == 4
+    assert placement(s, "cp_a2a").nodes == 1 and placement(s, "cp_ring").nodes == 2
+    ring = scenario(context=8, tensor=2, nodes=2)
+    ring_cc = context_comm(ring, cost_model_for(ring), layer_ops(ring))
+    cc = context_comm(s, cost_model_for(s), layer_ops(s))
+    # a ring block is as large as plain ring attention's, with half the steps
+    sh = shapes_of(ring)
+    block = sh.b * sh.s * 2 * 16 * 128 * 2
+    assert ring_cc.bytes_fwd == pytest.approx(7 * block)
+    assert cc.bytes_fwd - 3 * block == pytest.approx(sh.b * sh.s * 4 * 16 * 128 * 2 / 2)
+
+
+def test_mla_attention_splits_over_context_parallelism():
+    """DeepSeek-V3's MLA under CP 2: its attention is the CP blocks (half the causal work each
+    rank), and their K/V exchange is costed with MLA's head widths."""
+    def mla(cp):
+        return load_scenario({"model": {"preset": "deepseek-v3", "seq_length": 4096, "num_layers": 4,
+                                        "moe_first_dense_layers": 3, "mtp_layers": 0},
+                              "system": {"preset": "dgx-h100", "num_nodes": 1},
+                              "parallel": {"tensor": 4, "context": cp, "pipeline": 1, "sequence_parallel": True},
+                              "training": {"micro_batch_size": 1, "global_batch_size": 8, "attention": "flash"}})
+    one, two = mla(1), mla(2)
+    assert attention_flops(two) * 2 == pytest.approx(attention_flops(one), rel=1e-12)
+    cc = context_comm(two, cost_model_for(two), layer_ops(two))
+    sh = shapes_of(two)                          # 2048 local tokens, 32 heads per rank, K 192 + V 128 wide
+    assert cc.bytes_fwd == pytest.approx(sh.b * sh.s * 32 * (192 + 128) * 2)
 
 
 def test_noncausal_contiguous_split_exactly_and_causal_contiguous_costs_the_busiest_rank():
@@ -114,13 +162,21 @@ def test_activations_shrink_with_cp_and_kv_buffers_reach_the_timeline():
     assert rep.num_gpus == 8
 
 
-@pytest.mark.parametrize("patch,words", [
-    ({"seq_length": 4098}, ["parallel.context", "seq_length(4098)", "2·context(2) = 4"]),
-    ({"causal": False}, ["parallel.context_layout", "not causal"]),
+@pytest.mark.parametrize("patch,par,words", [
+    ({"seq_length": 4098}, {}, ["parallel.context", "seq_length(4098)", "2·context(2) = 4"]),
+    ({"causal": False}, {}, ["parallel.context_layout", "not causal"]),
+    # 4 KV heads, 1 per rank at tensor 4: nothing left for an all-to-all to split
+    ({"num_kv_heads": 4}, {"tensor": 4, "context_mode": "a2a"}, ["parallel.context", "num_kv_heads(4)",
+                                                                "tensor(4)", "divisible by 2"]),
+    ({}, {"context": 4, "tensor": 2, "context_mode": "a2a+p2p"}, ["parallel.context_a2a", "needs"]),
+    ({}, {"context": 4, "tensor": 2, "context_mode": "a2a+p2p", "context_a2a": 3}, ["parallel.context_a2a",
+                                                                                   "must divide context(4)"]),
+    ({}, {"context_a2a": 2}, ["parallel.context_a2a", "context_mode is 'ring'"]),
+    ({}, {"context_a2a": 0}, ["parallel", "context_a2a must be at least 1"]),
 ])
-def test_one_line_errors(patch, words):
+def test_one_line_errors(patch, par, words):
     raw = {"model": {"preset": "llama2-7b", "num_layers": 4, **patch}, "system": "dgx-h100",
-           "parallel": {"tensor": 1, "context": 2}, "training": {"global_batch_size": 8}}
+           "parallel": {"tensor": 1, "context": 2, **par}, "training": {"global_batch_size": 8}}
     with pytest.raises(ScenarioError) as err:
         load_scenario(raw)
     text = str(err.value)

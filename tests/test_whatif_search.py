@@ -132,3 +132,27 @@ def test_selective_submodules_of_the_base_apply_to_its_selective_layouts_only():
     for c in cands[:60]:
         s = load_scenario(c)
         assert s.training.recompute_modules == (("mlp",) if s.training.recompute == "selective" else ("core_attn",))
+
+
+def test_context_modes_multiply_only_the_layouts_with_context_parallelism():
+    """With CP the attention mode is a choice; without it, one candidate per layout."""
+    from pipesim.whatif.search import CP_MODE
+    base = {"model": {"preset": "llama2-7b", "seq_length": 32768, "num_layers": 4},
+            "system": {"preset": "dgx-h100"}, "training": {"micro_batch_size": 1, "global_batch_size": 8}}
+    plain = candidates(base, 8, SearchSpace(context=(1, 2)))
+    both = candidates(base, 8, SearchSpace(context=(1, 2), extra={CP_MODE: ("ring", "a2a")}))
+    one = [c for c in plain if c["parallel"]["context"] == 1]
+    assert len([c for c in both if c["parallel"]["context"] == 1]) == len(one)
+    two = [c for c in both if c["parallel"]["context"] == 2]
+    assert {c["parallel"]["context_mode"] for c in two} == {"ring", "a2a"}
+    assert len(two) == 2 * len([c for c in plain if c["parallel"]["context"] == 2])
+
+
+def test_search_cli_refuses_an_unknown_context_mode(tmp_path, capsys):
+    import yaml
+    from pipesim.cli import main
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    assert main(["search", str(path), "--gpus", "8", "--context-modes", "ring,ulysses", "--no-files"]) != 0
+    err = capsys.readouterr().err
+    assert "--context-modes" in err and "'ulysses'" in err and "\n" == err[-1] and err.count("\n") == 1

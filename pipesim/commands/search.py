@@ -25,6 +25,9 @@ def add_arguments(p) -> None:
     p.add_argument("--pipeline", help="restrict pipeline sizes, e.g. 4,8,16")
     p.add_argument("--context", help="context-parallel sizes to try, e.g. 1,2,4,8 (default: powers of two "
                                      "down to 4096 tokens per GPU)")
+    p.add_argument("--context-modes", help="context-parallel attention modes to try, e.g. ring,allgather,a2a "
+                                           "(default: the scenario's; layouts whose heads an all-to-all cannot "
+                                           "split are skipped)")
     p.add_argument("--expert", help="expert-parallel sizes to try for an MoE model, e.g. 1,8,16,32 (default: "
                                     "the scenario's)")
     p.add_argument("--offload", help="activation-offloaded layers per stage to try, e.g. 0,8,16 (default: the "
@@ -46,7 +49,7 @@ def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
     from pipesim.commands.progress import Bar
     from pipesim.whatif.evaluate import simulate_report
-    from pipesim.whatif.search import OFFLOAD, SearchSpace, describe, search
+    from pipesim.whatif.search import CP_MODE, OFFLOAD, SearchSpace, describe, search
     from pipesim.whatif.sweep import read_base
     from pipesim.whatif.table import format_table
 
@@ -60,6 +63,13 @@ def run(args) -> int:
         space.pipeline = _ints(args.pipeline)
     if args.context:
         space.context = _ints(args.context)
+    if args.context_modes:
+        modes = tuple(m.strip() for m in args.context_modes.split(",") if m.strip())
+        bad = [m for m in modes if m not in ("ring", "allgather", "a2a")]
+        if bad:
+            raise ScenarioError(f"--context-modes {args.context_modes}: unknown mode {bad[0]!r}; expected ring, "
+                                f"allgather or a2a (a2a+p2p needs parallel.context_a2a: set it in the scenario)")
+        space.extra[CP_MODE] = modes
     if args.expert:
         space.extra["parallel.expert"] = _ints(args.expert)
     if args.offload:
@@ -86,7 +96,7 @@ def run(args) -> int:
         print("no layout fits: try more GPUs, recompute full, ZeRO or a smaller micro-batch")
         return 1
     print()
-    swept = ["offload_layers"] if args.offload else []
+    swept = (["offload_layers"] if args.offload else []) + (["context_mode"] if args.context_modes else [])
     print(format_table(res.finalists, swept, top=min(10, len(res.finalists)), ordered=True))
     print()
     for line in res.explanation:

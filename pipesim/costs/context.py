@@ -14,6 +14,16 @@ allgather K/V of the whole sequence are all-gathered before attention and dK/dV 
           after it, not overlapped (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.3.2:
           "the all-gather communication latency is exposed in the critical path";
           TransformerEngine AttnFuncWithCPAndKVAllGather). The backward gathers K/V again.
+a2a       All-to-alls turn the sequence-sharded Q, K, V into head shards of the whole sequence,
+          attention runs on heads/CP heads, and one more all-to-all turns the output back; the
+          backward does the same with dO and dQ, dK, dV (Jacobs et al. 2023, "DeepSpeed Ulysses",
+          Sec. 3.1; TransformerEngine AttnFuncWithCPAndQKVOA2A, `cp_comm_type="a2a"`). Nothing
+          overlaps them, and every rank computes whole-sequence causal attention: no imbalance.
+a2a+p2p   Both at once (Fang & Zhao 2024, "USP: A Unified Sequence Parallelism Approach", Sec. 3;
+          Megatron-Core --hierarchical-context-parallel-sizes, TE `cp_comm_type="a2a+p2p"`): the
+          all-to-all inside groups of `context_a2a` adjacent ranks (an NVLink island), then a ring
+          over CP/context_a2a of them on the head shards; the ring's blocks are as large as
+          plain ring attention's (sequence / ring size x heads / context_a2a).
 
 Layouts (`parallel.context_layout`). balanced: the sequence is cut into 2·CP chunks and rank r
 holds chunks r and 2CP-1-r, so under a causal mask every rank does the same work (Megatron-Core
@@ -31,7 +41,7 @@ with their real (query, key) lengths, so the cost model times them like any atte
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.costs.collectives import collective_time, p2p_time
 from pipesim.costs.layers import Shapes, flash_attention
@@ -45,10 +55,16 @@ def context_attention_ops(s: Scenario, sh: Shapes, heads: float, kv: float, dtyp
     """The attention blocks one CP rank computes per layer (the critical rank for uneven layouts),
     in ring-step order; the first keeps the layer's Q, K, V, O and log-sum-exp."""
     par, causal = s.parallel, s.model.causal
-    cp, L, S = sh.cp, sh.s, s.model.seq_length          # L: local tokens per sample (S / CP)
+    S = s.model.seq_length
+    a2a, cp = par.context_levels
+    if a2a > 1:             # after the all-to-all: S / ring tokens of heads / a2a heads
+        sh, heads, kv = replace(sh, s=S // cp), heads / a2a, kv / a2a
+    L = sh.s                                             # L: tokens per sample on this rank
     blocks: list[tuple[int, int, bool]] = []             # (query length, key length, causal)
     balanced = par.context_layout == "balanced"
-    if par.context_mode == "ring":
+    if cp == 1:                                          # a2a: the whole sequence, a head share
+        blocks.append((S, S, causal))
+    elif par.context_mode != "allgather":                # ring, or the ring level of a2a+p2p
         blocks.append((L, L, causal))
         # later steps: balanced -> a c x 2c block (c = L/2); contiguous -> a full L x L block
         blocks += [(L // 2, L, False) if balanced else (L, L, False)] * (cp - 1)
@@ -82,9 +98,38 @@ class ContextComm:
     buffer_bwd: float = 0.0      # K/V and dK/dV buffers during the backward
 
 
-def kv_bytes(s: Scenario, sh: Shapes, kv_heads: float) -> float:
-    """K and V of the local tokens on one GPU (heads split by tensor parallelism)."""
-    return 2 * sh.b * sh.s * kv_heads * sh.d * sh.e
+@dataclass(frozen=True)
+class HeadBytes:
+    """Bytes per local token on one GPU (heads split by tensor parallelism) of Q, K, V and O."""
+    q: float
+    k: float
+    v: float
+    o: float
+
+
+def head_bytes(s: Scenario, sh: Shapes) -> HeadBytes:
+    """GQA: every head of width head_dim, kv heads shared; MLA: the up-projected heads, Q and K
+    of qk_nope + qk_rope, V and O of v_head_dim, one K/V per query head (pipesim.costs.mla)."""
+    m, e = s.model, sh.e
+    heads = sh.a / sh.tp.head_div
+    if m.attention_variant == "mla":
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        return HeadBytes(q=heads * qk * e, k=heads * qk * e, v=heads * m.v_head_dim * e, o=heads * m.v_head_dim * e)
+    kvh = max(sh.g / sh.tp.head_div, 1)
+    return HeadBytes(q=heads * sh.d * e, k=kvh * sh.d * e, v=kvh * sh.d * e, o=heads * sh.d * e)
+
+
+def all_to_all_comm(s: Scenario, sh: Shapes, hb: HeadBytes) -> tuple[float, float]:
+    """(seconds each way, bytes sent each way) of one layer's all-to-alls over the all-to-all
+    group: Q, K, V in and O out in the forward; dO in and dQ, dK, dV out in the backward. Each
+    rank keeps 1/a2a of what it holds."""
+    from pipesim.costs.collectives import collective_time
+    from pipesim.costs.topology import placement
+    group, algo = placement(s, "cp_a2a"), s.parallel.collective
+    tokens = sh.b * sh.s                              # local tokens (S / CP per sample)
+    sizes = [tokens * x for x in (hb.q, hb.k, hb.v, hb.o)]
+    seconds = sum(collective_time("all_to_all", n, group, algo) for n in sizes)
+    return seconds, sum(sizes) * (group.size - 1) / group.size
 
 
 def context_comm(s: Scenario, cost_model, ops: list[Op]) -> ContextComm:
@@ -95,10 +140,18 @@ def context_comm(s: Scenario, cost_model, ops: list[Op]) -> ContextComm:
     from pipesim.costs.layers import shapes_of
     from pipesim.costs.topology import placement
     sh = shapes_of(s)
-    cp = sh.cp
-    kvh = max(sh.g / sh.tp.head_div, 1)
-    local = kv_bytes(s, sh, kvh)
-    group = placement(s, "cp")
+    hb = head_bytes(s, sh)
+    a2a, cp = s.parallel.context_levels
+    # K and V of the local tokens; under a2a+p2p a ring block is the same size (S/ring tokens of
+    # 1/a2a of the heads)
+    local = sh.b * sh.s * (hb.k + hb.v)
+    a2a_s, a2a_bytes = all_to_all_comm(s, sh, hb) if a2a > 1 else (0.0, 0.0)
+    # the all-to-all's receive buffer: Q, K, V (forward), and dO with them (backward)
+    a2a_buf = sh.b * sh.s * (hb.q + hb.k + hb.v) if a2a > 1 else 0.0
+    if cp == 1:
+        return ContextComm(fwd_exposed=a2a_s, bwd_exposed=a2a_s, bytes_fwd=a2a_bytes, bytes_bwd=a2a_bytes,
+                           buffer_fwd=a2a_buf, buffer_bwd=a2a_buf + sh.b * sh.s * hb.o)
+    group = placement(s, "cp_ring" if a2a > 1 else "cp")
     if s.parallel.context_mode == "allgather":
         full = local * cp
         ag = collective_time("all_gather", full, group, s.parallel.collective)
@@ -117,8 +170,8 @@ def context_comm(s: Scenario, cost_model, ops: list[Op]) -> ContextComm:
     hop2 = p2p_time(2 * local, link)
     b_total = sum(max(t, hop2 if i < cp - 1 else 0.0) for i, t in enumerate(bwd)) + hop
     f_exposed, b_exposed = f_total - sum(fwd), b_total - sum(bwd)
-    return ContextComm(fwd_exposed=f_exposed, bwd_exposed=b_exposed,
+    return ContextComm(fwd_exposed=f_exposed + a2a_s, bwd_exposed=b_exposed + a2a_s,
                        fwd_hidden=(cp - 1) * hop - f_exposed, bwd_hidden=(cp - 1) * hop2 + hop - b_exposed,
-                       bytes_fwd=(cp - 1) * local, bytes_bwd=(2 * (cp - 1) + 1) * local,
+                       bytes_fwd=(cp - 1) * local + a2a_bytes, bytes_bwd=(2 * (cp - 1) + 1) * local + a2a_bytes,
                        # a block being sent and the next one received; in the backward also dK/dV
-                       buffer_fwd=2 * local, buffer_bwd=4 * local)
+                       buffer_fwd=2 * local + a2a_buf, buffer_bwd=4 * local + a2a_buf)

@@ -46,7 +46,11 @@ def mla_attention_ops(s: Scenario, sh: Shapes) -> list[Op]:
     # Fused attention with q/k dim qk and v dim v: 2bs^2a(qk + v) forward FLOPs = flash's 4bs^2ad
     # at d = (qk + v)/2 (Dao et al. 2022, Sec. 3.1).
     core = replace(sh, d=(qk_dim + m.v_head_dim) / 2)
-    ops.append(flash_attention(core, heads, heads, dtype, m.causal))
+    if sh.cp > 1:        # context parallelism: the blocks of pipesim.costs.context
+        from pipesim.costs.context import context_attention_ops
+        ops += context_attention_ops(s, core, heads, heads, dtype)
+    else:
+        ops.append(flash_attention(core, heads, heads, dtype, m.causal))
     proj = lin("proj", sh.a * m.v_head_dim, sh.h, role="row", comm=True)
     # its BF16 input is the kernel's kept output O (pipesim.costs.layers: held once)
     ops.append(proj if dtype == "fp8" else replace(proj, saved_bytes=0.0))

@@ -65,6 +65,10 @@ def group_stride_size(s: Scenario, group: str) -> tuple[int, int]:
     st = strides(s)
     if group in ("tp", "cp", "dp", "pp"):
         return st[group], dim_sizes(s)[group]
+    if group in ("cp_a2a", "cp_ring"):
+        # hierarchical CP: all-to-all groups of adjacent CP ranks, a ring across them
+        a2a, ring = s.parallel.context_levels
+        return (st["cp"], a2a) if group == "cp_a2a" else (st["cp"] * a2a, ring)
     split = tensor_split(s.parallel)
     q = split.q
     # 2D/2.5D/3D axes inside the tensor group: row (contiguous), column (stride q), depth (q*q).

@@ -357,13 +357,28 @@ class ParallelConfig:
     layers_per_stage: Optional[tuple[int, ...]] = field(None, doc="uneven layers per (virtual) stage")
     collective: Literal["ring", "tree", "hierarchical", "auto"] = field("auto", doc="collective algorithm")
     context: int = field(1, doc="context-parallel size CP: the sequence is split over CP GPUs (ring attention)")
-    context_mode: Literal["ring", "allgather"] = field(
-        "ring", doc="CP attention: ring (K/V passed to ring neighbours, overlapped) or allgather (K/V gathered)")
+    context_mode: Literal["ring", "allgather", "a2a", "a2a+p2p"] = field(
+        "ring", doc="CP attention: ring (K/V passed to ring neighbours, overlapped), allgather (K/V gathered), "
+                    "a2a (all-to-all from sequence to head shards, DeepSpeed-Ulysses) or a2a+p2p (all-to-all "
+                    "inside groups of context_a2a ranks, a ring across them: Megatron's hierarchical CP)")
+    context_a2a: Optional[int] = field(None, doc="context_mode a2a+p2p: ranks in each all-to-all group (the inner "
+                                                 "level of Megatron's --hierarchical-context-parallel-sizes)")
     context_layout: Literal["balanced", "contiguous"] = field(
         "balanced", doc="CP sequence layout: balanced (2·CP causal chunks, rank i holds i and 2CP-1-i) or "
                         "contiguous (CP chunks in order)")
     expert: int = field(1, doc="expert-parallel size EP (MoE); experts are split over EP ranks")
     expert_tensor: int = field(1, doc="expert tensor-parallel size ETP (each expert split over ETP ranks)")
+
+    @property
+    def context_levels(self) -> tuple[int, int]:
+        """(all-to-all group size, ring size) of context parallelism: their product is `context`."""
+        cp = self.context
+        if self.context_mode == "a2a":
+            return cp, 1
+        if self.context_mode == "a2a+p2p":
+            a2a = self.context_a2a or 1
+            return a2a, max(1, cp // a2a)
+        return 1, cp
 
     def __post_init__(self):
         for name in ("tensor", "pipeline", "virtual_stages", "tensor_depth", "context"):
@@ -374,6 +389,8 @@ class ParallelConfig:
         for name in ("expert", "expert_tensor"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.context_a2a is not None and self.context_a2a < 1:
+            raise ValueError(f"context_a2a must be at least 1, got {self.context_a2a}")
         dims = self.rank_order.split("-")
         if sorted(d for d in dims if d != "cp") != ["dp", "pp", "tp"] or dims.count("cp") > 1:
             raise ValueError(f"rank_order must order tp, dp and pp (and optionally cp) like 'tp-dp-pp' or "

@@ -447,6 +447,34 @@ def _check_context(s: Scenario, loader: Loader) -> None:
                         f"({cp}) = {2 * cp} load-balanced chunks")
     elif m.seq_length % cp:
         loader.fail("parallel.context", f"seq_length({m.seq_length}) is not divisible by context({cp})")
+    _check_context_a2a(s, loader)
+
+
+def _check_context_a2a(s: Scenario, loader: Loader) -> None:
+    """The all-to-all CP modes hand each rank a share of the heads: TransformerEngine's
+    AttnFuncWithCPAndQKVOA2A asserts that the query and the key/value heads divide by its group."""
+    m, par = s.model, s.parallel
+    mode, cp, a = par.context_mode, par.context, par.context_a2a
+    if a is not None and mode != "a2a+p2p":
+        loader.fail("parallel.context_a2a", f"is the all-to-all level of context_mode a2a+p2p; context_mode is "
+                    f"{mode!r}")
+    if mode == "a2a+p2p":
+        if a is None:
+            loader.fail("parallel.context_a2a", f"context_mode a2a+p2p needs the all-to-all group size (a divisor "
+                        f"of context({cp}) between 2 and {cp // 2})")
+        if cp % a or not 1 < a < cp:
+            loader.fail("parallel.context_a2a", f"{a} must divide context({cp}) and lie between 2 and {cp // 2} "
+                        f"(a2a for the whole group is context_mode a2a)")
+    group, _ = par.context_levels
+    if group <= 1:
+        return
+    key = "parallel.context" if mode == "a2a" else "parallel.context_a2a"
+    t = par.tensor
+    kv = m.num_attention_heads if m.attention_variant == "mla" else m.kv_heads
+    for name, heads in (("num_attention_heads", m.num_attention_heads), ("num_kv_heads", kv)):
+        if heads % t or (heads // t) % group:
+            loader.fail(key, f"the all-to-all gives each of its {group} ranks a share of the heads: "
+                        f"model.{name}({heads}) / tensor({t}) is not divisible by {group}")
 
 
 def schedule_error(s: Scenario, exc: Exception) -> ScenarioError:

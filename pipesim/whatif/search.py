@@ -63,6 +63,7 @@ class SearchSpace:
 GPU_AXES = {"parallel.context"}
 # An axis whose values beyond a chunk's layer count are all one candidate (every layer offloaded).
 OFFLOAD = "training.offload_activation_layers"
+CP_MODE = "parallel.context_mode"        # meaningful with context > 1 only
 
 
 @dataclass
@@ -127,8 +128,11 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
     axes = {"parallel.context": contexts, **space.extra}
     extra_keys = list(axes)
     out, seen = [], set()
+    modes = axes.get(CP_MODE, ())
     for extra in itertools.product(*(axes[k] for k in extra_keys)):
         settings = dict(zip(extra_keys, extra))
+        if modes and settings["parallel.context"] == 1 and settings[CP_MODE] != modes[0]:
+            continue          # without CP the mode changes nothing: one candidate
         split = math.prod(v for k, v in settings.items() if k in GPU_AXES)
         for t, p in itertools.product(tensors, pipes):
             if gpus % (t * p * split):
@@ -248,8 +252,8 @@ def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: in
         result.best = ok[0]
         # The runner-up is the best finalist with a different layout (tensor, pipeline, schedule,
         # virtual stages or micro-batch): a change of a memory knob alone is not an alternative.
-        core = lambda r: (r["tensor"], r["context"], r["pipeline"], r["schedule"], r["virtual_stages"],
-                          r["micro_batch_size"])
+        core = lambda r: (r["tensor"], r["context"], r.get("context_mode"), r["pipeline"], r["schedule"],
+                          r["virtual_stages"], r["micro_batch_size"])
         others = [r for r in ok[1:] if core(r) != core(ok[0])]
         if others:       # the best other layout, its own ties resolved toward the simpler setting
             result.runner_up = prefer_simple([r for r in others if core(r) == core(others[0])])[0]
@@ -282,7 +286,7 @@ def prefer_simple(rows: list[dict]) -> list[dict]:
 
 def describe(r: dict) -> str:
     sched = r["schedule"] + (f" v={r['virtual_stages']}" if r["virtual_stages"] > 1 else "")
-    cp = f" x context {r['context']}" if r.get("context", 1) > 1 else ""
+    cp = f" x context {r['context']} ({r.get('context_mode', 'ring')})" if r.get("context", 1) > 1 else ""
     off = f", {r['offload_layers']} layers' activations offloaded" if r.get("offload_layers") else ""
     return (f"tensor {r['tensor']}{cp} x pipeline {r['pipeline']} x data {r['data']}, micro-batch "
             f"{r['micro_batch_size']} (M={r['num_microbatches']}), {sched}, recompute {r['recompute']}, "
@@ -307,9 +311,9 @@ def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> lis
     # Why the memory knobs are where they are: the same layout with a simpler setting did not fit.
     knobs = (("recompute", "recompute", lambda v: RECOMPUTE.index(v)), ("zero_stage", "ZeRO-", lambda v: v))
     for key, label, order in knobs:
-        rest = [k for k in ("tensor", "context", "pipeline", "micro_batch_size", "schedule", "virtual_stages", "recompute",
-                            "zero_stage", "compression_bits") if k != key]
-        simpler = [r for r in screened if r.get("status") == "oom" and all(r.get(k) == best[k] for k in rest)
+        rest = [k for k in ("tensor", "context", "context_mode", "pipeline", "micro_batch_size", "schedule",
+                            "virtual_stages", "recompute", "zero_stage", "compression_bits") if k != key]
+        simpler = [r for r in screened if r.get("status") == "oom" and all(r.get(k) == best.get(k) for k in rest)
                    and order(r[key]) < order(best[key])]
         for r in sorted(simpler, key=lambda r: order(r[key])):
             sep = "" if label.endswith("-") else " "
@@ -334,6 +338,7 @@ def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> lis
         lines.append("  loses on: " + ", ".join(losses) + (f" (gains: {', '.join(gains)})" if gains else ""))
     diff = [name for name, a, b in (("tensor", best["tensor"], other["tensor"]),
                                     ("context", best["context"], other["context"]),
+                                    ("context mode", best.get("context_mode"), other.get("context_mode")),
                                     ("pipeline", best["pipeline"], other["pipeline"]),
                                     ("micro-batch", best["micro_batch_size"], other["micro_batch_size"]),
                                     ("schedule", best["schedule"], other["schedule"]),
