@@ -141,6 +141,17 @@ def test_allgather_exposes_the_gather():
     assert c.cp_comm_fwd > 0 and c.cp_comm_bwd > c.cp_comm_fwd and c.cp_comm_hidden == 0
 
 
+def test_exposed_exchange_is_reported_as_cp_not_tp():
+    s = scenario(context=4, mode="allgather", tensor=2, nodes=2)
+    rep, c = simulate(s), stage_costs(s)[0]
+    exposed = rep.data["exposed_comm_s"]
+    M = s.num_microbatches
+    assert exposed["CP"] == pytest.approx(M * (c.cp_comm_fwd + c.cp_comm_bwd)) and exposed["CP"] > 0
+    assert exposed["CP"] == pytest.approx(rep.data["cp_comm_exposed_s"])
+    assert exposed["TP"] == pytest.approx(M * (c.tp_comm_fwd + c.tp_comm_bwd)) and exposed["TP"] > 0
+    assert "CP" not in simulate(scenario(context=1, tensor=2)).data["exposed_comm_s"]
+
+
 def test_cp_ranks_inside_the_node_first_and_gradients_over_data_times_context():
     s = scenario(context=4, tensor=2, nodes=2)
     cp = placement(s, "cp")

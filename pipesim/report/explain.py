@@ -179,7 +179,7 @@ def bubble_causes(s, report, costs, mode: str) -> dict:
     b1 = simulate(s, mode=mode, trace=False, stage_costs=free).data["bubble_fraction"]
     b2 = simulate(s, mode=mode, trace=False, stage_costs=_balanced(free)).data["bubble_fraction"]
     comm = b0 - b1
-    exposed = {k: v for k, v in report.data.get("exposed_comm_s", {}).items() if k != "TP" and v > 0}
+    exposed = {k: v for k, v in report.data.get("exposed_comm_s", {}).items() if k not in ("TP", "CP") and v > 0}
     total = sum(exposed.values())
     by_kind = {k: comm * v / total for k, v in exposed.items()} if total > 0 else {}
     return {"bubble": b0, "fill_drain": b2, "imbalance": b1 - b2, "communication": comm,

@@ -37,7 +37,8 @@ class RankTimeline:
     comm: dict = field(default_factory=dict)     # kind -> [(start, end)]
     recv: list = field(default_factory=list)     # (reached, available, wire_start, kind)
     work: dict = field(default_factory=dict)     # (stage, kind) -> [count, seconds, bytes]
-    tp_s: float = 0.0
+    tp_s: float = 0.0                            # blocking collectives inside compute, CP included
+    cp_s: float = 0.0                            # ... of them the context-parallel K/V exchange
     a2a_s: float = 0.0                           # MoE all-to-all exposed on the compute stream
     pipe_end: float = 0.0
     end: float = 0.0
@@ -83,7 +84,9 @@ def rank_entry(tl: RankTimeline, span: float, detail: bool = True) -> dict:
     # a wait's exposed part: after both the rank reached it and the message left (terms <= 0
     # skipped: adding 0.0 leaves the sum as it is)
     exposed = {"P2P": sum([av - (r if r > w else w) for r, av, w, _ in tl.recv if av > r and av > w], 0.0),
-               "TP": tl.tp_s}
+               "TP": tl.tp_s - tl.cp_s}
+    if tl.cp_s:
+        exposed["CP"] = tl.cp_s
     if tl.a2a_s:
         exposed["EP_A2A"] = tl.a2a_s
     compute_iv = None
@@ -233,7 +236,7 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
     ranks = []
     seen: dict = {}      # identical timelines (symmetric replicas) share one computed entry
     for t in tls:
-        key = (t.stage, t.end, t.pipe_end, t.tp_s, t.peak_memory, len(t.compute), len(t.recv))
+        key = (t.stage, t.end, t.pipe_end, t.tp_s, t.cp_s, t.peak_memory, len(t.compute), len(t.recv))
         entry = None
         for other, e in seen.get(key, ()):
             if (other.compute == t.compute and other.recv == t.recv and other.comm == t.comm
@@ -309,6 +312,7 @@ def timelines_from_events(events, memory=()) -> list[RankTimeline]:
         if e.stream == "compute":
             tl.compute.append((e.start, e.end, k))
             tl.tp_s += e.args.get("tp", 0.0)
+            tl.cp_s += e.args.get("cp", 0.0)
             if k in PIPELINE_KINDS:
                 tl.pipe_end = max(tl.pipe_end, e.end)
             if k in ("F", "B", "I", "W", "R"):

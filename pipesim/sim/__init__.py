@@ -62,8 +62,8 @@ def _simulate(scenario, mode, trace, stage_costs, plan, engine_choice, detail):
                 memory += [MemorySample(rank, t, total, cats, 0) for t, total, cats in mem.samples]
     extras = {}
     if scenario.parallel.context > 1:
-        # exposed K/V exchange of the busiest pipeline rank per step (inside compute, like TP,
-        # and counted in exposed_comm_s["TP"]): pipesim.costs.context
+        # exposed K/V exchange of the busiest pipeline rank per step (inside compute, like TP;
+        # exposed_comm_s["CP"] per rank): pipesim.costs.context
         M = scenario.num_microbatches
         extras["cp_comm_exposed_s"] = max(M * sum(w.stage_costs[k].cp_comm_fwd + w.stage_costs[k].cp_comm_bwd
                                                   for k in w.plan.stages_of(r)) for r in range(w.plan.num_ranks))

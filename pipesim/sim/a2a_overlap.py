@@ -88,7 +88,7 @@ def pair_cost(f: Cost, b: Cost) -> Cost:
             "B_com": b.a2a / 2, "B_dis": b.a2a / 2}
     (fa, fm), (ba, bm) = f.overlap_slow, b.overlap_slow
     dur = two_streams(work, dict(F_att=fa, F_moe=fm, B_att=ba, B_dg=bm, B_wg=bm))
-    c = Cost(dur, f.tp + b.tp, mem0=f.mem0 + b.mem0, mem1=f.mem1 + b.mem1)
+    c = Cost(dur, f.tp + b.tp, mem0=f.mem0 + b.mem0, mem1=f.mem1 + b.mem1, cp=f.cp + b.cp)
     c.a2a = f.a2a + b.a2a
     c.a2a_exposed = dur - (cf + cb)
     return c

@@ -191,7 +191,8 @@ class Engine:
                         gather_ev[j] = self._issue_gather(g, ops[j], gather_next)
                         gather_next += 1
                 if trace:
-                    self.record(gid, "compute", kind, stage, mb, start, end, tp=table[key].tp)
+                    c = table[key]
+                    self.record(gid, "compute", kind, stage, mb, start, end, tp=c.tp, **({"cp": c.cp} if c.cp else {}))
             elif code == SEND:
                 if sync and idx in posts:
                     post_receives(self, gid, posts[idx])

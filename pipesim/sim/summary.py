@@ -40,19 +40,20 @@ def step_counts(steps) -> list:
     return row_memo(_COUNTS, steps, _count)
 
 
-def work_of(steps, table) -> tuple[dict, float]:
-    """(stage, kind) -> [count, seconds, bytes] of a rank's steps, and its blocking TP seconds:
-    every step runs once per step with its lowered duration (a send's wire time is its α-β time);
-    a receive's TP seconds are its scatter/gather all-gather."""
+def work_of(steps, table) -> tuple[dict, float, float]:
+    """(stage, kind) -> [count, seconds, bytes] of a rank's steps, its blocking TP seconds and the
+    context-parallel part of them: every step runs once per step with its lowered duration (a
+    send's wire time is its α-β time); a receive's TP seconds are its scatter/gather all-gather."""
     work: dict = {}
-    tp = 0.0
+    tp = cp = 0.0
     for key, stage, kind, is_compute, n in step_counts(steps):
         c = table[key]
         if is_compute or kind in ("SEND_F", "SEND_B"):
             work[(stage, kind)] = [n, n * c.dur, 0.0 if is_compute else n * c.nbytes]
         if c is not None:
             tp += n * c.tp
-    return work, tp
+            cp += n * c.cp
+    return work, tp, cp
 
 
 def flat_memory_logs(w: Workload, mems, gangs=None) -> None:
@@ -85,7 +86,7 @@ def summarize(w: Workload, tls, mems, trace: bool, gangs=None) -> None:
     for g, tl, mem in zip(gangs if gangs is not None else w.gangs, tls, mems):
         if id(g.table) not in per_row:
             per_row[id(g.table)] = work_of(g.steps, g.table), _exposed_a2a(g.steps, g.table)
-        (tl.work, tl.tp_s), tl.a2a_s = per_row[id(g.table)]
+        (tl.work, tl.tp_s, tl.cp_s), tl.a2a_s = per_row[id(g.table)]
         tl.work = {k: list(v) for k, v in tl.work.items()}
         twin = finished.get(id(g.table))
         if not trace and twin is not None and twin.same_flat_log(mem):

@@ -82,13 +82,14 @@ _KIND = itemgetter(2)            # Step.kind
 
 class Cost:
     """What a (stage, kind) costs on one rank: seconds, bytes, memory deltas, route."""
-    __slots__ = ("dur", "tp", "nbytes", "extra", "gather", "mem0", "mem1", "port", "buf_alloc", "buf_free",
+    __slots__ = ("dur", "tp", "cp", "nbytes", "extra", "gather", "mem0", "mem1", "port", "buf_alloc", "buf_free",
                  "a2a", "a2a_exposed", "moe_block", "moe_wgrad", "overlap_slow", "ids")
 
     def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port="", a2a=0.0,
-                 moe_block=0.0, overlap_slow=(1.0, 1.0), moe_wgrad=0.0, gather=0.0):
+                 moe_block=0.0, overlap_slow=(1.0, 1.0), moe_wgrad=0.0, gather=0.0, cp=0.0):
         self.dur = dur          # compute seconds (after the speed factor) or wire seconds of a send
         self.tp = tp            # blocking TP communication inside `dur` (RECV: its `gather`)
+        self.cp = cp            # ... of `tp`: the exposed context-parallel K/V exchange (reported apart)
         self.a2a = a2a          # MoE all-to-all inside `dur` (pipesim/sim/a2a_overlap.py)
         self.a2a_exposed = a2a  # ... of it on the critical path (all of it unless overlapped)
         self.moe_block = moe_block   # compute seconds of its MoE blocks (the rest is attention etc.)
@@ -457,17 +458,19 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             win = c.offload_window
             res = act - c.offload_bytes
             table[st * NKINDS + 0] = Cost((c.forward - cf) / speed + cf, c.tp_comm_fwd + c.cp_comm_fwd,
+                                          cp=c.cp_comm_fwd,
                                           mem0=keep(("activations", res + win), ("cp_buffers", kf)),
                                           mem1=keep(("cp_buffers", -kf), ("activations", -win)), a2a=c.ep_comm_fwd,
                                           moe_block=c.moe_block_fwd / speed, overlap_slow=c.moe_overlap_slow_fwd)
             table[st * NKINDS + 1] = Cost((c.backward - cb) / speed + cb - rc, c.tp_comm_bwd + c.cp_comm_bwd,
+                                          cp=c.cp_comm_bwd,
                                           mem0=rc0 + keep(("cp_buffers", kb), ("activations", win)),
                                           mem1=keep(("activations", -(res + win)), ("recompute", -rcw),
                                                     ("cp_buffers", -kb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd / speed,
                                           overlap_slow=c.moe_overlap_slow_bwd, moe_wgrad=c.moe_block_wgrad / speed)
             table[st * NKINDS + 2] = Cost((c.input_grad - cb) / speed + cb - rc,
-                                          c.tp_comm_bwd + c.cp_comm_bwd,
+                                          c.tp_comm_bwd + c.cp_comm_bwd, cp=c.cp_comm_bwd,
                                           mem0=rc0 + keep(("cp_buffers", kb), ("activations", win)),
                                           mem1=keep(("activations", -(res + win - res * wf)), ("recompute", -rcw),
                                                     ("cp_buffers", -kb)),
