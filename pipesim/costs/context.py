@@ -109,9 +109,15 @@ class HeadBytes:
 
 def head_bytes(s: Scenario, sh: Shapes) -> HeadBytes:
     """GQA: every head of width head_dim, kv heads shared; MLA: the up-projected heads, Q and K
-    of qk_nope + qk_rope, V and O of v_head_dim, one K/V per query head (pipesim.costs.mla)."""
+    of qk_nope + qk_rope, V and O of v_head_dim, one K/V per query head (pipesim.costs.mla); DSA:
+    the absorbed latent key shared by the heads, with the indexer's key."""
     m, e = s.model, sh.e
     heads = sh.a / sh.tp.head_div
+    if m.attention_variant == "dsa":
+        # absorbed MLA: one latent key per token (its first kv_lora_rank channels are the value)
+        # and the indexer's key, all-gathered together (pipesim.costs.dsa)
+        qk = m.kv_lora_rank + m.qk_rope_head_dim
+        return HeadBytes(q=heads * qk * e, k=(qk + m.dsa_index_head_dim) * e, v=0.0, o=heads * m.kv_lora_rank * e)
     if m.attention_variant == "mla":
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         return HeadBytes(q=heads * qk * e, k=heads * qk * e, v=heads * m.v_head_dim * e, o=heads * m.v_head_dim * e)

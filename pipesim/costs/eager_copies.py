@@ -40,7 +40,7 @@ def layer_copy_seconds(s, cm) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's copies; (0, 0) unless the cost model's profile
     is a CPU profile with a host model (the emulator's ranks)."""
     from pipesim.calibrate.host import host_of
-    if host_of(cm.profile) is None or s.model.attention_variant == "mla":
+    if host_of(cm.profile) is None or s.model.is_mla:
         return 0.0, 0.0
 
     def seconds(n: int) -> float:

@@ -257,7 +257,7 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
     shares_o = fused and dtype != "fp8"
     ops.append(matmul("proj", T, q_dim, sh.h, sh, "row", saved_input=0.0 if shares_o else T * q_dim * e / tp.size,
                       dtype=dtype, bias=m.bias))
-    if m.attention_variant == "mla":
+    if m.is_mla:
         from pipesim.costs.mla import mla_attention_ops
         ops[attn_start:] = mla_attention_ops(s, sh)
     ops += [o for o in (dropout("dropout1", tok * sh.h),) if o]

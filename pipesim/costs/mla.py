@@ -41,8 +41,14 @@ def mla_attention_ops(s: Scenario, sh: Shapes) -> list[Op]:
     else:
         ops.append(lin("q_proj", sh.h, sh.a * qk_dim, comm=True))
     ops += [lin("kv_down", sh.h, m.kv_lora_rank + m.qk_rope_head_dim, comm=not m.q_lora_rank),
-            rmsnorm("kv_norm", m.kv_lora_rank),
-            lin("kv_up", m.kv_lora_rank, sh.a * (m.qk_nope_head_dim + m.v_head_dim))]
+            rmsnorm("kv_norm", m.kv_lora_rank)]
+    proj = lin("proj", sh.a * m.v_head_dim, sh.h, role="row", comm=True)
+    if m.attention_variant == "dsa":      # absorbed up-projections around sparse attention
+        from pipesim.costs.context import PREFIX
+        from pipesim.costs.dsa import dsa_core_ops
+        # the projection's input is v_up's output, a tensor of its own (kept)
+        return ops + dsa_core_ops(s, sh, f"{PREFIX}0" if sh.cp > 1 else "attention") + [proj]
+    ops.append(lin("kv_up", m.kv_lora_rank, sh.a * (m.qk_nope_head_dim + m.v_head_dim)))
     # Fused attention with q/k dim qk and v dim v: 2bs^2a(qk + v) forward FLOPs = flash's 4bs^2ad
     # at d = (qk + v)/2 (Dao et al. 2022, Sec. 3.1).
     core = replace(sh, d=(qk_dim + m.v_head_dim) / 2)
@@ -51,7 +57,6 @@ def mla_attention_ops(s: Scenario, sh: Shapes) -> list[Op]:
         ops += context_attention_ops(s, core, heads, heads, dtype)
     else:
         ops.append(flash_attention(core, heads, heads, dtype, m.causal))
-    proj = lin("proj", sh.a * m.v_head_dim, sh.h, role="row", comm=True)
     # its BF16 input is the kernel's kept output O (pipesim.costs.layers: held once)
     ops.append(proj if dtype == "fp8" else replace(proj, saved_bytes=0.0))
     return ops

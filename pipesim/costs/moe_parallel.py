@@ -68,10 +68,10 @@ def check_moe(s: Scenario, loader) -> None:
     ep, et, t, d = par.expert, par.expert_tensor, par.tensor, par.data * par.context
     if m.arch != "transformer":
         return
-    if m.attention_variant == "mla":
+    if m.is_mla:
         for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             if getattr(m, key) < 1:
-                loader.fail(f"model.{key}", f"must be at least 1 for attention_variant: mla, got {getattr(m, key)}")
+                loader.fail(f"model.{key}", f"must be at least 1 for attention_variant: {m.attention_variant}, got {getattr(m, key)}")
         if m.q_lora_rank is not None and m.q_lora_rank < 1:
             loader.fail("model.q_lora_rank", f"must be at least 1 (or null), got {m.q_lora_rank}")
     if not m.is_moe:

@@ -25,7 +25,7 @@ _SHARED = ("shared_fc1", "shared_act", "shared_fc2")
 _MOE_BLOCK = ("router", "router_topk", "moe_latent_down", "permute", "expert_fc1", "expert_act", "expert_fc2",
               "unpermute", "moe_latent_up") + _SHARED
 # module -> ops (by name, pipesim/costs/layers.py, mla.py, moe.py) re-run in the backward
-RERUN = {"layernorm": ("ln1", "ln2"), "moe_act": ("expert_act",), "mla_up_proj": ("q_up", "kv_up"),
+RERUN = {"layernorm": ("ln1", "ln2"), "moe_act": ("expert_act",), "mla_up_proj": ("q_up", "kv_up", "q_absorb"),
          "mlp": ("fc1", "act", "fc2"), "moe": _MOE_BLOCK, "shared_experts": _SHARED}
 # module -> ops whose saved inputs the module's recompute frees (the attention kernel's Q, K, V
 # for mla_up_proj: mla_freed)
@@ -37,11 +37,17 @@ CAST = "_fp8_cast"          # costs/fp8.py cast_ops: one per low-precision GEMM 
 
 def mla_freed(s, ops: list[Op]) -> float:
     """Q, K and V of an MLA layer's attention: what the up-projections' recompute frees (the
-    kernel keeps Q, K, V, O and the log-sum-exp; Q and K have nope + rope dims, V and O v dims)."""
+    kernel keeps Q, K, V, O and the log-sum-exp; Q and K have nope + rope dims, V and O v dims).
+    DSA (absorbed MLA): the sparse kernel's query, kv_lora_rank + rope dims per head; its latent
+    key comes from kv_down, not an up-projection."""
+    m, sh = s.model, shapes_of(s)
+    if m.attention_variant == "dsa":
+        if not any(o.name == "q_absorb" for o in ops):
+            return 0.0
+        return sh.tokens * sh.a / sh.tp.head_div * (m.kv_lora_rank + m.qk_rope_head_dim) * sh.e
     att = next((o for o in ops if o.name == "attention" and o.flash), None)
     if att is None or not any(o.name in RERUN["mla_up_proj"] for o in ops):
         return 0.0
-    m, sh = s.model, shapes_of(s)
     heads = sh.a / sh.tp.head_div
     qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
     tensors = att.saved_bytes - sh.b * heads * sh.s * FP32

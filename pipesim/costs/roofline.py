@@ -3,7 +3,8 @@
   "measured" / "interpolated"  a calibrated profile (costs.profile) has the op or its curve
   "gemm-curve"                 GEMMs by shape: tile/wave quantisation over the SMs up to the
                                published achievable peak (pipesim/costs/gemm.py)
-  "attention-table"            fused attention from published kernel tables (costs/flash.py)
+  "attention-table"            fused attention from published kernel tables (costs/flash.py),
+                               or a fused kernel's published rate (sparse MLA: costs/dsa.py)
   "memory-roofline"            memory-bound ops at the achievable HBM bandwidth
   "roofline"                   flat roofline: an explicit `gpu.matmul_efficiency` override, or a
                                GPU without kernel curves
@@ -110,6 +111,9 @@ class CostModel:
                 self.sustained("bf16")
             compute = flops / (rate * 1e12)
             seconds, source = max(compute, memory), "attention-table"
+        elif self.curve is not None and op.fused_attention:
+            compute = flops / (self.fused_rate(op.fused_attention, phase) * 1e12)
+            seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and gemms:
             compute = sum(self.gemm_time(*g) for g in gemms)
             seconds, source = max(compute, memory), "gemm-curve"
@@ -118,6 +122,20 @@ class CostModel:
         else:
             seconds, source = max(compute, memory), ("fitted" if self._fitted else "roofline")
         return OpTime(compute, memory, self.with_launch(seconds, op, phase), source)
+
+    def fused_rate(self, spec: tuple, phase: str) -> float:
+        """Sustained TFLOP/s of a fused kernel with its own published rate (Op.fused_attention):
+        ("sparse_mla", useful share) the curve's sparse MLA rate; ("scores", useful share, seq,
+        head_dim) the score half of a causal flash forward over `seq` keys (DSA's indexer: the
+        same causal tiling and a per-score epilogue on the CUDA cores), at the GPU's attention
+        table's forward rate."""
+        kernel, useful, *shape = spec
+        if kernel == "scores":
+            seq, head_dim = shape
+            base = attention_tflops(self.curve, seq, True, "fwd", self.attention_kernel, head_dim)
+        else:
+            base = self.curve[kernel][phase]
+        return base * useful * self.sustained("bf16")
 
     def gemm_time(self, batch: float, m: float, n: float, k: float, dtype: str, role: str = "") -> float:
         """One (batched) GEMM on the GPU's curve: max(tile/wave compute time, memory roof).

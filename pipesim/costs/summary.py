@@ -74,8 +74,10 @@ def model_flops(op) -> float:
     """An op's forward + backward model FLOPs. A fused attention kernel's backward re-computes the
     scores (5 matmuls against the forward's 2: Dao 2023, "FlashAttention-2", Alg. 2), which the
     op's time counts; model FLOPs count the 4 matmuls of the gradient alone, twice the forward
-    (Chowdhery et al. 2022, "PaLM", App. B: MFU leaves re-computation out)."""
-    return op.flops_fwd + (2 * op.flops_fwd if op.flash else op.flops_bwd)
+    (Chowdhery et al. 2022, "PaLM", App. B: MFU leaves re-computation out). The same holds for a
+    fused kernel with its own rate (DSA's sparse attention)."""
+    fused = (op.flash or op.fused_attention) and op.flops_bwd
+    return op.flops_fwd + (2 * op.flops_fwd if fused else op.flops_bwd)
 
 
 def megatron_flops(s: Scenario, recompute: bool) -> float:

@@ -390,6 +390,9 @@ def check_supported(s) -> None:
     if m.mtp_layers:
         raise ScenarioError(f"{where}: model.mtp_layers={m.mtp_layers}: the emulator runs no multi-token "
                             f"prediction; set it to 0")
+    if m.attention_variant != "gqa":
+        raise ScenarioError(f"{where}: model.attention_variant={m.attention_variant}: the emulator's attention is "
+                            f"multi-head (gqa); latent and sparse attention are simulated only")
     if m.window_size:
         raise ScenarioError(f"{where}: model.window_size={m.window_size}: the emulator's attention is full "
                             f"causal; set it to 0")

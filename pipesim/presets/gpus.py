@@ -198,7 +198,27 @@ def _attention_kernels(c: dict) -> dict:
     return kernels
 
 
-KERNEL_CURVES = {name: dict(c, attention_kernels=_attention_kernels(c)) for name, c in KERNEL_CURVES.items()}
+# Sparse MLA attention, the main kernel of DeepSeek sparse attention (MQA over the latent keys:
+# q/k dim kv_lora_rank + rope = 576, v dim 512, top-k keys per query). FlashMLA README
+# (deepseek-ai/FlashMLA, HEAD 9241ae3), "sparse MLA prefill": forward up to 640 TFLOP/s on H800
+# SXM5 (the H100 SXM die and clocks) and up to 1450 TFLOP/s on B200, FLOPs counted
+# 2·queries·topk·heads·(576 + 512) (its tests/lib.py), at 128 query heads. H200 (same die) takes
+# H800's; GB200 and GB300 B200's scaled by the BF16 MAMF ratio, as their attention tables. No
+# backward rate is published (Megatron-Core runs cuDNN's sparse backward): the forward's times
+# the dense cuDNN backward / forward ratio at 16K on H100 (Fig. 5 above, 516 / 595). No sparse
+# kernel runs before SM90: A100 and V100 have no entry.
+_SPARSE_BWD_RATIO = 516.0 / 595.0
+_SPARSE_MLA_FWD = {"h100": 640.0, "h800": 640.0, "h200": 640.0, "b200": 1450.0,
+                   "gb200": 1450.0 * 1822.0 / 1745.0, "gb300": 1450.0 * 1769.0 / 1745.0}
+
+
+def _sparse_mla(name: str) -> dict:
+    fwd = _SPARSE_MLA_FWD.get(name)
+    return {} if fwd is None else {"sparse_mla": {"fwd": fwd, "bwd": fwd * _SPARSE_BWD_RATIO}}
+
+
+KERNEL_CURVES = {name: dict(c, attention_kernels=_attention_kernels(c), **_sparse_mla(name))
+                 for name, c in KERNEL_CURVES.items()}
 
 
 # A GPU without a curve (a custom `gpu:` block) gets a flat matmul efficiency: 0.80, the median

@@ -181,6 +181,29 @@ MOE = {
                     kv_channels=128, ffn_hidden_size=12288, vocab_size=151552, num_experts=160, moe_top_k=8,
                     moe_ffn_hidden_size=1536, num_shared_experts=1, moe_first_dense_layers=3,
                     moe_router_score="sigmoid", reference_params=355e9),
+    # DeepSeek-V3.2-Exp (deepseek-ai/DeepSeek-V3.2-Exp inference/config_671B_v3.2.json): DeepSeek-V3
+    # with DeepSeek sparse attention, "the only architectural modification" (its report, Sec. 2):
+    # index_n_heads 64, index_head_dim 128, index_topk 2048. Its continued training ran at 128K
+    # (Sec. 2.1). The indexer adds 0.85B weights (13.96M a layer); no main-model total is published
+    # apart from the checkpoint's 685B with the MTP module, so no reference_params.
+    "deepseek-v3.2": dict(_MOE, num_layers=61, hidden_size=7168, num_attention_heads=128, ffn_hidden_size=18432,
+                          vocab_size=129280, attention_variant="dsa", q_lora_rank=1536, kv_lora_rank=512,
+                          qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, num_experts=256,
+                          moe_top_k=8, moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3,
+                          moe_router_score="sigmoid", moe_router_num_groups=8, moe_router_group_topk=4,
+                          dsa_index_heads=64, dsa_index_head_dim=128, dsa_index_topk=2048, seq_length=131072),
+    # zai-org/GLM-5 (GLM-5 technical report, arXiv 2602.15763; config.json as NVIDIA's
+    # Megatron-Bridge GLM-5 page quotes it): MLA + DSA + MoE, 3 dense + 75 MoE layers, hidden 6144,
+    # 64 heads, q_lora_rank 2048, kv_lora_rank 512, qk_nope 192, qk_rope 64, v 256, dense
+    # intermediate 12288, 256 experts of 2048, top-8, 1 shared, sigmoid scores, vocab 154880,
+    # untied; indexer 32 heads of 128, top-2048; one MTP layer (`model.mtp_layers: 1`). The report:
+    # 744B total, 40B active.
+    "glm-5": dict(_MOE, num_layers=78, hidden_size=6144, num_attention_heads=64, ffn_hidden_size=12288,
+                  vocab_size=154880, attention_variant="dsa", q_lora_rank=2048, kv_lora_rank=512,
+                  qk_rope_head_dim=64, qk_nope_head_dim=192, v_head_dim=256, num_experts=256, moe_top_k=8,
+                  moe_ffn_hidden_size=2048, num_shared_experts=1, moe_first_dense_layers=3,
+                  moe_router_score="sigmoid", dsa_index_heads=32, dsa_index_head_dim=128, dsa_index_topk=2048,
+                  reference_params=744e9),
     # zai-org/GLM-4.5-Air (same sources; slime glm4.5-106B-A12B.sh): 1 dense + 45 MoE layers,
     # hidden 4096, 96 heads of 128, 8 kv heads, dense intermediate 10944, 128 experts of 1408,
     # top-8, 1 shared. 106B total, 12B active.
@@ -206,6 +229,7 @@ ACTIVE_PARAMS = {
     "llama4-maverick": (17e9, True, 0.5e9),
     "nemotron-3-nano": (3.6e9, True, 0.05e9),
     "qwen3-next-80b-a3b": (3e9, True, 1e9),
+    "glm-5": (40e9, False, 1e9),
 }
 
 # Llama 3.1 405B (dense), preset kept as its own block (issue 15). Dubey et al. 2024, "The Llama 3

@@ -201,13 +201,17 @@ def recompute_by_rank(s, report, costs) -> dict:
     return out
 
 
-def tp_by_rank(report) -> dict:
-    """Seconds of blocking tensor-parallel collectives inside F/B per rank (the events' `tp`)."""
+def tp_by_rank(report, key: str = "tp") -> dict:
+    """Seconds of blocking collectives inside F/B per rank: tensor-parallel ones (`key` "tp":
+    the events' `tp` less its context-parallel part) or the exposed context-parallel K/V
+    exchange ("cp")."""
     out: dict = {}
     for e in report.events:
-        tp = e.args.get("tp", 0.0) if e.stream == "compute" else 0.0
-        if tp:
-            out[e.rank] = out.get(e.rank, 0.0) + tp
+        if e.stream != "compute":
+            continue
+        sec = e.args.get("cp", 0.0) if key == "cp" else e.args.get("tp", 0.0) - e.args.get("cp", 0.0)
+        if sec > 0:
+            out[e.rank] = out.get(e.rank, 0.0) + sec
     return out
 
 
@@ -374,7 +378,7 @@ def explain(report, s, *, mode: str = "representative", suggest: bool = True) ->
     why = {"critical_path": path, "path": summary, "stages": contents, "slowest_stage": slowest_stage(contents),
            "bubble": bubble_causes(s, report, costs, mode) if s.parallel.pipeline > 1 else None,
            "recompute_s_by_rank": recompute_by_rank(s, report, costs) if s.training.recompute != "none" else {},
-           "tp_s_by_rank": tp_by_rank(report)}
+           "tp_s_by_rank": tp_by_rank(report), "cp_s_by_rank": tp_by_rank(report, "cp")}
     last = max(report.data["ranks"], key=lambda r: r.get("end_s", 0.0)) if report.data["ranks"] else None
     why["last_rank"] = last["rank"] if last else None
     why["suggested"] = suggest
@@ -418,6 +422,10 @@ def headline(why: dict, report) -> list[str]:
     if why["tp_s_by_rank"]:
         worst = max(why["tp_s_by_rank"].items(), key=lambda kv: kv[1])
         lines.append(f"tensor parallel {worst[1] * 1e3:.1f} ms of blocking TP collectives on rank {worst[0]} "
+                     f"({worst[1] / d['step_time_s'] * 100:.1f} % of the step)")
+    if why.get("cp_s_by_rank"):
+        worst = max(why["cp_s_by_rank"].items(), key=lambda kv: kv[1])
+        lines.append(f"context parallel {worst[1] * 1e3:.1f} ms of exposed K/V exchange on rank {worst[0]} "
                      f"({worst[1] / d['step_time_s'] * 100:.1f} % of the step)")
     for i, sug in enumerate(why["suggestions"][:3]):
         pace = f"{sug['speedup']:.2f}x faster" if sug["speedup"] >= 1 else f"{1 / sug['speedup']:.2f}x slower, fits"

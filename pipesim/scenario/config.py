@@ -108,12 +108,23 @@ class ModelConfig:
     gdn_key_head_dim: int = field(128, doc="Gated DeltaNet key head dimension")
     gdn_value_head_dim: int = field(128, doc="Gated DeltaNet value head dimension")
     # Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1): low-rank q and kv.
-    attention_variant: Literal["gqa", "mla"] = field("gqa", doc="gqa (MHA/GQA/MQA) or mla")
+    attention_variant: Literal["gqa", "mla", "dsa"] = field(
+        "gqa", doc="gqa (MHA/GQA/MQA), mla, or dsa (MLA with DeepSeek sparse attention: a lightning indexer "
+                   "picks dsa_index_topk keys per query; DeepSeek-V3.2, GLM-5)")
     q_lora_rank: Optional[int] = field(None, doc="MLA query compression rank (None = no q compression)")
     kv_lora_rank: int = field(512, doc="MLA key/value compression rank")
     qk_rope_head_dim: int = field(64, doc="MLA decoupled rotary dims per head")
     qk_nope_head_dim: int = field(128, doc="MLA non-rotary q/k dims per head")
     v_head_dim: int = field(128, doc="MLA value dims per head")
+    # DeepSeek sparse attention (DeepSeek-AI 2025, "DeepSeek-V3.2-Exp", Sec. 2; Megatron-Core
+    # --experimental-attention-variant dsa): HF config index_n_heads, index_head_dim, index_topk
+    dsa_index_heads: int = field(64, doc="DSA lightning-indexer heads (HF index_n_heads)")
+    dsa_index_head_dim: int = field(128, doc="DSA indexer head dimension (HF index_head_dim)")
+    dsa_index_topk: int = field(2048, doc="keys each query attends to (HF index_topk)")
+    dsa_indexer_loss: Literal["sparse", "none"] = field(
+        "sparse", doc="sparse: the indexer trains on the KL loss over the selected keys (the sparse training "
+                      "stage; Megatron --dsa-indexer-use-sparse-loss with a loss coefficient > 0); none: the "
+                      "indexer runs without gradients (coefficient 0)")
 
     def __post_init__(self):
         if self.arch == "cnn":
@@ -147,7 +158,7 @@ class ModelConfig:
                 raise ValueError("mtp_hybrid_pattern: an MoE layer (E) in the MTP block needs MoE layers in the model")
         for key in ("mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel",
                     "mamba_chunk_size", "gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim",
-                    "gdn_value_head_dim"):
+                    "gdn_value_head_dim", "dsa_index_heads", "dsa_index_head_dim", "dsa_index_topk"):
             if getattr(self, key) < (0 if key == "mamba_num_heads" else 1):
                 raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
 
@@ -166,6 +177,11 @@ class ModelConfig:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention, dense (mla) or with DeepSeek sparse attention (dsa)."""
+        return self.attention_variant in ("mla", "dsa")
 
     @property
     def moe_ffn(self) -> int:

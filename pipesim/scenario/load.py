@@ -343,8 +343,33 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
                     f"schedules {', '.join(P2P_SYNC_SCHEDULES)}; got schedule: {tr.schedule}")
     from pipesim.costs.moe_parallel import check_moe
     check_moe(s, loader)
+    _check_dsa(s, loader)
     if s.costs.profile is not None and not Path(s.costs.profile).exists():
         loader.fail("costs.profile", f"profile not found: {s.costs.profile}")
+
+
+def _check_dsa(s: Scenario, loader: Loader) -> None:
+    """DeepSeek sparse attention as Megatron-Core runs it (transformer/experimental_attention_variant/
+    dsa.py): causal masks only, the indexer reads the normalized query latent (q_lora_rank), and
+    context parallelism only as the all-gather of the latent keys (TransformerConfig asserts
+    cp_comm_type allgather). Its main kernel is FlashMLA's sparse prefill (SM90 and later)."""
+    m = s.model
+    if m.attention_variant != "dsa":
+        return
+    if not m.causal:
+        loader.fail("model.attention_variant", f"dsa selects keys under a causal mask; model {m.name!r} is not causal")
+    if not m.q_lora_rank:
+        loader.fail("model.q_lora_rank", "dsa's indexer projects the compressed query latent: set q_lora_rank "
+                    "(DeepSeek-V3.2: 1536)")
+    if s.parallel.context > 1 and s.parallel.context_mode != "allgather":
+        loader.fail("parallel.context_mode", f"dsa runs context parallelism as the all-gather of the latent keys "
+                    f"(Megatron-Core asserts cp_comm_type allgather); got {s.parallel.context_mode!r}")
+    from pipesim.presets.gpus import curve
+    gpu = s.system.gpu
+    c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
+    if c is not None and "sparse_mla" not in c:
+        loader.fail("model.attention_variant", f"dsa's sparse MLA kernel (FlashMLA / cuDNN) needs SM90 or later; "
+                    f"{gpu.name} has no published rate for it")
 
 
 def _check_router_groups(s: Scenario, loader: Loader) -> None:
@@ -470,7 +495,7 @@ def _check_context_a2a(s: Scenario, loader: Loader) -> None:
         return
     key = "parallel.context" if mode == "a2a" else "parallel.context_a2a"
     t = par.tensor
-    kv = m.num_attention_heads if m.attention_variant == "mla" else m.kv_heads
+    kv = m.num_attention_heads if m.is_mla else m.kv_heads
     for name, heads in (("num_attention_heads", m.num_attention_heads), ("num_kv_heads", kv)):
         if heads % t or (heads // t) % group:
             loader.fail(key, f"the all-to-all gives each of its {group} ranks a share of the heads: "
