@@ -69,10 +69,11 @@ def test_moe_model_mtp_block_is_an_moe_layer():
     assert c1[0].moe_layers == c0[0].moe_layers + 1
 
 
-def test_negative_mtp_depth_is_a_one_line_error():
+@pytest.mark.parametrize("depth,words", [(-1, "must not be negative"), (5, "must not exceed num_layers(4)")])
+def test_impossible_mtp_depth_is_a_one_line_error(depth, words):
     with pytest.raises(ScenarioError, match="mtp_layers") as e:
-        scenario(-1)
-    assert "\n" not in str(e.value)
+        scenario(depth)
+    assert "\n" not in str(e.value) and words in str(e.value)
 
 
 def test_the_moe_emulator_refuses_mtp_in_one_line():

@@ -137,6 +137,9 @@ class ModelConfig:
             raise ValueError(f"a transformer needs positive {', '.join(missing)}")
         if self.mtp_layers < 0:
             raise ValueError(f"mtp_layers must not be negative, got {self.mtp_layers}")
+        if self.mtp_layers > self.num_layers:
+            # each depth is a whole transformer block on the last stage (DeepSeek-V3 uses 1)
+            raise ValueError(f"mtp_layers({self.mtp_layers}) must not exceed num_layers({self.num_layers})")
         if self.window_size < 0 or self.window_attn_skip_freq < 0:
             raise ValueError(f"window_size and window_attn_skip_freq must not be negative, got "
                              f"{self.window_size} and {self.window_attn_skip_freq}")
