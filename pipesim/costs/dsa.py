@@ -13,7 +13,8 @@ dsa.py; the paper's App. A "MQA mode of MLA"):
   over the causal keys: 2·H_I·d_I FLOPs per (query, key) pair, in BF16. No rate of the kernel is
   published: it is the score half of a causal flash forward (same tiling, a per-score epilogue),
   so it runs at the GPU's fused-attention forward table rate. Its projections are duplicated on
-  tensor-parallel ranks (parallel_mode "duplicated"): not split by TP.
+  tensor-parallel ranks (parallel_mode "duplicated"): not split by TP; under sequence parallelism
+  they first all-gather the hidden state and the query latent.
 - Top-k of each row (int32 indices kept for the backward).
 - Sparse attention: every local head attends to the k selected latent keys, q/k dim
   kv_lora_rank + rope (576), v dim kv_lora_rank (512): 2·heads·k·(576 + 512) FLOPs per query
@@ -106,10 +107,16 @@ def dsa_core_ops(s: Scenario, sh: Shapes, attention_name: str) -> list[Op]:
                     matrices=((1, sh.a * (d_n + d_v), r_kv, tp.head_div, 1),))]
     # indexer projections: duplicated on every tensor-parallel rank, over all tokens (SP-gathered)
     whole = replace(sh, tp=TensorSplit(mode="1d", size=1, q=1))
-    ops += [_indexer_projection(matmul(name, T, k_in, n, whole, "column", saved_input=0.0, dtype=dtype,
-                                       bias=False), trained)
-            for name, k_in, n in (("dsa_idx_q", m.q_lora_rank, H_I * d_I), ("dsa_idx_k", sh.h, d_I),
-                                  ("dsa_idx_w", sh.h, H_I))]
+    # under sequence parallelism the indexer all-gathers the query latent and the hidden state
+    # over the tensor group first (its inputs are detached: no gradient travels back)
+    gather = tp.size > 1 and tp.token_div > 1
+    for name, k_in, n, gathered in (("dsa_idx_q", m.q_lora_rank, H_I * d_I, m.q_lora_rank),
+                                    ("dsa_idx_k", sh.h, d_I, sh.h), ("dsa_idx_w", sh.h, H_I, 0)):
+        op = _indexer_projection(matmul(name, T, k_in, n, whole, "column", saved_input=0.0, dtype=dtype,
+                                        bias=False), trained)
+        if gather and gathered:
+            op = replace(op, comm_fwd=(Comm("all_gather", T * gathered * e, "tp", tp.size),))
+        ops.append(op)
     norm = replace(vector("dsa_idx_k_norm", T * d_I, whole, (8, 10), params=2 * d_I), param_tensors=2)
     ops.append(norm if trained else replace(norm, flops_bwd=0.0, bytes_bwd=0.0))
     # indexer scores: per head a causal QK^T over d_I whose epilogue (ReLU, head weight, sum over

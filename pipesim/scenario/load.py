@@ -373,16 +373,17 @@ def _check_dsa(s: Scenario, loader: Loader) -> None:
 
 
 def _check_router_groups(s: Scenario, loader: Loader) -> None:
-    """Group-limited routing: whole groups of experts, each token's k experts within group_topk."""
+    """Group-limited routing: whole groups of experts, each token's k experts within group_topk.
+    A dense model has no router: the keys (e.g. left by an MoE preset made dense) are ignored."""
     m = s.model
     groups, top = m.moe_router_num_groups, m.moe_router_group_topk
-    if not groups and not top:
+    if not m.is_moe or (not groups and not top):
         return
     if groups <= 0 or top <= 0:
         loader.fail("model.moe_router_group_topk" if groups > 0 else "model.moe_router_num_groups",
                     f"group-limited routing needs both moe_router_num_groups and moe_router_group_topk > 0, "
                     f"got {groups} and {top}")
-    if not m.is_moe or m.num_experts % groups:
+    if m.num_experts % groups:
         loader.fail("model.moe_router_num_groups", f"num_experts({m.num_experts}) is not divisible into "
                     f"moe_router_num_groups({groups}) groups")
     if top > groups:
