@@ -107,3 +107,13 @@ def test_sequence_parallel_with_split_backward(tmp_path):
     s = prepare(TINY)
     shard_bytes = s.model.seq_length // 2 * s.training.micro_batch_size * s.model.hidden_size * 4
     assert {e["bytes"] for e in result["events"] if e["kind"] == "SEND_F"} == {shard_bytes}
+
+
+def test_latent_attention_with_tensor_sequence_and_pipeline_parallel(tmp_path):
+    # MLA (DeepSeek-V2/V3): duplicated down-projections on each rank's sequence shard, the latents
+    # all-gathered at the column-parallel up-projections, the shared rope key, row-parallel output
+    check_against_single_process(tmp_path, [
+        "model.attention_variant=mla", "model.q_lora_rank=16", "model.kv_lora_rank=16",
+        "model.qk_rope_head_dim=8", "model.qk_nope_head_dim=16", "model.v_head_dim=16", "model.position=rotary",
+        "model.norm=rmsnorm", "model.bias=false", "training.attention=flash", "parallel.tensor=2",
+        "system.gpus_per_node=4", "parallel.sequence_parallel=true", "training.schedule=zb-h1"])

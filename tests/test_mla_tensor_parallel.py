@@ -59,3 +59,14 @@ def test_without_sequence_parallelism_every_rank_runs_every_token():
 
 def test_parameter_count_does_not_depend_on_the_split():
     assert total_params(mla(tensor=8)) == total_params(mla(tensor=1))
+
+
+def test_rope_and_operand_layout_is_one_memory_pass():
+    ops = ops_of(mla(tensor=2))
+    heads, T, e = 128 // 2, S, 2
+    rope = ops["mla_rope"]
+    # read q and [k_nope; v] of the local heads and the shared rope key; write Q, K, V
+    reads = heads * (192 + 128 + 128) + 64
+    writes = heads * (2 * 192 + 128)
+    assert rope.bytes_fwd == rope.bytes_bwd == T * (reads + writes) * e
+    assert rope.kind == "vector" and rope.saved_bytes == 0

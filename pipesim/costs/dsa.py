@@ -40,6 +40,7 @@ import math
 from dataclasses import replace
 
 from pipesim.costs.layers import FP32, Shapes, matmul, vector
+from pipesim.costs.mla import rope_pass
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.tensor_parallel import TensorSplit
 from pipesim.scenario.config import Scenario
@@ -105,6 +106,10 @@ def dsa_core_ops(s: Scenario, sh: Shapes, attention_name: str) -> list[Op]:
     ops = [_batched("q_absorb", heads, T, r_kv, d_n, bf, e, saved=T * heads * d_n * e,
                     params=heads * d_n * r_kv,
                     matrices=((1, sh.a * (d_n + d_v), r_kv, tp.head_div, 1),))]
+    # the absorbed query [q_abs; rope(q_r)] and key [c_kv; rope(k_r)] laid out for the kernel
+    # (absorbed_mla.py: rotary embedding and torch.cat): one memory pass
+    ops.append(rope_pass("dsa_rope", T, reads=heads * (r_kv + d_r) + d_qk, writes=heads * d_qk + d_qk,
+                         rotated=T * (heads + 1) * d_r, e=e))
     # indexer projections: duplicated on every tensor-parallel rank, over all tokens (SP-gathered)
     whole = replace(sh, tp=TensorSplit(mode="1d", size=1, q=1))
     # under sequence parallelism the indexer all-gathers the query latent and the hidden state

@@ -71,6 +71,12 @@ def mla_attention_ops(s: Scenario, sh: Shapes) -> list[Op]:
         return ops + dsa_core_ops(s, sh, f"{PREFIX}0" if sh.cp > 1 else "attention") + [proj]
     ops.append(gather_rope(lin("kv_up", m.kv_lora_rank, sh.a * (m.qk_nope_head_dim + m.v_head_dim), comm=one_d),
                            m.kv_lora_rank, m.qk_rope_head_dim))
+    # rotary embedding of the rope parts and the kernel's contiguous Q, K (the shared rope key
+    # broadcast to every head) and V: one memory pass (Megatron-Core multi_latent_attention.py,
+    # fused_apply_mla_rope_for_q / _for_kv, or apply_rotary_pos_emb + torch.cat + .contiguous())
+    ops.append(rope_pass("mla_rope", T, reads=heads * (qk_dim + m.qk_nope_head_dim + m.v_head_dim)
+                         + m.qk_rope_head_dim, writes=heads * (2 * qk_dim + m.v_head_dim),
+                         rotated=T * (heads + 1) * m.qk_rope_head_dim, e=e))
     # Fused attention with q/k dim qk and v dim v: 2bs^2a(qk + v) forward FLOPs = flash's 4bs^2ad
     # at d = (qk + v)/2 (Dao et al. 2022, Sec. 3.1).
     core = replace(sh, d=(qk_dim + m.v_head_dim) / 2)
@@ -90,3 +96,11 @@ def gather_rope(op: Op, latent: int, rope: int) -> Op:
     def widen(comms):
         return tuple(replace(c, bytes=c.bytes * (latent + rope) / latent) for c in comms)
     return replace(op, comm_fwd=widen(op.comm_fwd), comm_bwd=widen(op.comm_bwd))
+
+
+def rope_pass(name: str, tokens: float, reads: float, writes: float, rotated: float, e: float) -> Op:
+    """A memory-bound pass that rotates the rope dims and lays out the attention operands:
+    `reads` / `writes` elements per token, `rotated` elements rotated in all (2 mul + 1 add each,
+    RoFormer Eq. 34); the backward runs the same pass on the gradients."""
+    nbytes = tokens * (reads + writes) * e
+    return Op(name, "vector", 3 * rotated, 3 * rotated, nbytes, nbytes)

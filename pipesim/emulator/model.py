@@ -64,9 +64,15 @@ class Builder:
         return self.param(name, t, seq_sharded_grad)
 
     def linear(self, name, n_in, n_out, split: str, bias: bool, parts=None) -> Linear:
-        """split: "column" (output rows sharded) or "row" (input columns sharded). `parts`
-        splits a fused output (QKV) so that each part is sharded on its own."""
+        """split: "column" (output rows sharded), "row" (input columns sharded) or "duplicated"
+        (the whole weight on every rank, on the rank's own tokens: its gradient is all-reduced
+        over the group under sequence parallelism). `parts` splits a fused output (QKV) so that
+        each part is sharded on its own."""
         bias = bias and self.s.model.bias
+        if split == "duplicated":
+            self.layout[f"{name}.weight"] = None
+            w = full_tensor(self.seed, f"{name}.weight.0", (n_out, n_in))
+            return Linear(self.param(f"{name}.weight", w.to(self.dtype), seq_sharded_grad=True), None, self.store)
         if split == "column":
             parts = parts or [n_out]
             ws = [shard(full_tensor(self.seed, f"{name}.weight.{i}", (p, n_in)), 0, self.tp.rank, self.tp.size)
@@ -181,7 +187,11 @@ class Block(torch.nn.Module):
         if self.kind == "gdn":
             from pipesim.emulator.gated_delta import GatedDeltaNet
             self.mixer = GatedDeltaNet(b, f"{p}.mixer")
-        if self.kind in ("block", "attention"):
+        self.latent = None
+        if self.kind in ("block", "attention") and m.attention_variant == "mla":
+            from pipesim.emulator.mla import LatentAttention
+            self.latent = LatentAttention(b, p, recompute, rotary)
+        elif self.kind in ("block", "attention"):
             # QKV rows grouped per key/value head: [q heads of the group | k | v] (Megatron's GQA
             # layout), so a tensor-parallel split of the rows hands each rank whole groups.
             self.qkv = b.linear(f"{p}.qkv", h, h + 2 * g * d, "column", True)
@@ -194,6 +204,8 @@ class Block(torch.nn.Module):
             self.fc2 = b.linear(f"{p}.fc2", m.ffn, h, "row", True)
 
     def attention(self, x):
+        if self.latent is not None:
+            return dropout(self.latent(self.ln1(x)), self.drop)
         s, bsz, _ = x.shape
         r, d, kv = self.per_group, self.d, self.kv
         h_in = enter_tp(self.ln1(x), self.tp)
@@ -390,9 +402,12 @@ def check_supported(s) -> None:
     if m.mtp_layers:
         raise ScenarioError(f"{where}: model.mtp_layers={m.mtp_layers}: the emulator runs no multi-token "
                             f"prediction; set it to 0")
-    if m.attention_variant != "gqa":
-        raise ScenarioError(f"{where}: model.attention_variant={m.attention_variant}: the emulator's attention is "
-                            f"multi-head (gqa); latent and sparse attention are simulated only")
+    if m.attention_variant == "dsa":
+        raise ScenarioError(f"{where}: model.attention_variant=dsa: the emulator runs gqa and mla attention; "
+                            f"DeepSeek sparse attention is simulated only")
+    if m.attention_variant == "mla" and p.context > 1:
+        raise ScenarioError(f"{where}: parallel.context={p.context}: the emulator runs latent attention (mla) "
+                            f"without context parallelism")
     if m.window_size:
         raise ScenarioError(f"{where}: model.window_size={m.window_size}: the emulator's attention is full "
                             f"causal; set it to 0")
