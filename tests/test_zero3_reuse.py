@@ -52,3 +52,14 @@ def test_small_layers_keep_their_weights_from_the_recomputed_forward_to_the_back
 def test_fsdp_gathers_each_layer_once_per_pass():
     assert zero3_gather_passes(gpt(12288, "full", zero3_collectives="layer")) == (1.0, 1.0)
     assert zero3_gather_passes(gpt(12288, "full", zero3_collectives="fsdp2")) == (1.0, 1.0)
+
+
+def test_a_small_model_gathers_nothing_for_its_backward_and_still_simulates():
+    from pipesim import simulate
+    s = load_scenario("scenarios/seeds/004_roberta_dp2.yaml", ["training.zero_stage=3"])
+    assert zero3_gather_passes(s) == (1.0, 0.0)           # 125M weights: every reuse within 1e9
+    rep = simulate(s)
+    gathers = [e for e in rep.events if e.kind == "ZERO_GATHER"]
+    assert gathers and rep.data["step_time_s"] > 0
+    # one forward gather per micro-batch and stage, none for the backward
+    assert len(gathers) == s.num_microbatches * len(rep.data["stage_costs"])

@@ -318,13 +318,19 @@ class Engine:
 
     def _issue_gather(self, g, op, j):
         ev = self.env.event()
+        # the share of the weights this pass gathers (w.gather_passes: DeepSpeed's release rule)
+        passes = self.w.gather_passes[0 if op.kind == "F" else 1]
+        if not passes:
+            # a small model stays gathered from its forward to its backward (every reuse within
+            # stage3_max_reuse_distance): nothing to gather
+            now = self.env.now
+            ev.succeed((now, now))
+            return ev
         gathered = self._gathered(op.stage)
         if gathered:
             times, ids, reg = self.mem[g.id].flat
             times.append(self.env.now)
             ids.append(reg.id_of((("buffers", gathered),)))
-        # the share of the weights this pass gathers (w.gather_passes: DeepSpeed's release rule)
-        passes = self.w.gather_passes[0 if op.kind == "F" else 1]
         self.put(g.id, ("gather", op.stage, j, ev, passes))
         return ev
 
