@@ -121,6 +121,8 @@ class CostModel:
             seconds, source = max(compute, memory), "memory-roofline"
         else:
             seconds, source = max(compute, memory), ("fitted" if self._fitted else "roofline")
+        if not flops and not nbytes and measured is None:
+            return OpTime(0.0, 0.0, 0.0, source)          # no kernel runs in this phase
         return OpTime(compute, memory, self.with_launch(seconds, op, phase), source)
 
     def fused_rate(self, spec: tuple, phase: str) -> float:
