@@ -167,3 +167,23 @@ def test_exposed_zero_traffic_is_offered_one_sharding_replica_per_island():
     assert any(t == "BF16 Adam moments" for t, _, _ in memory_candidates(s))
     assert not any(t == "BF16 Adam moments" for t, _, _ in
                    memory_candidates(pipesim.load_scenario(s, ["training.optimizer_state_dtype=bf16"])))
+
+
+def test_interleaved_pipeline_gets_layers_moved_off_its_head_heavy_rank():
+    """The partitioner does not split interleaved chunks: the greedy rebalance of
+    explain.rebalanced_split does, and its suggestion is what simulating it gives."""
+    from pipesim.report.explain import rebalanced_split
+    sets = ["parallel.virtual_stages=2", "training.schedule=interleaved", "model.num_layers=16",
+            "training.micro_batch_size=1", "model.seq_length=512"]      # fits in the 1080 Ti's 11 GiB
+    s = pipesim.load_scenario(GPT2, sets)
+    rep = pipesim.simulate(s)
+    assert not rep.oom
+    moved = rebalanced_split(s, rep)
+    lps = list(s.layers_per_stage())
+    assert moved and sum(moved) == sum(lps) and len(moved) == len(lps)
+    assert moved[-1] < lps[-1]                           # the LM head's chunk gives layers away
+    why = explain(rep, s)
+    hit = [x for x in why["suggestions"] if x["changes"].get("parallel.layers_per_stage") == moved]
+    assert hit and hit[0]["step_time_s"] < rep.step_time_s
+    again = pipesim.simulate(pipesim.load_scenario(GPT2, sets + [f"parallel.layers_per_stage={moved}"]), trace=False)
+    assert again.step_time_s == pytest.approx(hit[0]["step_time_s"], rel=1e-9)

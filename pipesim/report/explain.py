@@ -269,6 +269,11 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
     if split and tuple(split[0]) != tuple(s.layers_per_stage()):
         out.append((f"layers_per_stage {split[0]}", {"parallel.layers_per_stage": split[0]},
                     f"`{split[1]}` proposes it; --set parallel.layers_per_stage=[{','.join(map(str, split[0]))}]"))
+    moved = rebalanced_split(s, report)
+    if moved and (not split or tuple(moved) != tuple(split[0])):
+        out.append((f"layers from the busiest ranks to the idlest: layers_per_stage {moved}",
+                    {"parallel.layers_per_stage": moved},
+                    f"--set parallel.layers_per_stage=[{','.join(map(str, moved))}]"))
     if par.pipeline > 1 and tr.micro_batch_size % 2 == 0:
         half = tr.micro_batch_size // 2
         out.append((f"micro_batch_size {half}", {"training.micro_batch_size": half},
@@ -297,6 +302,37 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
     if report.data.get("oom"):
         out += memory_candidates(s)
     return out
+
+
+def rebalanced_split(s, report) -> list[int] | None:
+    """layers_per_stage rebalanced greedily: while it lowers the busiest pipeline rank's compute,
+    move one layer from that rank's heaviest model chunk to the idlest rank's lightest chunk (any
+    schedule and chunk count; the layers stay in order), a layer costing the median per-layer time
+    of the chunks without the embedding or the head. None where nothing moves."""
+    if s.model.arch != "transformer" or s.parallel.pipeline < 2:
+        return None
+    times = report.data.get("stage_times_s") or {}
+    fwd, bwd = times.get("forward"), times.get("backward")
+    lps = list(s.layers_per_stage())
+    ranks = [r["stages"] for r in report.data.get("ranks", ()) if r.get("stages")]
+    if not fwd or not bwd or len(fwd) != len(lps) or len(ranks) < 2:
+        return None
+    est = [f + b for f, b in zip(fwd, bwd)]
+    inner = sorted(est[k] / lps[k] for k in range(1, len(lps) - 1) if lps[k]) or [est[0] / max(lps[0], 1)]
+    layer = inner[len(inner) // 2]
+    moved = list(lps)
+    for _ in range(sum(lps)):
+        load = [sum(est[k] for k in stages) for stages in ranks]
+        slow, fast = max(range(len(ranks)), key=load.__getitem__), min(range(len(ranks)), key=load.__getitem__)
+        donors = [k for k in ranks[slow] if moved[k] >= 2]
+        if not donors or load[slow] - load[fast] <= layer:
+            break                # one more layer would only turn the imbalance around
+        donor, receiver = max(donors, key=est.__getitem__), min(ranks[fast], key=est.__getitem__)
+        moved[donor] -= 1
+        moved[receiver] += 1
+        est[donor] -= layer
+        est[receiver] += layer
+    return moved if moved != lps else None
 
 
 def island_replicas(s) -> int:
