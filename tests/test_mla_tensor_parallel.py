@@ -70,3 +70,12 @@ def test_rope_and_operand_layout_is_one_memory_pass():
     writes = heads * (2 * 192 + 128)
     assert rope.bytes_fwd == rope.bytes_bwd == T * (reads + writes) * e
     assert rope.kind == "vector" and rope.saved_bytes == 0
+
+
+def test_latent_attention_runs_a_fused_kernel():
+    from pipesim.errors import ScenarioError
+    assert mla().training.attention == "flash"              # the default, for MLA and DSA
+    with pytest.raises(ScenarioError) as e:
+        load_scenario({"model": "deepseek-v3", "system": {"preset": "dgx-h100", "num_nodes": 1},
+                       "parallel": {"data": 8, "expert": 8}, "training": {"global_batch_size": 8, "attention": "eager"}})
+    assert "training.attention" in str(e.value) and "fused kernel" in str(e.value) and "\n" not in str(e.value)

@@ -119,6 +119,8 @@ def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
     system = loader.build(SystemConfig, resolve_preset(raw["system"], SYSTEMS, "system", loader, base), "system")
     parallel = loader.build(ParallelConfig, raw.get("parallel") or {}, "parallel")
     training = loader.build(TrainingConfig, raw["training"], "training")
+    if model.is_mla:
+        training = _fused_latent_attention(training, raw["training"], model, loader)
     costs = loader.build(CostsConfig, raw.get("costs") or {}, "costs")
     parallel = resolve_data(parallel, system, loader)
     training = resolve_paths(training, base)
@@ -127,6 +129,18 @@ def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
                         source=source)
     check_scenario(scenario, loader)
     return scenario
+
+
+def _fused_latent_attention(training, given, model, loader: Loader):
+    """MLA and DSA run fused kernels (Megatron-Core: Transformer Engine's fused attention; DSA's
+    sparse kernels) and are costed so: attention defaults to flash for them, and eager (the
+    materialized s x s scores) is refused rather than costed as something it is not."""
+    if isinstance(given, dict) and "attention" in given:
+        if training.attention != "flash":
+            loader.fail("training.attention", f"{training.attention}: attention_variant {model.attention_variant} "
+                        f"is modelled with a fused kernel only; use flash")
+        return training
+    return dataclasses.replace(training, attention="flash")
 
 
 def resolve_preset(section, presets: dict, name: str, loader: Loader, base: Path | None = None,
