@@ -15,14 +15,15 @@ from pipesim.presets.models import MODELS
 ATTENTION_BLOCK = ("q_absorb", "dsa_", "attention", "v_up", "kv_up")
 
 
-def dsa(seq=8192, tensor=1, context=1, variant="dsa", system="dgx-h100", mode="allgather", **model):
+def dsa(seq=8192, tensor=1, context=1, variant="dsa", system="dgx-h100", mode="allgather", layout="balanced",
+        **model):
     nodes = max(1, tensor * context // 8)
     return load_scenario({
         "model": {"preset": "deepseek-v3.2", "attention_variant": variant, "seq_length": seq, "num_layers": 4,
                   "num_experts": 64, "moe_first_dense_layers": 1, **model},
         "system": {"preset": system, "num_nodes": nodes},
         "parallel": {"tensor": tensor, "context": context, "sequence_parallel": tensor > 1,
-                     **({"context_mode": mode} if context > 1 else {})},
+                     **({"context_mode": mode, "context_layout": layout} if context > 1 else {})},
         "training": {"micro_batch_size": 1, "global_batch_size": 8 * nodes}})
 
 
@@ -160,3 +161,12 @@ def test_glm5_scenario_simulates_with_its_recipe():
     rep = simulate(s)
     assert rep.num_gpus == 416 and rep.data["exposed_comm_s"]["CP"] > 0
     assert not rep.data["oom"]
+
+
+def test_a_contiguous_split_leaves_the_last_rank_the_most_indexer_pairs():
+    S, cp = 65536, 4
+    balanced = ops_of(dsa(seq=S, context=cp))["dsa_index_scores"].flops_fwd
+    last = ops_of(dsa(seq=S, context=cp, layout="contiguous"))["dsa_index_scores"].flops_fwd
+    T = S // cp
+    assert balanced == pytest.approx(2 * 64 * 128 * T * S / 2)
+    assert last == pytest.approx(2 * 64 * 128 * T * (S - T / 2)) and last > 1.7 * balanced

@@ -32,7 +32,8 @@ dsa.py; the paper's App. A "MQA mode of MLA"):
   logits on the k keys and forms dq_I and dk_I (3·2·H_I·d_I·k per query), kept until the
   backward. `none`: the indexer runs without gradients.
 Context parallelism all-gathers the latent keys and the indexer key (pipesim.costs.context,
-head_bytes); queries stay local in the load-balanced chunks, so every rank scores T·S/2 pairs.
+head_bytes); queries stay local: in the load-balanced chunks every rank scores T·S/2 pairs, in a
+contiguous split the last rank T·(S - T/2).
 """
 from __future__ import annotations
 
@@ -100,7 +101,10 @@ def dsa_core_ops(s: Scenario, sh: Shapes, attention_name: str) -> list[Op]:
     # the absorption einsums and the indexer run in BF16 in FP8 runs (torch einsums; BF16 kernels)
     bf = "bf16" if dtype == "fp8" else dtype
     k_eff = keys_per_query(S, k)
-    pairs = T * S / 2                               # causal (query, key) pairs of the local queries
+    # causal (query, key) pairs of the local queries: the load-balanced chunks hold an even share;
+    # a contiguous split leaves the last rank (the critical one) the most keys
+    contiguous = sh.cp > 1 and s.parallel.context_layout == "contiguous"
+    pairs = T * (S - sh.s / 2) if contiguous else T * S / 2
     share = padded_share(heads)
 
     ops = [_batched("q_absorb", heads, T, r_kv, d_n, bf, e, saved=T * heads * d_n * e,
