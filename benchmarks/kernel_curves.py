@@ -193,6 +193,8 @@ def main() -> None:
         for dtype, shape in c["best_shape"].items():
             pred = gemm_tflops(c, 1, *shape, dtype=dtype)
             print(f"   {name:>6} {dtype:>5} {'x'.join(map(str, shape)):>20} {c['mamf_tflops'][dtype]:>8.1f} {pred:>8.1f}")
+    print("   (gb300 has no MAMF row: GB200's stands in, the same datasheet dense rates; the fp4 rows are "
+          "derived, presets/gpus.py)")
     print()
 
     print("2b. GEMM at the power limit: burst curve x sustained ratio at the MSMF shapes (ml-engineering "

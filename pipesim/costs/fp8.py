@@ -48,7 +48,7 @@ CAST_BYTES = {"delayed": 4.0, "tensorwise": 6.0, "blockwise": 4.0 + 8 / 128, "mx
 LOW_PRECISION = ("fp8", "fp4")
 # The weight copy: read BF16 once, write FP8 row- and column-wise (same recipes as above).
 FP8_WEIGHT_COPY_BYTES = 2.0      # per parameter held: the FP8 copy and its transpose
-BLACKWELL_CURVES = ("b200", "gb200", "gb300")
+BLACKWELL_CURVES = ("b200", "gb200", "b300", "gb300")
 # per-tensor recipes on Blackwell: no transposed copy (module docstring)
 NO_TRANSPOSE = ("delayed", "tensorwise")
 

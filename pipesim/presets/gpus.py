@@ -178,12 +178,20 @@ KERNEL_CURVES: dict[str, dict] = {
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_H100_CUDNN, attention_scale=1822.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
-    # B300 / GB300 (Blackwell Ultra): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025); MAMF
-    # B300 SXM BF16 1769.0, FP8 3353.3 (no GB300 row: the B300 row is used).
-    "gb300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168), fp4=_FP4_SHAPE),
-                  mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3,
-                                   fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
-                  anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_H100_CUDNN, attention_scale=1769.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
+    # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
+    # MAMF B300 SXM BF16 1769.0, FP8 3353.3.
+    "b300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168), fp4=_FP4_SHAPE),
+                 mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3,
+                                  fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
+                 anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_H100_CUDNN, attention_scale=1769.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
+    # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
+    # GB200's (NVL72 datasheets: 2.5 / 5 PF per GPU for both), 11 % above the HGX B300's (2.25 / 4.5 PF
+    # at 1.1 kW, presets/systems.py), so the measured GB200 MAMF stands in for BF16 and FP8 (and its
+    # best shapes), on the B300's 160 SMs; FP4 is GB200's times Blackwell Ultra's 1.5x dense FP4.
+    "gb300": dict(persistent=True, sms=160, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
+                  mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=75 * 0.8, fp8=3615.6,
+                                   fp4=_B200_FP4 * 3615.6 / 3432.5 * 1.5),
+                  anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_H100_CUDNN, attention_scale=1822.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
 }
 
 # Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has
@@ -203,13 +211,14 @@ def _attention_kernels(c: dict) -> dict:
 # (deepseek-ai/FlashMLA, HEAD 9241ae3), "sparse MLA prefill": forward up to 640 TFLOP/s on H800
 # SXM5 (the H100 SXM die and clocks) and up to 1450 TFLOP/s on B200, FLOPs counted
 # 2·queries·topk·heads·(576 + 512) (its tests/lib.py), at 128 query heads. H200 (same die) takes
-# H800's; GB200 and GB300 B200's scaled by the BF16 MAMF ratio, as their attention tables. No
+# H800's; GB200, GB300 and B300 B200's scaled by the BF16 MAMF ratio, as their attention tables. No
 # backward rate is published (Megatron-Core runs cuDNN's sparse backward): the forward's times
 # the dense cuDNN backward / forward ratio at 16K on H100 (Fig. 5 above, 516 / 595). No sparse
 # kernel runs before SM90: A100 and V100 have no entry.
 _SPARSE_BWD_RATIO = 516.0 / 595.0
 _SPARSE_MLA_FWD = {"h100": 640.0, "h800": 640.0, "h200": 640.0, "b200": 1450.0,
-                   "gb200": 1450.0 * 1822.0 / 1745.0, "gb300": 1450.0 * 1769.0 / 1745.0}
+                   "gb200": 1450.0 * 1822.0 / 1745.0, "gb300": 1450.0 * 1822.0 / 1745.0,
+                   "b300": 1450.0 * 1769.0 / 1745.0}
 
 
 def _sparse_mla(name: str) -> dict:

@@ -87,10 +87,10 @@ _GB300 = dict(_GB200, name="GB300", peak_tflops_fp32=75, peak_tflops_fp4=15000, 
 # G. Lockwood's processor notes, glennklockwood.com/garden/processors/B300): Blackwell Ultra SXM at
 # the B200's dense rates except FP4, 13.125 PF dense (105 PF per 8 GPUs); BF16 2.25 PF, FP8 4.5 PF
 # (DGX B300: 72 PF sparse FP8 training / 8 GPUs / 2), FP32 75 TF; HBM3e 8 TB/s, 288 GB (2.3 TB per
-# 8); NVLink 5 1.8 TB/s; ConnectX-8 800 Gb/s per GPU (100 GB/s). Kernel curve: the B300 SXM MAMF
-# row the gb300 curve is built from (160 SMs).
+# 8); NVLink 5 1.8 TB/s; ConnectX-8 800 Gb/s per GPU (100 GB/s). Kernel curve: its own MAMF row
+# (b300, 160 SMs).
 _B300 = dict(_B200, name="B300", peak_tflops_fp32=75, peak_tflops_fp4=13125, vector_tflops_fp32=75,
-             memory_GiB=288 * 1e9 / 2**30, kernel_curve="gb300")
+             memory_GiB=288 * 1e9 / 2**30, kernel_curve="b300")
 _PCIE3 = dict(bandwidth_GBps=15.75, latency_us=5.0, efficiency=_LINK_EFF)
 _10GBE = dict(bandwidth_GBps=1.25, latency_us=20.0, efficiency=_LINK_EFF)
 

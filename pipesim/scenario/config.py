@@ -260,7 +260,7 @@ class GPUSpec:
     launch_overlaps: bool = field(True, doc="launches are asynchronous (GPU): an op takes max(kernel, "
                                             "launch); false for synchronous hosts (CPU eager): kernel + launch")
     kernel_curve: Optional[str] = field(None, doc="published kernel curves of this GPU (pipesim/presets/gpus.py: "
-                                                  "a100, h100, h800, h200, b200, gb200, gb300, v100)")
+                                                  "a100, h100, h800, h200, b200, gb200, b300, gb300, v100)")
     matmul_efficiency: Optional[float] = field(None, doc="explicit override: a flat achievable fraction of "
                                                         "matrix peak for every matmul instead of the kernel curves")
     sustained_ratio: Optional[float] = field(None, doc="tensor-core rate a training step sustains at the "
