@@ -109,11 +109,15 @@ def test_sequence_parallel_with_split_backward(tmp_path):
     assert {e["bytes"] for e in result["events"] if e["kind"] == "SEND_F"} == {shard_bytes}
 
 
-def test_latent_attention_with_tensor_sequence_and_pipeline_parallel(tmp_path):
-    # MLA (DeepSeek-V2/V3): duplicated down-projections on each rank's sequence shard, the latents
-    # all-gathered at the column-parallel up-projections, the shared rope key, row-parallel output
+@pytest.mark.parametrize("layout", [
+    # duplicated down-projections on each rank's sequence shard, the latents all-gathered at the
+    # column-parallel up-projections, 2 pipeline ranks, split backward
+    ["model.q_lora_rank=16", "system.gpus_per_node=4", "parallel.sequence_parallel=true", "training.schedule=zb-h1"],
+    # no query compression, no sequence parallelism (every rank runs every token), full recompute
+    ["model.q_lora_rank=null", "parallel.pipeline=1", "training.schedule=gpipe", "training.recompute=full"]])
+def test_latent_attention_with_tensor_and_pipeline_parallel(tmp_path, layout):
+    # MLA (DeepSeek-V2/V3): the shared rope key, a fused kernel with q/k dim 24 and v dim 16
     check_against_single_process(tmp_path, [
-        "model.attention_variant=mla", "model.q_lora_rank=16", "model.kv_lora_rank=16",
-        "model.qk_rope_head_dim=8", "model.qk_nope_head_dim=16", "model.v_head_dim=16", "model.position=rotary",
-        "model.norm=rmsnorm", "model.bias=false", "training.attention=flash", "parallel.tensor=2",
-        "system.gpus_per_node=4", "parallel.sequence_parallel=true", "training.schedule=zb-h1"])
+        "model.attention_variant=mla", "model.kv_lora_rank=16", "model.qk_rope_head_dim=8",
+        "model.qk_nope_head_dim=16", "model.v_head_dim=16", "model.position=rotary", "model.norm=rmsnorm",
+        "model.bias=false", "training.attention=flash", "parallel.tensor=2"] + layout)
