@@ -1,7 +1,7 @@
 """Triton kernels, shipped as `pipesim.kernels` (one file per kernel: the @triton.jit kernel(s),
 the launcher, a torch reference beside it and an autograd.Function where there is a backward).
 
-    from pipesim.kernels import attention, mlp, layer_norm, quantize, dequantize
+    from pipesim.kernels import attention, mlp, layer_norm, quantize, dequantize, index_scores
 
 The submodules import torch and triton, so they load on first use of a name here. CUDA tensors
 run the compiled kernels. CPU tensors run in Triton's interpreter (TRITON_INTERPRET=1 before
@@ -20,9 +20,10 @@ _EXPORTS = {
     "quantize": "quantize",
     "dequantize": "quantize",
     "QuantizedTensor": "quantize",
+    "index_scores": "dsa_indexer",
 }
 
-__all__ = ["attention", "mlp", "layer_norm", "quantize", "dequantize", "QuantizedTensor"]
+__all__ = ["attention", "mlp", "layer_norm", "quantize", "dequantize", "QuantizedTensor", "index_scores"]
 
 
 def __getattr__(name: str):

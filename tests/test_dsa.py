@@ -170,3 +170,22 @@ def test_a_contiguous_split_leaves_the_last_rank_the_most_indexer_pairs():
     T = S // cp
     assert balanced == pytest.approx(2 * 64 * 128 * T * S / 2)
     assert last == pytest.approx(2 * 64 * 128 * T * (S - T / 2)) and last > 1.7 * balanced
+
+
+def test_the_indexer_is_a_calibration_op_and_a_profile_times_it():
+    from pipesim.calibrate.ops import make_runner
+    from pipesim.costs.profile import CostProfile, Measurement, work_of
+    from pipesim.costs.summary import required_measurements
+    s = dsa(seq=4096)
+    (key, shape), = ops_of(s)["dsa_index_scores"].measure_fwd
+    assert (key, shape) in required_measurements(s)
+    # the profile's work for the key is the op's FLOPs, the diagonal included
+    assert work_of(key, shape) == pytest.approx(ops_of(s)["dsa_index_scores"].flops_fwd * (4097 / 4096))
+    small = dict(shape, seq=32, heads=4, head_dim=16, dtype="fp32")
+    fn, impl = make_runner(key, small, "cpu")
+    assert impl == "torch" and fn().shape == (1, 32, 32)
+    prof = CostProfile(device={"kind": "cuda", "name": "H100"}, measurements=[Measurement(key, shape, 0.0123, 0.0123, 0.0123, 1)])
+    t = cost_model_for(s, profile=prof).time(ops_of(s)["dsa_index_scores"], "fwd")
+    assert t.source == "measured" and t.seconds == pytest.approx(0.0123)
+    # under CP the op is one rank's block of the square: no lookup
+    assert ops_of(dsa(seq=4096, context=2))["dsa_index_scores"].measure_fwd == ()

@@ -22,6 +22,7 @@ SCRIPT = textwrap.dedent(r'''
     from triton.compiler import ASTSource
 
     import pipesim.kernels.attention_kernel as A
+    import pipesim.kernels.dsa_indexer_kernel as D
     import pipesim.kernels.layer_norm_kernel as L
     import pipesim.kernels.mlp_kernel as M
     import pipesim.kernels.quantize_kernel as Q
@@ -34,15 +35,17 @@ SCRIPT = textwrap.dedent(r'''
         def __getitem__(self, grid):
             return lambda *args, **kw: calls.append((self.fn, args, kw))
 
-    for mod in (A, L, M, Q):
+    for mod in (A, D, L, M, Q):
         for name in dir(mod):
             obj = getattr(mod, name)
             if isinstance(obj, triton.runtime.jit.JITFunction):
                 setattr(mod, name, Recorder(obj))
-    for mod in (A, L, M, Q):
+    for mod in (A, D, L, M, Q):
         mod.launch = lambda kernel, tensor: kernel   # no CPU interpreter: only the recorder "runs"
     cfg_a, cfg_m = A._blocks, M._config
     A._blocks = lambda q, backward: cfg_a(q, backward, cuda=True)
+    cfg_d = D._blocks
+    D._blocks = lambda q: cfg_d(q, cuda=True)
     M._config = lambda a, m, n, k: cfg_m(a, m, n, k, cuda=True)
 
     TY = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16",
@@ -52,6 +55,7 @@ SCRIPT = textwrap.dedent(r'''
     q = t(1, 2, 100, 128)
     o, lse = A.attention_fwd(q, q, q, True, 0.1)
     A.attention_bwd(q, q, q, q, q, torch.zeros(2, 100), True, 0.1)
+    D.index_scores(t(1, 100, 64, 128), t(1, 100, 128), torch.randn(1, 100, 64))   # DeepSeek-V3.2's indexer
     x = t(50, 4096)
     L.layer_norm_fwd(x, t(4096), t(4096), 1e-5)
     L.layer_norm_bwd(x, x, t(4096), torch.zeros(50), torch.ones(50))
@@ -114,7 +118,8 @@ def test_kernels_compile_for_sm90():
     import json
     compiled = json.loads(proc.stdout.strip().splitlines()[-1])
     names = {c.split("{")[0] for c in compiled}
-    expected = {"_attn_fwd_kernel", "_attn_bwd_dkdv_kernel", "_attn_bwd_dq_kernel", "_ln_fwd_kernel",
+    expected = {"_attn_fwd_kernel", "_attn_bwd_dkdv_kernel", "_attn_bwd_dq_kernel", "_index_scores_kernel",
+                "_ln_fwd_kernel",
                 "_ln_bwd_kernel", "_matmul_kernel", "_quant_kernel", "_dequant_kernel"}
     assert expected <= names, expected - names
-    assert len(compiled) == 5 + 3 + 6   # attention 3, layer norm 2, matmul 3, (de)quantize 2 x 3
+    assert len(compiled) == 5 + 3 + 6 + 1   # attention 3, layer norm 2, matmul 3, (de)quantize 2 x 3, indexer 1

@@ -358,6 +358,20 @@ def _conv1d_bwd(s, dev):
     return (lambda: torch.autograd.grad(y, (u,), dy, retain_graph=True)), "torch"
 
 
+def _dsa_index_scores(s, dev):
+    """DSA's lightning-indexer scores: the Triton kernel on CUDA, its torch reference on CPU."""
+    import torch
+    from pipesim.kernels.dsa_indexer_kernel import index_scores, index_scores_reference
+    dt = torch_dtype(s["dtype"])
+    B, S, H, D = s["batch"], s["seq"], s["heads"], s["head_dim"]
+    q = torch.randn(B, S, H, D, device=dev, dtype=dt)
+    k = torch.randn(B, S, D, device=dev, dtype=dt)
+    w = torch.randn(B, S, H, device=dev)
+    if dev.type == "cuda":
+        return (lambda: index_scores(q, k, w)), "triton"
+    return (lambda: index_scores_reference(q, k, w)), "torch"
+
+
 _BUILDERS = {
     "gemm": _gemm, "attention_fwd": _attention_fwd, "attention_bwd": _attention_bwd,
     "layer_norm_fwd": _layer_norm_fwd, "layer_norm_bwd": _layer_norm_bwd,
@@ -368,6 +382,6 @@ _BUILDERS = {
     "cross_entropy_fwd": _cross_entropy_fwd, "cross_entropy_bwd": _cross_entropy_bwd,
     "ring_block_fwd": _ring_block_fwd, "ring_block_bwd": _ring_block_bwd,
     "ssd_fwd": _ssd_fwd, "ssd_bwd": _ssd_bwd, "conv1d_fwd": _conv1d_fwd, "conv1d_bwd": _conv1d_bwd,
-    "gdn_fwd": _gdn_fwd, "gdn_bwd": _gdn_bwd,
+    "gdn_fwd": _gdn_fwd, "gdn_bwd": _gdn_bwd, "dsa_index_scores": _dsa_index_scores,
 }
 COMPUTE_OPS = tuple(_BUILDERS)

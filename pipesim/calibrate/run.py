@@ -46,6 +46,7 @@ _SHRINK_KEYS = {
     "ring_block_fwd": ("batch",), "ring_block_bwd": ("batch",),
     "ssd_fwd": ("batch", "heads"), "ssd_bwd": ("batch", "heads"), "conv1d_fwd": ("tokens",),
     "conv1d_bwd": ("tokens",), "gdn_fwd": ("batch", "heads"), "gdn_bwd": ("batch", "heads"),
+    "dsa_index_scores": ("batch", "heads", "seq"),
 }
 
 

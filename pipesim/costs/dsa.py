@@ -130,9 +130,11 @@ def dsa_core_ops(s: Scenario, sh: Shapes, attention_name: str) -> list[Op]:
     ops.append(norm if trained else replace(norm, flops_bwd=0.0, bytes_bwd=0.0))
     # indexer scores: per head a causal QK^T over d_I whose epilogue (ReLU, head weight, sum over
     # the heads) runs on the CUDA cores, as a flash forward's softmax does; one fp32 logit per pair
+    # (a calibrated profile times the whole square: kernels/dsa_indexer_kernel.py, CP 1 only)
+    square = (("dsa_index_scores", dict(batch=sh.b, seq=S, heads=H_I, head_dim=d_I, dtype="bf16")),)
     ops.append(Op("dsa_index_scores", "matmul", 2 * H_I * d_I * pairs, 0.0,
                   (T * H_I * d_I + sh.b * S * d_I) * 2 + T * H_I * FP32 + pairs * FP32, 0.0,
-                  fused_attention=("scores", 1.0, S, d_I)))
+                  fused_attention=("scores", 1.0, S, d_I), measure_fwd=square if sh.cp == 1 else ()))
     ops.append(Op("dsa_topk", "vector", pairs, 0.0, pairs * FP32 + T * k * INDEX_BYTES, 0.0,
                   saved_bytes=T * k * INDEX_BYTES))
     fwd = 2 * heads * k_eff * (d_qk + d_lat) * T

@@ -193,6 +193,12 @@ def _gdn_bwd_flops(s):
     return 2.0 * _gdn_fwd_flops(s)
 
 
+def _dsa_index_flops(s):
+    # DSA's indexer scores (pipesim/costs/dsa.py, kernels/dsa_indexer_kernel.py): 2·heads·head_dim
+    # per causal (query, key) pair, the diagonal included
+    return 2.0 * s["heads"] * s["head_dim"] * s["batch"] * s["seq"] * (s["seq"] + 1) / 2
+
+
 @dataclass(frozen=True)
 class OpSpec:
     numeric: tuple[str, ...]
@@ -240,6 +246,8 @@ OPS: dict[str, OpSpec] = {
     "gdn_bwd": OpSpec(("batch", "seq", "heads", "key_dim", "value_dim"), ("dtype",), _gdn_bwd_flops, "flops"),
     "conv1d_fwd": OpSpec(("tokens", "channels", "kernel"), ("dtype",), _conv_fwd_bytes, "bytes"),
     "conv1d_bwd": OpSpec(("tokens", "channels", "kernel"), ("dtype",), _conv_bwd_bytes, "bytes"),
+    # DeepSeek sparse attention's indexer scores (Triton on CUDA, torch on CPU)
+    "dsa_index_scores": OpSpec(("batch", "seq", "heads", "head_dim"), ("dtype",), _dsa_index_flops, "flops"),
     "sendrecv": OpSpec(("bytes",), (), _p2p_bytes, "bytes"),
     "allreduce": OpSpec(("bytes",), ("ranks",), _allreduce_bus_bytes, "bytes"),
 }
