@@ -107,6 +107,9 @@ def default_grid(device: str, quick: bool = False) -> list[tuple[str, dict]]:
             gdn = dict(batch=1, seq=seq, heads=4, key_dim=16, value_dim=16, dtype=dt)
             grid += [("ssd_fwd", ssd), ("ssd_bwd", dict(ssd)), ("conv1d_fwd", conv), ("conv1d_bwd", dict(conv)),
                      ("gdn_fwd", gdn), ("gdn_bwd", dict(gdn))]
+    for seq in pick(seqs):      # DSA's lightning-indexer scores (DeepSeek-V3.2: 64 heads of 128)
+        grid.append(("dsa_index_scores", dict(batch=1, seq=seq, heads=64 if gpu else 4,
+                                              head_dim=128 if gpu else 16, dtype=dt)))
     copies = [1 << 20, 1 << 24, 1 << 28, 1 << 30] if gpu else [1 << 16, 1 << 20, 1 << 24]
     for n in pick(copies):
         grid.append(("copy", dict(bytes=n)))
