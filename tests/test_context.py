@@ -237,3 +237,16 @@ def test_search_and_sweep_have_a_context_axis():
     assert {c["parallel"]["context"] for c in candidates(short, 256, space)} == {1, 2}
     variants = prepare(raw, Grid(axes={"parallel.context": [4, 8, 16]}))
     assert [v.scenario.parallel.data for v in variants] == [16, 8, 4]
+
+
+def test_explain_offers_the_other_exchanges_when_cp_is_exposed():
+    from pipesim.report.explain import explain
+    s = load_scenario(ROOT / "scenarios" / "longseq" / "llama2-7b-128k-cp4-h100.yaml",
+                      ["parallel.context_mode=allgather"])
+    rep = simulate(s)
+    assert rep.data["exposed_comm_s"]["CP"] > 0.02 * rep.step_time_s
+    why = explain(rep, s)
+    ring = [x for x in why["suggestions"] if x["changes"].get("parallel.context_mode") == "ring"]
+    assert ring and ring[0]["step_time_s"] < rep.step_time_s
+    again = simulate(load_scenario(ROOT / "scenarios" / "longseq" / "llama2-7b-128k-cp4-h100.yaml"), trace=False)
+    assert again.step_time_s == pytest.approx(ring[0]["step_time_s"], rel=1e-9)     # the bundled file runs ring

@@ -295,6 +295,14 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
         out.append((f"{replicas} sharding replicas (one per NVLink island)", {"training.zero_replicas": replicas},
                     f"--set training.zero_replicas={replicas} (ZeRO gathers inside the island, one all-reduce "
                     f"of the shard across)"))
+    cp = report.data.get("exposed_comm_s", {}).get("CP", 0.0)
+    if par.context > 1 and cp > 0.02 * report.data["step_time_s"]:
+        # the other K/V exchanges (pipesim.costs.context); those the model cannot run are refused
+        # by the loader and skipped
+        for mode in ("ring", "allgather", "a2a"):
+            if mode != par.context_mode:
+                out.append((f"context_mode {mode}", {"parallel.context_mode": mode, "parallel.context_a2a": None},
+                            f"--set parallel.context_mode={mode}"))
     p2p = report.data.get("exposed_comm_s", {}).get("P2P", 0.0)
     if par.pipeline > 1 and tr.activation_compression_bits == 16 and p2p > 0.02 * report.data["step_time_s"]:
         out.append(("8-bit activations between stages", {"training.activation_compression_bits": 8},
