@@ -24,13 +24,19 @@ def _m(op, shape, t):
     return {"op": op, "shape": shape, "median_s": t, "p10_s": t, "p90_s": t, "n": 5}
 
 
-def test_ring_steps_are_required_only_for_ring_attention():
+def test_each_exchange_requires_the_blocks_the_emulator_runs():
+    from pipesim.costs.eager_ring import block_shape
     from pipesim.costs.summary import required_measurements
     from pipesim.emulator import prepare
     ring = [k for k, _ in required_measurements(prepare(CP2)) if k.startswith("ring_block")]
     assert ring == ["ring_block_fwd", "ring_block_bwd"]
-    gathered = prepare(CP2, ["parallel.context_mode=allgather"])
-    assert not [k for k, _ in required_measurements(gathered) if k.startswith("ring_block")]
+    # all-gather: one block of the local queries against the whole sequence; all-to-all: one
+    # whole-sequence block on heads/CP (mb 2 x 4 heads, seq 256 over CP 2)
+    (gathered, n), = [block_shape(prepare(CP2, ["parallel.context_mode=allgather"]))]
+    assert n == 1 and (gathered["batch"], gathered["q"], gathered["k"]) == (8, 128, 256)
+    (swapped, n), = [block_shape(prepare(CP2, ["parallel.context_mode=a2a"]))]
+    assert n == 1 and (swapped["batch"], swapped["q"], swapped["k"]) == (4, 256, 256)
+    assert block_shape(prepare(CP2, ["parallel.context=1", "parallel.data=2"])) is None
 
 
 def test_measured_ring_steps_replace_the_fused_blocks_on_cpu_host_profiles(tmp_path):
@@ -38,8 +44,9 @@ def test_measured_ring_steps_replace_the_fused_blocks_on_cpu_host_profiles(tmp_p
     from pipesim.costs.stage import stage_costs
     from pipesim.emulator import prepare
     s = prepare(CP2)
-    shape = block_shape(s)
+    shape, steps_per_layer = block_shape(s)
     assert shape == dict(batch=8, q=128, k=128, head_dim=64, causal=True, dtype="fp32")   # mb 2 x 4 heads
+    assert steps_per_layer == 2
     steps = [_m("ring_block_fwd", shape, 2e-3), _m("ring_block_bwd", shape, 5e-3)]
     base = stage_costs(prepare(CP2, [f"costs.profile={_profile(tmp_path, [])}"]))[0]
     with_steps = stage_costs(prepare(CP2, [f"costs.profile={_profile(tmp_path, steps)}"]))[0]

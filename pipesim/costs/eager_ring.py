@@ -1,4 +1,4 @@
-"""The CPU emulator's ring attention (context parallelism), costed as it runs there.
+"""The CPU emulator's context-parallel attention (ring, all-gather, all-to-all), costed as it runs there.
 
 The cost model times a CP rank's attention as the blockwise fused kernels a GPU runs
 (pipesim/costs/context.py: exact causal work per block). The emulator's ring attention
@@ -11,7 +11,8 @@ scores. Measured on the 2-core builder (one thread, fp32, 8 x 128 x 128 x 64): o
 two GEMMs alone, so the fused figure put crosscheck_cp2's forward 31-36 % short.
 
 On CPU profiles with a host model (the emulator's ranks) a layer's CP blocks are therefore
-replaced by CP measured steps (profile keys ring_block_fwd / ring_block_bwd, timed by the
+replaced by the measured eager blocks (block_shape: CP ring steps, or one all-gather or
+all-to-all block) (profile keys ring_block_fwd / ring_block_bwd, timed by the
 calibration running the emulator's own block functions): the correction below is added to the
 layer's forward and backward. Left as they were: the transfer overlap (context_comm) and full
 recompute keep the fused block times.
@@ -21,20 +22,26 @@ from __future__ import annotations
 from pipesim.costs.context import PREFIX
 
 
-def block_shape(s) -> dict | None:
-    """The profile shape of one ring step, or None when the scenario runs no ring attention."""
-    if s.parallel.context <= 1 or s.parallel.context_mode != "ring":
+def block_shape(s) -> tuple[dict, int] | None:
+    """(profile shape of one eager block, blocks per layer) of the emulator's CP attention, or None
+    when the scenario runs none: the ring's CP steps of L x L (L = seq/CP); the all-gather's one
+    block of the local queries against the whole sequence; the all-to-all's one whole-sequence
+    block on heads/CP (pipesim/emulator/context.py: the same block functions)."""
+    mode, cp = s.parallel.context_mode, s.parallel.context
+    if cp <= 1 or mode not in ("ring", "allgather", "a2a"):
         return None
     from pipesim.costs.layers import shapes_of
     sh = shapes_of(s)
-    return dict(batch=int(sh.b * sh.a / sh.tp.head_div), q=int(sh.s), k=int(sh.s), head_dim=int(sh.d),
-                causal=bool(s.model.causal), dtype=s.training.precision)
+    bh, L, S = sh.b * sh.a / sh.tp.head_div, int(sh.s), int(s.model.seq_length)
+    q, k, batch, steps = {"ring": (L, L, bh, cp), "allgather": (L, S, bh, 1), "a2a": (S, S, bh / cp, 1)}[mode]
+    return dict(batch=int(batch), q=q, k=k, head_dim=int(sh.d), causal=bool(s.model.causal),
+                dtype=s.training.precision), steps
 
 
 def lookups(s) -> list[tuple[str, dict]]:
-    """The profile keys of the ring steps (pipesim.costs.required_measurements)."""
-    shape = block_shape(s)
-    return [] if shape is None else [("ring_block_fwd", shape), ("ring_block_bwd", dict(shape))]
+    """The profile keys of the CP blocks (pipesim.costs.required_measurements)."""
+    found = block_shape(s)
+    return [] if found is None else [("ring_block_fwd", found[0]), ("ring_block_bwd", dict(found[0]))]
 
 
 def layer_seconds(s, cm, layer_ops) -> tuple[float, float]:
@@ -42,13 +49,13 @@ def layer_seconds(s, cm, layer_ops) -> tuple[float, float]:
     blocks the layer's ops cost; (0, 0) unless the profile is a CPU profile with a host model that
     measured both steps."""
     from pipesim.calibrate.host import host_of
-    shape = block_shape(s)
-    if shape is None or host_of(cm.profile) is None:
+    found = block_shape(s)
+    if found is None or host_of(cm.profile) is None:
         return 0.0, 0.0
+    shape, steps = found
     fwd, bwd = cm.profile.lookup("ring_block_fwd", **shape), cm.profile.lookup("ring_block_bwd", **shape)
     if fwd is None or bwd is None:
         return 0.0, 0.0
     blocks = [o for o in layer_ops if o.name.startswith(PREFIX)]
-    cp = s.parallel.context
-    return (cp * fwd[0] - sum(cm.time(o, "fwd").seconds for o in blocks),
-            cp * bwd[0] - sum(cm.time(o, "bwd").seconds for o in blocks))
+    return (steps * fwd[0] - sum(cm.time(o, "fwd").seconds for o in blocks),
+            steps * bwd[0] - sum(cm.time(o, "bwd").seconds for o in blocks))

@@ -1,5 +1,6 @@
 """Context parallelism in the emulator: each rank holds a share of every sequence and computes
-attention with a real ring exchange of K/V (isend/irecv), forward and backward.
+attention with a real exchange of K/V (isend/irecv), forward and backward: a ring, an all-gather
+or an all-to-all (`parallel.context_mode`).
 
 Layout (`parallel.context_layout`): balanced cuts the sequence into 2·CP chunks and gives rank r
 chunks r and 2CP-1-r (causal load balancing, as Megatron-Core); contiguous gives rank r chunk r.
@@ -15,6 +16,15 @@ Alg. 2 per block, with the saved log-sum-exp): K/V circulate again; the dK/dV ac
 block travel with it, and after the last step each block's dK/dV reach their owner one hop later.
 The exchange waits are logged (phase cp_fwd / cp_bwd) as communication inside the compute action,
 which is what the simulator calls exposed CP communication.
+
+All-gather (`context_mode: allgather`; Llama 3 Sec. 3.3.2, TransformerEngine
+AttnFuncWithCPAndKVAllGather): every rank receives every member's K/V, attends its local queries
+to the whole sequence, and in the backward sends each member the dK/dV of its block, summed where
+they arrive (a reduce-scatter). All-to-all (`a2a`; DeepSpeed Ulysses, Jacobs et al. 2023, Sec.
+3.1): Q, K and V go from sequence shards to head shards (rank m gets heads m·H/CP... of every
+member's tokens), attention runs over the whole sequence on those heads, the output comes back;
+the backward moves dO one way and dQ, dK, dV the other. Both are built from point-to-point
+messages (gloo has no all-to-all) and logged like the ring's waits.
 
 Every rank holds all weights: their gradients are summed over data x context (worker.py), with
 each rank's loss the mean over its own tokens scaled by 1/CP (executor.py).
@@ -44,17 +54,45 @@ class ContextGroup:
     """This rank's place in its context-parallel ring and the positions of every member."""
 
     def __init__(self, size: int, rank: int, ranks: list[int], seq: int, layout: str, causal: bool, scale: float,
-                 log: list | None = None):
-        self.size, self.rank, self.ranks = size, rank, ranks
+                 log: list | None = None, mode: str = "ring"):
+        self.size, self.rank, self.ranks, self.mode = size, rank, ranks, mode
         self.next, self.prev = ranks[(rank + 1) % size], ranks[(rank - 1) % size]
         self.all_positions = [chunk_positions(seq, size, r, layout) for r in range(size)]
         self.positions = self.all_positions[rank]
         self.causal, self.scale = causal, scale
         self.log = log if log is not None else []     # (phase, start, end, bytes), like TPGroup.log
 
-    def attention(self, q, k, v):
-        """q, k, v: [batch*heads, local seq, head dim] -> attention output of the local queries."""
+    def attention(self, q, k, v, heads: int = 1):
+        """q, k, v: [batch*heads, local seq, head dim] -> attention output of the local queries
+        (`heads` per batch row: the all-to-all splits them)."""
+        if self.mode == "allgather":
+            return _AllGatherAttention.apply(q, k, v, self)
+        if self.mode == "a2a":
+            return _UlyssesAttention.apply(q, k, v, self, heads)
         return _RingAttention.apply(q, k, v, self)
+
+    def swap(self, parts: list, phase: str) -> list:
+        """Send parts[m] to member m and receive member m's part for this rank, for every member
+        (one's own part stays): the point-to-point form of an all-to-all. -> received parts."""
+        works, recvs, nbytes = [], [], 0
+        for m in range(self.size):
+            if m == self.rank:
+                recvs.append(parts[m])
+                continue
+            send = parts[m].contiguous()
+            recv = torch.empty_like(send)
+            works += [dist.isend(send, dst=self.ranks[m], tag=CP_TAG), dist.irecv(recv, src=self.ranks[m], tag=CP_TAG)]
+            recvs.append(recv)
+            nbytes += send.numel() * send.element_size()
+        start = time.perf_counter()
+        for w in works:
+            w.wait()
+        self.log.append((phase, start, time.perf_counter(), nbytes))
+        return recvs
+
+    def key_positions(self) -> torch.Tensor:
+        """Global positions of the whole sequence in member order (the gathered keys)."""
+        return torch.cat(self.all_positions)
 
     def exchange(self, send: torch.Tensor, phase: str):
         """Post send-to-next and receive-from-previous of one block; returns (recv buffer, waiter)."""
@@ -152,6 +190,71 @@ class _RingAttention(torch.autograd.Function):
                 kv = kv_wait()
         dkv = dkv_wait()            # after the last step each block's dK/dV reach their owner
         return dq, dkv[0], dkv[1], None
+
+
+class _AllGatherAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, g: ContextGroup):
+        kv = torch.cat(g.swap([torch.stack((k, v))] * g.size, "cp_fwd"), dim=2)     # [2, BH, S, d]
+        mask = causal_mask(g.positions, g.key_positions(), q) if g.causal else None
+        out, lse = block_forward(q, kv[0], kv[1], g.scale, mask)
+        ctx.save_for_backward(q, kv, out, lse)
+        ctx.group = g
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, kv, out, lse = ctx.saved_tensors
+        g = ctx.group
+        dout = dout.contiguous()
+        delta = (dout * out).sum(-1, keepdim=True)
+        mask = causal_mask(g.positions, g.key_positions(), q) if g.causal else None
+        dq, dk, dv = block_backward(q, kv[0], kv[1], dout, lse, delta, g.scale, mask)
+        # each member's block of dK/dV goes home and is summed there (a reduce-scatter)
+        sizes = [len(p) for p in g.all_positions]
+        blocks = torch.stack((dk, dv)).split(sizes, dim=2)
+        mine = sum(g.swap(list(blocks), "cp_bwd"))
+        return dq, mine[0], mine[1], None
+
+
+def _to_heads(x, g: ContextGroup, heads: int, phase: str):
+    """[batch*heads, local seq, d] sequence shard -> [batch*heads/CP, whole seq (member order), d]."""
+    bh, L, d = x.shape
+    parts = x.reshape(bh // heads, heads, L, d).chunk(g.size, dim=1)
+    got = g.swap([p.reshape(-1, L, d) for p in parts], phase)
+    return torch.cat(got, dim=1)
+
+
+def _to_sequence(y, g: ContextGroup, heads: int, phase: str):
+    """[batch*heads/CP, whole seq, d] head shard -> [batch*heads, local seq, d]."""
+    sizes = [len(p) for p in g.all_positions]
+    got = g.swap(list(y.split(sizes, dim=1)), phase)              # this rank's tokens, per head share
+    local = heads // g.size
+    L, d = got[0].shape[1], got[0].shape[2]
+    return torch.cat([p.reshape(-1, local, L, d) for p in got], dim=1).reshape(-1, L, d)
+
+
+class _UlyssesAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, g: ContextGroup, heads: int):
+        qh, kh, vh = (_to_heads(x, g, heads, "cp_fwd") for x in (q, k, v))
+        pos = g.key_positions()
+        mask = causal_mask(pos, pos, qh) if g.causal else None
+        out, lse = block_forward(qh, kh, vh, g.scale, mask)
+        ctx.save_for_backward(qh, kh, vh, out, lse)
+        ctx.group, ctx.heads = g, heads
+        return _to_sequence(out, g, heads, "cp_fwd")
+
+    @staticmethod
+    def backward(ctx, dout):
+        qh, kh, vh, out, lse = ctx.saved_tensors
+        g, heads = ctx.group, ctx.heads
+        douth = _to_heads(dout.contiguous(), g, heads, "cp_bwd")
+        delta = (douth * out).sum(-1, keepdim=True)
+        pos = g.key_positions()
+        mask = causal_mask(pos, pos, qh) if g.causal else None
+        dq, dk, dv = block_backward(qh, kh, vh, douth, lse, delta, g.scale, mask)
+        return (*(_to_sequence(x, g, heads, "cp_bwd") for x in (dq, dk, dv)), None, None)
 
 
 def attach(stages: dict, group: ContextGroup) -> None:

@@ -12,6 +12,7 @@ sliced, so any layout (pipeline, tensor, data) holds exactly the same model as o
 """
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 
@@ -220,7 +221,8 @@ class Block(torch.nn.Module):
         if self.rope:
             pos = self.cp.positions if self.cp is not None else None
             q, k = rotary(q, positions=pos), rotary(k, positions=pos)
-        core = self.core if self.cp is None else self.cp.attention      # ring attention under CP
+        # context parallel attention (ring, all-gather or all-to-all) under CP
+        core = self.core if self.cp is None else functools.partial(self.cp.attention, heads=self.heads)
         if self.recompute == "selective":
             # Korthikanti et al. 2022, Sec. 4.2: re-run only the attention core in the backward.
             o = recompute(core, q, k, v)
@@ -376,9 +378,9 @@ def check_supported(s) -> None:
     if s.training.zero_stage:
         raise ScenarioError(f"{where}: training.zero_stage={s.training.zero_stage}: the emulator runs "
                             f"zero_stage 0 only")
-    if p.context > 1 and p.context_mode in ("a2a", "a2a+p2p"):
-        raise ScenarioError(f"{where}: parallel.context_mode={p.context_mode}: the emulator exchanges K/V around a "
-                            f"ring; use context_mode ring")
+    if p.context > 1 and p.context_mode == "a2a+p2p":
+        raise ScenarioError(f"{where}: parallel.context_mode=a2a+p2p: the emulator runs ring, allgather and a2a "
+                            f"context parallelism")
     if p.context > 1 and m.dropout:
         raise ScenarioError(f"{where}: parallel.context={p.context}: the emulator's ring attention has no "
                             f"attention dropout; set model.dropout: false")
