@@ -53,9 +53,10 @@ def test_allgather_and_all_to_all_exchanges_match_one_process(tmp_path, sets):
     moved = [e for e in result["events"] if e["args"].get("phase") in ("cp_fwd", "cp_bwd")]
     assert {e["args"]["phase"] for e in moved} == {"cp_fwd", "cp_bwd"} and all(e["bytes"] > 0 for e in moved)
     if s.parallel.context_mode == "allgather":
-        # forward: the other member's K and V (2 x batch x heads x local tokens x head dim, fp32)
+        # forward: the other member's K and V, at their own (grouped-query) head count, as the
+        # cost model counts them: 2 x batch x kv heads x local tokens x head dim, fp32
         local = s.model.seq_length // 2 * s.training.micro_batch_size
-        kv = 2 * local * s.model.num_attention_heads * s.model.head_dim * 4
+        kv = 2 * local * s.model.kv_heads * s.model.head_dim * 4
         assert {e["bytes"] for e in moved if e["args"]["phase"] == "cp_fwd"} == {kv}
 
 

@@ -62,14 +62,15 @@ class ContextGroup:
         self.causal, self.scale = causal, scale
         self.log = log if log is not None else []     # (phase, start, end, bytes), like TPGroup.log
 
-    def attention(self, q, k, v, heads: int = 1):
-        """q, k, v: [batch*heads, local seq, head dim] -> attention output of the local queries
-        (`heads` per batch row: the all-to-all splits them)."""
+    def attention(self, q, k, v, heads: int = 1, group: int = 1):
+        """q: [batch*heads, local seq, head dim], k and v: [batch*heads/group, ...] (one key/value
+        head per `group` query heads, exchanged as such and shared after the exchange) -> attention
+        output of the local queries."""
         if self.mode == "allgather":
-            return _AllGatherAttention.apply(q, k, v, self)
+            return _AllGatherAttention.apply(q, k, v, self, group)
         if self.mode == "a2a":
-            return _UlyssesAttention.apply(q, k, v, self, heads)
-        return _RingAttention.apply(q, k, v, self)
+            return _UlyssesAttention.apply(q, k, v, self, heads, group)
+        return _RingAttention.apply(q, k, v, self, group)
 
     def swap(self, parts: list, phase: str) -> list:
         """Send parts[m] to member m and receive member m's part for this rank, for every member
@@ -136,6 +137,16 @@ def block_forward(q, k, v, scale: float, mask):
     return torch.matmul(torch.exp(s - blse.unsqueeze(-1)), v), blse
 
 
+def shared(x, group: int):
+    """Key/value heads repeated for the `group` query heads sharing each (grouped-query attention)."""
+    return x if group == 1 else x.repeat_interleave(group, dim=0)
+
+
+def summed(dx, group: int):
+    """The gradient of `shared`: the query heads' parts summed per key/value head."""
+    return dx if group == 1 else dx.reshape(-1, group, *dx.shape[1:]).sum(1)
+
+
 def block_backward(q, k, v, dout, lse, delta, scale: float, mask):
     """One ring step's backward against one K/V block (FlashAttention-2 Alg. 2 for the block,
     the scores recomputed): (dQ part, dK, dV). Timed as ring_block_bwd."""
@@ -147,13 +158,13 @@ def block_backward(q, k, v, dout, lse, delta, scale: float, mask):
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, g: ContextGroup):
+    def forward(ctx, q, k, v, g: ContextGroup, group: int):
         kv = torch.stack((k, v))
         out = lse = None
         for i in range(g.size):
             owner = (g.rank - i) % g.size
             waiter = g.exchange(kv, "cp_fwd")[1] if i < g.size - 1 else None
-            bout, blse = block_forward(q, kv[0], kv[1], g.scale, g.mask(owner, q))
+            bout, blse = block_forward(q, shared(kv[0], group), shared(kv[1], group), g.scale, g.mask(owner, q))
             if out is None:
                 out, lse = bout, blse
             else:       # merge two normalised partial softmaxes by their log-sum-exp weights
@@ -163,13 +174,13 @@ class _RingAttention(torch.autograd.Function):
             if waiter is not None:
                 kv = waiter()
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.group = g
+        ctx.group, ctx.shared = g, group
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        g = ctx.group
+        g, group = ctx.group, ctx.shared
         dout = dout.contiguous()
         delta = (dout * out).sum(-1, keepdim=True)            # rowsum(dO ∘ O)
         dq = torch.zeros_like(q)
@@ -178,7 +189,9 @@ class _RingAttention(torch.autograd.Function):
         for i in range(g.size):
             owner = (g.rank - i) % g.size
             kv_wait = g.exchange(kv, "cp_bwd")[1] if i < g.size - 1 else None
-            dq_part, dk, dv = block_backward(q, kv[0], kv[1], dout, lse, delta, g.scale, g.mask(owner, q))
+            dq_part, dk, dv = block_backward(q, shared(kv[0], group), shared(kv[1], group), dout, lse, delta,
+                                             g.scale, g.mask(owner, q))
+            dk, dv = summed(dk, group), summed(dv, group)
             dq += dq_part
             # the accumulated dK/dV of the block this rank now holds travelled during the block's
             # compute (posted at the end of the previous step, as TransformerEngine's
@@ -189,32 +202,32 @@ class _RingAttention(torch.autograd.Function):
             if kv_wait is not None:
                 kv = kv_wait()
         dkv = dkv_wait()            # after the last step each block's dK/dV reach their owner
-        return dq, dkv[0], dkv[1], None
+        return dq, dkv[0], dkv[1], None, None
 
 
 class _AllGatherAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, g: ContextGroup):
-        kv = torch.cat(g.swap([torch.stack((k, v))] * g.size, "cp_fwd"), dim=2)     # [2, BH, S, d]
+    def forward(ctx, q, k, v, g: ContextGroup, group: int):
+        kv = torch.cat(g.swap([torch.stack((k, v))] * g.size, "cp_fwd"), dim=2)     # [2, B·kv, S, d]
         mask = causal_mask(g.positions, g.key_positions(), q) if g.causal else None
-        out, lse = block_forward(q, kv[0], kv[1], g.scale, mask)
+        out, lse = block_forward(q, shared(kv[0], group), shared(kv[1], group), g.scale, mask)
         ctx.save_for_backward(q, kv, out, lse)
-        ctx.group = g
+        ctx.group, ctx.shared = g, group
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, kv, out, lse = ctx.saved_tensors
-        g = ctx.group
+        g, group = ctx.group, ctx.shared
         dout = dout.contiguous()
         delta = (dout * out).sum(-1, keepdim=True)
         mask = causal_mask(g.positions, g.key_positions(), q) if g.causal else None
-        dq, dk, dv = block_backward(q, kv[0], kv[1], dout, lse, delta, g.scale, mask)
+        dq, dk, dv = block_backward(q, shared(kv[0], group), shared(kv[1], group), dout, lse, delta, g.scale, mask)
         # each member's block of dK/dV goes home and is summed there (a reduce-scatter)
         sizes = [len(p) for p in g.all_positions]
-        blocks = torch.stack((dk, dv)).split(sizes, dim=2)
+        blocks = torch.stack((summed(dk, group), summed(dv, group))).split(sizes, dim=2)
         mine = sum(g.swap(list(blocks), "cp_bwd"))
-        return dq, mine[0], mine[1], None
+        return dq, mine[0], mine[1], None, None
 
 
 def _to_heads(x, g: ContextGroup, heads: int, phase: str):
@@ -236,25 +249,28 @@ def _to_sequence(y, g: ContextGroup, heads: int, phase: str):
 
 class _UlyssesAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, g: ContextGroup, heads: int):
-        qh, kh, vh = (_to_heads(x, g, heads, "cp_fwd") for x in (q, k, v))
+    def forward(ctx, q, k, v, g: ContextGroup, heads: int, group: int):
+        kv_heads = heads // group
+        qh = _to_heads(q, g, heads, "cp_fwd")
+        kh, vh = (_to_heads(x, g, kv_heads, "cp_fwd") for x in (k, v))
         pos = g.key_positions()
         mask = causal_mask(pos, pos, qh) if g.causal else None
-        out, lse = block_forward(qh, kh, vh, g.scale, mask)
+        out, lse = block_forward(qh, shared(kh, group), shared(vh, group), g.scale, mask)
         ctx.save_for_backward(qh, kh, vh, out, lse)
-        ctx.group, ctx.heads = g, heads
+        ctx.group, ctx.heads, ctx.shared = g, heads, group
         return _to_sequence(out, g, heads, "cp_fwd")
 
     @staticmethod
     def backward(ctx, dout):
         qh, kh, vh, out, lse = ctx.saved_tensors
-        g, heads = ctx.group, ctx.heads
+        g, heads, group = ctx.group, ctx.heads, ctx.shared
         douth = _to_heads(dout.contiguous(), g, heads, "cp_bwd")
         delta = (douth * out).sum(-1, keepdim=True)
         pos = g.key_positions()
         mask = causal_mask(pos, pos, qh) if g.causal else None
-        dq, dk, dv = block_backward(qh, kh, vh, douth, lse, delta, g.scale, mask)
-        return (*(_to_sequence(x, g, heads, "cp_bwd") for x in (dq, dk, dv)), None, None)
+        dq, dk, dv = block_backward(qh, shared(kh, group), shared(vh, group), douth, lse, delta, g.scale, mask)
+        return (_to_sequence(dq, g, heads, "cp_bwd"),
+                *(_to_sequence(summed(x, group), g, heads // group, "cp_bwd") for x in (dk, dv)), None, None, None)
 
 
 def attach(stages: dict, group: ContextGroup) -> None:

@@ -217,12 +217,14 @@ class Block(torch.nn.Module):
             q, k, v = (t.view(s, bsz * kv, d).transpose(0, 1) for t in (q, k, v))
         else:           # grouped-query attention: share each kv head among its r query heads
             q = q.reshape(s, bsz * self.heads, d).transpose(0, 1)
-            k, v = (t.reshape(s, bsz * kv, d).transpose(0, 1).repeat_interleave(r, dim=0) for t in (k, v))
+            k, v = (t.reshape(s, bsz * kv, d).transpose(0, 1) for t in (k, v))
+            if self.cp is None:     # under CP the exchange moves the kv heads; shared after it
+                k, v = k.repeat_interleave(r, dim=0), v.repeat_interleave(r, dim=0)
         if self.rope:
             pos = self.cp.positions if self.cp is not None else None
             q, k = rotary(q, positions=pos), rotary(k, positions=pos)
         # context parallel attention (ring, all-gather or all-to-all) under CP
-        core = self.core if self.cp is None else functools.partial(self.cp.attention, heads=self.heads)
+        core = self.core if self.cp is None else functools.partial(self.cp.attention, heads=self.heads, group=r)
         if self.recompute == "selective":
             # Korthikanti et al. 2022, Sec. 4.2: re-run only the attention core in the backward.
             o = recompute(core, q, k, v)
