@@ -37,6 +37,11 @@ def test_each_exchange_requires_the_blocks_the_emulator_runs():
     (swapped, n), = [block_shape(prepare(CP2, ["parallel.context_mode=a2a"]))]
     assert n == 1 and (swapped["batch"], swapped["q"], swapped["k"]) == (4, 256, 256)
     assert block_shape(prepare(CP2, ["parallel.context=1", "parallel.data=2"])) is None
+    # hierarchical (CP 4 = pairs x 2): 2 ring steps of a pair's 128 tokens on 2 of the 4 heads
+    usp = prepare(CP2, ["parallel.context=4", "parallel.context_mode=a2a+p2p", "parallel.context_a2a=2",
+                        "system.gpus_per_node=4"])
+    (block, n), = [block_shape(usp)]
+    assert n == 2 and (block["batch"], block["q"], block["k"]) == (4, 128, 128)
 
 
 def test_measured_ring_steps_replace_the_fused_blocks_on_cpu_host_profiles(tmp_path):

@@ -47,7 +47,10 @@ def test_cp2_with_tensor_parallel_and_sequence_parallel(tmp_path):
     ["parallel.context_mode=allgather"],                      # K/V gathered, dK/dV sent home
     ["parallel.context_mode=a2a"],                            # Ulysses: heads <-> sequence
     ["parallel.context_mode=a2a", "parallel.tensor=2", "parallel.sequence_parallel=true",
-     "system.gpus_per_node=4", "model.num_attention_heads=8", "model.num_kv_heads=4"]])
+     "system.gpus_per_node=4", "model.num_attention_heads=8", "model.num_kv_heads=4"],
+    # USP: the all-to-all inside pairs, the ring over the two pairs on the head shards
+    ["parallel.context_mode=a2a+p2p", "parallel.context=4", "parallel.context_a2a=2",
+     "system.gpus_per_node=4"]])
 def test_allgather_and_all_to_all_exchanges_match_one_process(tmp_path, sets):
     s, result = check(tmp_path, sets)
     moved = [e for e in result["events"] if e["args"].get("phase") in ("cp_fwd", "cp_bwd")]
@@ -58,14 +61,3 @@ def test_allgather_and_all_to_all_exchanges_match_one_process(tmp_path, sets):
         local = s.model.seq_length // 2 * s.training.micro_batch_size
         kv = 2 * local * s.model.kv_heads * s.model.head_dim * 4
         assert {e["bytes"] for e in moved if e["args"]["phase"] == "cp_fwd"} == {kv}
-
-
-def test_hierarchical_cp_is_refused_in_one_line():
-    from pipesim.emulator import prepare
-    from pipesim.emulator.model import check_supported
-    from pipesim.errors import ScenarioError
-    s = prepare(TINY_CP, ["parallel.context=4", "system.gpus_per_node=4", "model.num_kv_heads=4",
-                          "parallel.context_mode=a2a+p2p", "parallel.context_a2a=2"])
-    with pytest.raises(ScenarioError, match="a2a\\+p2p") as e:
-        check_supported(s)
-    assert "\n" not in str(e.value)

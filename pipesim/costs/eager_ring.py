@@ -26,14 +26,18 @@ def block_shape(s) -> tuple[dict, int] | None:
     """(profile shape of one eager block, blocks per layer) of the emulator's CP attention, or None
     when the scenario runs none: the ring's CP steps of L x L (L = seq/CP); the all-gather's one
     block of the local queries against the whole sequence; the all-to-all's one whole-sequence
-    block on heads/CP (pipesim/emulator/context.py: the same block functions)."""
+    block on heads/CP; the hierarchical ring's CP/a steps of aL x aL on heads/a (a =
+    context_a2a) (pipesim/emulator/context.py: the same block functions)."""
     mode, cp = s.parallel.context_mode, s.parallel.context
-    if cp <= 1 or mode not in ("ring", "allgather", "a2a"):
+    if cp <= 1:
         return None
     from pipesim.costs.layers import shapes_of
     sh = shapes_of(s)
     bh, L, S = sh.b * sh.a / sh.tp.head_div, int(sh.s), int(s.model.seq_length)
-    q, k, batch, steps = {"ring": (L, L, bh, cp), "allgather": (L, S, bh, 1), "a2a": (S, S, bh / cp, 1)}[mode]
+    a = s.parallel.context_levels[0]
+    q, k, batch, steps = {"ring": (L, L, bh, cp), "allgather": (L, S, bh, 1), "a2a": (S, S, bh / cp, 1),
+                          # the ring over the groups: a group's tokens on heads / context_a2a
+                          "a2a+p2p": (a * L, a * L, bh / a, cp // a)}[mode]
     return dict(batch=int(batch), q=q, k=k, head_dim=int(sh.d), causal=bool(s.model.causal),
                 dtype=s.training.precision), steps
 

@@ -24,7 +24,9 @@ they arrive (a reduce-scatter). All-to-all (`a2a`; DeepSpeed Ulysses, Jacobs et 
 3.1): Q, K and V go from sequence shards to head shards (rank m gets heads m·H/CP... of every
 member's tokens), attention runs over the whole sequence on those heads, the output comes back;
 the backward moves dO one way and dQ, dK, dV the other. Both are built from point-to-point
-messages (gloo has no all-to-all) and logged like the ring's waits.
+messages (gloo has no all-to-all) and logged like the ring's waits. Hierarchical (`a2a+p2p`, USP):
+the all-to-all inside groups of `context_a2a` adjacent members, then the ring over the groups on
+the head shards, and the all-to-all back.
 
 Every rank holds all weights: their gradients are summed over data x context (worker.py), with
 each rank's loss the mean over its own tokens scaled by 1/CP (executor.py).
@@ -54,13 +56,23 @@ class ContextGroup:
     """This rank's place in its context-parallel ring and the positions of every member."""
 
     def __init__(self, size: int, rank: int, ranks: list[int], seq: int, layout: str, causal: bool, scale: float,
-                 log: list | None = None, mode: str = "ring"):
+                 log: list | None = None, mode: str = "ring", a2a: int = 1, positions: list | None = None):
         self.size, self.rank, self.ranks, self.mode = size, rank, ranks, mode
         self.next, self.prev = ranks[(rank + 1) % size], ranks[(rank - 1) % size]
-        self.all_positions = [chunk_positions(seq, size, r, layout) for r in range(size)]
+        self.all_positions = positions or [chunk_positions(seq, size, r, layout) for r in range(size)]
         self.positions = self.all_positions[rank]
         self.causal, self.scale = causal, scale
         self.log = log if log is not None else []     # (phase, start, end, bytes), like TPGroup.log
+        self.inner = self.outer = None
+        if mode == "a2a+p2p":
+            # the all-to-all inside groups of `a2a` adjacent members, then a ring over the groups on
+            # the head shards, each group's tokens in the inner member order (costs/topology.py)
+            base, j = rank - rank % a2a, rank // a2a
+            self.inner = ContextGroup(a2a, rank % a2a, ranks[base:base + a2a], seq, layout, causal, scale, self.log,
+                                      positions=self.all_positions[base:base + a2a])
+            groups = [torch.cat(self.all_positions[g * a2a:(g + 1) * a2a]) for g in range(size // a2a)]
+            self.outer = ContextGroup(size // a2a, j, ranks[rank % a2a::a2a], seq, layout, causal, scale, self.log,
+                                      positions=groups)
 
     def attention(self, q, k, v, heads: int = 1, group: int = 1):
         """q: [batch*heads, local seq, head dim], k and v: [batch*heads/group, ...] (one key/value
@@ -70,6 +82,11 @@ class ContextGroup:
             return _AllGatherAttention.apply(q, k, v, self, group)
         if self.mode == "a2a":
             return _UlyssesAttention.apply(q, k, v, self, heads, group)
+        if self.mode == "a2a+p2p":
+            inner, kv_heads = self.inner, heads // group
+            qh = _Shard.apply(q, inner, heads)
+            kh, vh = _Shard.apply(k, inner, kv_heads), _Shard.apply(v, inner, kv_heads)
+            return _Unshard.apply(_RingAttention.apply(qh, kh, vh, self.outer, group), inner, heads)
         return _RingAttention.apply(q, k, v, self, group)
 
     def swap(self, parts: list, phase: str) -> list:
@@ -245,6 +262,30 @@ def _to_sequence(y, g: ContextGroup, heads: int, phase: str):
     local = heads // g.size
     L, d = got[0].shape[1], got[0].shape[2]
     return torch.cat([p.reshape(-1, local, L, d) for p in got], dim=1).reshape(-1, L, d)
+
+
+class _Shard(torch.autograd.Function):
+    """Sequence shard -> head shard over the group (its backward the way back)."""
+    @staticmethod
+    def forward(ctx, x, g: ContextGroup, heads: int):
+        ctx.g, ctx.heads = g, heads
+        return _to_heads(x, g, heads, "cp_fwd")
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _to_sequence(dy.contiguous(), ctx.g, ctx.heads, "cp_bwd"), None, None
+
+
+class _Unshard(torch.autograd.Function):
+    """Head shard -> sequence shard over the group (its backward the way there)."""
+    @staticmethod
+    def forward(ctx, y, g: ContextGroup, heads: int):
+        ctx.g, ctx.heads = g, heads
+        return _to_sequence(y, g, heads, "cp_fwd")
+
+    @staticmethod
+    def backward(ctx, dx):
+        return _to_heads(dx.contiguous(), ctx.g, ctx.heads, "cp_bwd"), None, None
 
 
 class _UlyssesAttention(torch.autograd.Function):

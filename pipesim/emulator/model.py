@@ -380,9 +380,6 @@ def check_supported(s) -> None:
     if s.training.zero_stage:
         raise ScenarioError(f"{where}: training.zero_stage={s.training.zero_stage}: the emulator runs "
                             f"zero_stage 0 only")
-    if p.context > 1 and p.context_mode == "a2a+p2p":
-        raise ScenarioError(f"{where}: parallel.context_mode=a2a+p2p: the emulator runs ring, allgather and a2a "
-                            f"context parallelism")
     if p.context > 1 and m.dropout:
         raise ScenarioError(f"{where}: parallel.context={p.context}: the emulator's ring attention has no "
                             f"attention dropout; set model.dropout: false")

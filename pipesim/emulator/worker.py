@@ -103,7 +103,8 @@ def _setup(cfg: dict):
         from pipesim.emulator.context import ContextGroup, attach
         ring = [rank_of(s, tp=c["tp"], dp=c["dp"], pp=c["pp"], cp=r) for r in range(C)]
         cp = ContextGroup(C, c["cp"], ring, s.model.seq_length, s.parallel.context_layout, s.model.causal,
-                          1.0 / s.model.head_dim ** 0.5, log=tp.log, mode=s.parallel.context_mode)
+                          1.0 / s.model.head_dim ** 0.5, log=tp.log, mode=s.parallel.context_mode,
+                          a2a=s.parallel.context_levels[0])
         attach(stages, cp)
     from pipesim.emulator.faults import ENV, parse_fault
     rt = Runtime(scenario=s, rank=rank, coords=c, plan=plan, stages=stages, tp=tp, dp_group=dp_group,
