@@ -61,3 +61,12 @@ def test_allgather_and_all_to_all_exchanges_match_one_process(tmp_path, sets):
         local = s.model.seq_length // 2 * s.training.micro_batch_size
         kv = 2 * local * s.model.kv_heads * s.model.head_dim * 4
         assert {e["bytes"] for e in moved if e["args"]["phase"] == "cp_fwd"} == {kv}
+
+
+@pytest.mark.parametrize("mode", ["ring", "a2a"])
+def test_latent_attention_under_context_parallelism(tmp_path, mode):
+    # MLA: K (nope + rope) and V (v dim) of different widths travel together; the rope key's
+    # positions are the rank's own chunks'
+    check(tmp_path, ["model.attention_variant=mla", "model.q_lora_rank=16", "model.kv_lora_rank=16",
+                     "model.qk_rope_head_dim=8", "model.qk_nope_head_dim=16", "model.v_head_dim=16",
+                     "model.num_kv_heads=null", "training.attention=flash", f"parallel.context_mode={mode}"])

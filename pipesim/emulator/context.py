@@ -154,6 +154,15 @@ def block_forward(q, k, v, scale: float, mask):
     return torch.matmul(torch.exp(s - blse.unsqueeze(-1)), v), blse
 
 
+def packed(k, v):
+    """K and V as one tensor to send ([..., head dim of K + head dim of V]: MLA's differ)."""
+    return torch.cat((k, v), dim=-1)
+
+
+def unpacked(kv, k_dim: int):
+    return kv[..., :k_dim], kv[..., k_dim:]
+
+
 def shared(x, group: int):
     """Key/value heads repeated for the `group` query heads sharing each (grouped-query attention)."""
     return x if group == 1 else x.repeat_interleave(group, dim=0)
@@ -176,12 +185,13 @@ def block_backward(q, k, v, dout, lse, delta, scale: float, mask):
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g: ContextGroup, group: int):
-        kv = torch.stack((k, v))
+        kv, kd = packed(k, v), k.shape[-1]
         out = lse = None
         for i in range(g.size):
             owner = (g.rank - i) % g.size
             waiter = g.exchange(kv, "cp_fwd")[1] if i < g.size - 1 else None
-            bout, blse = block_forward(q, shared(kv[0], group), shared(kv[1], group), g.scale, g.mask(owner, q))
+            kb, vb = unpacked(kv, kd)
+            bout, blse = block_forward(q, shared(kb, group), shared(vb, group), g.scale, g.mask(owner, q))
             if out is None:
                 out, lse = bout, blse
             else:       # merge two normalised partial softmaxes by their log-sum-exp weights
@@ -201,12 +211,13 @@ class _RingAttention(torch.autograd.Function):
         dout = dout.contiguous()
         delta = (dout * out).sum(-1, keepdim=True)            # rowsum(dO ∘ O)
         dq = torch.zeros_like(q)
-        kv = torch.stack((k, v))
+        kv, kd = packed(k, v), k.shape[-1]
         dkv, dkv_wait = torch.zeros_like(kv), None
         for i in range(g.size):
             owner = (g.rank - i) % g.size
             kv_wait = g.exchange(kv, "cp_bwd")[1] if i < g.size - 1 else None
-            dq_part, dk, dv = block_backward(q, shared(kv[0], group), shared(kv[1], group), dout, lse, delta,
+            kb, vb = unpacked(kv, kd)
+            dq_part, dk, dv = block_backward(q, shared(kb, group), shared(vb, group), dout, lse, delta,
                                              g.scale, g.mask(owner, q))
             dk, dv = summed(dk, group), summed(dv, group)
             dq += dq_part
@@ -215,36 +226,39 @@ class _RingAttention(torch.autograd.Function):
             # AttnFuncWithCPAndKVP2P overlaps it); add this rank's part and pass them on
             if dkv_wait is not None:
                 dkv = dkv_wait()
-            dkv_wait = g.exchange(dkv + torch.stack((dk, dv)), "cp_bwd")[1]
+            dkv_wait = g.exchange(dkv + packed(dk, dv), "cp_bwd")[1]
             if kv_wait is not None:
                 kv = kv_wait()
         dkv = dkv_wait()            # after the last step each block's dK/dV reach their owner
-        return dq, dkv[0], dkv[1], None, None
+        return dq, *unpacked(dkv, kd), None, None
 
 
 class _AllGatherAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g: ContextGroup, group: int):
-        kv = torch.cat(g.swap([torch.stack((k, v))] * g.size, "cp_fwd"), dim=2)     # [2, B·kv, S, d]
+        kd = k.shape[-1]
+        kv = torch.cat(g.swap([packed(k, v)] * g.size, "cp_fwd"), dim=1)     # [B·kv, S, dk + dv]
         mask = causal_mask(g.positions, g.key_positions(), q) if g.causal else None
-        out, lse = block_forward(q, shared(kv[0], group), shared(kv[1], group), g.scale, mask)
+        kb, vb = unpacked(kv, kd)
+        out, lse = block_forward(q, shared(kb, group), shared(vb, group), g.scale, mask)
         ctx.save_for_backward(q, kv, out, lse)
-        ctx.group, ctx.shared = g, group
+        ctx.group, ctx.shared, ctx.kd = g, group, kd
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, kv, out, lse = ctx.saved_tensors
-        g, group = ctx.group, ctx.shared
+        g, group, kd = ctx.group, ctx.shared, ctx.kd
         dout = dout.contiguous()
         delta = (dout * out).sum(-1, keepdim=True)
         mask = causal_mask(g.positions, g.key_positions(), q) if g.causal else None
-        dq, dk, dv = block_backward(q, shared(kv[0], group), shared(kv[1], group), dout, lse, delta, g.scale, mask)
+        kb, vb = unpacked(kv, kd)
+        dq, dk, dv = block_backward(q, shared(kb, group), shared(vb, group), dout, lse, delta, g.scale, mask)
         # each member's block of dK/dV goes home and is summed there (a reduce-scatter)
         sizes = [len(p) for p in g.all_positions]
-        blocks = torch.stack((summed(dk, group), summed(dv, group))).split(sizes, dim=2)
+        blocks = packed(summed(dk, group), summed(dv, group)).split(sizes, dim=1)
         mine = sum(g.swap(list(blocks), "cp_bwd"))
-        return dq, mine[0], mine[1], None, None
+        return dq, *unpacked(mine, kd), None, None
 
 
 def _to_heads(x, g: ContextGroup, heads: int, phase: str):

@@ -14,6 +14,7 @@ are all-reduced over the tensor group with the norms' (executor._sequence_parall
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -57,8 +58,9 @@ class LatentAttention(torch.nn.Module):
     def core(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
 
-    def forward(self, x):
-        """x: [s, b, h] (this rank's sequence shard under sequence parallelism)."""
+    def forward(self, x, cp=None):
+        """x: [s, b, h] (this rank's sequence shard under sequence parallelism); `cp`: the
+        emulator.context.ContextGroup under context parallelism (its exchange runs the core)."""
         if self.q_lora:
             q = self.q_up(enter_tp(self.q_norm(self.q_down(x)), self.tp))
         else:
@@ -74,12 +76,17 @@ class LatentAttention(torch.nn.Module):
         kv = kv.view(s, bsz, H, self.nope + self.dv).permute(1, 2, 0, 3).reshape(bsz * H, s, -1)
         q_nope, q_r = q.split([self.nope, self.rope], dim=-1)
         k_nope, v = kv.split([self.nope, self.dv], dim=-1)
-        k_r = self.rotary(k_r.permute(1, 0, 2))                              # [b, s, rope]: one shared head
+        pos = cp.positions if cp is not None else None
+        k_r = self.rotary(k_r.permute(1, 0, 2), positions=pos)              # [b, s, rope]: one shared head
         k_r = k_r.unsqueeze(1).expand(bsz, H, s, self.rope).reshape(bsz * H, s, self.rope)
-        q = torch.cat([q_nope, self.rotary(q_r)], dim=-1)
+        q = torch.cat([q_nope, self.rotary(q_r, positions=pos)], dim=-1)
         k = torch.cat([k_nope, k_r], dim=-1)
-        shape = (bsz, H, s)
-        q, k, v = q.reshape(*shape, -1), k.reshape(*shape, -1), v.reshape(*shape, -1)
-        o = recompute(self.core, q, k, v) if self.recompute_mode == "selective" else self.core(q, k, v)
-        o = o.permute(2, 0, 1, 3).reshape(s, bsz, H * self.dv)
+        if cp is not None:          # [b·heads, s, dims] as the exchanges take them
+            core = functools.partial(cp.attention, heads=H)
+        else:
+            shape = (bsz, H, s)
+            q, k, v = q.reshape(*shape, -1), k.reshape(*shape, -1), v.reshape(*shape, -1)
+            core = self.core
+        o = recompute(core, q, k, v) if self.recompute_mode == "selective" else core(q, k, v)
+        o = o.reshape(bsz, H, s, self.dv).permute(2, 0, 1, 3).reshape(s, bsz, H * self.dv)
         return exit_tp(self.proj(o), self.tp)

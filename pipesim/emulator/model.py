@@ -206,7 +206,7 @@ class Block(torch.nn.Module):
 
     def attention(self, x):
         if self.latent is not None:
-            return dropout(self.latent(self.ln1(x)), self.drop)
+            return dropout(self.latent(self.ln1(x), self.cp), self.drop)
         s, bsz, _ = x.shape
         r, d, kv = self.per_group, self.d, self.kv
         h_in = enter_tp(self.ln1(x), self.tp)
@@ -406,9 +406,6 @@ def check_supported(s) -> None:
     if m.attention_variant == "dsa":
         raise ScenarioError(f"{where}: model.attention_variant=dsa: the emulator runs gqa and mla attention; "
                             f"DeepSeek sparse attention is simulated only")
-    if m.attention_variant == "mla" and p.context > 1:
-        raise ScenarioError(f"{where}: parallel.context={p.context}: the emulator runs latent attention (mla) "
-                            f"without context parallelism")
     if m.window_size:
         raise ScenarioError(f"{where}: model.window_size={m.window_size}: the emulator's attention is full "
                             f"causal; set it to 0")
