@@ -150,12 +150,6 @@ def test_one_line_errors(patch, words):
     assert "\n" not in msg and all(w in msg for w in words), msg
 
 
-def test_emulator_refuses_latent_attention():
-    from pipesim.emulator.model import check_supported
-    with pytest.raises(ScenarioError, match="attention_variant=dsa"):
-        check_supported(dsa())
-
-
 def test_glm5_scenario_simulates_with_its_recipe():
     s = load_scenario("scenarios/longseq/glm5-128k-416xh100.yaml")
     rep = simulate(s)

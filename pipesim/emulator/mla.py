@@ -11,6 +11,14 @@ megatron/core/transformer/multi_latent_attention.py):
 
 The duplicated weights see only this rank's tokens under sequence parallelism: their gradients
 are all-reduced over the tensor group with the norms' (executor._sequence_parallel_grads).
+
+DeepSeek sparse attention (`attention_variant: dsa`, `dsa_indexer_loss: none`; DeepSeek-V3.2-Exp
+Sec. 2.1, pipesim/costs/dsa.py): a lightning indexer, duplicated on every tensor rank over every
+token (x and c_q all-gathered under sequence parallelism, detached, no gradient) scores the causal
+keys (kernels/dsa_indexer_kernel.py's reference: sum over the indexer heads of w · ReLU(q_I · k_I),
+rotary on the first rope dims of q_I and k_I), and each query attends only to its top-k keys: the
+same MLA attention under that mask (the absorbed form the cost model times computes the same
+numbers). The indexer loss is not emulated.
 """
 from __future__ import annotations
 
@@ -54,6 +62,7 @@ class LatentAttention(torch.nn.Module):
         self.kv_up = b.linear(f"{prefix}.kv_up", self.rkv, a * (self.nope + self.dv), "column", False)
         self.proj = b.linear(f"{prefix}.proj", a * self.dv, h, "row", False)
         self.scale = 1.0 / math.sqrt(qk)
+        self.indexer = Indexer(b, f"{prefix}.indexer") if m.attention_variant == "dsa" else None
 
     def core(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
@@ -62,7 +71,8 @@ class LatentAttention(torch.nn.Module):
         """x: [s, b, h] (this rank's sequence shard under sequence parallelism); `cp`: the
         emulator.context.ContextGroup under context parallelism (its exchange runs the core)."""
         if self.q_lora:
-            q = self.q_up(enter_tp(self.q_norm(self.q_down(x)), self.tp))
+            c_q = enter_tp(self.q_norm(self.q_down(x)), self.tp)
+            q = self.q_up(c_q)
         else:
             q = self.q_proj(enter_tp(x, self.tp))
         c_kv, k_r = self.kv_down(x).split([self.rkv, self.rope], dim=-1)
@@ -81,7 +91,12 @@ class LatentAttention(torch.nn.Module):
         k_r = k_r.unsqueeze(1).expand(bsz, H, s, self.rope).reshape(bsz * H, s, self.rope)
         q = torch.cat([q_nope, self.rotary(q_r, positions=pos)], dim=-1)
         k = torch.cat([k_nope, k_r], dim=-1)
-        if cp is not None:          # [b·heads, s, dims] as the exchanges take them
+        if self.indexer is not None:     # each query's top-k keys (loader: no CP with dsa here)
+            allowed = self.indexer(x, c_q, self.tp, self.rotary)                 # [b, s, s]
+            shape = (bsz, H, s)
+            q, k, v = q.reshape(*shape, -1), k.reshape(*shape, -1), v.reshape(*shape, -1)
+            core = functools.partial(F.scaled_dot_product_attention, attn_mask=allowed[:, None], scale=self.scale)
+        elif cp is not None:          # [b·heads, s, dims] as the exchanges take them
             core = functools.partial(cp.attention, heads=H)
         else:
             shape = (bsz, H, s)
@@ -90,3 +105,38 @@ class LatentAttention(torch.nn.Module):
         o = recompute(core, q, k, v) if self.recompute_mode == "selective" else core(q, k, v)
         o = o.reshape(bsz, H, s, self.dv).permute(2, 0, 1, 3).reshape(s, bsz, H * self.dv)
         return exit_tp(self.proj(o), self.tp)
+
+
+class Indexer(torch.nn.Module):
+    """DSA's lightning indexer, frozen (no gradient): which keys each query attends to."""
+
+    def __init__(self, b, prefix: str):
+        super().__init__()
+        m = b.s.model
+        self.heads, self.dim, self.topk, self.rope = (m.dsa_index_heads, m.dsa_index_head_dim, m.dsa_index_topk,
+                                                      m.qk_rope_head_dim)
+        self.wq = b.linear(f"{prefix}.wq", m.q_lora_rank, self.heads * self.dim, "duplicated", False)
+        self.wk = b.linear(f"{prefix}.wk", m.hidden_size, self.dim, "duplicated", False)
+        self.k_norm_w = b.tensor(f"{prefix}.k_norm.weight", (self.dim,), kind="ones", seq_sharded_grad=True)
+        self.k_norm_b = b.tensor(f"{prefix}.k_norm.bias", (self.dim,), kind="small", seq_sharded_grad=True)
+        self.ww = b.linear(f"{prefix}.ww", m.hidden_size, self.heads, "duplicated", False)
+
+    @torch.no_grad()
+    def forward(self, x, c_q, tp, rotary):
+        """x: [s_local, b, h], c_q: [s, b, q_lora] (gathered) -> bool [b, s, s], True where a query
+        attends a key: its top-k causal keys by the indexer's score."""
+        from pipesim.kernels.dsa_indexer_kernel import index_scores_reference
+        if tp.sp:
+            x = tp.all_gather0(x, "dsa_indexer")
+        s, bsz, _ = x.shape
+        q = self.wq(c_q.detach()).view(s, bsz, self.heads, self.dim).permute(1, 0, 2, 3)      # [b, s, H_I, d_I]
+        k = F.layer_norm(self.wk(x), (self.dim,), self.k_norm_w, self.k_norm_b).permute(1, 0, 2)   # [b, s, d_I]
+        w = self.ww(x).permute(1, 0, 2) * (self.heads ** -0.5 * self.dim ** -0.5)                # [b, s, H_I]
+        r = self.rope
+        q_pe = rotary(q[..., :r].permute(0, 2, 1, 3).reshape(bsz * self.heads, s, r))
+        q = torch.cat([q_pe.view(bsz, self.heads, s, r).permute(0, 2, 1, 3), q[..., r:]], dim=-1)
+        k = torch.cat([rotary(k[..., :r]), k[..., r:]], dim=-1)
+        scores = index_scores_reference(q, k, w)                                               # -inf above the diagonal
+        top = scores.topk(min(self.topk, s), dim=-1).indices
+        picked = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, top, True)
+        return picked & torch.isfinite(scores)

@@ -189,7 +189,7 @@ class Block(torch.nn.Module):
             from pipesim.emulator.gated_delta import GatedDeltaNet
             self.mixer = GatedDeltaNet(b, f"{p}.mixer")
         self.latent = None
-        if self.kind in ("block", "attention") and m.attention_variant == "mla":
+        if self.kind in ("block", "attention") and m.is_mla:
             from pipesim.emulator.mla import LatentAttention
             self.latent = LatentAttention(b, p, recompute, rotary)
         elif self.kind in ("block", "attention"):
@@ -403,9 +403,12 @@ def check_supported(s) -> None:
     if m.mtp_layers:
         raise ScenarioError(f"{where}: model.mtp_layers={m.mtp_layers}: the emulator runs no multi-token "
                             f"prediction; set it to 0")
-    if m.attention_variant == "dsa":
-        raise ScenarioError(f"{where}: model.attention_variant=dsa: the emulator runs gqa and mla attention; "
-                            f"DeepSeek sparse attention is simulated only")
+    if m.attention_variant == "dsa" and m.dsa_indexer_loss != "none":
+        raise ScenarioError(f"{where}: model.dsa_indexer_loss={m.dsa_indexer_loss}: the emulator runs DeepSeek sparse "
+                            f"attention with a frozen indexer; set it to none")
+    if m.attention_variant == "dsa" and p.context > 1:
+        raise ScenarioError(f"{where}: parallel.context={p.context}: the emulator runs DeepSeek sparse attention "
+                            f"without context parallelism")
     if m.window_size:
         raise ScenarioError(f"{where}: model.window_size={m.window_size}: the emulator's attention is full "
                             f"causal; set it to 0")
