@@ -84,9 +84,9 @@ class ContextGroup:
             return _UlyssesAttention.apply(q, k, v, self, heads, group)
         if self.mode == "a2a+p2p":
             inner, kv_heads = self.inner, heads // group
-            qh = _Shard.apply(q, inner, heads)
-            kh, vh = _Shard.apply(k, inner, kv_heads), _Shard.apply(v, inner, kv_heads)
-            return _Unshard.apply(_RingAttention.apply(qh, kh, vh, self.outer, group), inner, heads)
+            qh = _Reshard.apply(q, inner, heads, True)
+            kh, vh = _Reshard.apply(k, inner, kv_heads, True), _Reshard.apply(v, inner, kv_heads, True)
+            return _Reshard.apply(_RingAttention.apply(qh, kh, vh, self.outer, group), inner, heads, False)
         return _RingAttention.apply(q, k, v, self, group)
 
     def swap(self, parts: list, phase: str) -> list:
@@ -278,28 +278,17 @@ def _to_sequence(y, g: ContextGroup, heads: int, phase: str):
     return torch.cat([p.reshape(-1, local, L, d) for p in got], dim=1).reshape(-1, L, d)
 
 
-class _Shard(torch.autograd.Function):
-    """Sequence shard -> head shard over the group (its backward the way back)."""
+class _Reshard(torch.autograd.Function):
+    """Sequence shard <-> head shard over the group (`to_heads`); the backward goes the other way."""
     @staticmethod
-    def forward(ctx, x, g: ContextGroup, heads: int):
-        ctx.g, ctx.heads = g, heads
-        return _to_heads(x, g, heads, "cp_fwd")
+    def forward(ctx, x, g: ContextGroup, heads: int, to_heads: bool):
+        ctx.g, ctx.heads, ctx.to_heads = g, heads, to_heads
+        return (_to_heads if to_heads else _to_sequence)(x, g, heads, "cp_fwd")
 
     @staticmethod
     def backward(ctx, dy):
-        return _to_sequence(dy.contiguous(), ctx.g, ctx.heads, "cp_bwd"), None, None
-
-
-class _Unshard(torch.autograd.Function):
-    """Head shard -> sequence shard over the group (its backward the way there)."""
-    @staticmethod
-    def forward(ctx, y, g: ContextGroup, heads: int):
-        ctx.g, ctx.heads = g, heads
-        return _to_sequence(y, g, heads, "cp_fwd")
-
-    @staticmethod
-    def backward(ctx, dx):
-        return _to_heads(dx.contiguous(), ctx.g, ctx.heads, "cp_bwd"), None, None
+        back = _to_sequence if ctx.to_heads else _to_heads
+        return back(dy.contiguous(), ctx.g, ctx.heads, "cp_bwd"), None, None, None
 
 
 class _UlyssesAttention(torch.autograd.Function):
