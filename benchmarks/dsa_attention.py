@@ -19,7 +19,7 @@ from pipesim import load_scenario
 from pipesim.costs.layers import layer_ops
 from pipesim.costs.stage import cost_model_for
 
-BLOCK = ("q_absorb", "dsa_", "attention", "v_up", "kv_up", "q_up", "proj")
+BLOCK = ("q_absorb", "dsa_", "attention", "v_up", "kv_up", "mla_rope", "q_up", "proj")
 PARTS = {"indexer": ("dsa_idx", "dsa_index_scores", "dsa_topk"), "sparse": ("attention",),
          "loss": ("dsa_loss_target", "dsa_indexer_grad")}
 
