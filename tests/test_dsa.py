@@ -183,3 +183,12 @@ def test_the_indexer_is_a_calibration_op_and_a_profile_times_it():
     assert t.source == "measured" and t.seconds == pytest.approx(0.0123)
     # under CP the op is one rank's block of the square: no lookup
     assert ops_of(dsa(seq=4096, context=2))["dsa_index_scores"].measure_fwd == ()
+
+
+def test_deepseek_v32_sparse_stage_example_fits_and_beats_dense_mla():
+    path = "scenarios/longseq/deepseek-v3.2-128k-2048xh800.yaml"
+    s = load_scenario(path)
+    rep = simulate(s, trace=False)
+    assert s.num_gpus == 2048 and not rep.oom and rep.data["exposed_comm_s"]["CP"] > 0
+    dense = simulate(load_scenario(path, ["model.attention_variant=mla"]), trace=False)
+    assert rep.step_time_s < 0.5 * dense.step_time_s
