@@ -192,3 +192,31 @@ def test_deepseek_v32_sparse_stage_example_fits_and_beats_dense_mla():
     assert s.num_gpus == 2048 and not rep.oom and rep.data["exposed_comm_s"]["CP"] > 0
     dense = simulate(load_scenario(path, ["model.attention_variant=mla"]), trace=False)
     assert rep.step_time_s < 0.5 * dense.step_time_s
+
+
+def test_index_share_runs_the_indexer_on_one_layer_in_freq():
+    from pipesim.costs.dsa import INDEXER_OPS, topk_share
+    s = dsa(seq=32768, num_layers=8, dsa_index_topk_freq=4, dsa_index_skip_offset=1)
+    # Megatron-Core's is_dsa_skip_topk_layer: layers 1 and 5 compute, the others reuse
+    assert [s.model.computes_topk(n) for n in range(1, 9)] == [True, False, False, False, True, False, False, False]
+    assert topk_share(s) == pytest.approx(2 / 8)
+    shared, every = ops_of(s), ops_of(dsa(seq=32768, num_layers=8))
+    for name in INDEXER_OPS:
+        assert shared[name].flops_fwd == pytest.approx(every[name].flops_fwd / 4)
+    assert shared["attention"].flops_fwd == every["attention"].flops_fwd
+    assert total_params(s) < total_params(dsa(seq=32768, num_layers=8))
+
+
+def test_index_share_cannot_cross_a_pipeline_stage():
+    with pytest.raises(ScenarioError) as e:
+        load_scenario({"model": {"preset": "deepseek-v3.2", "seq_length": 8192, "num_layers": 8, "num_experts": 64,
+                                 "moe_first_dense_layers": 1, "dsa_index_topk_freq": 4},
+                       "system": {"preset": "dgx-h100", "num_nodes": 1},
+                       "parallel": {"pipeline": 2, "layers_per_stage": [3, 5], "data": 4},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 8}})
+    msg = str(e.value)
+    assert "model.dsa_index_topk_freq" in msg and "starts at layer 4" in msg and "\n" not in msg
+    for bad, words in (({"dsa_index_topk_freq": 0}, "dsa_index_topk_freq must be positive"),
+                       ({"dsa_index_skip_offset": -1}, "dsa_index_skip_offset must not be negative")):
+        with pytest.raises(ScenarioError, match=words):
+            dsa(**bad)

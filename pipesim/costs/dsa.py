@@ -31,6 +31,9 @@ dsa.py; the paper's App. A "MQA mode of MLA"):
   all-reduced over the tensor group ([tokens, k] fp32); the indexer backward recomputes its
   logits on the k keys and forms dq_I and dk_I (3·2·H_I·d_I·k per query), kept until the
   backward. `none`: the indexer runs without gradients.
+IndexShare (GLM-5.2; Megatron-Core dsa_indexer_topk_freq / skip_topk_offset): only one layer in
+`dsa_index_topk_freq` runs the indexer, the others reuse its top-k; the indexer ops are costed at
+the share of layers that run them (every layer at the average).
 Context parallelism all-gathers the latent keys and the indexer key (pipesim.costs.context,
 head_bytes); queries stay local: in the load-balanced chunks every rank scores T·S/2 pairs, in a
 contiguous split the last rank T·(S - T/2).
@@ -83,6 +86,31 @@ def _indexer_projection(op: Op, trained: bool) -> Op:
     wgrad = tuple(g for g in op.gemms_bwd if g[5:] == ("wgrad",))
     return replace(op, flops_bwd=op.flops_bwd / 2, bytes_bwd=op.bytes_bwd / 2, gemms_bwd=wgrad, measure_bwd=(),
                    comm_fwd=(), comm_bwd=(), dgrad_fraction=0.0, saved_bytes=0.0)
+
+
+INDEXER_OPS = ("dsa_idx_q", "dsa_idx_k", "dsa_idx_w", "dsa_idx_k_norm", "dsa_index_scores", "dsa_topk",
+               "dsa_loss_target", "dsa_indexer_grad")
+
+
+def topk_share(s: Scenario) -> float:
+    """Share of the layers (MTP layers numbered on their own, as Megatron-Core does) that run the
+    indexer under IndexShare (`model.dsa_index_topk_freq`); 1 without it."""
+    m = s.model
+    layers = [m.computes_topk(i) for i in range(1, m.num_layers + 1)]
+    layers += [m.computes_topk(i) for i in range(1, m.mtp_layers + 1)]
+    return sum(layers) / len(layers)
+
+
+def _scaled(op: Op, share: float) -> Op:
+    """An indexer op at `share` of its cost: every layer costs the layer average (as
+    pipesim.costs.layers.windowed_attention does for sliding windows)."""
+    if share == 1:
+        return op
+    return replace(op, flops_fwd=op.flops_fwd * share, flops_bwd=op.flops_bwd * share,
+                   bytes_fwd=op.bytes_fwd * share, bytes_bwd=op.bytes_bwd * share,
+                   saved_bytes=op.saved_bytes * share, params=op.params * share, measure_fwd=(), measure_bwd=(),
+                   comm_fwd=tuple(replace(c, bytes=c.bytes * share) for c in op.comm_fwd),
+                   comm_bwd=tuple(replace(c, bytes=c.bytes * share) for c in op.comm_bwd))
 
 
 def dsa_core_ops(s: Scenario, sh: Shapes, attention_name: str) -> list[Op]:
@@ -153,4 +181,6 @@ def dsa_core_ops(s: Scenario, sh: Shapes, attention_name: str) -> list[Op]:
                       (T * H_I * d_I + sh.b * S * d_I) * 2 + T * k * (INDEX_BYTES + FP32) + grads, 0.0,
                       saved_bytes=grads, fused_attention=("sparse_mla", padded_share(H_I))))
     ops.append(_batched("v_up", heads, T, d_v, r_kv, bf, e, saved=0.0, params=heads * r_kv * d_v))
-    return ops
+    # IndexShare: the layers that reuse a top-k build no indexer, compute no scores and no loss
+    share = topk_share(s)
+    return [_scaled(o, share) if o.name in INDEXER_OPS else o for o in ops]

@@ -121,6 +121,10 @@ class ModelConfig:
     dsa_index_heads: int = field(64, doc="DSA lightning-indexer heads (HF index_n_heads)")
     dsa_index_head_dim: int = field(128, doc="DSA indexer head dimension (HF index_head_dim)")
     dsa_index_topk: int = field(2048, doc="keys each query attends to (HF index_topk)")
+    dsa_index_topk_freq: int = field(1, doc="IndexShare (GLM-5.2; Megatron-Core dsa_indexer_topk_freq): one layer "
+                                             "in this many computes the top-k, the others reuse it")
+    dsa_index_skip_offset: int = field(0, doc="IndexShare: the first layers (1-based, up to this one) all compute "
+                                              "the top-k (Megatron-Core dsa_indexer_skip_topk_offset)")
     dsa_indexer_loss: Literal["sparse", "none"] = field(
         "sparse", doc="sparse: the indexer trains on the KL loss over the selected keys (the sparse training "
                       "stage; Megatron --dsa-indexer-use-sparse-loss with a loss coefficient > 0); none: the "
@@ -135,6 +139,8 @@ class ModelConfig:
                    if getattr(self, k) <= 0]
         if missing:
             raise ValueError(f"a transformer needs positive {', '.join(missing)}")
+        if self.dsa_index_skip_offset < 0:
+            raise ValueError(f"dsa_index_skip_offset must not be negative, got {self.dsa_index_skip_offset}")
         if self.mtp_layers < 0:
             raise ValueError(f"mtp_layers must not be negative, got {self.mtp_layers}")
         if self.mtp_layers > self.num_layers:
@@ -161,7 +167,8 @@ class ModelConfig:
                 raise ValueError("mtp_hybrid_pattern: an MoE layer (E) in the MTP block needs MoE layers in the model")
         for key in ("mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel",
                     "mamba_chunk_size", "gdn_num_key_heads", "gdn_num_value_heads", "gdn_key_head_dim",
-                    "gdn_value_head_dim", "dsa_index_heads", "dsa_index_head_dim", "dsa_index_topk"):
+                    "gdn_value_head_dim", "dsa_index_heads", "dsa_index_head_dim", "dsa_index_topk",
+                    "dsa_index_topk_freq"):
             if getattr(self, key) < (0 if key == "mamba_num_heads" else 1):
                 raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
 
@@ -180,6 +187,12 @@ class ModelConfig:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    def computes_topk(self, layer_number: int) -> bool:
+        """Whether 1-based layer `layer_number` runs DSA's indexer rather than reusing an earlier
+        layer's top-k (Megatron-Core dsa.py is_dsa_skip_topk_layer: offset at least 1)."""
+        offset = max(self.dsa_index_skip_offset, 1)
+        return max(layer_number - offset, 0) % self.dsa_index_topk_freq == 0
 
     @property
     def is_mla(self) -> bool:

@@ -378,6 +378,16 @@ def _check_dsa(s: Scenario, loader: Loader) -> None:
     if s.parallel.context > 1 and s.parallel.context_mode != "allgather":
         loader.fail("parallel.context_mode", f"dsa runs context parallelism as the all-gather of the latent keys "
                     f"(Megatron-Core asserts cp_comm_type allgather); got {s.parallel.context_mode!r}")
+    if m.dsa_index_topk_freq > 1:
+        # Megatron-Core (_validate_dsa_index_share_pipeline_split): a layer reuses the top-k of the
+        # last computing layer before it, which must sit in the same model chunk
+        first = 1
+        for chunk, n in enumerate(s.layers_per_stage()):
+            if n and not m.computes_topk(first):
+                loader.fail("model.dsa_index_topk_freq", f"model chunk {chunk} starts at layer {first}, which reuses "
+                            f"an earlier chunk's top-k (IndexShare cannot cross pipeline stages): start every chunk "
+                            f"on a computing layer (parallel.layers_per_stage)")
+            first += n
     from pipesim.presets.gpus import curve
     gpu = s.system.gpu
     c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
