@@ -129,7 +129,6 @@ def all_to_all_comm(s: Scenario, sh: Shapes, hb: HeadBytes) -> tuple[float, floa
     """(seconds each way, bytes sent each way) of one layer's all-to-alls over the all-to-all
     group: Q, K, V in and O out in the forward; dO in and dQ, dK, dV out in the backward. Each
     rank keeps 1/a2a of what it holds."""
-    from pipesim.costs.collectives import collective_time
     from pipesim.costs.topology import placement
     group, algo = placement(s, "cp_a2a"), s.parallel.collective
     tokens = sh.b * sh.s                              # local tokens (S / CP per sample)

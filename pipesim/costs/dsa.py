@@ -184,3 +184,37 @@ def dsa_core_ops(s: Scenario, sh: Shapes, attention_name: str) -> list[Op]:
     # IndexShare: the layers that reuse a top-k build no indexer, compute no scores and no loss
     share = topk_share(s)
     return [_scaled(o, share) if o.name in INDEXER_OPS else o for o in ops]
+
+
+def check_dsa(s: Scenario, loader) -> None:
+    """DeepSeek sparse attention as Megatron-Core runs it (transformer/experimental_attention_variant/
+    dsa.py): causal masks only, the indexer reads the normalized query latent (q_lora_rank), and
+    context parallelism only as the all-gather of the latent keys (TransformerConfig asserts
+    cp_comm_type allgather). Its main kernel is FlashMLA's sparse prefill (SM90 and later)."""
+    m = s.model
+    if m.attention_variant != "dsa":
+        return
+    if not m.causal:
+        loader.fail("model.attention_variant", f"dsa selects keys under a causal mask; model {m.name!r} is not causal")
+    if not m.q_lora_rank:
+        loader.fail("model.q_lora_rank", "dsa's indexer projects the compressed query latent: set q_lora_rank "
+                    "(DeepSeek-V3.2: 1536)")
+    if s.parallel.context > 1 and s.parallel.context_mode != "allgather":
+        loader.fail("parallel.context_mode", f"dsa runs context parallelism as the all-gather of the latent keys "
+                    f"(Megatron-Core asserts cp_comm_type allgather); got {s.parallel.context_mode!r}")
+    if m.dsa_index_topk_freq > 1:
+        # Megatron-Core (_validate_dsa_index_share_pipeline_split): a layer reuses the top-k of the
+        # last computing layer before it, which must sit in the same model chunk
+        first = 1
+        for chunk, n in enumerate(s.layers_per_stage()):
+            if n and not m.computes_topk(first):
+                loader.fail("model.dsa_index_topk_freq", f"model chunk {chunk} starts at layer {first}, which reuses "
+                            f"an earlier chunk's top-k (IndexShare cannot cross pipeline stages): start every chunk "
+                            f"on a computing layer (parallel.layers_per_stage)")
+            first += n
+    from pipesim.presets.gpus import curve
+    gpu = s.system.gpu
+    c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
+    if c is not None and "sparse_mla" not in c:
+        loader.fail("model.attention_variant", f"dsa's sparse MLA kernel (FlashMLA / cuDNN) needs SM90 or later; "
+                    f"{gpu.name} has no published rate for it")

@@ -326,8 +326,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     # MoE layers by precision: (count key, parts, parts without recompute); the BF16-kept ones of an
     # FP8 / FP4 run (Scenario.layer_cost_kind) cost the BF16 variant's ops
     moe_kinds = [(True, moe, moe_keep)] if moe is not None else []
-    if moe is not None and ("bf16", True) in [*map(s.layer_cost_kind, range(s.model.num_layers)),
-                                              *(s.mtp_cost_kinds if s.model.mtp_layers else [])]:
+    if moe is not None and ("bf16", True) in s.cost_kinds:
         s16 = bf16_variant(s)
         moe16 = moe_stage_parts(s16, cm, sh)
         moe_kinds.append((("bf16", True), moe16,
@@ -543,8 +542,7 @@ def dense_kinds(s: Scenario) -> list[tuple]:
         from pipesim.costs.summary import layer_counts
         out = [(kind, costed_layer_ops(s, kind)) for kind, _ in layer_counts(s) if kind is not True]
         out = out or [("attention", costed_layer_ops(s, "attention"))]     # an all-MoE pattern
-    tagged = [*map(s.layer_cost_kind, range(s.model.num_layers)), *(s.mtp_cost_kinds if s.model.mtp_layers else [])]
-    kept = dict.fromkeys(k for k in tagged if isinstance(k, tuple) and k[1] is not True)    # BF16 MoE: moe_kinds
+    kept = dict.fromkeys(k for k in s.cost_kinds if isinstance(k, tuple) and k[1] is not True)   # BF16 MoE: moe_kinds
     if kept:
         s16 = bf16_variant(s)
         out += [(k, costed_layer_ops(s16, k[1])) for k in kept]

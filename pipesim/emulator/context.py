@@ -80,13 +80,17 @@ class ContextGroup:
         output of the local queries."""
         if self.mode == "allgather":
             return _AllGatherAttention.apply(q, k, v, self, group)
-        if self.mode == "a2a":
-            return _UlyssesAttention.apply(q, k, v, self, heads, group)
-        if self.mode == "a2a+p2p":
-            inner, kv_heads = self.inner, heads // group
+        if self.mode in ("a2a", "a2a+p2p"):
+            # sequence shards -> head shards over the all-to-all group, attention over what the
+            # group holds (a2a: the whole sequence; a2a+p2p: a ring over the groups), and back
+            inner, kv_heads = self if self.mode == "a2a" else self.inner, heads // group
             qh = _Reshard.apply(q, inner, heads, True)
             kh, vh = _Reshard.apply(k, inner, kv_heads, True), _Reshard.apply(v, inner, kv_heads, True)
-            return _Reshard.apply(_RingAttention.apply(qh, kh, vh, self.outer, group), inner, heads, False)
+            if self.mode == "a2a":
+                oh = _WholeSequenceAttention.apply(qh, kh, vh, self, group)
+            else:
+                oh = _RingAttention.apply(qh, kh, vh, self.outer, group)
+            return _Reshard.apply(oh, inner, heads, False)
         return _RingAttention.apply(q, k, v, self, group)
 
     def swap(self, parts: list, phase: str) -> list:
@@ -291,30 +295,25 @@ class _Reshard(torch.autograd.Function):
         return back(dy.contiguous(), ctx.g, ctx.heads, "cp_bwd"), None, None, None
 
 
-class _UlyssesAttention(torch.autograd.Function):
+class _WholeSequenceAttention(torch.autograd.Function):
+    """Attention of head shards over the whole sequence (member order), after the all-to-all."""
     @staticmethod
-    def forward(ctx, q, k, v, g: ContextGroup, heads: int, group: int):
-        kv_heads = heads // group
-        qh = _to_heads(q, g, heads, "cp_fwd")
-        kh, vh = (_to_heads(x, g, kv_heads, "cp_fwd") for x in (k, v))
+    def forward(ctx, q, k, v, g: ContextGroup, group: int):
         pos = g.key_positions()
-        mask = causal_mask(pos, pos, qh) if g.causal else None
-        out, lse = block_forward(qh, shared(kh, group), shared(vh, group), g.scale, mask)
-        ctx.save_for_backward(qh, kh, vh, out, lse)
-        ctx.group, ctx.heads, ctx.shared = g, heads, group
-        return _to_sequence(out, g, heads, "cp_fwd")
+        mask = causal_mask(pos, pos, q) if g.causal else None
+        out, lse = block_forward(q, shared(k, group), shared(v, group), g.scale, mask)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.group, ctx.shared, ctx.mask = g, group, mask
+        return out
 
     @staticmethod
     def backward(ctx, dout):
-        qh, kh, vh, out, lse = ctx.saved_tensors
-        g, heads, group = ctx.group, ctx.heads, ctx.shared
-        douth = _to_heads(dout.contiguous(), g, heads, "cp_bwd")
-        delta = (douth * out).sum(-1, keepdim=True)
-        pos = g.key_positions()
-        mask = causal_mask(pos, pos, qh) if g.causal else None
-        dq, dk, dv = block_backward(qh, shared(kh, group), shared(vh, group), douth, lse, delta, g.scale, mask)
-        return (_to_sequence(dq, g, heads, "cp_bwd"),
-                *(_to_sequence(summed(x, group), g, heads // group, "cp_bwd") for x in (dk, dv)), None, None, None)
+        q, k, v, out, lse = ctx.saved_tensors
+        g, group = ctx.group, ctx.shared
+        dout = dout.contiguous()
+        delta = (dout * out).sum(-1, keepdim=True)
+        dq, dk, dv = block_backward(q, shared(k, group), shared(v, group), dout, lse, delta, g.scale, ctx.mask)
+        return dq, summed(dk, group), summed(dv, group), None, None
 
 
 def attach(stages: dict, group: ContextGroup) -> None:

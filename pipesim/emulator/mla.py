@@ -91,17 +91,15 @@ class LatentAttention(torch.nn.Module):
         k_r = k_r.unsqueeze(1).expand(bsz, H, s, self.rope).reshape(bsz * H, s, self.rope)
         q = torch.cat([q_nope, self.rotary(q_r, positions=pos)], dim=-1)
         k = torch.cat([k_nope, k_r], dim=-1)
-        if self.indexer is not None:     # each query's top-k keys (loader: no CP with dsa here)
-            allowed = self.indexer(x, c_q, self.tp, self.rotary)                 # [b, s, s]
-            shape = (bsz, H, s)
-            q, k, v = q.reshape(*shape, -1), k.reshape(*shape, -1), v.reshape(*shape, -1)
-            core = functools.partial(F.scaled_dot_product_attention, attn_mask=allowed[:, None], scale=self.scale)
-        elif cp is not None:          # [b·heads, s, dims] as the exchanges take them
+        if cp is not None and self.indexer is None:     # [b·heads, s, dims] as the exchanges take them
             core = functools.partial(cp.attention, heads=H)
-        else:
-            shape = (bsz, H, s)
-            q, k, v = q.reshape(*shape, -1), k.reshape(*shape, -1), v.reshape(*shape, -1)
+        else:                                               # the fused kernel's [b, heads, s, dims]
+            q, k, v = (t.reshape(bsz, H, s, -1) for t in (q, k, v))
             core = self.core
+            if self.indexer is not None:     # each query's top-k keys (the loader: no CP with dsa here)
+                allowed = self.indexer(x, c_q, self.tp, self.rotary)                 # [b, s, s]
+                core = functools.partial(F.scaled_dot_product_attention, attn_mask=allowed[:, None],
+                                         scale=self.scale)
         o = recompute(core, q, k, v) if self.recompute_mode == "selective" else core(q, k, v)
         o = o.reshape(bsz, H, s, self.dv).permute(2, 0, 1, 3).reshape(s, bsz, H * self.dv)
         return exit_tp(self.proj(o), self.tp)

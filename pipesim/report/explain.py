@@ -201,18 +201,19 @@ def recompute_by_rank(s, report, costs) -> dict:
     return out
 
 
-def tp_by_rank(report, key: str = "tp") -> dict:
-    """Seconds of blocking collectives inside F/B per rank: tensor-parallel ones (`key` "tp":
-    the events' `tp` less its context-parallel part) or the exposed context-parallel K/V
-    exchange ("cp")."""
-    out: dict = {}
+def blocking_by_rank(report) -> tuple[dict, dict]:
+    """Seconds of blocking collectives inside F/B per rank: (tensor-parallel ones, the events' `tp`
+    less its context-parallel part; the exposed context-parallel K/V exchange, their `cp`)."""
+    tp: dict = {}
+    cp: dict = {}
     for e in report.events:
         if e.stream != "compute":
             continue
-        sec = e.args.get("cp", 0.0) if key == "cp" else e.args.get("tp", 0.0) - e.args.get("cp", 0.0)
-        if sec > 0:
-            out[e.rank] = out.get(e.rank, 0.0) + sec
-    return out
+        c = e.args.get("cp", 0.0)
+        for out, sec in ((tp, e.args.get("tp", 0.0) - c), (cp, c)):
+            if sec > 0:
+                out[e.rank] = out.get(e.rank, 0.0) + sec
+    return tp, cp
 
 
 def variant(s, changes: dict):
@@ -419,10 +420,11 @@ def explain(report, s, *, mode: str = "representative", suggest: bool = True) ->
     path = critical_path(report.events)
     summary = path_summary(path)
     contents = stage_contents(s, costs)
+    tp_s, cp_s = blocking_by_rank(report)
     why = {"critical_path": path, "path": summary, "stages": contents, "slowest_stage": slowest_stage(contents),
            "bubble": bubble_causes(s, report, costs, mode) if s.parallel.pipeline > 1 else None,
            "recompute_s_by_rank": recompute_by_rank(s, report, costs) if s.training.recompute != "none" else {},
-           "tp_s_by_rank": tp_by_rank(report), "cp_s_by_rank": tp_by_rank(report, "cp")}
+           "tp_s_by_rank": tp_s, "cp_s_by_rank": cp_s}
     last = max(report.data["ranks"], key=lambda r: r.get("end_s", 0.0)) if report.data["ranks"] else None
     why["last_rank"] = last["rank"] if last else None
     why["suggested"] = suggest

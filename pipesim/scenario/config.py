@@ -626,6 +626,12 @@ class Scenario:
         return kinds
 
     @property
+    def cost_kinds(self) -> list:
+        """layer_cost_kind of every layer, then of the MTP blocks."""
+        return [*map(self.layer_cost_kind, range(self.model.num_layers)),
+                *(self.mtp_cost_kinds if self.model.mtp_layers else [])]
+
+    @property
     def num_microbatches(self) -> int:
         """Micro-batches per pipeline per step: global / (micro * data)."""
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.data)

@@ -357,43 +357,10 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
                     f"schedules {', '.join(P2P_SYNC_SCHEDULES)}; got schedule: {tr.schedule}")
     from pipesim.costs.moe_parallel import check_moe
     check_moe(s, loader)
-    _check_dsa(s, loader)
+    from pipesim.costs.dsa import check_dsa
+    check_dsa(s, loader)
     if s.costs.profile is not None and not Path(s.costs.profile).exists():
         loader.fail("costs.profile", f"profile not found: {s.costs.profile}")
-
-
-def _check_dsa(s: Scenario, loader: Loader) -> None:
-    """DeepSeek sparse attention as Megatron-Core runs it (transformer/experimental_attention_variant/
-    dsa.py): causal masks only, the indexer reads the normalized query latent (q_lora_rank), and
-    context parallelism only as the all-gather of the latent keys (TransformerConfig asserts
-    cp_comm_type allgather). Its main kernel is FlashMLA's sparse prefill (SM90 and later)."""
-    m = s.model
-    if m.attention_variant != "dsa":
-        return
-    if not m.causal:
-        loader.fail("model.attention_variant", f"dsa selects keys under a causal mask; model {m.name!r} is not causal")
-    if not m.q_lora_rank:
-        loader.fail("model.q_lora_rank", "dsa's indexer projects the compressed query latent: set q_lora_rank "
-                    "(DeepSeek-V3.2: 1536)")
-    if s.parallel.context > 1 and s.parallel.context_mode != "allgather":
-        loader.fail("parallel.context_mode", f"dsa runs context parallelism as the all-gather of the latent keys "
-                    f"(Megatron-Core asserts cp_comm_type allgather); got {s.parallel.context_mode!r}")
-    if m.dsa_index_topk_freq > 1:
-        # Megatron-Core (_validate_dsa_index_share_pipeline_split): a layer reuses the top-k of the
-        # last computing layer before it, which must sit in the same model chunk
-        first = 1
-        for chunk, n in enumerate(s.layers_per_stage()):
-            if n and not m.computes_topk(first):
-                loader.fail("model.dsa_index_topk_freq", f"model chunk {chunk} starts at layer {first}, which reuses "
-                            f"an earlier chunk's top-k (IndexShare cannot cross pipeline stages): start every chunk "
-                            f"on a computing layer (parallel.layers_per_stage)")
-            first += n
-    from pipesim.presets.gpus import curve
-    gpu = s.system.gpu
-    c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
-    if c is not None and "sparse_mla" not in c:
-        loader.fail("model.attention_variant", f"dsa's sparse MLA kernel (FlashMLA / cuDNN) needs SM90 or later; "
-                    f"{gpu.name} has no published rate for it")
 
 
 def _check_router_groups(s: Scenario, loader: Loader) -> None:
