@@ -25,6 +25,12 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
 3. Attention, H100: the FlashAttention-3 paper's cuDNN bars (Shah et al. 2024, Fig. 5) are the
    table itself; the FA3 kernel's own bars (same figure) and pytorch/benchmark PR #2391's FA3
    forward runs (batch x seq = 16k, 16 heads, head dim 128) are independent measurements.
+4. Mamba-2 SSD scan forward, H100 BF16 (pipesim/costs/mamba.py: four GEMMs per chunk on the curve
+   plus the sequential state passing at the memory roof), against vllm-project/vllm PR #27299's
+   microbenchmark (2025-10-25, one H100, granite-4.0-h-small's mixer: 128 heads of 64, 1 group,
+   state 128, chunk 256), its "Original" column = mamba_ssm's Triton kernels, tokens/s. At burst
+   rate (a kernel benchmark). Its 1k and 2k rows take the same 0.29 ms, a fixed cost of the
+   serving wrapper rather than of the kernels, and are shown but not in the mean.
 """
 from __future__ import annotations
 
@@ -111,6 +117,12 @@ FP4_B200 = [(128, 2048, 7168, 338, "DeepGEMM#348"), (128, 24576, 1536, 745, "Dee
             (4096, 6144, 4096, 3646, "vLLM#20646"), (8192, 6144, 4096, 3779, "vLLM#20646"),
             (16384, 6144, 4096, 3904, "vLLM#20646")]
 
+# vLLM PR #27299, "default" table, Original column: (tokens, tokens/s) for (nh 128, hd 64, ng 1, ds 128)
+SSD_VLLM_H100 = [(1024, 3.452741e6), (2048, 7.044192e6), (4096, 1.206409e7), (8192, 1.262327e7),
+                 (16384, 1.292440e7), (32768, 1.180002e7), (65536, 1.106830e7), (131072, 1.070444e7),
+                 (262144, 1.081547e7)]
+SSD_FLOOR_TOKENS = 2048        # rows at or below: the wrapper's fixed cost, not the kernels'
+
 # FA3 paper Fig. 5, FlashAttention-3 bars (H100, head dim 128): fwd non-causal, fwd causal, bwd
 SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 FA3_KERNEL = {("fwd", False): (467, 565, 625, 638, 646, 648), ("fwd", True): (292, 423, 521, 579, 602, 616),
@@ -126,6 +138,20 @@ def gemm_tflops(curve: dict, b: int, m: int, n: int, k: int, dtype: str = "bf16"
                           fill_rate(curve), shape, curve["persistent"], hbm, anchor)
     t = max(t, gemm_bytes(m, n, k, dtype, b) / hbm, LAUNCH)
     return 2 * b * m * n * k / t / 1e12
+
+
+def ssd_tokens_per_s(tokens: int) -> float:
+    """pipesim's SSD scan forward on one H100 at burst rate, granite-4.0-h-small's mixer."""
+    from pipesim.report.estimate import estimate
+    from pipesim.scenario.load import load_scenario
+    s = load_scenario({
+        "model": {"preset": "nemotronh-8b", "seq_length": tokens, "mamba_num_heads": 128, "mamba_head_dim": 64,
+                  "mamba_num_groups": 1, "mamba_state_dim": 128, "mamba_chunk_size": 256},
+        "system": {"preset": "dgx-h100", "num_nodes": 1, "gpus_per_node": 1, "gpu": {"sustained_ratio": 1.0}},
+        "parallel": {"tensor": 1, "pipeline": 1, "data": 1},
+        "training": {"micro_batch_size": 1, "global_batch_size": 1, "precision": "bf16"}})
+    row = next(r for r in estimate(s)["rows"] if r["op"].endswith("ssd"))
+    return tokens / row["t_fwd_s"]
 
 
 def main() -> None:
@@ -227,6 +253,21 @@ def main() -> None:
             row = " ".join(f"{attention_tflops(h100, seq, causal, 'fwd', head_dim=d):>7.0f}"
                            for d in (64, 96, 128, 160, 192, 256))
             print(f"   {seq:>6} {str(causal):>6} {row}")
+    print()
+
+    print("4. Mamba-2 SSD scan forward on H100 (128 heads of 64, state 128, chunk 256), tokens/s, vs vLLM PR "
+          "#27299 (mamba_ssm kernels)")
+    print(f"   {'tokens':>7} {'published':>10} {'pipesim':>10} {'err %':>7}")
+    errs = []
+    for tokens, pub in SSD_VLLM_H100:
+        pred = ssd_tokens_per_s(tokens)
+        err = 100 * (pred / pub - 1)
+        if tokens > SSD_FLOOR_TOKENS:
+            errs.append(err)
+        print(f"   {tokens:>7} {pub / 1e6:>9.2f}M {pred / 1e6:>9.2f}M {err:>+7.1f}"
+              + ("  (wrapper's fixed cost)" if tokens <= SSD_FLOOR_TOKENS else ""))
+    print(f"   mean |error| {statistics.mean(abs(e) for e in errs):.1f} %, mean {statistics.mean(errs):+.1f} % "
+          f"({len(errs)} rows above {SSD_FLOOR_TOKENS} tokens)")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ Megatron-Core's MambaMixer runs it (megatron/core/ssm/mamba_mixer.py), per micro
   ssd       the chunked state-space scan (mamba_ssm `mamba_chunk_scan_combined`, chunk Q):
             per chunk and group C·Bᵀ (2Q²N), per chunk and head the masked product with x (2Q²P),
             the chunk's state Bᵀx (2QNP) and the states' contribution C·state (2QNP) (the paper's
-            Sec. 6 / Listing 1 SSD algorithm; the inter-chunk recurrence, N·P per chunk, is left
-            out). GEMMs on the GPU's curve; the backward runs each product's two gradients (2x)
+            Sec. 6 / Listing 1 SSD algorithm). GEMMs on the GPU's curve; the backward runs each
+            product's two gradients (2x). The inter-chunk recurrence (N·P per chunk and head) is
+            its own memory-bound kernel between them, added to the GEMMs' time (Op.serial_bytes)
   norm_out  the gated RMSNorm y·silu(z) over groups (memory bound)
   out_proj  row-parallel d_inner -> h
   residual
@@ -78,8 +79,16 @@ def ssd_op(s, sh, heads: float, groups: float, P: int, N: int, Q: int) -> Op:
     x = T * heads * P                                  # elements of x (and y, z)
     bc = 2 * T * groups * N
     dt = T * heads
-    states = chunks * heads * P * N                    # fp32 chunk states, written and read back
-    fwd_bytes = (2 * x + bc) * e + dt * FP32 + 2 * states * FP32 + x * e
+    states = chunks * heads * P * N                    # elements of the per-chunk states
+    scan_e = FP32 if s.training.precision in ("fp32", "tf32") else 2    # C's dtype (bf16 / fp16)
+    # in the GEMM kernels: chunk_state writes the fp32 states, chunk_scan reads the passed ones
+    fwd_bytes = (2 * x + bc) * e + dt * FP32 + states * (FP32 + scan_e) + x * e
+    # between them the sequential state passing (mamba_ssm ssd_state_passing.py), its own memory-
+    # bound kernel: the forward reads the fp32 states and writes the passed ones in C's dtype; the
+    # backward re-runs it in fp32 (read + write), then reads states and dstates (fp32) and writes
+    # both in x's dtype (ssd_combined.py _mamba_chunk_scan_combined_fwd / _bwd)
+    serial_fwd = states * (FP32 + scan_e)
+    serial_bwd = states * 2 * FP32 + states * 2 * (FP32 + scan_e)
     saved = (3 * x + bc) * e + dt * FP32
     # the scan's A_log, D and dt_bias (one each per head)
     # a CPU profile's measurement of the emulator's chunked scan replaces the curve (profile key ssd_*)
@@ -87,7 +96,7 @@ def ssd_op(s, sh, heads: float, groups: float, P: int, N: int, Q: int) -> Op:
                  dtype=s.training.precision)
     return Op("ssd", "matmul", flops, 2 * flops, fwd_bytes, 2 * fwd_bytes, saved_bytes=saved, params=3 * heads,
               gemms_fwd=gemms, gemms_bwd=gemms + gemms, measure_fwd=(("ssd_fwd", shape),),
-              measure_bwd=(("ssd_bwd", shape),))
+              measure_bwd=(("ssd_bwd", shape),), serial_bytes_fwd=serial_fwd, serial_bytes_bwd=serial_bwd)
 
 
 def cp_all_to_all(s, sh, kind: str) -> tuple[float, float]:

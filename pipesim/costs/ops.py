@@ -41,6 +41,9 @@ class Op:
     matrices: the op's weight matrices as a matrix optimizer (Muon) sees them, (count, rows,
     cols, row_div, col_div): `count` matrices of full rows x cols (out x in features), split over
     row_div x col_div tensor-parallel ranks.
+    serial_bytes_*: device-memory traffic of memory-bound kernels the op runs one after another
+    with its main kernels (not under them): timed at the memory roof and added (the SSD scan's
+    sequential state passing between its GEMM kernels).
     """
     name: str
     kind: str
@@ -63,3 +66,5 @@ class Op:
     flash: tuple = field(default=(), compare=False)
     fused_attention: tuple = field(default=(), compare=False)
     matrices: tuple = field(default=(), compare=False)
+    serial_bytes_fwd: float = 0.0
+    serial_bytes_bwd: float = 0.0

@@ -123,6 +123,10 @@ class CostModel:
             seconds, source = max(compute, memory), ("fitted" if self._fitted else "roofline")
         if not flops and not nbytes and measured is None:
             return OpTime(0.0, 0.0, 0.0, source)          # no kernel runs in this phase
+        serial = op.serial_bytes_fwd if phase == "fwd" else op.serial_bytes_bwd
+        if serial and measured is None:                  # a measurement already holds these passes
+            memory += serial / self._mem_rate
+            seconds += serial / self._mem_rate
         return OpTime(compute, memory, self.with_launch(seconds, op, phase), source)
 
     def fused_rate(self, spec: tuple, phase: str) -> float:
