@@ -32,7 +32,7 @@ def test_frozen_and_keyword_only():
     s = load_scenario(BASE)
     with pytest.raises(Exception):
         s.parallel.tensor = 2
-    from pipesim.scenario.config import LinkSpec
+    from pipesim.scenario.system_config import LinkSpec
     with pytest.raises(TypeError):
         LinkSpec(1e9)
 

@@ -137,7 +137,7 @@ def run(args) -> int:
 def _simulate(s, mode: str, trace: bool):
     """simulate(), with a schedule's P/M/V constraint error restated with the scenario keys."""
     from pipesim import simulate
-    from pipesim.scenario.load import schedule_error
+    from pipesim.scenario.checks import schedule_error
     try:
         return simulate(s, mode=mode, trace=trace)
     except PipesimError as exc:

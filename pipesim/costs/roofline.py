@@ -25,7 +25,7 @@ from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
 from pipesim.costs.ops import Op
 from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor, sustained_ratio
-from pipesim.scenario.config import GPUSpec
+from pipesim.scenario.system_config import GPUSpec
 
 
 def tensor_core_rate(gpu: GPUSpec, precision: str) -> dict | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pipesim.costs.collectives import Link, p2p_time
 from pipesim.errors import ScenarioError
-from pipesim.scenario.config import GPUSpec, SystemConfig
+from pipesim.scenario.system_config import GPUSpec, SystemConfig
 
 
 @dataclass(frozen=True)

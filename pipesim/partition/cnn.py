@@ -25,7 +25,8 @@ from pipesim.costs.roofline import CostModel
 from pipesim.errors import PipesimError
 from pipesim.partition.cnn_layers import Prim, cost_op, make
 from pipesim.partition.graph import Graph, Node
-from pipesim.scenario.config import BYTES_PER_ELEMENT, GPUSpec
+from pipesim.scenario.config import BYTES_PER_ELEMENT
+from pipesim.scenario.system_config import GPUSpec
 
 INPUTS = {"cifar10": ((3, 32, 32), 10), "imagenet": ((3, 224, 224), 1000)}
 

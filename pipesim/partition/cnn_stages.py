@@ -18,7 +18,8 @@ from pipesim.partition.cluster import cluster_from_system
 from pipesim.partition.cnn import cnn_graph
 from pipesim.partition.solve import Prefix, partition
 from pipesim.partition.stages import Options
-from pipesim.scenario.config import BYTES_PER_ELEMENT, SystemConfig
+from pipesim.scenario.config import BYTES_PER_ELEMENT
+from pipesim.scenario.system_config import SystemConfig
 
 
 def cnn_stage_costs(preset: str, *, system: SystemConfig, micro_batch_size: int, pipeline: int = 1,

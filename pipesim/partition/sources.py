@@ -88,7 +88,7 @@ def load_for_partition(path: str, overrides) -> tuple:
 
     from pipesim.errors import ScenarioError
     from pipesim.presets.systems import SYSTEMS
-    from pipesim.scenario.config import SystemConfig
+    from pipesim.scenario.system_config import SystemConfig
     from pipesim.scenario.load import apply_override, build_scenario, read_yaml, resolve_preset
     from pipesim.scenario.schema import Loader
     file = Path(path)

@@ -1,0 +1,130 @@
+"""The system part of a scenario: the GPU, its links, the cluster's shape and heterogeneity (frozen,
+keyword-only dataclasses in SI units; pipesim/scenario/config.py assembles the scenario)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from pipesim.scenario.schema import field
+from pipesim.scenario.units import GBps, GiB, TFLOPS, US
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec:
+    name: str = field("gpu")
+    peak_fp16: float = field(key="peak_tflops_fp16", scale=TFLOPS, doc="tensor-core FP16 dense peak, TFLOP/s")
+    peak_bf16: Optional[float] = field(None, key="peak_tflops_bf16", scale=TFLOPS, doc="BF16 matrix peak")
+    peak_fp32: float = field(key="peak_tflops_fp32", scale=TFLOPS, doc="FP32 (non-TF32) peak, TFLOP/s")
+    peak_tf32: Optional[float] = field(None, key="peak_tflops_tf32", scale=TFLOPS, doc="TF32 matrix peak")
+    peak_fp8: Optional[float] = field(None, key="peak_tflops_fp8", scale=TFLOPS, doc="FP8 matrix peak")
+    peak_fp4: Optional[float] = field(None, key="peak_tflops_fp4", scale=TFLOPS, doc="FP4 matrix peak (Blackwell)")
+    vector_fp32: Optional[float] = field(None, key="vector_tflops_fp32", scale=TFLOPS, doc="FP32 elementwise peak")
+    vector_fp16: Optional[float] = field(None, key="vector_tflops_fp16", scale=TFLOPS, doc="FP16 elementwise peak")
+    hbm_bandwidth: float = field(key="hbm_bandwidth_GBps", scale=GBps, doc="device memory bandwidth, GB/s")
+    memory: float = field(key="memory_GiB", scale=GiB, doc="device memory, GiB")
+    kernel_launch: float = field(0.0, key="kernel_launch_us", scale=US,
+                                 doc="fixed host cost per launched kernel / eager op, microseconds")
+    launch_overlaps: bool = field(True, doc="launches are asynchronous (GPU): an op takes max(kernel, "
+                                            "launch); false for synchronous hosts (CPU eager): kernel + launch")
+    kernel_curve: Optional[str] = field(None, doc="published kernel curves of this GPU (pipesim/presets/gpus.py: "
+                                                  "a100, h100, h800, h200, b200, gb200, b300, gb300, v100)")
+    matmul_efficiency: Optional[float] = field(None, doc="explicit override: a flat achievable fraction of "
+                                                        "matrix peak for every matmul instead of the kernel curves")
+    sustained_ratio: Optional[float] = field(None, doc="tensor-core rate a training step sustains at the "
+                                                      "power limit, as a fraction of the kernel curves' burst "
+                                                      "rate (default: the curve's measured MSMF / MAMF; 1 = "
+                                                      "clocks held at boost)")
+    vector_efficiency: float = field(0.8, doc="achievable fraction of vector peak")
+    memory_efficiency: float = field(0.85, doc="achievable fraction of HBM bandwidth")
+
+    def __post_init__(self):
+        for name in ("matmul_efficiency", "sustained_ratio", "vector_efficiency", "memory_efficiency"):
+            v = getattr(self, name)
+            if v is not None and not 0 < v <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {v}")
+        for name in ("peak_fp16", "peak_fp32", "hbm_bandwidth", "memory"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+
+    def matrix_peak(self, precision: str) -> float:
+        """Dense matrix FLOP/s for `precision` (fp32 math uses the FP32 peak, not TF32)."""
+        table = {"fp16": self.peak_fp16, "bf16": self.peak_bf16 or self.peak_fp16,
+                 "fp32": self.peak_fp32, "tf32": self.peak_tf32 or self.peak_fp32,
+                 "fp8": self.peak_fp8 or self.peak_bf16 or self.peak_fp16,
+                 "fp4": self.peak_fp4 or self.peak_fp8 or self.peak_bf16 or self.peak_fp16}
+        return table[precision]
+
+    def vector_peak(self, precision: str) -> float:
+        fp32 = self.vector_fp32 or self.peak_fp32
+        if precision in ("fp32", "tf32"):
+            return fp32
+        return self.vector_fp16 or fp32
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkSpec:
+    bandwidth: float = field(key="bandwidth_GBps", scale=GBps, doc="per GPU, per direction, GB/s")
+    latency: float = field(0.0, key="latency_us", scale=US, doc="per message, microseconds")
+    efficiency: float = field(0.8, doc="achievable fraction of the bandwidth")
+
+    def __post_init__(self):
+        if self.bandwidth <= 0:
+            raise ValueError("bandwidth_GBps must be positive")
+        if self.latency < 0:
+            raise ValueError("latency_us must not be negative")
+        if not 0 < self.efficiency <= 1:
+            raise ValueError(f"efficiency must be in (0, 1], got {self.efficiency}")
+
+    @property
+    def effective_bandwidth(self) -> float:
+        return self.bandwidth * self.efficiency
+
+
+@dataclass(frozen=True, kw_only=True)
+class Heterogeneity:
+    rank_speed: dict[int, float] = field(default_factory=dict,
+                                         doc="global rank -> compute speed factor (0.5 = half as fast)")
+    node_inter_bandwidth: dict[int, float] = field(default_factory=dict, key="node_inter_bandwidth_GBps", scale=GBps,
+                                                   doc="node -> inter-node bandwidth override, GB/s")
+
+    def __post_init__(self):
+        for rank, s in self.rank_speed.items():
+            if s <= 0:
+                raise ValueError(f"rank_speed[{rank}] must be positive, got {s}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemConfig:
+    name: str = field("custom")
+    num_nodes: int = field(1, doc="nodes")
+    gpus_per_node: int = field(8, doc="GPUs per node (tray / server)")
+    nvlink_domain: Optional[int] = field(None, doc="GPUs sharing one NVLink fabric (default: a node); "
+                                                   "NVL72 racks: 72 GPUs spanning 18 trays")
+    gpu: GPUSpec = field(doc="the GPU")
+    intra_node: LinkSpec = field(doc="link between GPUs of a node")
+    inter_node: LinkSpec = field(doc="link between nodes (per GPU)")
+    heterogeneity: Heterogeneity = field(default_factory=Heterogeneity, doc="stragglers, slow links")
+    host_link_GBps: Optional[float] = field(None, doc="measured GPU <-> host-memory copy rate per GPU and "
+                                                      "direction, GB/s (activation offloading; presets cite it)")
+
+    def __post_init__(self):
+        if self.num_nodes < 1 or self.gpus_per_node < 1:
+            raise ValueError("num_nodes and gpus_per_node must be at least 1")
+        if self.host_link_GBps is not None and self.host_link_GBps <= 0:
+            raise ValueError(f"host_link_GBps must be positive, got {self.host_link_GBps}")
+        d = self.nvlink_domain
+        if d is not None:
+            n = self.num_nodes * self.gpus_per_node
+            if d < 1 or d % self.gpus_per_node or (n >= d and n % d):
+                raise ValueError(f"nvlink_domain must be a multiple of gpus_per_node that divides the GPU count: "
+                                 f"nvlink_domain {d}, gpus_per_node {self.gpus_per_node}, num_nodes({self.num_nodes})"
+                                 f"·gpus_per_node({self.gpus_per_node}) = {n} GPUs")
+
+    @property
+    def island(self) -> int:
+        """GPUs reachable over NVLink from one GPU (a node unless the NVLink domain spans trays)."""
+        return min(self.nvlink_domain or self.gpus_per_node, self.num_gpus)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
