@@ -156,3 +156,35 @@ def test_search_cli_refuses_an_unknown_context_mode(tmp_path, capsys):
     assert main(["search", str(path), "--gpus", "8", "--context-modes", "ring,ulysses", "--no-files"]) != 0
     err = capsys.readouterr().err
     assert "--context-modes" in err and "'ulysses'" in err and "\n" == err[-1] and err.count("\n") == 1
+
+
+def test_tensor_parallel_layouts_run_with_sequence_parallelism_unless_the_base_says_otherwise():
+    """Megatron runs TP with sequence parallelism and requires it for MoE layers: a base that does
+    not set the key gets it with every TP > 1 layout (none pruned for it); an explicit choice stays."""
+    moe = {"model": {"preset": "qwen3-30b-a3b", "seq_length": 4096, "num_layers": 4},
+           "system": {"preset": "dgx-h100"}, "parallel": {"expert": 8},
+           "training": {"micro_batch_size": 1, "global_batch_size": 16}}
+    space = SearchSpace(tensor=(1, 2), pipeline=(1,), micro_batch=(1,), recompute=("none",), zero=(1,),
+                        compression=(16,))
+    cands = candidates(moe, 8, space)
+    assert {(c["parallel"]["tensor"], c["parallel"]["sequence_parallel"]) for c in cands} == {(1, False), (2, True)}
+    res = search(moe, 8, space, finalists=2, evaluator=analytic_report)
+    assert not res.pruned and {r["tensor"] for r in res.finalists} == {1, 2}
+    off = {**moe, "parallel": {"expert": 8, "sequence_parallel": False}}
+    assert all(c["parallel"]["sequence_parallel"] is False for c in candidates(off, 8, space))
+    assert any("sequence_parallel" in reason for reason in search(off, 8, space, finalists=2,
+                                                                  evaluator=analytic_report).pruned)
+
+
+def test_an_moe_search_names_the_expert_parallel_size_and_gives_each_memory_reason_once():
+    from pipesim.whatif.search import describe
+    moe = {"model": {"preset": "qwen3-30b-a3b", "seq_length": 4096},
+           "system": {"preset": "dgx-h100"}, "training": {"micro_batch_size": 1, "global_batch_size": 16}}
+    space = SearchSpace(tensor=(1,), pipeline=(1,), micro_batch=(2,), zero=(0, 1, 2, 3), compression=(16,),
+                        extra={"parallel.expert": (1, 2, 4, 8)})
+    res = search(moe, 8, space, finalists=4, evaluator=analytic_report)
+    ep = [r for r in res.finalists if r["expert"] > 1][0]
+    assert f"data 8 (expert {ep['expert']})" in describe(ep) and "(expert" not in describe(dict(ep, expert=1))
+    # 30B on 8 H100s needs ZeRO-3 and full recompute: each simpler setting's reason once, not once per EP
+    reasons = [line for line in res.explanation if " because " in line]
+    assert len(reasons) >= 4 and len({line.split(" needs ")[0] for line in reasons}) == len(reasons)

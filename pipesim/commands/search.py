@@ -97,6 +97,8 @@ def run(args) -> int:
         return 1
     print()
     swept = (["offload_layers"] if args.offload else []) + (["context_mode"] if args.context_modes else [])
+    if args.expert or any(r.get("expert", 1) > 1 for r in res.finalists):
+        swept.append("expert")
     print(format_table(res.finalists, swept, top=min(10, len(res.finalists)), ordered=True))
     print()
     for line in res.explanation:

@@ -126,6 +126,7 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
     contexts = space.context or tuple(2 ** k for k in range(0, 11) if 2 ** k == 1 or (
         m.causal and m.seq_length % (2 ** (k + 1)) == 0 and m.seq_length // 2 ** k >= MIN_CP_TOKENS))
     axes = {"parallel.context": contexts, **space.extra}
+    sp_given = "sequence_parallel" in (raw.get("parallel") or {})
     extra_keys = list(axes)
     out, seen = [], set()
     modes = axes.get(CP_MODE, ())
@@ -159,6 +160,8 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
                     continue      # micro-batches enter in rounds of P per chunk (schedules CONSTRAINTS)
                 par = dict(base.get("parallel") or {}, tensor=t, pipeline=p, data=d, virtual_stages=v)
                 par.pop("layers_per_stage", None)
+                if not sp_given:          # Megatron runs TP with sequence parallelism (MoE requires it)
+                    par["sequence_parallel"] = t > 1
                 tr = dict(base["training"], micro_batch_size=mb, schedule=sched, recompute=rc, zero_stage=z,
                           activation_compression_bits=bits)
                 if z != 3:                # the base's ZeRO-3 / FSDP choices do not apply to other stages
@@ -264,6 +267,9 @@ def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: in
 
 
 TIE = 0.005      # throughputs within 0.5 % are a tie: below the model's resolution
+# The keys that tell two candidates' layouts apart (pipesim/whatif/evaluate.py layout_columns).
+LAYOUT_KEYS = ("tensor", "context", "context_mode", "expert", "pipeline", "micro_batch_size", "schedule",
+               "virtual_stages", "recompute", "zero_stage", "compression_bits", "offload_layers")
 UNVERIFIED_MARGIN = 1.30
 
 
@@ -288,7 +294,8 @@ def describe(r: dict) -> str:
     sched = r["schedule"] + (f" v={r['virtual_stages']}" if r["virtual_stages"] > 1 else "")
     cp = f" x context {r['context']} ({r.get('context_mode', 'ring')})" if r.get("context", 1) > 1 else ""
     off = f", {r['offload_layers']} layers' activations offloaded" if r.get("offload_layers") else ""
-    return (f"tensor {r['tensor']}{cp} x pipeline {r['pipeline']} x data {r['data']}, micro-batch "
+    ep = f" (expert {r['expert']})" if r.get("expert", 1) > 1 else ""
+    return (f"tensor {r['tensor']}{cp} x pipeline {r['pipeline']} x data {r['data']}{ep}, micro-batch "
             f"{r['micro_batch_size']} (M={r['num_microbatches']}), {sched}, recompute {r['recompute']}, "
             f"ZeRO-{r['zero_stage']}, {r['compression_bits']}-bit sends{off}")
 
@@ -311,8 +318,7 @@ def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> lis
     # Why the memory knobs are where they are: the same layout with a simpler setting did not fit.
     knobs = (("recompute", "recompute", lambda v: RECOMPUTE.index(v)), ("zero_stage", "ZeRO-", lambda v: v))
     for key, label, order in knobs:
-        rest = [k for k in ("tensor", "context", "context_mode", "pipeline", "micro_batch_size", "schedule",
-                            "virtual_stages", "recompute", "zero_stage", "compression_bits") if k != key]
+        rest = [k for k in LAYOUT_KEYS if k != key]
         simpler = [r for r in screened if r.get("status") == "oom" and all(r.get(k) == best.get(k) for k in rest)
                    and order(r[key]) < order(best[key])]
         for r in sorted(simpler, key=lambda r: order(r[key])):
@@ -339,6 +345,7 @@ def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> lis
     diff = [name for name, a, b in (("tensor", best["tensor"], other["tensor"]),
                                     ("context", best["context"], other["context"]),
                                     ("context mode", best.get("context_mode"), other.get("context_mode")),
+                                    ("expert", best.get("expert", 1), other.get("expert", 1)),
                                     ("pipeline", best["pipeline"], other["pipeline"]),
                                     ("micro-batch", best["micro_batch_size"], other["micro_batch_size"]),
                                     ("schedule", best["schedule"], other["schedule"]),
