@@ -110,3 +110,15 @@ def test_profile_from_another_device_is_refused(tmp_path):
     s = load_scenario(BASE, [f"costs.profile={root / 'traces/cpu-example.json'}"])
     with pytest.raises(ProfileError, match="measured on cpu"):
         stage_costs(s)
+
+
+def test_layers_that_do_not_split_get_a_one_line_error_with_megatrons_split_to_paste():
+    from pipesim.errors import ScenarioError
+    raw = {"model": {"preset": "gpt2-medium", "num_layers": 13}, "system": {"preset": "dgx-a100-80gb"},
+           "parallel": {"pipeline": 4, "data": 2}, "training": {"micro_batch_size": 1, "global_batch_size": 8}}
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(raw)
+    msg = str(err.value)
+    assert "\n" not in msg and "parallel.layers_per_stage" in msg and "e.g. [3, 4, 4, 2]" in msg
+    s = load_scenario(dict(raw, parallel=dict(raw["parallel"], layers_per_stage=[3, 4, 4, 2])))
+    assert s.parallel.layers_per_stage == (3, 4, 4, 2)

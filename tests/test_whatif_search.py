@@ -23,7 +23,9 @@ def test_candidates_respect_the_arithmetic():
     for c in cands:
         t, p, d, v = (c["parallel"][k] for k in ("tensor", "pipeline", "data", "virtual_stages"))
         assert t * p * d == 8
-        assert 24 % (p * v) == 0                         # gpt2-medium has 24 layers
+        lps = c["parallel"].get("layers_per_stage")      # gpt2-medium has 24 layers
+        assert (lps is None) == (24 % (p * v) == 0)
+        assert lps is None or (len(lps) == p * v and sum(lps) == 24)
         if p == 1:
             assert c["training"]["schedule"] == "1f1b" and c["training"]["activation_compression_bits"] == 16
         if d == 1:
@@ -188,3 +190,25 @@ def test_an_moe_search_names_the_expert_parallel_size_and_gives_each_memory_reas
     # 30B on 8 H100s needs ZeRO-3 and full recompute: each simpler setting's reason once, not once per EP
     reasons = [line for line in res.explanation if " because " in line]
     assert len(reasons) >= 4 and len({line.split(" needs ")[0] for line in reasons}) == len(reasons)
+
+
+def test_pipelines_that_do_not_divide_the_layers_get_megatrons_uneven_split():
+    """DeepSeek-V3-like 61-layer models train with PP 8 or 16: the search offers the powers of two
+    with the layers + embedding + loss dealt out evenly (Megatron's account-for-embedding/loss
+    split), and every such candidate loads."""
+    from pipesim.scenario.load import load_scenario
+    from pipesim.scenario.stage_split import embedding_loss_split
+    from pipesim.whatif.search import pipeline_sizes
+    assert pipeline_sizes(61) == [1, 2, 4, 8, 16, 32, 61]
+    assert embedding_loss_split(61, 16) == [3] + [4] * 14 + [2]
+    assert embedding_loss_split(126, 128) == [0] + [1] * 126 + [0]     # Llama 3 405B's layout
+    base = {"model": {"preset": "gpt2-medium", "num_layers": 13}, "system": {"preset": "dgx-a100-80gb"},
+            "training": {"micro_batch_size": 1, "global_batch_size": 64}}
+    space = SearchSpace(tensor=(1,), pipeline=(4,), micro_batch=(1,), recompute=("none",), zero=(0,),
+                        compression=(16,))
+    cands = candidates(base, 8, space)
+    assert {(c["training"]["schedule"], c["parallel"]["virtual_stages"]) for c in cands} >= {("1f1b", 1), ("zb-v", 2)}
+    for c in cands:
+        s = load_scenario(c)
+        assert sum(s.parallel.layers_per_stage) == 13
+        assert s.parallel.layers_per_stage == tuple(embedding_loss_split(13, 4 * s.parallel.virtual_stages))

@@ -7,6 +7,7 @@ from pathlib import Path
 from pipesim.errors import ScenarioError
 from pipesim.scenario.config import ParallelConfig, Scenario
 from pipesim.scenario.schema import Loader
+from pipesim.scenario.stage_split import embedding_loss_split
 
 # Pipeline actions simulated per step (model stages x micro-batches): 16x the largest published
 # schedule we model (8 stages x 1,536 micro-batches = 12,288), low enough to finish in seconds.
@@ -90,8 +91,11 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
             loader.fail("parallel.layers_per_stage", f"sum {'+'.join(map(str, lps))} = {sum(lps)} ≠ "
                         f"num_layers({m.num_layers})")
     elif m.num_layers % stages:
+        split = embedding_loss_split(m.num_layers, stages)
+        hint = f", e.g. {list(split)} (Megatron's split counting the embedding and the loss as layers)" \
+            if split and stages <= 24 else ""
         loader.fail("parallel", f"num_layers({m.num_layers}) is not divisible by pipeline({p})·"
-                    f"virtual_stages({v}) = {stages}; give parallel.layers_per_stage for uneven stages")
+                    f"virtual_stages({v}) = {stages}; give parallel.layers_per_stage for uneven stages{hint}")
     actions = s.num_microbatches * stages
     if actions > MAX_ACTIONS:
         loader.fail("training.global_batch_size", f"global_batch_size({tr.global_batch_size}) / (micro_batch_size("

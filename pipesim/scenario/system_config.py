@@ -116,9 +116,13 @@ class SystemConfig:
         if d is not None:
             n = self.num_nodes * self.gpus_per_node
             if d < 1 or d % self.gpus_per_node or (n >= d and n % d):
+                g = self.gpus_per_node
+                fits = [k for k in range(g, min(d, n) + 1, g) if n % k == 0]
+                hint = (f"; e.g. nvlink_domain {fits[-1]} (racks with {fits[-1] // g} of their trays in use) or "
+                        f"a multiple of {d} GPUs" if fits and d >= g and d % g == 0 else "")
                 raise ValueError(f"nvlink_domain must be a multiple of gpus_per_node that divides the GPU count: "
-                                 f"nvlink_domain {d}, gpus_per_node {self.gpus_per_node}, num_nodes({self.num_nodes})"
-                                 f"·gpus_per_node({self.gpus_per_node}) = {n} GPUs")
+                                 f"nvlink_domain {d}, gpus_per_node {g}, num_nodes({self.num_nodes})"
+                                 f"·gpus_per_node({g}) = {n} GPUs{hint}")
 
     @property
     def island(self) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pipesim.errors import ScenarioError
+from pipesim.scenario.stage_split import embedding_loss_split
 from pipesim.whatif.analytic import analytic_report
 from pipesim.whatif.evaluate import SCREENED_SCHEDULES, evaluate_all, simulate_report
 from pipesim.whatif.grid import Prepared
@@ -98,6 +99,14 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def pipeline_sizes(layers: int) -> list[int]:
+    """Pipeline sizes to try: the layer count's divisors (even stages) and the powers of two up to
+    it (uneven ones, split as Megatron splits them: pipesim/scenario/stage_split.py). Models of
+    2025-26 often have no power-of-two divisor (DeepSeek-V3 and Kimi K2: 61 layers, Qwen3-235B: 94)
+    yet train with PP 8 or 16."""
+    return sorted(set(divisors(layers)) | {2 ** k for k in range(1, layers.bit_length()) if 2 ** k <= layers})
+
+
 def probe_scenario(base: dict, gpus: int):
     """The model and system of a search, loaded on a layout that always exists (pure data
     parallel, one sample per GPU)."""
@@ -122,7 +131,7 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
     probe = probe_scenario(base, gpus)
     m, gpn = probe.model, probe.system.gpus_per_node
     tensors = space.tensor or tuple(t for t in (1, 2, 4, 8, 16) if t <= gpn and gpus % t == 0)
-    pipes = space.pipeline or tuple(p for p in divisors(m.num_layers) if gpus % p == 0)
+    pipes = space.pipeline or tuple(p for p in pipeline_sizes(m.num_layers) if gpus % p == 0)
     contexts = space.context or tuple(2 ** k for k in range(0, 11) if 2 ** k == 1 or (
         m.causal and m.seq_length % (2 ** (k + 1)) == 0 and m.seq_length // 2 ** k >= MIN_CP_TOKENS))
     axes = {"parallel.context": contexts, **space.extra}
@@ -143,9 +152,9 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
             if p > 1:
                 for name in space.schedules:
                     if name == "interleaved":
-                        scheds += [(name, v) for v in VIRTUAL if m.num_layers % (p * v) == 0]
+                        scheds += [(name, v) for v in VIRTUAL if p * v <= m.num_layers]
                     elif name in ("zb-v", "dualpipe-v"):
-                        if m.num_layers % (2 * p) == 0:
+                        if 2 * p <= m.num_layers:
                             scheds.append((name, 2))
                     else:
                         scheds.append((name, 1))
@@ -160,6 +169,8 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
                     continue      # micro-batches enter in rounds of P per chunk (schedules CONSTRAINTS)
                 par = dict(base.get("parallel") or {}, tensor=t, pipeline=p, data=d, virtual_stages=v)
                 par.pop("layers_per_stage", None)
+                if m.num_layers % (p * v):     # uneven chunks, as Megatron splits them
+                    par["layers_per_stage"] = embedding_loss_split(m.num_layers, p * v)
                 if not sp_given:          # Megatron runs TP with sequence parallelism (MoE requires it)
                     par["sequence_parallel"] = t > 1
                 tr = dict(base["training"], micro_batch_size=mb, schedule=sched, recompute=rc, zero_stage=z,

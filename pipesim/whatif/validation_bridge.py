@@ -36,6 +36,7 @@ DeepSeek-V3 "w/ MTP" -> model.mtp_layers 1 (the depth DeepSeek-V3 was trained wi
 from __future__ import annotations
 
 from pipesim.errors import ScenarioError
+from pipesim.scenario.stage_split import embedding_loss_split
 from pipesim.whatif.families import megatron_bucket_MB, megatron_p2p_sync
 
 # Published system names -> (pipesim system preset, GPUs per preset node: pipesim/presets/systems.py).
@@ -135,12 +136,7 @@ def bridge_scenario(case) -> dict:
     parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp}
     layers = _preset_layers(BRIDGE_MODELS[name])
     if layers % (pp * vp):
-        k = pp * vp
-        base, extra = divmod(layers + 2, k)
-        chunks = [base + 1] * extra + [base] * (k - extra)
-        chunks[0] -= 1
-        chunks[-1] -= 1
-        parallel["layers_per_stage"] = chunks
+        parallel["layers_per_stage"] = embedding_loss_split(layers, pp * vp)
     if cp > 1:
         parallel.update(context=cp, context_mode="ring")
     training = {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
