@@ -303,6 +303,11 @@ def test_bad_values_get_one_line_errors_naming_the_key():
     assert "fp8_param_gather" in one_line_error(base(training={"precision": "bf16", "fp8_param_gather": True}))
     msg = one_line_error(base(system={"preset": "gb200-nvl72", "num_nodes": 20}))
     assert "nvlink_domain" in msg and "80 GPUs" in msg
+    # the way out: a domain of whole trays that divides the GPUs (NVL72 racks partly in use)
+    assert "e.g. nvlink_domain 40 (racks with 10 of their trays in use) or a multiple of 72 GPUs" in msg
+    ok = load_scenario(base(system={"preset": "gb200-nvl72", "num_nodes": 20, "nvlink_domain": 40},
+                            training={"global_batch_size": 10}))
+    assert ok.system.island == 40
     with pytest.raises(ScenarioError) as err:     # MXFP8 needs Blackwell: found when costing
         pipesim.simulate(load_scenario(base(training={"precision": "fp8", "fp8_recipe": "mxfp8"})))
     assert "fp8_recipe" in str(err.value) and "\n" not in str(err.value)
