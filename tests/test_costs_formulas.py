@@ -19,8 +19,9 @@ def scenario(model="gpt2-small", **parallel):
         "model": {"preset": model} if isinstance(model, str) else model,
         "system": {"preset": "dgx-a100-80gb", "gpus_per_node": gpus},
         "parallel": par,
+        # the papers' formulas are for the materialized softmax (eager attention)
         "training": {"micro_batch_size": 2, "global_batch_size": 2 * par.get("data", 1) * 4,
-                     "precision": "bf16"},
+                     "precision": "bf16", "attention": "eager"},
     })
 
 

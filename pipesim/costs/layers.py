@@ -170,7 +170,11 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
     tok = T / tp.token_div                       # tokens held outside the attention/MLP cores
     hd = tp.head_div
     heads, kv = sh.a / hd, max(sh.g / hd, 1)    # heads per GPU (kv replicated when g < split)
-    scores = sh.b * heads * sh.s * sh.s / (tp.size // hd if tp.mode != "1d" else 1)
+    # 2D / 2.5D / 3D tensor parallelism also splits the attention core's samples over the grid's
+    # other axis (tp.size / head_div ways), as its activations are
+    core_split = tp.size // hd if tp.mode != "1d" else 1
+    scores = sh.b * heads * sh.s * sh.s / core_split
+    core_sh = replace(sh, b=sh.b / core_split)
     norm_params = sh.h * (2 if m.norm == "layernorm" else 1)
     ops: list[Op] = []
 
@@ -205,9 +209,9 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
         from pipesim.costs.context import context_attention_ops
         ops += context_attention_ops(s, sh, heads, kv, dtype)
     elif flash and m.windowed_share:
-        ops += windowed_attention(sh, heads, kv, dtype, m.window_size, m.windowed_share, m.window_kind)
+        ops += windowed_attention(core_sh, heads, kv, dtype, m.window_size, m.windowed_share, m.window_kind)
     elif flash:
-        ops.append(flash_attention(sh, heads, kv, dtype, m.causal))
+        ops.append(flash_attention(core_sh, heads, kv, dtype, m.causal))
     else:
         qk_saved = sh.b * sh.s * (heads + kv) * sh.d * e / (tp.size // hd if tp.mode != "1d" else 1)
         # batched GEMMs, one per (sample, head): scores[s, s] = Q[s, d] K^T; backward dQ, dK (K = s)

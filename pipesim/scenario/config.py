@@ -354,7 +354,10 @@ class TrainingConfig:
         "duplicated", doc="optimizer muon with tensor parallelism: duplicated = all-gather each matrix over the "
                           "tensor group and orthogonalise it whole on every rank (Megatron-Core's default); "
                           "blockwise = orthogonalise each rank's shard alone (no collective)")
-    attention: Literal["eager", "flash"] = field("eager", doc="attention kernel (flash keeps no s x s scores)")
+    attention: Literal["auto", "eager", "flash"] = field(
+        "auto", doc="attention kernel: flash (fused, keeps no s x s scores), eager (materialized scores), or auto: "
+                    "flash in 16-bit and FP8 training on a GPU with a fused-attention table (every kernel-curve GPU "
+                    "from V100 on), eager otherwise (FP32/TF32, CPU ranks)")
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3"] = field(
         "auto", doc="fused attention's kernel table (attention: flash): auto = what Transformer Engine runs "
                     "(cuDNN on Hopper/Blackwell, FlashAttention-2 before); fa2 = PyTorch SDPA's flash "

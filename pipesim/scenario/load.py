@@ -117,8 +117,8 @@ def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
     system = loader.build(SystemConfig, resolve_preset(raw["system"], SYSTEMS, "system", loader, base), "system")
     parallel = loader.build(ParallelConfig, raw.get("parallel") or {}, "parallel")
     training = loader.build(TrainingConfig, raw["training"], "training")
-    if model.is_mla:
-        training = _fused_latent_attention(training, raw["training"], model, loader)
+    training = (_fused_latent_attention(training, raw["training"], model, loader) if model.is_mla
+                else _default_attention(training, system))
     costs = loader.build(CostsConfig, raw.get("costs") or {}, "costs")
     parallel = resolve_data(parallel, system, loader)
     training = resolve_paths(training, base)
@@ -133,12 +133,22 @@ def _fused_latent_attention(training, given, model, loader: Loader):
     """MLA and DSA run fused kernels (Megatron-Core: Transformer Engine's fused attention; DSA's
     sparse kernels) and are costed so: attention defaults to flash for them, and eager (the
     materialized s x s scores) is refused rather than costed as something it is not."""
-    if isinstance(given, dict) and "attention" in given:
-        if training.attention != "flash":
-            loader.fail("training.attention", f"{training.attention}: attention_variant {model.attention_variant} "
-                        f"is modelled with a fused kernel only; use flash")
-        return training
+    if isinstance(given, dict) and given.get("attention", "auto") == "eager":
+        loader.fail("training.attention", f"eager: attention_variant {model.attention_variant} "
+                    f"is modelled with a fused kernel only; use flash")
     return dataclasses.replace(training, attention="flash")
+
+
+def _default_attention(training, system):
+    """`attention: auto`: what a 2024+ stack runs. Transformer Engine and PyTorch's
+    scaled_dot_product_attention pick a fused kernel for 16-bit inputs on every GPU with one
+    (FlashAttention / cuDNN from Ampere on, the memory-efficient kernel on Volta; each GPU's kernel
+    curve carries its table, presets/gpus.py); FP32 and TF32 training and CPU ranks run the
+    materialized softmax (eager)."""
+    if training.attention != "auto":
+        return training
+    fused = system.gpu.kernel_curve is not None and training.precision in ("fp16", "bf16", "fp8")
+    return dataclasses.replace(training, attention="flash" if fused else "eager")
 
 
 def resolve_preset(section, presets: dict, name: str, loader: Loader, base: Path | None = None,
