@@ -301,6 +301,10 @@ def test_bad_values_get_one_line_errors_naming_the_key():
     assert "sustained_ratio" in one_line_error(base(system={"gpu": {"sustained_ratio": 1.5}}))
     assert "fp8_recipe" in one_line_error(base(training={"precision": "fp8", "fp8_recipe": "rowwise"}))
     assert "fp8_param_gather" in one_line_error(base(training={"precision": "bf16", "fp8_param_gather": True}))
+    # FP8 training needs FP8 tensor cores: refused on Ampere / Volta instead of costed at the 16-bit rate
+    msg = one_line_error(base(system={"preset": "dgx-a100-80gb"}, training={"precision": "fp8"}))
+    assert "training.precision" in msg and "A100-SXM4-80GB has none" in msg
+    assert "V100" in one_line_error(base(system={"preset": "dgx1-v100"}, training={"precision": "fp8"}))
     msg = one_line_error(base(system={"preset": "gb200-nvl72", "num_nodes": 20}))
     assert "nvlink_domain" in msg and "80 GPUs" in msg
     # the way out: a domain of whole trays that divides the GPUs (NVL72 racks partly in use)

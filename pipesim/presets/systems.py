@@ -33,11 +33,13 @@ _NIC_EFF = 0.96
 # undercharged: by about 18 us on an 8-GPU NVLink ring (a few % of a large TP collective), by
 # milliseconds on rings of hundreds of ranks across nodes (ZeRO-3's per-tensor gathers).
 
+# GPUs without FP8 tensor cores (Volta, Ampere, Pascal) carry no peak_tflops_fp8: FP8 training is
+# refused there (Transformer Engine needs compute capability 8.9+).
 # NVIDIA A100 Tensor Core GPU datasheet (2021): FP16/BF16 tensor 312 TF dense, TF32 156, FP32 19.5,
 # FP16 non-tensor 78; HBM2 1,555 GB/s (40 GB) / HBM2e 2,039 GB/s (80 GB); NVLink 3 600 GB/s total
 # (300 GB/s per direction). DGX A100 user guide: 8 GPUs, 8x 200 Gb/s HDR IB (25 GB/s per GPU).
 _A100 = dict(name="A100-SXM4", peak_tflops_fp16=312, peak_tflops_bf16=312, peak_tflops_tf32=156,
-             peak_tflops_fp32=19.5, peak_tflops_fp8=312, vector_tflops_fp32=19.5, vector_tflops_fp16=78,
+             peak_tflops_fp32=19.5, vector_tflops_fp32=19.5, vector_tflops_fp16=78,
              kernel_curve="a100", **_EFF)
 # NVIDIA H100 datasheet (SXM5): BF16/FP16 tensor 989 TF dense, FP8 1,979, TF32 494, FP32 67,
 # FP16 non-tensor 134 (Hopper whitepaper Table 1); HBM3 3.35 TB/s, 80 GB; NVLink 4 900 GB/s total.
@@ -48,17 +50,17 @@ _H100 = dict(name="H100-SXM5", peak_tflops_fp16=989, peak_tflops_bf16=989, peak_
 # NVIDIA V100 datasheet (SXM2): FP16 tensor 125 TF, FP32 15.7, FP16 non-tensor 31.4; HBM2 900 GB/s;
 # NVLink 2: 6 links x 25 GB/s per direction = 150 GB/s. DGX-1: 4x 100 Gb/s EDR IB per 8 GPUs.
 _V100 = dict(name="V100-SXM2", peak_tflops_fp16=125, peak_tflops_bf16=15.7, peak_tflops_tf32=15.7,
-             peak_tflops_fp32=15.7, peak_tflops_fp8=125, vector_tflops_fp32=15.7, vector_tflops_fp16=31.4,
+             peak_tflops_fp32=15.7, vector_tflops_fp32=15.7, vector_tflops_fp16=31.4,
              kernel_curve="v100", **_EFF)
 # Pascal consumer cards (NVIDIA GeForce GTX 1070 / 1080 Ti specifications; GP104/GP102 FP16 runs at
 # 1/64 of FP32, so fp16 training uses FP32 math in practice). Boost clocks: 1070 1920 cores x
 # 1.683 GHz x 2 = 6.46 TF, 256 GB/s GDDR5, 8 GB; 1080 Ti 3584 x 1.582 x 2 = 11.3 TF, 484 GB/s, 11 GB.
 # Box: 4 cards on PCIe 3.0 x16 (15.75 GB/s per direction), no NVLink; 10 GbE between boxes.
 _GTX1070 = dict(name="GTX-1070", peak_tflops_fp16=6.46, peak_tflops_bf16=6.46, peak_tflops_tf32=6.46,
-                peak_tflops_fp32=6.46, peak_tflops_fp8=6.46, vector_tflops_fp32=6.46, vector_tflops_fp16=6.46,
+                peak_tflops_fp32=6.46, vector_tflops_fp32=6.46, vector_tflops_fp16=6.46,
                 hbm_bandwidth_GBps=256, memory_GiB=8, **_EFF)
 _GTX1080TI = dict(_GTX1070, name="GTX-1080Ti", peak_tflops_fp16=11.3, peak_tflops_bf16=11.3, peak_tflops_tf32=11.3,
-                  peak_tflops_fp32=11.3, peak_tflops_fp8=11.3, vector_tflops_fp32=11.3, vector_tflops_fp16=11.3,
+                  peak_tflops_fp32=11.3, vector_tflops_fp32=11.3, vector_tflops_fp16=11.3,
                   hbm_bandwidth_GBps=484, memory_GiB=11)
 # NVIDIA DGX B200 datasheet (2024): per GPU FP4 dense 9 PF (144 PF sparse / 8 GPUs / 2), FP8 dense
 # 4.5 PF (72 PF sparse / 8 GPUs / 2), FP16/

@@ -45,6 +45,10 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if m.ffn % q:
         loader.fail("parallel.tensor", f"ffn_hidden_size({m.ffn}) is not divisible by the tensor split ({q})")
     _check_context(s, loader)
+    gpu = s.system.gpu
+    if tr.precision == "fp8" and gpu.peak_fp8 is None:
+        loader.fail("training.precision", f"fp8 needs FP8 tensor cores (Hopper, Ada, Blackwell; Transformer Engine "
+                    f"requires compute capability 8.9); {gpu.name} has none: use bf16 or fp16")
     if tr.fp8_param_gather and tr.precision != "fp8":
         loader.fail("training.fp8_param_gather", f"FP8 parameter storage and all-gather need precision: fp8, "
                     f"got precision: {tr.precision}")
