@@ -122,3 +122,16 @@ def test_layers_that_do_not_split_get_a_one_line_error_with_megatrons_split_to_p
     assert "\n" not in msg and "parallel.layers_per_stage" in msg and "e.g. [3, 4, 4, 2]" in msg
     s = load_scenario(dict(raw, parallel=dict(raw["parallel"], layers_per_stage=[3, 4, 4, 2])))
     assert s.parallel.layers_per_stage == (3, 4, 4, 2)
+
+
+def test_layers_per_stage_auto_is_megatrons_embedding_and_loss_aware_split():
+    raw = {"model": {"preset": "gpt2-medium", "num_layers": 61}, "system": {"preset": "dgx-h100", "num_nodes": 2},
+           "parallel": {"pipeline": 8, "virtual_stages": 2, "layers_per_stage": "auto"},
+           "training": {"micro_batch_size": 1, "global_batch_size": 16, "schedule": "interleaved"}}
+    s = load_scenario(raw)
+    assert s.parallel.layers_per_stage == (3,) + (4,) * 14 + (2,)
+    # it follows the layout it is given, --set included
+    assert load_scenario(raw, ["parallel.pipeline=4", "parallel.virtual_stages=1"]).parallel.layers_per_stage == \
+        (15, 16, 16, 14)
+    with pytest.raises(ScenarioError, match=r"parallel\.layers_per_stage: auto: .* 64 chunks"):
+        load_scenario(raw, ["parallel.virtual_stages=8"])

@@ -261,7 +261,9 @@ class ParallelConfig:
     tensor_mode: Literal["1d", "2d", "2.5d", "3d"] = field("1d", doc="tensor-parallel algorithm")
     tensor_depth: int = field(1, doc="2.5D depth d (tensor = q*q*d)")
     rank_order: str = field("tp-dp-pp", doc="rank mapping, innermost first (Megatron: tp-dp-pp)")
-    layers_per_stage: Optional[tuple[int, ...]] = field(None, doc="uneven layers per (virtual) stage")
+    layers_per_stage: Optional[tuple[int, ...]] = field(None, doc="uneven layers per (virtual) stage, or auto: "
+                                                        "Megatron's split counting the embedding and the loss as "
+                                                        "a layer each (scenario/stage_split.py)")
     collective: Literal["ring", "tree", "hierarchical", "auto"] = field("auto", doc="collective algorithm")
     context: int = field(1, doc="context-parallel size CP: the sequence is split over CP GPUs (ring attention)")
     context_mode: Literal["ring", "allgather", "a2a", "a2a+p2p"] = field(

@@ -14,6 +14,7 @@ from pipesim.scenario.checks import check_scenario
 from pipesim.scenario.config import CostsConfig, ModelConfig, ParallelConfig, Scenario, TrainingConfig
 from pipesim.scenario.safe_yaml import load_text
 from pipesim.scenario.schema import Loader, merge
+from pipesim.scenario.stage_split import embedding_loss_split
 from pipesim.scenario.system_config import SystemConfig
 
 SECTIONS = {"model": ModelConfig, "system": SystemConfig, "parallel": ParallelConfig,
@@ -115,7 +116,7 @@ def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
             loader.fail(name, f"missing section (a scenario needs {', '.join(REQUIRED)})")
     model = loader.build(ModelConfig, resolve_model(raw["model"], loader, base), "model")
     system = loader.build(SystemConfig, resolve_preset(raw["system"], SYSTEMS, "system", loader, base), "system")
-    parallel = loader.build(ParallelConfig, raw.get("parallel") or {}, "parallel")
+    parallel = loader.build(ParallelConfig, _auto_split(raw.get("parallel") or {}, model, loader), "parallel")
     training = loader.build(TrainingConfig, raw["training"], "training")
     training = (_fused_latent_attention(training, raw["training"], model, loader) if model.is_mla
                 else _default_attention(training, system))
@@ -127,6 +128,21 @@ def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
                         source=source)
     check_scenario(scenario, loader)
     return scenario
+
+
+def _auto_split(section, model, loader: Loader):
+    """`parallel.layers_per_stage: auto`: Megatron-Core's --account-for-embedding/loss-in-pipeline-
+    split over pipeline x virtual_stages chunks (pipesim/scenario/stage_split.py)."""
+    if not isinstance(section, dict) or section.get("layers_per_stage") != "auto":
+        return section
+    p, v = section.get("pipeline", 1), section.get("virtual_stages", 1)
+    if not (isinstance(p, int) and isinstance(v, int) and p >= 1 and v >= 1):
+        return dict(section, layers_per_stage=None)        # the loader names the bad size
+    split = embedding_loss_split(model.num_layers, p * v)
+    if not split:
+        loader.fail("parallel.layers_per_stage", f"auto: num_layers({model.num_layers}) + the embedding and the "
+                    f"loss give fewer slots than pipeline({p})·virtual_stages({v}) = {p * v} chunks")
+    return dict(section, layers_per_stage=split)
 
 
 def _fused_latent_attention(training, given, model, loader: Loader):
