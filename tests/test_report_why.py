@@ -187,3 +187,13 @@ def test_interleaved_pipeline_gets_layers_moved_off_its_head_heavy_rank():
     assert hit and hit[0]["step_time_s"] < rep.step_time_s
     again = pipesim.simulate(pipesim.load_scenario(GPT2, sets + [f"parallel.layers_per_stage={moved}"]), trace=False)
     assert again.step_time_s == pytest.approx(hit[0]["step_time_s"], rel=1e-9)
+
+
+def test_the_summary_states_the_attention_kernel_the_default_resolved_to(capsys):
+    """training.attention: auto resolves per GPU and precision; the user sees which one was costed."""
+    from pipesim.cli import main
+    assert main(["simulate", str(GPT2), "--no-files", "--no-why"]) == 0                 # GTX 1080 Ti, fp32
+    assert "training  fp32, eager attention" in capsys.readouterr().out
+    assert main(["simulate", str(GPT2), "--no-files", "--no-why", "--set", "system.preset=dgx-h100",
+                 "--set", "system.gpus_per_node=4", "--set", "training.precision=bf16"]) == 0
+    assert "training  bf16, flash attention" in capsys.readouterr().out

@@ -50,6 +50,10 @@ def summary(rep, scenario) -> str:
         f"(tensor {p.tensor}, pipeline {p.pipeline}, data {p.data}, virtual {p.virtual_stages})",
         f"schedule  {d['plan']}, {d['num_microbatches']} micro-batches of {s.training.micro_batch_size}, "
         f"{d['mode']} mode ({d['simulated_ranks']} simulated ranks)",
+        f"training  {s.training.precision}"
+        + (f" ({s.training.fp8_recipe})" if s.training.precision == "fp8" else "")
+        + ("" if s.model.arch == "cnn" else f", {s.training.attention} attention")
+        + f", recompute {s.training.recompute}, ZeRO-{s.training.zero_stage}",
         "",
         f"step time           {d['step_time_s'] * 1e3:12.3f} ms",
         f"throughput          {d['throughput_samples_per_s']:12.2f} samples/s   {d['tokens_per_s']:,.0f} tokens/s",
