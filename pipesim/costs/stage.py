@@ -356,7 +356,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     memo: dict = {}       # id(op) -> its timed terms: every stage repeats the same layer ops
     for k, stage_layers in enumerate(s.layers_per_stage()):
         first, last = k == 0, k == n_stages - 1
-        counts = [s.layer_cost_kind(i) for i in range(first_layer, first_layer + stage_layers)]
+        counts = s.cost_kinds[first_layer:first_layer + stage_layers]
         first_layer += stage_layers
         # the MTP blocks (built like the last layer, or as mtp_hybrid_pattern); repeated depths
         # share one block's weights: `dup` of them add compute and activations, not weights

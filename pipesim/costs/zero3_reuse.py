@@ -18,6 +18,7 @@ embedding and head (a few % of the weights) are gathered like them.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import accumulate
 
 from pipesim.scenario.config import Scenario
@@ -69,11 +70,19 @@ def deepspeed_gather_passes(s: Scenario) -> tuple[float, float]:
     (1, 1) without recompute for a large model, up to (1, 2) with full recompute."""
     from pipesim.costs.layers import layer_ops
     from pipesim.costs.summary import layer_counts
-    kinds = {kind: [o.params for o in layer_ops(s, kind) if o.params >= PERSISTENCE_THRESHOLD]
-             for kind, _ in layer_counts(s)}
-    layers = [kinds[kind] for kind, n in layer_counts(s) for _ in range(n)]
+    counts = layer_counts(s)
+    kinds = {kind: tuple(o.params for o in layer_ops(s, kind) if o.params >= PERSISTENCE_THRESHOLD)
+             for kind, _ in counts}
+    return _gather_passes(tuple((kinds[kind], n) for kind, n in counts), s.training.recompute == "full")
+
+
+@lru_cache(maxsize=256)
+def _gather_passes(runs: tuple[tuple[tuple[float, ...], int], ...], recompute: bool) -> tuple[float, float]:
+    """deepspeed_gather_passes for layers given as runs of (module element counts, layers): a
+    search screens thousands of layouts that share them (memoised)."""
+    layers = [list(mods) for mods, n in runs for _ in range(n)]
     total = sum(map(sum, layers))
     if not total:
         return 1.0, 1.0
-    got = trace_gathers(module_trace(layers, s.training.recompute == "full"))
+    got = trace_gathers(module_trace(layers, recompute))
     return got.get("F", 0.0) / total, got.get("B", 0.0) / total

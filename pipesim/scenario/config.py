@@ -6,6 +6,7 @@ bytes, bytes/s, seconds and FLOP/s. See pipesim/scenario/load.py for reading fil
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, Optional
 
 from pipesim.scenario.schema import field
@@ -505,9 +506,10 @@ class Scenario:
             return [("bf16", k) for k in kinds]
         return kinds
 
-    @property
+    @cached_property
     def cost_kinds(self) -> list:
-        """layer_cost_kind of every layer, then of the MTP blocks."""
+        """layer_cost_kind of every layer, then of the MTP blocks (computed once per scenario: the
+        cost model asks for it per stage)."""
         return [*map(self.layer_cost_kind, range(self.model.num_layers)),
                 *(self.mtp_cost_kinds if self.model.mtp_layers else [])]
 
