@@ -212,3 +212,18 @@ def test_pipelines_that_do_not_divide_the_layers_get_megatrons_uneven_split():
         s = load_scenario(c)
         assert sum(s.parallel.layers_per_stage) == 13
         assert s.parallel.layers_per_stage == tuple(embedding_loss_split(13, 4 * s.parallel.virtual_stages))
+
+
+def test_on_nvl72_the_search_fits_the_nvlink_domain_and_runs_tensor_parallelism_across_trays():
+    """256 GB200s are not a multiple of 72: the domain shrinks to racks of 16 trays (64 GPUs), said
+    in one line; tensor sizes go up to the NVLink domain, not the 4-GPU tray."""
+    from pipesim.whatif.search import nvlink_domain_note
+    assert system_for("gb200-nvl72", 256) == {"preset": "gb200-nvl72", "num_nodes": 64, "nvlink_domain": 64}
+    assert system_for({"preset": "gb200-nvl72", "nvlink_domain": 32}, 256)["nvlink_domain"] == 32
+    assert system_for("gb200-nvl72", 288) == {"preset": "gb200-nvl72", "num_nodes": 72}
+    assert "NVLink domains of 64 (racks with 16 trays in use)" in nvlink_domain_note("gb200-nvl72", 256)
+    assert nvlink_domain_note("gb200-nvl72", 288) == "" and nvlink_domain_note("dgx-h100", 256) == ""
+    base = {"model": {"preset": "llama3-8b", "num_layers": 8}, "system": {"preset": "gb200-nvl72"},
+            "training": {"micro_batch_size": 1, "global_batch_size": 64}}
+    space = SearchSpace(pipeline=(1,), micro_batch=(1,), recompute=("none",), zero=(1,), compression=(16,))
+    assert {c["parallel"]["tensor"] for c in candidates(base, 64, space)} == {1, 2, 4, 8, 16}

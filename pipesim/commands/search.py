@@ -49,7 +49,7 @@ def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
     from pipesim.commands.progress import Bar
     from pipesim.whatif.evaluate import simulate_report
-    from pipesim.whatif.search import CP_MODE, OFFLOAD, SearchSpace, describe, search
+    from pipesim.whatif.search import CP_MODE, OFFLOAD, SearchSpace, describe, nvlink_domain_note, search
     from pipesim.whatif.sweep import read_base
     from pipesim.whatif.table import format_table
 
@@ -90,6 +90,9 @@ def run(args) -> int:
           f"the GPU memory, {res.simulated} finalists simulated, {len(res.finalists)} of them fit "
           f"({time.perf_counter() - t0:.1f} s)")
     print("  kept per stage: " + " -> ".join(f"{name} {n}" for name, n in res.stages.items()))
+    note = nvlink_domain_note(raw["system"], args.gpus)
+    if note:
+        print(f"  {note}")
     for reason, n in sorted(res.pruned.items(), key=lambda kv: -kv[1])[:5]:
         print(f"  impossible x{n}: {reason}")
     if res.best is None:

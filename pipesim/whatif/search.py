@@ -82,17 +82,41 @@ class SearchResult:
 
 
 def system_for(raw_system, gpus: int) -> dict:
-    """The base system section resized to `gpus` GPUs (whole nodes, or one partial node)."""
+    """The base system section resized to `gpus` GPUs (whole nodes, or one partial node). An
+    NVLink domain that spans nodes (NVL72) and does not divide the GPUs shrinks to the largest
+    number of whole trays that does (racks partly in use, as NVIDIA's own 64- and 256-GPU GB200
+    runs are laid out); `nvlink_domain_note` says so."""
     from pipesim.presets.systems import SYSTEMS
     sysd = {"preset": raw_system} if isinstance(raw_system, str) else dict(raw_system)
-    gpn = sysd.get("gpus_per_node") or SYSTEMS.get(sysd.get("preset"), {}).get("gpus_per_node", 8)
+    preset = SYSTEMS.get(sysd.get("preset"), {}) if isinstance(sysd.get("preset"), str) else {}
+    gpn = sysd.get("gpus_per_node") or preset.get("gpus_per_node", 8)
     if gpus < 1:
         raise ScenarioError(f"--gpus {gpus}: expected at least 1 GPU")
     if gpus <= gpn:
         return dict(sysd, num_nodes=1, gpus_per_node=gpus)
     if gpus % gpn:
         raise ScenarioError(f"--gpus {gpus}: not a whole number of {gpn}-GPU nodes")
-    return dict(sysd, num_nodes=gpus // gpn)
+    out = dict(sysd, num_nodes=gpus // gpn)
+    domain = sysd.get("nvlink_domain", preset.get("nvlink_domain"))
+    if isinstance(domain, int) and isinstance(gpn, int) and domain > gpn and gpus > domain and gpus % domain:
+        out["nvlink_domain"] = max(k for k in range(gpn, domain + 1, gpn) if gpus % k == 0)
+    return out
+
+
+def nvlink_domain_note(raw_system, gpus: int) -> str:
+    """A line for the user when system_for shrank the NVLink domain, else ''."""
+    sysd = system_for(raw_system, gpus)
+    given = raw_system.get("nvlink_domain") if isinstance(raw_system, dict) else None
+    from pipesim.presets.systems import SYSTEMS
+    name = sysd.get("preset")
+    preset = SYSTEMS.get(name, {}) if isinstance(name, str) else {}
+    before = given or preset.get("nvlink_domain")
+    after = sysd.get("nvlink_domain", before)
+    if before and after != before:
+        return (f"system.nvlink_domain {before} does not divide {gpus} GPUs: NVLink domains of {after} "
+                f"(racks with {after // sysd.get('gpus_per_node', preset.get('gpus_per_node', 1))} trays in use); "
+                f"set system.nvlink_domain to choose")
+    return ""
 
 
 def divisors(n: int) -> list[int]:
@@ -129,8 +153,9 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
     base = dict(raw)
     base["system"] = system_for(raw["system"], gpus)
     probe = probe_scenario(base, gpus)
-    m, gpn = probe.model, probe.system.gpus_per_node
-    tensors = space.tensor or tuple(t for t in (1, 2, 4, 8, 16) if t <= gpn and gpus % t == 0)
+    m, island = probe.model, probe.system.island
+    # tensor parallelism inside one NVLink domain (a node, or an NVL72 rack's trays)
+    tensors = space.tensor or tuple(t for t in (1, 2, 4, 8, 16) if t <= island and gpus % t == 0)
     pipes = space.pipeline or tuple(p for p in pipeline_sizes(m.num_layers) if gpus % p == 0)
     contexts = space.context or tuple(2 ** k for k in range(0, 11) if 2 ** k == 1 or (
         m.causal and m.seq_length % (2 ** (k + 1)) == 0 and m.seq_length // 2 ** k >= MIN_CP_TOKENS))
