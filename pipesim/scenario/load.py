@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Iterable
@@ -11,6 +10,7 @@ from pipesim.errors import ScenarioError
 from pipesim.presets.models import MODELS
 from pipesim.presets.systems import SYSTEMS
 from pipesim.scenario.checks import check_scenario
+from pipesim.scenario.hf_config import from_hf_config
 from pipesim.scenario.config import CostsConfig, ModelConfig, ParallelConfig, Scenario, TrainingConfig
 from pipesim.scenario.safe_yaml import load_text
 from pipesim.scenario.schema import Loader, merge
@@ -207,51 +207,6 @@ def resolve_model(section, loader: Loader, base: Path) -> dict:
         path = Path(_resolve(hf, base))
         return merge(from_hf_config(path, loader), section)
     return resolve_preset(section, MODELS, "model", loader, base)
-
-
-def from_hf_config(path: Path, loader: Loader) -> dict:
-    """Map a Hugging Face config.json (GPT-2, Llama, BERT-like) onto pipesim model keys."""
-    if not path.exists():
-        loader.fail("model.hf_config", f"file not found: {path}")
-    try:
-        cfg = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:     # ValueError: also 5,000-digit ints
-        loader.fail("model.hf_config", f"{path} is not valid JSON ({str(exc)[:100]})")
-    except OSError as exc:
-        loader.fail("model.hf_config", f"cannot read {path} ({exc.strerror})")
-    if not isinstance(cfg, dict):
-        loader.fail("model.hf_config", f"{path}: expected a JSON object, got {type(cfg).__name__}")
-
-    def pick(*names, default=None):
-        for n in names:
-            if n in cfg:
-                return cfg[n]
-        if default is None:
-            loader.fail("model.hf_config", f"{path} lacks {' / '.join(names)}")
-        return default
-
-    model_type = cfg.get("model_type", "")
-    llama_like = model_type in ("llama", "mistral", "qwen2") or cfg.get("hidden_act") == "silu"
-    bert_like = model_type in ("bert", "roberta")
-    out = {
-        "name": cfg.get("_name_or_path") or model_type or path.stem,
-        "num_layers": pick("num_hidden_layers", "n_layer"),
-        "hidden_size": pick("hidden_size", "n_embd"),
-        "num_attention_heads": pick("num_attention_heads", "n_head"),
-        "seq_length": pick("max_position_embeddings", "n_positions", "n_ctx"),
-        "vocab_size": pick("vocab_size"),
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", not llama_like)),
-    }
-    ffn = cfg.get("intermediate_size") or cfg.get("n_inner")
-    if ffn:
-        out["ffn_hidden_size"] = ffn
-    if cfg.get("num_key_value_heads"):
-        out["num_kv_heads"] = cfg["num_key_value_heads"]
-    if llama_like:
-        out.update(activation="swiglu", norm="rmsnorm", position="rotary", bias=False)
-    if bert_like:
-        out.update(causal=False)
-    return out
 
 
 def resolve_data(parallel: ParallelConfig, system: SystemConfig, loader: Loader) -> ParallelConfig:
