@@ -52,3 +52,26 @@ def test_what_pipesim_cannot_express_is_refused_in_one_line(tmp_path, key, value
         load({"hf_config": str(path)})
     msg = str(err.value)
     assert "model.hf_config" in msg and words in msg and "\n" not in msg
+
+
+HOSTILE = [None, "x", -3, 0, 1.5, [], {}, True, 10 ** 30]
+
+
+def test_garbled_fields_give_one_line_errors_never_a_traceback(tmp_path):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    configs = {n: json.loads((DATA / f"{n}.json").read_text()) for n in ("deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b")}
+    path = tmp_path / "config.json"
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.sampled_from(sorted(configs)), st.data())
+    def check(name, data):
+        cfg = dict(configs[name])
+        for key in data.draw(st.lists(st.sampled_from(sorted(cfg)), min_size=1, max_size=3)):
+            cfg[key] = data.draw(st.sampled_from(HOSTILE))
+        path.write_text(json.dumps(cfg))
+        try:
+            load({"hf_config": str(path)})
+        except ScenarioError as err:
+            assert "\n" not in str(err)
+    check()

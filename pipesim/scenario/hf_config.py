@@ -75,8 +75,11 @@ def from_hf_config(path: Path, loader: Loader) -> dict:
                    v_head_dim=pick("v_head_dim"))
     if cfg.get("num_nextn_predict_layers"):
         out["mtp_layers"] = cfg["num_nextn_predict_layers"]
-    out.update(_experts(cfg, out, refuse))
-    out.update(_window(cfg, out["num_layers"], refuse))
+    try:
+        out.update(_experts(cfg, out, refuse))
+        out.update(_window(cfg, out["num_layers"], refuse))
+    except (TypeError, ValueError, ZeroDivisionError, KeyError, OverflowError) as exc:      # a garbled value
+        loader.fail("model.hf_config", f"{path}: an MoE or window field has an unexpected value ({exc})")
     return out
 
 
