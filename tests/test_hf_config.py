@@ -63,7 +63,7 @@ def test_garbled_fields_give_one_line_errors_never_a_traceback(tmp_path):
     configs = {n: json.loads((DATA / f"{n}.json").read_text()) for n in ("deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b")}
     path = tmp_path / "config.json"
 
-    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(st.sampled_from(sorted(configs)), st.data())
     def check(name, data):
         cfg = dict(configs[name])
