@@ -227,3 +227,18 @@ def test_on_nvl72_the_search_fits_the_nvlink_domain_and_runs_tensor_parallelism_
             "training": {"micro_batch_size": 1, "global_batch_size": 64}}
     space = SearchSpace(pipeline=(1,), micro_batch=(1,), recompute=("none",), zero=(1,), compression=(16,))
     assert {c["parallel"]["tensor"] for c in candidates(base, 64, space)} == {1, 2, 4, 8, 16}
+
+
+def test_an_moe_search_without_expert_sizes_says_how_to_search_them(tmp_path, capsys):
+    import yaml
+    from pipesim.cli import main
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump({"model": {"preset": "qwen3-30b-a3b", "seq_length": 4096, "num_layers": 4},
+                                    "system": {"preset": "dgx-h100"}, "parallel": {"expert": 8},
+                                    "training": {"micro_batch_size": 1, "global_batch_size": 16}}))
+    args = ["search", str(path), "--gpus", "8", "--no-files", "--no-progress", "--engine", "analytic",
+            "--pipeline", "1", "--micro-batch", "1"]
+    assert main(args) == 0
+    assert "kept the scenario's expert 8; --expert" in capsys.readouterr().out
+    assert main(args + ["--expert", "4,8"]) == 0
+    assert "kept the scenario's expert" not in capsys.readouterr().out

@@ -93,6 +93,10 @@ def run(args) -> int:
     note = nvlink_domain_note(raw["system"], args.gpus)
     if note:
         print(f"  {note}")
+    if res.best is not None and not args.expert and res.best["scenario"].model.is_moe:
+        ep = res.best["scenario"].parallel.expert
+        print(f"  MoE model: every layout kept the scenario's expert {ep}; --expert 8,16,32 (for example) "
+              f"searches expert parallelism too")
     for reason, n in sorted(res.pruned.items(), key=lambda kv: -kv[1])[:5]:
         print(f"  impossible x{n}: {reason}")
     if res.best is None:
