@@ -197,3 +197,21 @@ def test_the_summary_states_the_attention_kernel_the_default_resolved_to(capsys)
     assert main(["simulate", str(GPT2), "--no-files", "--no-why", "--set", "system.preset=dgx-h100",
                  "--set", "system.gpus_per_node=4", "--set", "training.precision=bf16"]) == 0
     assert "training  bf16, flash attention" in capsys.readouterr().out
+
+
+def test_a_long_sequence_far_out_of_memory_gets_the_changes_that_together_make_it_fit():
+    """128K tokens of Llama 3 8B on 8 H100 need ~626 GiB: no single change fits, so the memory
+    changes are stacked (recomputation, then context parallelism) until one does, each --set given."""
+    s = pipesim.load_scenario({"model": {"preset": "llama3-8b", "seq_length": 131072},
+                               "system": {"preset": "dgx-h100", "num_nodes": 1},
+                               "parallel": {"tensor": 1, "pipeline": 1, "data": 8},
+                               "training": {"micro_batch_size": 1, "global_batch_size": 8, "zero_stage": 3}})
+    rep = pipesim.simulate(s)
+    assert rep.data["oom"]
+    why = explain(rep, s)
+    together = [x for x in why["suggestions"] if x["title"].startswith("together: ")]
+    assert together and together[0]["changes"]["parallel.context"] > 1
+    assert together[0]["peak_memory_bytes"] <= s.system.gpu.memory
+    fixed = pipesim.simulate(pipesim.load_scenario(s, [f"{k}={v}" for k, v in together[0]["changes"].items()]))
+    assert not fixed.data["oom"] and fixed.data["step_time_s"] == pytest.approx(together[0]["step_time_s"])
+    assert "--set parallel.context=" in together[0]["how"] and "parallel.tensor" not in together[0]["how"]

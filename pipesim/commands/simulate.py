@@ -133,7 +133,7 @@ def run(args) -> int:
         raise OutOfMemoryError(
             f"{args.scenario}: rank {worst['rank']} needs {worst['peak_memory_bytes'] / GiB:.2f} GiB at its peak "
             f"({cats} GiB) but system.gpu.memory_GiB is {rep.data['memory_capacity_bytes'] / GiB:.2f}; "
-            "try more pipeline/tensor parallelism, recompute, ZeRO, activation offloading (the suggestions above), "
+            "try more pipeline/tensor/context parallelism, recompute, ZeRO, activation offloading (the suggestions above), "
             "or --allow-oom to keep the report")
     return 0
 

@@ -386,7 +386,83 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
             and s.model.arch == "transformer"):
         out.append(("BF16 Adam moments", {"training.optimizer_state_dtype": "bf16"},
                     "--set training.optimizer_state_dtype=bf16 (Megatron-Core's precision-aware optimizer)"))
-    return out
+    out += [layout_candidate(s, tensor=par.tensor, context=c) for c in _more(par.context, long_context_sizes(s))]
+    out += [layout_candidate(s, tensor=t, context=par.context) for t in _more(par.tensor, tensor_sizes(s))]
+    return [c for c in out if c is not None]
+
+
+def _more(current: int, sizes) -> list[int]:
+    return [k for k in sizes if k > current]
+
+
+def long_context_sizes(s) -> list[int]:
+    """Context-parallel sizes worth trying for a step out of memory: the sequence is long (8K+
+    tokens) and causal, as the load-balanced split needs; the activations shrink by CP."""
+    m = s.model
+    if s.model.arch != "transformer" or not m.causal or m.seq_length < 8192:
+        return []
+    return [c for c in (2, 4, 8, 16, 32) if m.seq_length % (2 * c) == 0]
+
+
+def tensor_sizes(s) -> list[int]:
+    """Tensor-parallel sizes inside the NVLink island (with sequence parallelism)."""
+    if s.model.arch != "transformer":
+        return []
+    return [t for t in (2, 4, 8) if t <= s.system.island]
+
+
+def layout_candidate(s, tensor: int, context: int):
+    """The layout with `tensor` x `context` taken from data parallelism, or None if they do not
+    divide it."""
+    par = s.parallel
+    width = par.tensor * par.context * par.data
+    if width % (tensor * context):
+        return None
+    data = width // (tensor * context)
+    changes = {"parallel.tensor": tensor, "parallel.context": context, "parallel.data": data,
+               "parallel.sequence_parallel": par.sequence_parallel or tensor > 1}
+    parts = [f"tensor {tensor}" if tensor != par.tensor else "", f"context {context}" if context != par.context else ""]
+    title = " x ".join(p for p in parts if p) + f" (data {data})"
+    now = {"parallel.tensor": par.tensor, "parallel.context": par.context, "parallel.data": par.data,
+           "parallel.sequence_parallel": par.sequence_parallel}
+    how = " ".join(f"--set {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changes.items()
+                   if v != now[k])
+    return title, changes, how
+
+
+def stacked_memory_fix(s, mode: str, budget_s: float):
+    """For a step that no single change makes fit: the memory changes applied together, one more
+    at a time (recomputation, ZeRO-3, then context and tensor parallelism from the smallest, then
+    activation offloading), until the step fits; (title, changes, how, report) or None."""
+    from pipesim.errors import PipesimError
+    from pipesim.sim import simulate
+    tr, par = s.training, s.parallel
+    steps = []
+    if tr.recompute != "full":
+        steps.append(recompute_candidate(s, "full"))
+    if par.data * par.context > 1 and tr.zero_stage < 3:
+        steps.append(("ZeRO-3", {"training.zero_stage": 3}, "--set training.zero_stage=3"))
+    steps += [layout_candidate(s, tensor=par.tensor, context=c) for c in _more(par.context, long_context_sizes(s))]
+    steps += [layout_candidate(s, tensor=t, context=par.context) for t in _more(par.tensor, tensor_sizes(s))]
+    chunk = max(s.layers_per_stage())
+    if s.system.host_link_GBps and tr.offload_activation_layers < chunk:
+        steps.append((f"offload {chunk} layers' activations", {"training.offload_activation_layers": chunk},
+                      f"--set training.offload_activation_layers={chunk}"))
+    t0, changes, titles, hows = time.perf_counter(), {}, {}, {}
+    for step in (x for x in steps if x is not None):
+        if time.perf_counter() - t0 > budget_s:
+            return None
+        title, more, how = step
+        kind = "layout" if "parallel.data" in more else title
+        changes.update(more)
+        titles[kind], hows[kind] = title, how       # a larger layout replaces the smaller one
+        try:
+            r = simulate(variant(s, changes), mode=mode, trace=False)
+        except PipesimError:
+            continue
+        if not r.data["oom"]:
+            return " + ".join(titles.values()), dict(changes), " ".join(hows.values()), r.data
+    return None
 
 
 def suggestions(s, report, mode: str, budget_s: float = SUGGESTION_BUDGET_S) -> list[dict]:
@@ -409,6 +485,15 @@ def suggestions(s, report, mode: str, budget_s: float = SUGGESTION_BUDGET_S) -> 
         out.append({"title": title, "changes": changes, "how": how, "step_time_s": r["step_time_s"],
                     "bubble_fraction": r["bubble_fraction"], "peak_memory_bytes": r["peak_memory_bytes"],
                     "speedup": step0 / r["step_time_s"], "mfu": r["mfu"]})
+    if report.data.get("oom") and not out:
+        left = budget_s - (time.perf_counter() - t0)
+        found = stacked_memory_fix(s, mode, left) if left > 0 else None
+        if found:
+            title, changes, how, r = found
+            out.append({"title": f"together: {title}", "changes": changes, "how": how,
+                        "step_time_s": r["step_time_s"], "bubble_fraction": r["bubble_fraction"],
+                        "peak_memory_bytes": r["peak_memory_bytes"], "speedup": step0 / r["step_time_s"],
+                        "mfu": r["mfu"]})
     out.sort(key=lambda x: x["step_time_s"])
     return out
 
