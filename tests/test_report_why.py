@@ -215,3 +215,16 @@ def test_a_long_sequence_far_out_of_memory_gets_the_changes_that_together_make_i
     fixed = pipesim.simulate(pipesim.load_scenario(s, [f"{k}={v}" for k, v in together[0]["changes"].items()]))
     assert not fixed.data["oom"] and fixed.data["step_time_s"] == pytest.approx(together[0]["step_time_s"])
     assert "--set parallel.context=" in together[0]["how"] and "parallel.tensor" not in together[0]["how"]
+
+
+def test_a_layout_candidate_takes_its_gpus_from_data_parallelism_and_splits_uneven_layers():
+    from pipesim.report.explain import layout_candidate, variant
+    s = pipesim.load_scenario({"model": {"preset": "llama3-8b", "num_layers": 30}, "system": {"preset": "dgx-h100",
+                               "num_nodes": 2}, "parallel": {"tensor": 2, "pipeline": 1, "data": 8},
+                               "training": {"micro_batch_size": 1, "global_batch_size": 64}})
+    title, changes, how = layout_candidate(s, pipeline=4, context=2)
+    v = variant(s, changes)
+    assert (v.parallel.tensor, v.parallel.context, v.parallel.pipeline, v.parallel.data) == (2, 2, 4, 1)
+    assert v.parallel.layers_per_stage == (7, 8, 8, 7) and title == "context 2 x pipeline 4 (data 1)"
+    assert "--set parallel.layers_per_stage=auto" in how and "parallel.tensor" not in how
+    assert layout_candidate(s, tensor=32) is None and layout_candidate(s, pipeline=64) is None

@@ -26,6 +26,7 @@ import time
 
 EPS = 1e-9
 MIN_GAIN = 0.02              # a suggestion must shorten the step by at least 2 %
+PIPELINE_SIZES = (2, 4, 8, 16)   # pipeline sizes a step out of memory may try
 SUGGESTION_BUDGET_S = 20.0   # stop trying candidates after this much simulation time
 
 
@@ -386,8 +387,9 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
             and s.model.arch == "transformer"):
         out.append(("BF16 Adam moments", {"training.optimizer_state_dtype": "bf16"},
                     "--set training.optimizer_state_dtype=bf16 (Megatron-Core's precision-aware optimizer)"))
-    out += [layout_candidate(s, tensor=par.tensor, context=c) for c in _more(par.context, long_context_sizes(s))]
-    out += [layout_candidate(s, tensor=t, context=par.context) for t in _more(par.tensor, tensor_sizes(s))]
+    out += [layout_candidate(s, context=c) for c in _more(par.context, long_context_sizes(s))]
+    out += [layout_candidate(s, tensor=t) for t in _more(par.tensor, tensor_sizes(s))]
+    out += [layout_candidate(s, pipeline=p) for p in _more(par.pipeline, PIPELINE_SIZES)]
     return [c for c in out if c is not None]
 
 
@@ -411,57 +413,75 @@ def tensor_sizes(s) -> list[int]:
     return [t for t in (2, 4, 8) if t <= s.system.island]
 
 
-def layout_candidate(s, tensor: int, context: int):
-    """The layout with `tensor` x `context` taken from data parallelism, or None if they do not
-    divide it."""
+def layout_candidate(s, tensor: int | None = None, context: int | None = None, pipeline: int | None = None):
+    """The layout with the given tensor, context and pipeline sizes (the others as they are), the
+    GPUs taken from data parallelism; sequence parallelism with TP, one chunk per pipeline rank
+    and Megatron's uneven split where the layers do not divide. (title, changes, how), or None if
+    the sizes do not divide the data-parallel width or a stage would hold no layer."""
     par = s.parallel
-    width = par.tensor * par.context * par.data
-    if width % (tensor * context):
+    t, c, p = tensor or par.tensor, context or par.context, pipeline or par.pipeline
+    width = par.tensor * par.context * par.pipeline * par.data
+    if width % (t * c * p) or p > s.model.num_layers or (p != par.pipeline and par.virtual_stages != 1):
         return None
-    data = width // (tensor * context)
-    changes = {"parallel.tensor": tensor, "parallel.context": context, "parallel.data": data,
-               "parallel.sequence_parallel": par.sequence_parallel or tensor > 1}
-    parts = [f"tensor {tensor}" if tensor != par.tensor else "", f"context {context}" if context != par.context else ""]
-    title = " x ".join(p for p in parts if p) + f" (data {data})"
+    data = width // (t * c * p)
+    changes = {"parallel.tensor": t, "parallel.context": c, "parallel.data": data,
+               "parallel.sequence_parallel": par.sequence_parallel or t > 1}
+    if p != par.pipeline:
+        changes.update({"parallel.pipeline": p,
+                        "parallel.layers_per_stage": None if s.model.num_layers % p == 0 else "auto"})
+        if s.training.schedule not in ("1f1b", "gpipe", "zb-h1"):
+            changes["training.schedule"] = "1f1b"
     now = {"parallel.tensor": par.tensor, "parallel.context": par.context, "parallel.data": par.data,
-           "parallel.sequence_parallel": par.sequence_parallel}
-    how = " ".join(f"--set {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changes.items()
-                   if v != now[k])
-    return title, changes, how
+           "parallel.sequence_parallel": par.sequence_parallel, "parallel.pipeline": par.pipeline,
+           "parallel.layers_per_stage": par.layers_per_stage, "training.schedule": s.training.schedule}
+    shown = lambda v: "null" if v is None else str(v).lower() if isinstance(v, bool) else v
+    how = " ".join(f"--set {k}={shown(v)}" for k, v in changes.items() if v != now[k])
+    parts = [f"{name} {size}" for name, size, old in (("tensor", t, par.tensor), ("context", c, par.context),
+                                                        ("pipeline", p, par.pipeline)) if size != old]
+    return " x ".join(parts) + f" (data {data})", changes, how
 
 
 def stacked_memory_fix(s, mode: str, budget_s: float):
     """For a step that no single change makes fit: the memory changes applied together, one more
-    at a time (recomputation, ZeRO-3, then context and tensor parallelism from the smallest, then
-    activation offloading), until the step fits; (title, changes, how, report) or None."""
+    at a time (recomputation, ZeRO-3, then context, tensor and pipeline parallelism from the
+    smallest, then activation offloading), until the step fits; (title, changes, how, report) or
+    None."""
     from pipesim.errors import PipesimError
     from pipesim.sim import simulate
     tr, par = s.training, s.parallel
-    steps = []
+    steps: list = []
     if tr.recompute != "full":
         steps.append(recompute_candidate(s, "full"))
     if par.data * par.context > 1 and tr.zero_stage < 3:
         steps.append(("ZeRO-3", {"training.zero_stage": 3}, "--set training.zero_stage=3"))
-    steps += [layout_candidate(s, tensor=par.tensor, context=c) for c in _more(par.context, long_context_sizes(s))]
-    steps += [layout_candidate(s, tensor=t, context=par.context) for t in _more(par.tensor, tensor_sizes(s))]
+    steps += [("context", c) for c in _more(par.context, long_context_sizes(s))]
+    steps += [("tensor", t) for t in _more(par.tensor, tensor_sizes(s))]
+    steps += [("pipeline", p) for p in _more(par.pipeline, PIPELINE_SIZES)]
     chunk = max(s.layers_per_stage())
     if s.system.host_link_GBps and tr.offload_activation_layers < chunk:
         steps.append((f"offload {chunk} layers' activations", {"training.offload_activation_layers": chunk},
                       f"--set training.offload_activation_layers={chunk}"))
-    t0, changes, titles, hows = time.perf_counter(), {}, {}, {}
-    for step in (x for x in steps if x is not None):
+    t0, settings, layout = time.perf_counter(), [], {}
+    for step in steps:
         if time.perf_counter() - t0 > budget_s:
             return None
-        title, more, how = step
-        kind = "layout" if "parallel.data" in more else title
-        changes.update(more)
-        titles[kind], hows[kind] = title, how       # a larger layout replaces the smaller one
+        if len(step) == 2:                       # a layout size: the sizes so far, data re-derived
+            trial = dict(layout, **{step[0]: step[1]})
+            found = layout_candidate(s, **trial)
+            if found is None:
+                continue
+            layout = trial
+        else:
+            settings.append(step)
+        parts = settings + ([layout_candidate(s, **layout)] if layout else [])
+        changes = {k: v for _, more, _ in parts for k, v in more.items()}
         try:
             r = simulate(variant(s, changes), mode=mode, trace=False)
         except PipesimError:
             continue
         if not r.data["oom"]:
-            return " + ".join(titles.values()), dict(changes), " ".join(hows.values()), r.data
+            return (" + ".join(title for title, _, _ in parts), changes, " ".join(how for _, _, how in parts if how),
+                    r.data)
     return None
 
 
