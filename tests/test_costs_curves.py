@@ -471,6 +471,10 @@ def test_attention_kernel_picks_the_published_table_and_refuses_one_without():
         assert times[k] / times["cudnn"] == pytest.approx(want)
         assert table is not H100["attention"]
     assert times["fa2"] > times["cudnn"] > times["fa3"]          # at seq 4096: 319 < 518 < 579 TFLOP/s
+    # auto is what the stack runs: a PyTorch-native one (kernel_fusion: eager) gets SDPA's
+    # FlashAttention-2, the fused Megatron / TE stack cuDNN; an explicit kernel stays
+    eager = lambda **k: cost_model_for(scenario(kernel_fusion="eager", **k)).time(attn, "fwd").compute
+    assert eager() == pytest.approx(times["fa2"]) and eager(attention_kernel="fa3") == pytest.approx(times["fa3"])
     with pytest.raises(ScenarioError) as err:     # found when costing, like mxfp8 off Blackwell
         pipesim.simulate(load_scenario(base(system={"preset": "dgx-a100-80gb"},
                                             training={"attention": "flash", "attention_kernel": "fa3"})))

@@ -111,13 +111,27 @@ def load_profile_for(s: Scenario):
     return profile
 
 
+def attention_kernel_of(s: Scenario) -> str:
+    """`training.attention_kernel: auto` is what the stack runs: Transformer Engine's choice
+    (the curve's default table: cuDNN on Hopper and Blackwell) for the fused Megatron stack, and
+    PyTorch SDPA's for a PyTorch-native one (kernel_fusion: eager, torchtitan-style): SDPA tries
+    its backends in a fixed order with FlashAttention first (torch.nn.attention.SDPBackend;
+    cuDNN only when asked for), i.e. the FlashAttention-2 table where the GPU has one."""
+    tr = s.training
+    curve = s.system.gpu.kernel_curve
+    if tr.attention_kernel != "auto" or tr.kernel_fusion != "eager" or curve is None:
+        return tr.attention_kernel
+    from pipesim.presets.gpus import KERNEL_CURVES
+    return "fa2" if "fa2" in KERNEL_CURVES.get(curve, {}).get("attention_kernels", {}) else "auto"
+
+
 def cost_model_for(s: Scenario, profile=None) -> CostModel:
     if profile is None:
         profile = load_profile_for(s)
     from pipesim.errors import ScenarioError
     try:
         return CostModel(s.system.gpu, s.training.precision, profile, grad_elem_bytes(s.training),
-                         s.training.attention_kernel)
+                         attention_kernel_of(s))
     except ScenarioError as err:          # the cost model cannot name the file: add it
         raise ScenarioError(f"{s.source}: {err}") from None
 

@@ -362,8 +362,9 @@ class TrainingConfig:
                     "flash in 16-bit and FP8 training on a GPU with a fused-attention table (every kernel-curve GPU "
                     "from V100 on), eager otherwise (FP32/TF32, CPU ranks)")
     attention_kernel: Literal["auto", "cudnn", "fa2", "fa3"] = field(
-        "auto", doc="fused attention's kernel table (attention: flash): auto = what Transformer Engine runs "
-                    "(cuDNN on Hopper/Blackwell, FlashAttention-2 before); fa2 = PyTorch SDPA's flash "
+        "auto", doc="fused attention's kernel table (attention: flash): auto = what the stack runs: Transformer "
+                    "Engine's choice (cuDNN on Hopper/Blackwell, FlashAttention-2 before) with kernel_fusion fused, "
+                    "PyTorch SDPA's FlashAttention-2 with kernel_fusion eager; fa2 = PyTorch SDPA's flash "
                     "backend; fa3 = FlashAttention-3 (Hopper)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
