@@ -75,3 +75,13 @@ def test_garbled_fields_give_one_line_errors_never_a_traceback(tmp_path):
         except ScenarioError as err:
             assert "\n" not in str(err)
     check()
+
+
+def test_an_unmapped_model_type_is_refused_not_loaded_as_something_else(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gemma2", "hidden_act": "gelu_pytorch_tanh", "hidden_size": 2304,
+                                "num_hidden_layers": 26, "num_attention_heads": 8, "vocab_size": 256000,
+                                "max_position_embeddings": 8192, "sliding_window": 4096}))
+    with pytest.raises(ScenarioError) as err:
+        load({"hf_config": str(path)})
+    assert "model_type 'gemma2' is not mapped" in str(err.value) and "\n" not in str(err.value)

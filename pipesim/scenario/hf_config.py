@@ -18,6 +18,11 @@ from pathlib import Path
 from pipesim.scenario.schema import Loader
 
 _EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
+# The model types whose every field pipesim reads is mapped (tests/test_hf_config.py): another type
+# may carry fields that change the model (Gemma's alternating windows and GeGLU, GLM's QKV bias and
+# partial rotary, ...) and is refused rather than loaded as something else.
+MAPPED_TYPES = ("gpt2", "bert", "roberta", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+                "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss")
 
 
 def from_hf_config(path: Path, loader: Loader) -> dict:
@@ -45,6 +50,9 @@ def from_hf_config(path: Path, loader: Loader) -> dict:
         loader.fail("model.hf_config", f"{path}: {key} {cfg.get(key)!r}: {why}")
 
     model_type = cfg.get("model_type", "")
+    if model_type and model_type not in MAPPED_TYPES:
+        loader.fail("model.hf_config", f"{path}: model_type {model_type!r} is not mapped (mapped: "
+                    f"{', '.join(MAPPED_TYPES)}); give the model's keys in the scenario or use a preset")
     llama_like = model_type in ("llama", "mistral", "qwen2") or cfg.get("hidden_act") == "silu"
     bert_like = model_type in ("bert", "roberta")
     out = {
