@@ -242,3 +242,22 @@ def test_an_moe_search_without_expert_sizes_says_how_to_search_them(tmp_path, ca
     assert "kept the scenario's expert 8; --expert" in capsys.readouterr().out
     assert main(args + ["--expert", "4,8"]) == 0
     assert "kept the scenario's expert" not in capsys.readouterr().out
+
+
+def test_search_cli_takes_precisions_recompute_and_zero_axes(tmp_path, capsys):
+    import yaml
+    from pipesim.cli import main
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump({"model": {"preset": "llama3-8b", "num_layers": 4}, "system": {"preset": "dgx-h100"},
+                                    "training": {"micro_batch_size": 1, "global_batch_size": 16}}))
+    args = ["search", str(path), "--gpus", "8", "--no-files", "--no-progress", "--engine", "analytic",
+            "--pipeline", "1", "--micro-batch", "1"]
+    assert main(args + ["--precisions", "bf16,fp8", "--recompute", "none", "--zero", "1"]) == 0
+    out = capsys.readouterr().out
+    assert " precision " in out.splitlines()[3] and "recompute none, ZeRO-1" in out
+    assert {"bf16", "fp8"} <= {w for line in out.splitlines()[4:] for w in line.split()}
+    for flag, value, words in (("--precisions", "bf16,int4", "'int4'"), ("--recompute", "some", "'some'"),
+                               ("--zero", "5", "stages among 0, 1, 2, 3")):
+        assert main(args + [flag, value]) != 0
+        err = capsys.readouterr().err
+        assert flag in err and words in err and err.count("\n") == 1

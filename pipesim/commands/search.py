@@ -13,6 +13,15 @@ def _ints(text: str) -> tuple:
         raise ScenarioError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _names(text: str, flag: str, known: tuple) -> tuple:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise ScenarioError(f"{flag} {text}: unknown {bad[0]!r}; expected among {', '.join(known)}" if bad else
+                            f"{flag} {text}: expected a comma-separated list")
+    return names
+
+
 def add_arguments(p) -> None:
     from pipesim.whatif.cluster import add_ray_argument
     p.add_argument("scenario", help="scenario YAML (its model, system type and training settings are kept)")
@@ -35,6 +44,10 @@ def add_arguments(p) -> None:
     p.add_argument("--zero-replicas", help="sharding replicas to try with ZeRO, e.g. 1,2,8 (hybrid sharding; "
                                            "training.zero_replicas; layouts they do not divide are skipped)")
     p.add_argument("--micro-batch", help="micro-batch sizes to try (default 1,2,4,8)")
+    p.add_argument("--recompute", help="recompute policies to try (default none,selective,full)")
+    p.add_argument("--zero", help="ZeRO stages to try (default 0,1,2,3)")
+    p.add_argument("--precisions", help="training precisions to try, e.g. bf16,fp8 (default: the scenario's; "
+                                        "fp8 uses the scenario's training.fp8_recipe)")
     p.add_argument("--schedules", help="schedules to try (default 1f1b,interleaved,zb-h1,zb-v)")
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
                    help="rank the finalists with the simulator (default) or the screening model")
@@ -78,6 +91,15 @@ def run(args) -> int:
         space.extra["training.zero_replicas"] = _ints(args.zero_replicas)
     if args.micro_batch:
         space.micro_batch = _ints(args.micro_batch)
+    if args.recompute:
+        space.recompute = _names(args.recompute, "--recompute", ("none", "selective", "selective_op", "full"))
+    if args.zero:
+        space.zero = _ints(args.zero)
+        if any(z not in (0, 1, 2, 3) for z in space.zero):
+            raise ScenarioError(f"--zero {args.zero}: expected stages among 0, 1, 2, 3")
+    if args.precisions:
+        space.extra["training.precision"] = _names(args.precisions, "--precisions",
+                                                   ("fp32", "tf32", "fp16", "bf16", "fp8"))
     if args.schedules:
         space.schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     evaluator = simulate_report if args.engine == "sim" else analytic_report
@@ -106,6 +128,8 @@ def run(args) -> int:
     swept = (["offload_layers"] if args.offload else []) + (["context_mode"] if args.context_modes else [])
     if args.expert or any(r.get("expert", 1) > 1 for r in res.finalists):
         swept.append("expert")
+    if args.precisions:
+        swept.append("precision")
     print(format_table(res.finalists, swept, top=min(10, len(res.finalists)), ordered=True))
     print()
     for line in res.explanation:

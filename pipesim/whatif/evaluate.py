@@ -37,7 +37,7 @@ def layout_columns(s) -> dict:
     p, t = s.parallel, s.training
     return {"tensor": p.tensor, "context": p.context,
             "context_mode": p.context_mode if p.context > 1 else "-", "pipeline": p.pipeline, "data": p.data,
-            "expert": p.expert,
+            "expert": p.expert, "precision": t.precision,
             "virtual_stages": p.virtual_stages,
             "micro_batch_size": t.micro_batch_size, "num_microbatches": s.num_microbatches,
             "schedule": t.schedule, "recompute": t.recompute, "zero_stage": t.zero_stage,

@@ -305,7 +305,7 @@ def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: in
 TIE = 0.005      # throughputs within 0.5 % are a tie: below the model's resolution
 # The keys that tell two candidates' layouts apart (pipesim/whatif/evaluate.py layout_columns).
 LAYOUT_KEYS = ("tensor", "context", "context_mode", "expert", "pipeline", "micro_batch_size", "schedule",
-               "virtual_stages", "recompute", "zero_stage", "compression_bits", "offload_layers")
+               "virtual_stages", "recompute", "zero_stage", "compression_bits", "offload_layers", "precision")
 UNVERIFIED_MARGIN = 1.30
 
 
@@ -331,8 +331,9 @@ def describe(r: dict) -> str:
     cp = f" x context {r['context']} ({r.get('context_mode', 'ring')})" if r.get("context", 1) > 1 else ""
     off = f", {r['offload_layers']} layers' activations offloaded" if r.get("offload_layers") else ""
     ep = f" (expert {r['expert']})" if r.get("expert", 1) > 1 else ""
+    prec = f"{r['precision']}, " if r.get("precision") else ""
     return (f"tensor {r['tensor']}{cp} x pipeline {r['pipeline']} x data {r['data']}{ep}, micro-batch "
-            f"{r['micro_batch_size']} (M={r['num_microbatches']}), {sched}, recompute {r['recompute']}, "
+            f"{r['micro_batch_size']} (M={r['num_microbatches']}), {prec}{sched}, recompute {r['recompute']}, "
             f"ZeRO-{r['zero_stage']}, {r['compression_bits']}-bit sends{off}")
 
 
@@ -382,6 +383,7 @@ def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> lis
                                     ("context", best["context"], other["context"]),
                                     ("context mode", best.get("context_mode"), other.get("context_mode")),
                                     ("expert", best.get("expert", 1), other.get("expert", 1)),
+                                    ("precision", best.get("precision"), other.get("precision")),
                                     ("pipeline", best["pipeline"], other["pipeline"]),
                                     ("micro-batch", best["micro_batch_size"], other["micro_batch_size"]),
                                     ("schedule", best["schedule"], other["schedule"]),
