@@ -261,3 +261,23 @@ def test_search_cli_takes_precisions_recompute_and_zero_axes(tmp_path, capsys):
         assert main(args + [flag, value]) != 0
         err = capsys.readouterr().err
         assert flag in err and words in err and err.count("\n") == 1
+
+
+def test_the_winner_comes_with_the_set_arguments_that_reproduce_it(tmp_path):
+    """`reproduce_args` lists only what differs from the base file (its values, its system preset's,
+    the defaults); loading the base with them gives the winner's layout and step."""
+    import pipesim
+    from pipesim.scenario.load import load_scenario
+    from pipesim.whatif.evaluate import simulate_report
+    from pipesim.whatif.search import reproduce_args
+    base = {"model": {"preset": "gpt2-medium", "num_layers": 13}, "system": {"preset": "dgx-h100", "num_nodes": 2},
+            "parallel": {"tensor": 2, "pipeline": 1, "data": 8},
+            "training": {"micro_batch_size": 1, "global_batch_size": 64, "recompute": "none"}}
+    space = SearchSpace(tensor=(1,), pipeline=(4,), micro_batch=(2,), recompute=("none",), zero=(1,),
+                        compression=(16,), schedules=("1f1b",))
+    res = search(base, 16, space, finalists=2, evaluator=simulate_report)
+    args = reproduce_args(res.best["scenario"], base)
+    assert "--set parallel.layers_per_stage=auto" in args and "--set parallel.tensor=1" in args
+    assert not any(a.startswith("--set system.") or "recompute" in a for a in args)     # unchanged keys left out
+    again = load_scenario(base, [a.removeprefix("--set ") for a in args])
+    assert pipesim.simulate(again, trace=False).step_time_s == pytest.approx(res.best["step_time_s"])

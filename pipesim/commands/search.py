@@ -62,7 +62,8 @@ def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
     from pipesim.commands.progress import Bar
     from pipesim.whatif.evaluate import simulate_report
-    from pipesim.whatif.search import CP_MODE, OFFLOAD, SearchSpace, describe, nvlink_domain_note, search
+    from pipesim.whatif.search import (CP_MODE, OFFLOAD, SearchSpace, describe, nvlink_domain_note,
+                                       reproduce_args, search)
     from pipesim.whatif.sweep import read_base
     from pipesim.whatif.table import format_table
 
@@ -135,6 +136,7 @@ def run(args) -> int:
     for line in res.explanation:
         print(line)
     print(f"\nbest layout: {describe(res.best)}")
+    print(f"  pipesim simulate {args.scenario} " + " ".join(reproduce_args(res.best["scenario"], raw)))
     if not args.no_files:
         from pipesim.report.folder import default_dir, make_dir
         from pipesim.whatif.table import write_csv

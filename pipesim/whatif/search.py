@@ -337,6 +337,53 @@ def describe(r: dict) -> str:
             f"ZeRO-{r['zero_stage']}, {r['compression_bits']}-bit sends{off}")
 
 
+# The scenario keys a candidate sets (candidates() and the axes of SearchSpace.extra).
+REPRODUCE_KEYS = ("system.num_nodes", "system.gpus_per_node", "system.nvlink_domain", "parallel.tensor",
+                  "parallel.context", "parallel.context_mode", "parallel.pipeline", "parallel.data",
+                  "parallel.virtual_stages", "parallel.expert", "parallel.sequence_parallel",
+                  "parallel.layers_per_stage", "training.micro_batch_size", "training.schedule",
+                  "training.recompute", "training.zero_stage", "training.activation_compression_bits",
+                  "training.offload_activation_layers", "training.precision", "training.zero_replicas")
+
+
+def reproduce_args(s, raw: dict) -> list[str]:
+    """`--set` arguments that turn the base scenario `raw` into the layout `s`: the keys whose value
+    differs from what the base file gives (its own value, else its system preset's, else the
+    field's default); an uneven split as `auto` when it is Megatron's."""
+    from pipesim.scenario.load import scenario_to_dict
+    have = scenario_to_dict(s)
+    out = []
+    for key in REPRODUCE_KEYS:
+        section, name = key.split(".", 1)
+        value = (have.get(section) or {}).get(name)
+        if name == "layers_per_stage" and value is not None:
+            lps = list(value)
+            auto = embedding_loss_split(s.model.num_layers, s.parallel.pipeline * s.parallel.virtual_stages)
+            value = "auto" if lps == auto else "[" + ",".join(map(str, lps)) + "]"
+        if value is None or value == _given(raw, section, name):
+            continue
+        out.append(f"--set {key}={str(value).lower() if isinstance(value, bool) else value}")
+    return out
+
+
+def _given(raw: dict, section: str, name: str):
+    """What the base scenario says of section.name: its own value, its system preset's, or the
+    field's default."""
+    import dataclasses
+    from pipesim.presets.systems import SYSTEMS
+    from pipesim.scenario.config import ParallelConfig, TrainingConfig
+    sec = raw.get(section)
+    sec = {"preset": sec} if isinstance(sec, str) else (sec or {})
+    if name in sec:
+        return sec[name]
+    if section == "system":
+        preset = SYSTEMS.get(sec.get("preset")) if isinstance(sec.get("preset"), str) else None
+        return (preset or {}).get(name)
+    cls = {"parallel": ParallelConfig, "training": TrainingConfig}[section]
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    return None if f is None or f.default is dataclasses.MISSING else f.default
+
+
 def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> list[str]:
     best, other = result.best, result.runner_up
     lines = [f"winner: {describe(best)}",
