@@ -281,3 +281,31 @@ def test_the_winner_comes_with_the_set_arguments_that_reproduce_it(tmp_path):
     assert not any(a.startswith("--set system.") or "recompute" in a for a in args)     # unchanged keys left out
     again = load_scenario(base, [a.removeprefix("--set ") for a in args])
     assert pipesim.simulate(again, trace=False).step_time_s == pytest.approx(res.best["step_time_s"])
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--pipeline", "0"], "--pipeline 0: expected integers of at least 1"),
+    (["--context", "0"], "--context 0: expected integers of at least 1"),
+    (["--micro-batch", "2,x"], "--micro-batch 2,x: expected comma-separated integers"),
+    (["--offload", "-2"], "--offload -2: expected integers of at least 0"),
+])
+def test_search_cli_size_lists_get_one_line_errors(tmp_path, capsys, args, words):
+    import yaml
+    from pipesim.cli import main
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    assert main(["search", str(path), "--gpus", "8", "--no-files", "--no-progress"] + args) != 0
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_search_says_whether_nothing_was_possible_or_nothing_fit(tmp_path, capsys):
+    import yaml
+    from pipesim.cli import main
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    run = lambda *a: main(["search", str(path), "--no-files", "--no-progress", "--engine", "analytic", *a])
+    assert run("--gpus", "8", "--tensor", "3") == 1
+    assert "no layout to try: the sizes given do not divide 8 GPUs" in capsys.readouterr().out
+    assert run("--gpus", "7") == 1                   # global batch 64 splits over no data size of 7
+    assert "no layout is possible: every candidate was refused" in capsys.readouterr().out

@@ -6,11 +6,16 @@ import time
 from pipesim.errors import ScenarioError
 
 
-def _ints(text: str) -> tuple:
+def _ints(text: str, flag: str = "", least: int = 1) -> tuple:
+    """The comma-separated integers of `flag`, each at least `least`."""
+    name = f"{flag} {text}" if flag else repr(text)
     try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
+        values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ScenarioError(f"expected comma-separated integers, got {text!r}") from None
+        raise ScenarioError(f"{name}: expected comma-separated integers") from None
+    if not values or min(values) < least:
+        raise ScenarioError(f"{name}: expected integers of at least {least}")
+    return values
 
 
 def _names(text: str, flag: str, known: tuple) -> tuple:
@@ -72,11 +77,11 @@ def run(args) -> int:
     raw, _ = read_base(args.scenario)
     space = SearchSpace()
     if args.tensor:
-        space.tensor = _ints(args.tensor)
+        space.tensor = _ints(args.tensor, "--tensor")
     if args.pipeline:
-        space.pipeline = _ints(args.pipeline)
+        space.pipeline = _ints(args.pipeline, "--pipeline")
     if args.context:
-        space.context = _ints(args.context)
+        space.context = _ints(args.context, "--context")
     if args.context_modes:
         modes = tuple(m.strip() for m in args.context_modes.split(",") if m.strip())
         bad = [m for m in modes if m not in ("ring", "allgather", "a2a")]
@@ -85,17 +90,17 @@ def run(args) -> int:
                                 f"allgather or a2a (a2a+p2p needs parallel.context_a2a: set it in the scenario)")
         space.extra[CP_MODE] = modes
     if args.expert:
-        space.extra["parallel.expert"] = _ints(args.expert)
+        space.extra["parallel.expert"] = _ints(args.expert, "--expert")
     if args.offload:
-        space.extra[OFFLOAD] = _ints(args.offload)
+        space.extra[OFFLOAD] = _ints(args.offload, "--offload", least=0)
     if args.zero_replicas:
-        space.extra["training.zero_replicas"] = _ints(args.zero_replicas)
+        space.extra["training.zero_replicas"] = _ints(args.zero_replicas, "--zero-replicas")
     if args.micro_batch:
-        space.micro_batch = _ints(args.micro_batch)
+        space.micro_batch = _ints(args.micro_batch, "--micro-batch")
     if args.recompute:
         space.recompute = _names(args.recompute, "--recompute", ("none", "selective", "selective_op", "full"))
     if args.zero:
-        space.zero = _ints(args.zero)
+        space.zero = _ints(args.zero, "--zero", least=0)
         if any(z not in (0, 1, 2, 3) for z in space.zero):
             raise ScenarioError(f"--zero {args.zero}: expected stages among 0, 1, 2, 3")
     if args.precisions:
@@ -123,7 +128,13 @@ def run(args) -> int:
     for reason, n in sorted(res.pruned.items(), key=lambda kv: -kv[1])[:5]:
         print(f"  impossible x{n}: {reason}")
     if res.best is None:
-        print("no layout fits: try more GPUs, recompute full, ZeRO or a smaller micro-batch")
+        if not res.considered:
+            print(f"no layout to try: the sizes given do not divide {args.gpus} GPUs (or exceed the layers or the "
+                  f"NVLink domain)")
+        elif pruned == res.considered:
+            print("no layout is possible: every candidate was refused, for the reasons above")
+        else:
+            print("no layout fits: try more GPUs, recompute full, ZeRO or a smaller micro-batch")
         return 1
     print()
     swept = (["offload_layers"] if args.offload else []) + (["context_mode"] if args.context_modes else [])
