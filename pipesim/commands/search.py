@@ -68,7 +68,7 @@ def run(args) -> int:
     from pipesim.commands.progress import Bar
     from pipesim.whatif.evaluate import simulate_report
     from pipesim.whatif.search import (CP_MODE, OFFLOAD, SearchSpace, describe, nvlink_domain_note,
-                                       reproduce_args, search)
+                                       probe_scenario, reproduce_args, search, system_for)
     from pipesim.whatif.sweep import read_base
     from pipesim.whatif.table import format_table
 
@@ -121,10 +121,12 @@ def run(args) -> int:
     note = nvlink_domain_note(raw["system"], args.gpus)
     if note:
         print(f"  {note}")
-    if res.best is not None and not args.expert and res.best["scenario"].model.is_moe:
-        ep = res.best["scenario"].parallel.expert
-        print(f"  MoE model: every layout kept the scenario's expert {ep}; --expert 8,16,32 (for example) "
-              f"searches expert parallelism too")
+    if not args.expert:
+        probe = probe_scenario(dict(raw, system=system_for(raw["system"], args.gpus)), args.gpus)
+        if probe.model.is_moe:
+            ep = (raw.get("parallel") or {}).get("expert", 1)
+            print(f"  MoE model: every layout kept the scenario's expert {ep}; --expert 8,16,32 "
+                  f"(for example) searches expert parallelism too")
     for reason, n in sorted(res.pruned.items(), key=lambda kv: -kv[1])[:5]:
         print(f"  impossible x{n}: {reason}")
     if res.best is None:

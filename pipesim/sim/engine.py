@@ -29,7 +29,8 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
+from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds,
+                                   live_gathered)
 
 
 _CODES: dict = {}       # id(steps row) -> (row, {cost key: step code})
@@ -312,9 +313,7 @@ class Engine:
         Sec. 5.3): about one layer in use plus one prefetched is live, not the whole stage."""
         if not self.w.reshard_after_forward:
             return 0.0          # kept from forward to backward: counted as resident weights
-        full = self.w.weights_full[stage]
-        live = full * min(1.0, 2.0 / self.w.gather_layers[stage])
-        return live - live / self.shard_n
+        return live_gathered(self.w.weights_full[stage], self.w.gather_layers[stage], self.shard_n)
 
     def _issue_gather(self, g, op, j):
         ev = self.env.event()

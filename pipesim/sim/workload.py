@@ -557,6 +557,25 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         host_profile=host_profile_for(s))
 
 
+def live_gathered(full: float, layers: int, shard_n: int) -> float:
+    """ZeRO-3 gathered weight bytes live at once on a rank (beyond its own shard): DeepSpeed gathers
+    module by module with a prefetch bucket (Rajbhandari et al. 2020, Sec. 5.3), about one layer
+    in use plus one prefetched of a stage's `layers` whose unsharded weights are `full` bytes."""
+    live = full * min(1.0, 2.0 / max(1, layers))
+    return live - live / shard_n
+
+
+def stage_gathered_bytes(s, c) -> float:
+    """live_gathered for stage costs `c` of scenario `s` (0 unless ZeRO-3 re-gathers every pass)."""
+    tr = s.training
+    if tr.zero_stage < 3 or not tr.reshard_after_forward:
+        return 0.0
+    from pipesim.costs.zero_groups import shard_size
+    elem = 4 if tr.precision in ("fp32", "tf32") else 2
+    full = (c.params if getattr(c, "gather_params", None) is None else c.gather_params) * _gather_elem(tr, elem, c)
+    return live_gathered(full, c.layers, shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas))
+
+
 def _gather_elem(tr, elem: int, c) -> float:
     """Bytes per parameter a ZeRO weight all-gather moves for stage costs `c`."""
     if gemm_dtype(tr) == "fp8" and tr.zero_stage >= 3:

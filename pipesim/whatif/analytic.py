@@ -15,6 +15,7 @@ from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
 from pipesim.costs.zero3_reuse import zero3_gather_passes
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
+from pipesim.sim.workload import stage_gathered_bytes
 
 V_SHAPE = ("zb-v", "dualpipe-v")
 
@@ -174,7 +175,10 @@ def analytic_report(s, mode: str = "representative") -> dict:
         act = sum((c.activation_bytes - c.offload_bytes) * held + c.offload_window
                   for c in ch)
         working = max((c.recompute_working_bytes + c.cp_buffer_bwd for c in ch), default=0.0)
-        peaks.append(static + act + working)
+        # ZeRO-3: the gathered weights live beside them, as the engine holds them: the running
+        # action's and, with prefetch, the next one's issued at its start
+        gathered = max((stage_gathered_bytes(s, c) for c in ch), default=0.0) * (2 if s.training.zero3_prefetch else 1)
+        peaks.append(static + act + working + gathered)
     peak = max(peaks)
     tr = s.training
     flops = iteration_flops(s)
