@@ -290,7 +290,7 @@ def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: in
     # by the closed form, `finalists` at a time, a few rounds at most
     done = {r["index"] for r in chosen}
     rest = sorted((r for r in fits if r["index"] not in done), key=lambda r: -r["throughput_samples_per_s"])
-    for round_ in range(EXTRA_ROUNDS):
+    for _ in range(EXTRA_ROUNDS):
         if any(r["status"] == "ok" for r in rows) or not rest:
             break
         batch, rest = rest[:finalists], rest[finalists:]
