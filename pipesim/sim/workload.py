@@ -570,9 +570,9 @@ def stage_gathered_bytes(s, c) -> float:
     tr = s.training
     if tr.zero_stage < 3 or not tr.reshard_after_forward:
         return 0.0
+    from pipesim.costs.step_ops import elem_of
     from pipesim.costs.zero_groups import shard_size
-    elem = 4 if tr.precision in ("fp32", "tf32") else 2
-    full = (c.params if getattr(c, "gather_params", None) is None else c.gather_params) * _gather_elem(tr, elem, c)
+    full = (c.params if getattr(c, "gather_params", None) is None else c.gather_params) * _gather_elem(tr, elem_of(tr), c)
     return live_gathered(full, c.layers, shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas))
 
 
