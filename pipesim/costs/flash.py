@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from pipesim.presets.gpus import KERNEL_CURVES
+
 
 def _interp(table, seq: float) -> float:
     pts = sorted(table)
@@ -57,3 +59,16 @@ def head_dim_factor(table: dict, key: str, seq: float, head_dim: float) -> float
     rate = {128: base, **{d: _interp(p[key], seq) for d, p in panels.items()}}
     w = min(max((math.log(head_dim) - math.log(lo)) / (math.log(hi) - math.log(lo)), 0.0), 1.0)
     return (rate[lo] + w * (rate[hi] - rate[lo])) / base
+
+
+def attention_kernel_of(s) -> str:
+    """`training.attention_kernel: auto` is what the stack runs: Transformer Engine's choice
+    (the curve's default table: cuDNN on Hopper and Blackwell) for the fused Megatron stack, and
+    PyTorch SDPA's for a PyTorch-native one (kernel_fusion: eager, torchtitan-style): SDPA tries
+    its backends in a fixed order with FlashAttention first (torch.nn.attention.SDPBackend;
+    cuDNN only when asked for), i.e. the FlashAttention-2 table where the GPU has one."""
+    tr = s.training
+    curve = s.system.gpu.kernel_curve
+    if tr.attention_kernel != "auto" or tr.kernel_fusion != "eager" or curve is None:
+        return tr.attention_kernel
+    return "fa2" if "fa2" in KERNEL_CURVES.get(curve, {}).get("attention_kernels", {}) else "auto"

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time
+from pipesim.costs.flash import attention_kernel_of
 from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_bf16, as_nvfp4, cast_ops, fp8_gemm_params, group_ops,
                                low_precision_params, weight_copy_bytes)
 from pipesim.costs.context import context_comm
@@ -109,20 +110,6 @@ def load_profile_for(s: Scenario):
     if reason:
         raise ProfileError(f"{reason}; calibrate this device (pipesim calibrate) or set costs.profile: null")
     return profile
-
-
-def attention_kernel_of(s: Scenario) -> str:
-    """`training.attention_kernel: auto` is what the stack runs: Transformer Engine's choice
-    (the curve's default table: cuDNN on Hopper and Blackwell) for the fused Megatron stack, and
-    PyTorch SDPA's for a PyTorch-native one (kernel_fusion: eager, torchtitan-style): SDPA tries
-    its backends in a fixed order with FlashAttention first (torch.nn.attention.SDPBackend;
-    cuDNN only when asked for), i.e. the FlashAttention-2 table where the GPU has one."""
-    tr = s.training
-    curve = s.system.gpu.kernel_curve
-    if tr.attention_kernel != "auto" or tr.kernel_fusion != "eager" or curve is None:
-        return tr.attention_kernel
-    from pipesim.presets.gpus import KERNEL_CURVES
-    return "fa2" if "fa2" in KERNEL_CURVES.get(curve, {}).get("attention_kernels", {}) else "auto"
 
 
 def cost_model_for(s: Scenario, profile=None) -> CostModel:

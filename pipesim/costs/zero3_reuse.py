@@ -86,3 +86,36 @@ def _gather_passes(runs: tuple[tuple[tuple[float, ...], int], ...], recompute: b
         return 1.0, 1.0
     got = trace_gathers(module_trace(layers, recompute))
     return got.get("F", 0.0) / total, got.get("B", 0.0) / total
+
+
+def gathered_weight_bytes(tr, c) -> float:
+    """Unsharded bytes a ZeRO weight all-gather of stage costs `c` moves: the compute copy, FP8
+    under fp8 ZeRO-3 (FP8 parameter all-gather, Transformer Engine fp8_model_init / torchao float8
+    FSDP2), the FP8-GEMM weights in FP8 under training.fp8_param_gather, else 16 or 32 bits; MoE
+    experts over expert-data parallelism (gather_params: their data-parallel-equivalent count)."""
+    from pipesim.costs.fp8 import gathered_bytes_per_param, gemm_dtype, stored_bytes
+    from pipesim.costs.step_ops import elem_of
+    params = c.params if getattr(c, "gather_params", None) is None else c.gather_params
+    if gemm_dtype(tr) == "fp8" and tr.zero_stage >= 3:
+        return params * 1.0     # FP8 weights gathered as such; NVFP4 (fp4 GEMMs) in 16 bits or stored FP4
+    if tr.fp8_param_gather and c.params:
+        return params * gathered_bytes_per_param(elem_of(tr), c.fp8_params / c.params, stored_bytes(tr.fp8_recipe))
+    return params * elem_of(tr)
+
+
+def live_gathered(full: float, layers: int, shard_n: int) -> float:
+    """ZeRO-3 gathered weight bytes live at once on a rank (beyond its own shard): DeepSpeed gathers
+    module by module with a prefetch bucket (Rajbhandari et al. 2020, Sec. 5.3), about one layer
+    in use plus one prefetched of a stage's `layers` whose unsharded weights are `full` bytes."""
+    live = full * min(1.0, 2.0 / max(1, layers))
+    return live - live / shard_n
+
+
+def stage_gathered_bytes(s: Scenario, c) -> float:
+    """live_gathered for stage costs `c` of scenario `s` (0 unless ZeRO-3 re-gathers every pass)."""
+    from pipesim.costs.zero_groups import shard_size
+    tr = s.training
+    if tr.zero_stage < 3 or not tr.reshard_after_forward:
+        return 0.0
+    shard_n = shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas)
+    return live_gathered(gathered_weight_bytes(tr, c), c.layers, shard_n)

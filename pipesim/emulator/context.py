@@ -177,6 +177,13 @@ def summed(dx, group: int):
     return dx if group == 1 else dx.reshape(-1, group, *dx.shape[1:]).sum(1)
 
 
+def output_grad(dout, out):
+    """The output gradient made contiguous and rowsum(dO ∘ O), the softmax backward's delta
+    (FlashAttention-2 Alg. 2), shared by every block of a layer's backward."""
+    dout = dout.contiguous()
+    return dout, (dout * out).sum(-1, keepdim=True)
+
+
 def block_backward(q, k, v, dout, lse, delta, scale: float, mask):
     """One ring step's backward against one K/V block (FlashAttention-2 Alg. 2 for the block,
     the scores recomputed): (dQ part, dK, dV). Timed as ring_block_bwd."""
@@ -212,8 +219,7 @@ class _RingAttention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         g, group = ctx.group, ctx.shared
-        dout = dout.contiguous()
-        delta = (dout * out).sum(-1, keepdim=True)            # rowsum(dO ∘ O)
+        dout, delta = output_grad(dout, out)
         dq = torch.zeros_like(q)
         kv, kd = packed(k, v), k.shape[-1]
         dkv, dkv_wait = torch.zeros_like(kv), None
@@ -253,8 +259,7 @@ class _AllGatherAttention(torch.autograd.Function):
     def backward(ctx, dout):
         q, kv, out, lse = ctx.saved_tensors
         g, group, kd = ctx.group, ctx.shared, ctx.kd
-        dout = dout.contiguous()
-        delta = (dout * out).sum(-1, keepdim=True)
+        dout, delta = output_grad(dout, out)
         mask = causal_mask(g.positions, g.key_positions(), q) if g.causal else None
         kb, vb = unpacked(kv, kd)
         dq, dk, dv = block_backward(q, shared(kb, group), shared(vb, group), dout, lse, delta, g.scale, mask)
@@ -310,8 +315,7 @@ class _WholeSequenceAttention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         g, group = ctx.group, ctx.shared
-        dout = dout.contiguous()
-        delta = (dout * out).sum(-1, keepdim=True)
+        dout, delta = output_grad(dout, out)
         dq, dk, dv = block_backward(q, shared(k, group), shared(v, group), dout, lse, delta, g.scale, ctx.mask)
         return dq, summed(dk, group), summed(dv, group), None, None
 

@@ -371,18 +371,11 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
     """What frees GPU memory, for a step that does not fit: offloading every layer's activations
     to a host with a measured copy rate, recomputation, the distributed optimizer / ZeRO-3."""
     tr, par = s.training, s.parallel
-    out = []
-    chunk = max(s.layers_per_stage())
-    if s.system.host_link_GBps and tr.offload_activation_layers < chunk:
-        out.append((f"offload {chunk} layers' activations", {"training.offload_activation_layers": chunk},
-                    f"--set training.offload_activation_layers={chunk}"))
+    out = [offload_candidate(s)]
     levels = ("none", "selective", "selective_op", "full")      # less kept, more re-run
     for rc in levels[levels.index(tr.recompute) + 1:]:
         out.append(recompute_candidate(s, rc))
-    if par.data * par.context > 1:
-        for z in (1, 3):
-            if z > tr.zero_stage:
-                out.append((f"ZeRO-{z}", {"training.zero_stage": z}, f"--set training.zero_stage={z}"))
+    out += [zero_candidate(s, z) for z in (1, 3)]
     if (tr.optimizer != "sgd" and tr.optimizer_state_dtype == "fp32" and tr.precision not in ("fp32", "tf32")
             and s.model.arch == "transformer"):
         out.append(("BF16 Adam moments", {"training.optimizer_state_dtype": "bf16"},
@@ -391,6 +384,22 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
     out += [layout_candidate(s, tensor=t) for t in _more(par.tensor, tensor_sizes(s))]
     out += [layout_candidate(s, pipeline=p) for p in _more(par.pipeline, PIPELINE_SIZES)]
     return [c for c in out if c is not None]
+
+
+def offload_candidate(s):
+    """Every layer's activations offloaded to a host with a measured copy rate, or None."""
+    chunk = max(s.layers_per_stage())
+    if not s.system.host_link_GBps or s.training.offload_activation_layers >= chunk:
+        return None
+    return (f"offload {chunk} layers' activations", {"training.offload_activation_layers": chunk},
+            f"--set training.offload_activation_layers={chunk}")
+
+
+def zero_candidate(s, stage: int):
+    """A higher ZeRO stage over the data x context group, or None."""
+    if s.parallel.data * s.parallel.context < 2 or stage <= s.training.zero_stage:
+        return None
+    return f"ZeRO-{stage}", {"training.zero_stage": stage}, f"--set training.zero_stage={stage}"
 
 
 def _more(current: int, sizes) -> list[int]:
@@ -448,21 +457,14 @@ def stacked_memory_fix(s, mode: str, budget_s: float):
     None."""
     from pipesim.errors import PipesimError
     from pipesim.sim import simulate
-    tr, par = s.training, s.parallel
-    steps: list = []
-    if tr.recompute != "full":
-        steps.append(recompute_candidate(s, "full"))
-    if par.data * par.context > 1 and tr.zero_stage < 3:
-        steps.append(("ZeRO-3", {"training.zero_stage": 3}, "--set training.zero_stage=3"))
+    par = s.parallel
+    steps: list = [recompute_candidate(s, "full") if s.training.recompute != "full" else None, zero_candidate(s, 3)]
     steps += [("context", c) for c in _more(par.context, long_context_sizes(s))]
     steps += [("tensor", t) for t in _more(par.tensor, tensor_sizes(s))]
     steps += [("pipeline", p) for p in _more(par.pipeline, PIPELINE_SIZES)]
-    chunk = max(s.layers_per_stage())
-    if s.system.host_link_GBps and tr.offload_activation_layers < chunk:
-        steps.append((f"offload {chunk} layers' activations", {"training.offload_activation_layers": chunk},
-                      f"--set training.offload_activation_layers={chunk}"))
+    steps.append(offload_candidate(s))
     t0, settings, layout = time.perf_counter(), [], {}
-    for step in steps:
+    for step in (x for x in steps if x is not None):
         if time.perf_counter() - t0 > budget_s:
             return None
         if len(step) == 2:                       # a layout size: the sizes so far, data re-derived

@@ -16,8 +16,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, p2p_time
-from pipesim.costs.fp8 import gathered_bytes_per_param, gemm_dtype, stored_bytes
-from pipesim.costs.zero3_reuse import zero3_gather_passes
+from pipesim.costs.zero3_reuse import gathered_weight_bytes, zero3_gather_passes
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.costs.zero_groups import zero_collective_time
@@ -433,7 +432,6 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         if per_layer and n:
             n = max(1, c.layers)          # FSDP: one reduce-scatter per wrapped layer
         buckets[c.stage] = [c.grad_bytes / n] * n if n else []
-    elem = 4 if tr.precision in ("fp32", "tf32") else 2
     wf = w_fraction(s)
     rc_on = tr.recompute != "none"
 
@@ -527,13 +525,8 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         scenario=s, plan=plan, steps=steps, mode=mode, gangs=gangs, gang_at=gang_at, p2p=p2p, dp_group=dp_group,
         dp_size=len(dps), stage_costs=costs, buckets=buckets, grad_kind=grad_kind,
         zero_stage=tr.zero_stage, overlap_grad_reduce=tr.overlap_grad_reduce,
-        # ZeRO-3 gathers the compute copy: FP8 under fp8 (FP8 parameter all-gather, Transformer
-        # Engine fp8_model_init / torchao float8 FSDP2), else 16- or 32-bit; the distributed
-        # optimizer's gather moves the FP8-GEMM weights in FP8 under training.fp8_param_gather;
-        # MoE experts gather over expert-data parallelism (gather_params: their
-        # data-parallel-equivalent count)
-        weights_full={c.stage: (c.params if getattr(c, "gather_params", None) is None else c.gather_params)
-                      * _gather_elem(tr, elem, c) for c in costs},
+        # what a ZeRO weight all-gather moves per stage (its dtype and expert share: zero3_reuse.py)
+        weights_full={c.stage: gathered_weight_bytes(tr, c) for c in costs},
         gather_tensors={c.stage: max(1, c.layers if per_layer else c.param_tensors) for c in costs},
         gather_layers={c.stage: max(1, c.layers) for c in costs},
         act_bytes={c.stage: c.activation_bytes for c in costs},
@@ -555,34 +548,6 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         grad_every_microbatch=tr.zero_stage >= 2,
         p2p_sync=tr.p2p_sync and s.parallel.pipeline > 1,
         host_profile=host_profile_for(s))
-
-
-def live_gathered(full: float, layers: int, shard_n: int) -> float:
-    """ZeRO-3 gathered weight bytes live at once on a rank (beyond its own shard): DeepSpeed gathers
-    module by module with a prefetch bucket (Rajbhandari et al. 2020, Sec. 5.3), about one layer
-    in use plus one prefetched of a stage's `layers` whose unsharded weights are `full` bytes."""
-    live = full * min(1.0, 2.0 / max(1, layers))
-    return live - live / shard_n
-
-
-def stage_gathered_bytes(s, c) -> float:
-    """live_gathered for stage costs `c` of scenario `s` (0 unless ZeRO-3 re-gathers every pass)."""
-    tr = s.training
-    if tr.zero_stage < 3 or not tr.reshard_after_forward:
-        return 0.0
-    from pipesim.costs.step_ops import elem_of
-    from pipesim.costs.zero_groups import shard_size
-    full = (c.params if getattr(c, "gather_params", None) is None else c.gather_params) * _gather_elem(tr, elem_of(tr), c)
-    return live_gathered(full, c.layers, shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas))
-
-
-def _gather_elem(tr, elem: int, c) -> float:
-    """Bytes per parameter a ZeRO weight all-gather moves for stage costs `c`."""
-    if gemm_dtype(tr) == "fp8" and tr.zero_stage >= 3:
-        return 1.0              # FP8 weights gathered as such; NVFP4 (fp4 GEMMs) in 16 bits or stored FP4
-    if tr.fp8_param_gather and c.params:
-        return gathered_bytes_per_param(elem, c.fp8_params / c.params, stored_bytes(tr.fp8_recipe))
-    return elem
 
 
 def host_profile_for(s):

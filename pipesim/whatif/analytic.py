@@ -13,9 +13,8 @@ from pipesim.costs.fp8 import gemm_dtype
 from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
-from pipesim.costs.zero3_reuse import zero3_gather_passes
+from pipesim.costs.zero3_reuse import stage_gathered_bytes, zero3_gather_passes
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
-from pipesim.sim.workload import stage_gathered_bytes
 
 V_SHAPE = ("zb-v", "dualpipe-v")
 

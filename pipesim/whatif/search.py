@@ -86,10 +86,7 @@ def system_for(raw_system, gpus: int) -> dict:
     NVLink domain that spans nodes (NVL72) and does not divide the GPUs shrinks to the largest
     number of whole trays that does (racks partly in use, as NVIDIA's own 64- and 256-GPU GB200
     runs are laid out); `nvlink_domain_note` says so."""
-    from pipesim.presets.systems import SYSTEMS
-    sysd = {"preset": raw_system} if isinstance(raw_system, str) else dict(raw_system)
-    preset = SYSTEMS.get(sysd.get("preset"), {}) if isinstance(sysd.get("preset"), str) else {}
-    gpn = sysd.get("gpus_per_node") or preset.get("gpus_per_node", 8)
+    sysd, gpn, domain = _system_of(raw_system)
     if gpus < 1:
         raise ScenarioError(f"--gpus {gpus}: expected at least 1 GPU")
     if gpus <= gpn:
@@ -97,25 +94,28 @@ def system_for(raw_system, gpus: int) -> dict:
     if gpus % gpn:
         raise ScenarioError(f"--gpus {gpus}: not a whole number of {gpn}-GPU nodes")
     out = dict(sysd, num_nodes=gpus // gpn)
-    domain = sysd.get("nvlink_domain", preset.get("nvlink_domain"))
     if isinstance(domain, int) and isinstance(gpn, int) and domain > gpn and gpus > domain and gpus % domain:
         out["nvlink_domain"] = max(k for k in range(gpn, domain + 1, gpn) if gpus % k == 0)
     return out
 
 
+def _system_of(raw_system) -> tuple[dict, int, int | None]:
+    """(the system section as a dict, its GPUs per node, its NVLink domain), the preset's where the
+    section does not say."""
+    from pipesim.presets.systems import SYSTEMS
+    sysd = {"preset": raw_system} if isinstance(raw_system, str) else dict(raw_system)
+    preset = SYSTEMS.get(sysd.get("preset"), {}) if isinstance(sysd.get("preset"), str) else {}
+    gpn = sysd.get("gpus_per_node") or preset.get("gpus_per_node", 8)
+    return sysd, gpn, sysd.get("nvlink_domain", preset.get("nvlink_domain"))
+
+
 def nvlink_domain_note(raw_system, gpus: int) -> str:
     """A line for the user when system_for shrank the NVLink domain, else ''."""
-    sysd = system_for(raw_system, gpus)
-    given = raw_system.get("nvlink_domain") if isinstance(raw_system, dict) else None
-    from pipesim.presets.systems import SYSTEMS
-    name = sysd.get("preset")
-    preset = SYSTEMS.get(name, {}) if isinstance(name, str) else {}
-    before = given or preset.get("nvlink_domain")
-    after = sysd.get("nvlink_domain", before)
+    _, gpn, before = _system_of(raw_system)
+    after = system_for(raw_system, gpus).get("nvlink_domain", before)
     if before and after != before:
         return (f"system.nvlink_domain {before} does not divide {gpus} GPUs: NVLink domains of {after} "
-                f"(racks with {after // sysd.get('gpus_per_node', preset.get('gpus_per_node', 1))} trays in use); "
-                f"set system.nvlink_domain to choose")
+                f"(racks with {after // gpn} trays in use); set system.nvlink_domain to choose")
     return ""
 
 
