@@ -19,14 +19,44 @@ from pipesim.scenario.config import Scenario
 
 MASK_BYTES = 1   # dropout masks are stored as bytes (Korthikanti et al. 2022, Sec. 4.1)
 FP32 = 4
-# Vocab-parallel cross-entropy as Megatron-LM runs it, pass by pass over the V/t logits of each
-# token (megatron/core/tensor_parallel/cross_entropy.py, called on logits.float() by
-# GPTModel.compute_language_model_loss), bytes per logit. Forward: cast to fp32 (2 read + 4
-# written), row max (4), subtract the max (4 + 4), exp in place (4 + 4), row sum (4), divide
-# in place to keep the softmax (4 + 4) = 38. Backward: scale the saved softmax by the loss
-# gradient in place (4 + 4), cast the fp32 gradient back to 16 bits (4 + 2) = 14.
-CE_FWD_BYTES = 38
-CE_BWD_BYTES = 14
+# Cross-entropy over the V/t logits of each token by implementation (`training.cross_entropy`):
+# (forward, backward) HBM bytes per logit, and bytes per logit kept for the backward.
+CE_BYTES = {
+    # Megatron-LM's unfused vocab-parallel cross-entropy, pass by pass
+    # (megatron/core/tensor_parallel/cross_entropy.py, called on logits.float() by
+    # GPTModel.compute_language_model_loss). Forward: cast to fp32 (2 read + 4 written), row max
+    # (4), subtract the max (4 + 4), exp in place (4 + 4), row sum (4), divide in place to keep
+    # the softmax (4 + 4) = 38. Backward: scale the saved softmax by the loss gradient in place
+    # (4 + 4), cast the fp32 gradient back to 16 bits (4 + 2) = 14. Keeps the fp32 softmax.
+    "megatron": (38, 14, 4),
+    # Megatron-Core's fused one (--cross-entropy-loss-fusion, cross_entropy_fusion_impl native;
+    # megatron/core/fusions/fused_cross_entropy.py): the cast fused with the row max (2 + 4), the
+    # subtraction fused with the in-place exp (4 + 4), row sum (4), divide in place (4 + 4) = 26;
+    # the backward as above.
+    "megatron_fused": (26, 14, 4),
+    # Transformer Engine's Triton kernels (cross_entropy_fusion_impl te;
+    # transformer_engine/pytorch/triton/cross_entropy.py): one online pass for the row max and
+    # sum of exponentials (2 read), one pass writing the loss gradient over the 16-bit logits in
+    # place (2 + 2); the backward scales it by the per-token loss gradient (2 + 2). Keeps the
+    # 16-bit logits, now holding the gradient.
+    "te": (6, 4, 2),
+    # PyTorch's F.cross_entropy on logits.float() (torchtitan): cast (2 + 4); log_softmax reads
+    # the row three times (max, sum of exponentials, the write pass) and writes once (16)
+    # (aten/src/ATen/native/cuda/SoftMax.cu, cunn_SoftMaxForward) = 22. Backward: nll_loss
+    # zero-fills the fp32 input gradient (4; NLLLoss.cu), log_softmax's backward reads it twice
+    # (row sum, then the write pass) with the kept output, writes once (16;
+    # cunn_SoftMaxBackward), the cast to 16 bits (4 + 2) = 26. Keeps the fp32 log-softmax.
+    "torch": (22, 26, 4),
+}
+
+
+def cross_entropy_of(training) -> str:
+    """The cross-entropy implementation: `training.cross_entropy`, or for auto the stack's own:
+    PyTorch's for a PyTorch-native stack (kernel_fusion eager), Megatron's unfused one otherwise
+    (Megatron-LM's default: --cross-entropy-loss-fusion is off unless given)."""
+    if training.cross_entropy != "auto":
+        return training.cross_entropy
+    return "torch" if training.kernel_fusion == "eager" else "megatron"
 
 
 @dataclass(frozen=True)
@@ -410,8 +440,9 @@ def head_ops(s: Scenario) -> list[Op]:
     logits = T * sh.v / tp.size
     loss_comm = (Comm("all_reduce", 2 * T * FP32, "tp", tp.size),) if tp.size > 1 else ()
     ce = dict(tokens=int(T), vocab=int(sh.v / tp.size))
-    ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * CE_FWD_BYTES, logits * CE_BWD_BYTES,
-                  saved_bytes=logits * FP32, comm_fwd=loss_comm,
+    fwd_bytes, bwd_bytes, kept = CE_BYTES[cross_entropy_of(s.training)]
+    ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * fwd_bytes, logits * bwd_bytes,
+                  saved_bytes=logits * kept, comm_fwd=loss_comm,
                   measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
     return ops
 

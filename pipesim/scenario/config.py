@@ -366,6 +366,12 @@ class TrainingConfig:
                     "Engine's choice (cuDNN on Hopper/Blackwell, FlashAttention-2 before) with kernel_fusion fused, "
                     "PyTorch SDPA's FlashAttention-2 with kernel_fusion eager; fa2 = PyTorch SDPA's flash "
                     "backend; fa3 = FlashAttention-3 (Hopper)")
+    cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch"] = field(
+        "auto", doc="the loss kernel over the logits: megatron = Megatron-LM's unfused vocab-parallel "
+                    "cross-entropy, megatron_fused = --cross-entropy-loss-fusion (native), te = Transformer "
+                    "Engine's Triton kernel (cross_entropy_fusion_impl te, Megatron-Bridge's performance "
+                    "recipes), torch = F.cross_entropy on fp32 logits; auto = torch with kernel_fusion eager, "
+                    "megatron otherwise (pipesim/costs/layers.py CE_BYTES)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
     offload_activation_layers: int = field(0, doc="Transformer layers per model stage whose saved activations "

@@ -10,7 +10,10 @@ the data-parallel group (FSDP equals dp in every transcribed row; other values a
 
 Set as the 25.11 release's own performance scripts set them (NVIDIA-NeMo/Megatron-Bridge tag
 v0.2.0, 2025-11-26): gradients reduced in bf16 (scripts/performance/configs/*/*_llm_pretrain.py:
-`cfg.ddp.grad_reduce_in_fp32 = False` in every pre-training config), and the FP8 rows keep their
+`cfg.ddp.grad_reduce_in_fp32 = False` in every pre-training config), the loss computed by
+Transformer Engine's cross-entropy kernel (scripts/performance/utils/helpers.py
+set_common_perf_overrides: `cross_entropy_fusion_impl = "te"`, with the GPT provider's
+`cross_entropy_loss_fusion = True`; the same in v0.4.2's utils/overrides.py), and the FP8 rows keep their
 weights in FP8 and all-gather them in FP8 (src/megatron/bridge/training/mixed_precision.py:
 bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gather = True`;
 scripts/performance/utils/helpers.py get_precision_config picks them, with BF16 first/last layers
@@ -143,7 +146,8 @@ def bridge_scenario(case) -> dict:
                 "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": precision,
                 "attention": "flash", "zero_stage": 3 if fsdp else 1, "overlap_grad_reduce": True,
                 "overlap_param_gather": True, "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": False,
-                "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(vp, 2025)}
+                "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(vp, 2025),
+                "cross_entropy": "te"}
     if recipe:      # FP8 weights stored and gathered in FP8; NVFP4 keeps BF16 weights
         training.update(fp8_recipe=recipe, fp8_param_gather=recipe != "nvfp4")
     model = {"preset": BRIDGE_MODELS[name], "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False,
