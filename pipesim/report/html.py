@@ -134,6 +134,9 @@ def _metrics(d: dict, s) -> str:
     if "tensor_core_rate" in d:
         from pipesim.costs.roofline import rate_text
         rows.append(("kernel rates", rate_text(d["tensor_core_rate"])))
+    if "run" in d:
+        from pipesim.report.goodput import run_rows
+        rows += run_rows(d["run"])
     if d.get("cost_sources"):
         total = sum(d["cost_sources"].values()) or 1.0
         rows.append(("op costs from", ", ".join(f"{k} {v / total * 100:.0f} %" for k, v in

@@ -291,6 +291,9 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
         rate = tensor_core_rate(s.system.gpu, s.training.precision)
         if rate is not None:
             data["tensor_core_rate"] = rate
+    if s.run.tokens is not None and data["tokens_per_s"] > 0:
+        from pipesim.report.goodput import run_estimate
+        data["run"] = run_estimate(s, step, data["tokens_per_s"])
     if extras:
         data.update(extras)
     return Report(data, list(events), list(memory))

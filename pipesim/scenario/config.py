@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, Optional
 
+from pipesim.scenario.run_config import RunConfig
 from pipesim.scenario.schema import field
 from pipesim.scenario.system_config import SystemConfig
 
@@ -486,6 +487,7 @@ class Scenario:
     parallel: ParallelConfig
     training: TrainingConfig
     costs: CostsConfig = CostsConfig()
+    run: RunConfig = RunConfig()
     source: str = "<dict>"          # file the scenario came from (for error messages and paths)
 
     @property

@@ -12,13 +12,14 @@ from pipesim.presets.systems import SYSTEMS
 from pipesim.scenario.checks import check_scenario
 from pipesim.scenario.hf_config import from_hf_config
 from pipesim.scenario.config import CostsConfig, ModelConfig, ParallelConfig, Scenario, TrainingConfig
+from pipesim.scenario.run_config import RunConfig
 from pipesim.scenario.safe_yaml import load_text
 from pipesim.scenario.schema import Loader, merge
 from pipesim.scenario.stage_split import embedding_loss_split
 from pipesim.scenario.system_config import SystemConfig
 
 SECTIONS = {"model": ModelConfig, "system": SystemConfig, "parallel": ParallelConfig,
-            "training": TrainingConfig, "costs": CostsConfig}
+            "training": TrainingConfig, "costs": CostsConfig, "run": RunConfig}
 REQUIRED = ("model", "system", "training")
 # Sanity ranges: far beyond any published model or cluster (the largest runs: ~100k GPUs, 1M-token
 # context, 256k vocabularies, a few hundred layers), yet small enough that every size the
@@ -50,6 +51,10 @@ LIMITS = {
     "training.bf16_layers_end": (0, 100_000),
     # DP buckets: Megatron/PyTorch DDP use 25-40 MB; below 1 kB the bucket count explodes.
     "training.grad_bucket_MB": (0.001, 1e6),
+    # a run: up to a billion times today's 15T-token runs; interruptions up to one per GPU-minute
+    "run.tokens": (1, 1e22),
+    "run.interruptions_per_1000_gpu_days": (0, 1.5e6),
+    "run.restart_min": (0, 1e6),
 }
 MAX_PRESET_FILES = 8         # a preset file may name another preset file, this deep at most
 
@@ -124,8 +129,9 @@ def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
     parallel = resolve_data(parallel, system, loader)
     training = resolve_paths(training, base)
     costs = dataclasses.replace(costs, profile=_resolve(costs.profile, base))
+    run = loader.build(RunConfig, raw.get("run") or {}, "run")
     scenario = Scenario(model=model, system=system, parallel=parallel, training=training, costs=costs,
-                        source=source)
+                        run=run, source=source)
     check_scenario(scenario, loader)
     return scenario
 
