@@ -117,3 +117,17 @@ def test_bad_run_values_are_one_line_errors_naming_the_key(key, value):
     with pytest.raises(ScenarioError, match=f"run.*{key}") as err:
         _scenario(f"run.{key}={value}")
     assert "\n" not in str(err.value)
+
+
+def test_search_names_the_winners_run(tmp_path, capsys):
+    import yaml
+    from pipesim.cli import main
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump({"model": {"preset": "llama3-8b", "num_layers": 4}, "system": {"preset": "dgx-h100"},
+                                    "training": {"micro_batch_size": 1, "global_batch_size": 16},
+                                    "run": {"tokens": 1e11}}))
+    for engine in ("analytic", "sim"):
+        assert main(["search", str(path), "--gpus", "8", "--no-files", "--no-progress", "--engine", engine,
+                     "--pipeline", "1", "--micro-batch", "1"]) == 0
+        line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  the run: ")]
+        assert len(line) == 1 and "days wall-clock, goodput" in line[0]

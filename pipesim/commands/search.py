@@ -149,6 +149,10 @@ def run(args) -> int:
     for line in res.explanation:
         print(line)
     print(f"\nbest layout: {describe(res.best)}")
+    if res.best.get("run.wall_days") is not None:
+        b = res.best
+        print(f"  the run: {b['run.wall_days']:.1f} days wall-clock, goodput {b['run.goodput'] * 100:.1f} %, "
+              f"{b['run.gpu_hours']:,.0f} GPU-hours (run section: docs/REPORT.md)")
     print(f"  pipesim simulate {args.scenario} " + " ".join(reproduce_args(res.best["scenario"], raw)))
     if not args.no_files:
         from pipesim.report.folder import default_dir, make_dir

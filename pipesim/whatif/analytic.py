@@ -182,7 +182,11 @@ def analytic_report(s, mode: str = "representative") -> dict:
     tr = s.training
     flops = iteration_flops(s)
     tflops = flops / step / s.num_gpus
-    return {
+    run = {}
+    if s.run.tokens is not None:
+        from pipesim.report.goodput import run_estimate
+        run = {"run": run_estimate(s, step, tr.global_batch_size * s.model.seq_length / step)}
+    return {**run,
         "engine": "analytic",
         "step_time_s": step,
         "throughput_samples_per_s": tr.global_batch_size / step,
