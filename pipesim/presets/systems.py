@@ -106,6 +106,11 @@ _10GBE = dict(bandwidth_GBps=1.25, latency_us=20.0, efficiency=_LINK_EFF)
 #   same 900 GB/s bidirectional C2C link (NVIDIA/nvbandwidth issue #23).
 _HOST_PCIE4, _HOST_PCIE5, _HOST_C2C = 25.0, 52.8, 346.0
 
+# Maximum input power of a node, kW (the run's energy: pipesim/report/goodput.py), from NVIDIA's
+# DGX user guides, "Power Specifications": DGX A100 6.5 kW max, DGX H100 / H200 10.2 kW max,
+# DGX B200 14.3 kW max. The other systems have no such figure here.
+_NODE_KW = {"dgx-a100-40gb": 6.5, "dgx-a100-80gb": 6.5, "dgx-h100": 10.2, "dgx-h200": 10.2, "dgx-b200": 14.3}
+
 
 def _nvl72(gpu: dict, nic_GBps: float) -> dict:
     """A GB200/GB300 NVL72 rack: 18 trays of 4 GPUs, one 72-GPU NVLink domain spanning them."""
@@ -154,3 +159,5 @@ SYSTEMS: dict[str, dict] = {
                           intra_node=dict(bandwidth_GBps=600, latency_us=0.0, efficiency=1.0),
                           inter_node=dict(bandwidth_GBps=100, latency_us=0.0, efficiency=1.0)),
 }
+for _name, _kw in _NODE_KW.items():
+    SYSTEMS[_name] = dict(SYSTEMS[_name], node_power_kW=_kw)

@@ -17,6 +17,8 @@ E[T(τ)] / τ (ibid., Theorem 1) is (1 + W₀(−e^{−λC−1})) / λ, W₀ Lam
 Young's sqrt(2C/λ) (Young 1974, "A first order approximation to the optimum checkpoint
 interval"). Checkpoints fall between steps: τ is rounded to whole steps.
 
+Energy: the nodes at their maximum input power (system.node_power_kW, the DGX user guides)
+for the whole wall time, an upper bound on the IT load (no cooling, PUE 1).
 The checkpoint holds the weights in their training dtype and the optimizer's states (fp32 master
 weights and moments, pipesim/costs/memory.py), every node writing its share in parallel
 (Megatron-Core dist_checkpointing's fully parallel save, torch.distributed.checkpoint). With
@@ -102,6 +104,8 @@ def run_estimate(s, step_time: float, tokens_per_s: float) -> dict:
         "tokens": run.tokens, "compute_s": compute, "wall_s": wall, "wall_days": wall / DAY,
         "goodput": compute / wall, "gpu_hours": wall * n / HOUR,
         "cost_usd": wall * n / HOUR * run.gpu_hour_usd if run.gpu_hour_usd is not None else None,
+        # the nodes at their maximum input power for the whole wall time: an upper bound
+        "energy_MWh": nodes * s.system.node_power_kW * wall / HOUR / 1000 if s.system.node_power_kW else None,
         "interruptions": interruptions, "mtti_s": 1 / rate if rate > 0 else None,
         "checkpoint_bytes": size, "checkpoint_interval_s": interval, "checkpoint_interval_steps": steps,
         "checkpoint_block_s": block, "checkpoint_write_s": write, "checkpoint_read_s": read,
@@ -129,6 +133,8 @@ def run_rows(r: dict) -> list[tuple[str, str]]:
     """The run estimate as (label, text) rows for the CLI summary and report.html."""
     mtti = f"one every {r['mtti_s'] / HOUR:.1f} h" if r["mtti_s"] else "none expected"
     cost = f", ${r['cost_usd']:,.0f}" if r["cost_usd"] is not None else ""
+    if r["energy_MWh"] is not None:
+        cost += f", at most {r['energy_MWh']:,.0f} MWh (nodes at their maximum power)"
     lost = ", ".join(f"{k.replace('_', ' ')} {v / r['wall_s'] * 100:.1f} %" for k, v in r["time_s"].items()
                      if k != "training")
     how = (f"blocks {r['checkpoint_block_s']:.1f} s (async; written in {r['checkpoint_write_s'] / 60:.1f} min)"

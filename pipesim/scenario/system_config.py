@@ -106,12 +106,16 @@ class SystemConfig:
     heterogeneity: Heterogeneity = field(default_factory=Heterogeneity, doc="stragglers, slow links")
     host_link_GBps: Optional[float] = field(None, doc="measured GPU <-> host-memory copy rate per GPU and "
                                                       "direction, GB/s (activation offloading; presets cite it)")
+    node_power_kW: Optional[float] = field(None, doc="a node's maximum input power, kW (the run's energy; DGX "
+                                                     "presets cite their user guides)")
 
     def __post_init__(self):
         if self.num_nodes < 1 or self.gpus_per_node < 1:
             raise ValueError("num_nodes and gpus_per_node must be at least 1")
         if self.host_link_GBps is not None and self.host_link_GBps <= 0:
             raise ValueError(f"host_link_GBps must be positive, got {self.host_link_GBps}")
+        if self.node_power_kW is not None and self.node_power_kW <= 0:
+            raise ValueError(f"node_power_kW must be positive, got {self.node_power_kW}")
         d = self.nvlink_domain
         if d is not None:
             n = self.num_nodes * self.gpus_per_node
