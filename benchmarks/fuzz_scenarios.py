@@ -46,7 +46,7 @@ SET_VALUES = ["1e-9", "1e30", "1.0e+30", "{}", "[]", "x", "", "-3", "0", "100000
 KNOWN_SECTIONS = ("model", "system", "parallel", "training", "costs")
 NO_FILES = ["--no-files"]
 # "FILE: section.key...: what" or "FILE: unknown: unknown section", a line number, or the --set key
-NAMED = re.compile(r": (model|system|parallel|training|costs)\b.*?: |memory_GiB is |: \S.*?: unknown section"
+NAMED = re.compile(r": (model|system|parallel|training|costs|run)\b.*?: |memory_GiB is |: \S.*?: unknown section"
                    r"|line \d+|--set \S+: ")
 
 
