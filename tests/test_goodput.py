@@ -134,3 +134,25 @@ def test_search_names_the_winners_run(tmp_path, capsys):
                      "--pipeline", "1", "--micro-batch", "1"]) == 0
         line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  the run: ")]
         assert len(line) == 1 and "days wall-clock, goodput" in line[0]
+
+
+def test_search_over_cluster_sizes_compares_their_runs(tmp_path, capsys):
+    import yaml
+    from pipesim.cli import main
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump({"model": {"preset": "llama3-8b", "num_layers": 4}, "system": {"preset": "dgx-h100"},
+                                    "training": {"micro_batch_size": 1, "global_batch_size": 16},
+                                    "run": {"tokens": 1e11}}))
+    args = ["search", str(path), "--no-files", "--no-progress", "--engine", "analytic", "--pipeline", "1",
+            "--micro-batch", "1"]
+    assert main(args + ["--gpus", "4,8"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("best layout per cluster size"):].splitlines()
+    assert "days" in table[1] and "GPU-hours" in table[1]
+    rows = {int(line.split()[0]): line.split() for line in table[2:]}
+    assert set(rows) == {4, 8}
+    assert float(rows[8][5]) < float(rows[4][5])          # twice the GPUs, fewer days
+    for bad in ("0", "4,x"):
+        assert main(args + ["--gpus", bad]) != 0
+        err = capsys.readouterr().err
+        assert "--gpus" in err and err.count("\n") == 1

@@ -1,4 +1,6 @@
-"""pipesim search SCENARIO --gpus N: the best layout under the GPU memory, explained."""
+"""pipesim search SCENARIO --gpus N[,N...]: the best layout under the GPU memory, explained; with
+several GPU counts, the best of each side by side (with the scenario's `run`: days, goodput and
+GPU-hours of each cluster size)."""
 from __future__ import annotations
 
 import time
@@ -30,7 +32,8 @@ def _names(text: str, flag: str, known: tuple) -> tuple:
 def add_arguments(p) -> None:
     from pipesim.whatif.cluster import add_ray_argument
     p.add_argument("scenario", help="scenario YAML (its model, system type and training settings are kept)")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs to lay the model out on")
+    p.add_argument("--gpus", required=True, help="GPUs to lay the model out on; several, e.g. 512,1024,2048, "
+                                                 "search each and compare their best layouts")
     p.add_argument("--finalists", type=int, default=16,
                    help="top candidates by the closed form to simulate (default 16), plus those within its "
                         "measured error band of them")
@@ -65,12 +68,9 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
-    from pipesim.commands.progress import Bar
     from pipesim.whatif.evaluate import simulate_report
-    from pipesim.whatif.search import (CP_MODE, OFFLOAD, SearchSpace, describe, nvlink_domain_note,
-                                       probe_scenario, reproduce_args, search, system_for)
+    from pipesim.whatif.search import CP_MODE, OFFLOAD, SearchSpace
     from pipesim.whatif.sweep import read_base
-    from pipesim.whatif.table import format_table
 
     if args.finalists < 1:
         raise ScenarioError(f"--finalists {args.finalists}: expected at least 1")
@@ -109,20 +109,37 @@ def run(args) -> int:
     if args.schedules:
         space.schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     evaluator = simulate_report if args.engine == "sim" else analytic_report
+    counts = _ints(args.gpus, "--gpus")
+    if len(counts) == 1:
+        return 0 if _search_one(args, raw, space, evaluator, counts[0]) else 1
+    bests = {}
+    for n in counts:
+        print(f"=== {n} GPUs ===")
+        bests[n] = _search_one(args, raw, space, evaluator, n, csv_name=f"search-{n}gpus.csv")
+        print()
+    print(cluster_table(bests))
+    return 0 if any(bests.values()) else 1
+
+
+def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.csv") -> dict | None:
+    """One search on `gpus` GPUs, printed; the best row, or None when no layout fits."""
+    from pipesim.commands.progress import Bar
+    from pipesim.whatif.search import describe, nvlink_domain_note, probe_scenario, reproduce_args, search, system_for
+    from pipesim.whatif.table import format_table
     bar = None if args.no_progress else Bar("simulating finalists")
     t0 = time.perf_counter()
-    res = search(raw, args.gpus, space, finalists=args.finalists, evaluator=evaluator, jobs=args.jobs, progress=bar,
+    res = search(raw, gpus, space, finalists=args.finalists, evaluator=evaluator, jobs=args.jobs, progress=bar,
                  use_ray=args.ray is not None, ray_address=args.ray or None)
     pruned = sum(res.pruned.values())
-    print(f"search on {args.gpus} GPUs: {res.considered} candidates, {pruned} impossible, {res.screened_oom} over "
+    print(f"search on {gpus} GPUs: {res.considered} candidates, {pruned} impossible, {res.screened_oom} over "
           f"the GPU memory, {res.simulated} finalists simulated, {len(res.finalists)} of them fit "
           f"({time.perf_counter() - t0:.1f} s)")
     print("  kept per stage: " + " -> ".join(f"{name} {n}" for name, n in res.stages.items()))
-    note = nvlink_domain_note(raw["system"], args.gpus)
+    note = nvlink_domain_note(raw["system"], gpus)
     if note:
         print(f"  {note}")
     if not args.expert:
-        probe = probe_scenario(dict(raw, system=system_for(raw["system"], args.gpus)), args.gpus)
+        probe = probe_scenario(dict(raw, system=system_for(raw["system"], gpus)), gpus)
         if probe.model.is_moe:
             ep = (raw.get("parallel") or {}).get("expert", 1)
             print(f"  MoE model: every layout kept the scenario's expert {ep}; --expert 8,16,32 "
@@ -131,13 +148,13 @@ def run(args) -> int:
         print(f"  impossible x{n}: {reason}")
     if res.best is None:
         if not res.considered:
-            print(f"no layout to try: the sizes given do not divide {args.gpus} GPUs (or exceed the layers or the "
+            print(f"no layout to try: the sizes given do not divide {gpus} GPUs (or exceed the layers or the "
                   f"NVLink domain)")
         elif pruned == res.considered:
             print("no layout is possible: every candidate was refused, for the reasons above")
         else:
             print("no layout fits: try more GPUs, recompute full, ZeRO or a smaller micro-batch")
-        return 1
+        return None
     print()
     swept = (["offload_layers"] if args.offload else []) + (["context_mode"] if args.context_modes else [])
     if args.expert or any(r.get("expert", 1) > 1 for r in res.finalists):
@@ -157,7 +174,26 @@ def run(args) -> int:
     if not args.no_files:
         from pipesim.report.folder import default_dir, make_dir
         from pipesim.whatif.table import write_csv
-        path = make_dir(args.dir or default_dir(args.scenario)) / "search.csv"
+        path = make_dir(args.dir or default_dir(args.scenario)) / csv_name
         write_csv(path, res.finalists)
         print(f"wrote {path}")
-    return 0
+    return res.best
+
+
+def cluster_table(bests: dict) -> str:
+    """The best layout of each GPU count side by side; with a run, its days, goodput and GPU-hours."""
+    from pipesim.whatif.search import describe
+    run = any(b is not None and b.get("run.wall_days") is not None for b in bests.values())
+    head = f"{'GPUs':>7} {'step s':>9} {'tok/s/GPU':>10} {'MFU %':>6} {'peak GiB':>8}"
+    head += f" {'days':>7} {'goodput %':>9} {'GPU-hours':>12}" if run else ""
+    lines = ["best layout per cluster size", head + "  layout"]
+    for n, b in bests.items():
+        if b is None:
+            lines.append(f"{n:>7}  no layout fits")
+            continue
+        row = (f"{n:>7} {b['step_time_s']:9.3f} {b['tokens_per_s'] / n:10,.0f} {b['mfu'] * 100:6.1f} "
+               f"{b['peak_memory_bytes'] / 2**30:8.1f}")
+        if run:
+            row += f" {b['run.wall_days']:7.1f} {b['run.goodput'] * 100:9.1f} {b['run.gpu_hours']:12,.0f}"
+        lines.append(row + "  " + describe(b))
+    return "\n".join(lines)
