@@ -109,7 +109,7 @@ def run_estimate(s, step_time: float, tokens_per_s: float) -> dict:
         "interruptions": interruptions, "mtti_s": 1 / rate if rate > 0 else None,
         "checkpoint_bytes": size, "checkpoint_interval_s": interval, "checkpoint_interval_steps": steps,
         "checkpoint_block_s": block, "checkpoint_write_s": write, "checkpoint_read_s": read,
-        "async_checkpoint": overlapped, "restart_s": run.restart,
+        "checkpoint_overlapped": overlapped, "restart_s": run.restart,
         # where the wall time goes: training, blocked on checkpoints, down, re-reading + redoing
         "time_s": {"training": compute, "checkpoints": blocked, "restarts": down,
                    "recovery_and_rework": max(0.0, wall - compute - blocked - down)},
@@ -138,7 +138,7 @@ def run_rows(r: dict) -> list[tuple[str, str]]:
     lost = ", ".join(f"{k.replace('_', ' ')} {v / r['wall_s'] * 100:.1f} %" for k, v in r["time_s"].items()
                      if k != "training")
     how = (f"blocks {r['checkpoint_block_s']:.1f} s (async; written in {r['checkpoint_write_s'] / 60:.1f} min)"
-           if r["async_checkpoint"] else f"blocks {r['checkpoint_write_s'] / 60:.1f} min (written synchronously)")
+           if r["checkpoint_overlapped"] else f"blocks {r['checkpoint_write_s'] / 60:.1f} min (written synchronously)")
     return [
         ("run", f"{r['tokens']:.3g} tokens in {r['wall_days']:.1f} days wall-clock ({r['compute_s'] / DAY:.1f} days "
                 f"of steps), goodput {r['goodput'] * 100:.1f} %, {r['gpu_hours']:,.0f} GPU-hours{cost}"),
