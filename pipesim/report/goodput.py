@@ -17,8 +17,6 @@ E[T(τ)] / τ (ibid., Theorem 1) is (1 + W₀(−e^{−λC−1})) / λ, W₀ Lam
 Young's sqrt(2C/λ) (Young 1974, "A first order approximation to the optimum checkpoint
 interval"). Checkpoints fall between steps: τ is rounded to whole steps.
 
-Energy: the nodes at their maximum input power (system.node_power_kW, the DGX user guides)
-for the whole wall time, an upper bound on the IT load (no cooling, PUE 1).
 The checkpoint holds the weights in their training dtype and the optimizer's states (fp32 master
 weights and moments, pipesim/costs/memory.py), every node writing its share in parallel
 (Megatron-Core dist_checkpointing's fully parallel save, torch.distributed.checkpoint). With
@@ -26,6 +24,9 @@ weights and moments, pipesim/costs/memory.py), every node writing its share in p
 (system.host_link_GBps) and the write runs behind the training; an interruption during the write
 loses that checkpoint as well, on average the write time more work to redo (when the write is
 short against τ), counted into R, and the next checkpoint waits for the write (τ ≥ write).
+
+Energy: the nodes at their maximum input power (system.node_power_kW, the DGX user guides) for
+the whole wall time, an upper bound on the IT load (no cooling: PUE 1).
 """
 from __future__ import annotations
 
