@@ -156,3 +156,34 @@ def test_search_over_cluster_sizes_compares_their_runs(tmp_path, capsys):
         assert main(args + ["--gpus", bad]) != 0
         err = capsys.readouterr().err
         assert "--gpus" in err and err.count("\n") == 1
+
+
+def test_the_estimate_holds_its_invariants_for_any_run():
+    """Whatever the rates, sizes and intervals: finite, wall >= steps, goodput in (0, 1], the
+    lost time adds up, and the interval is whole steps no shorter than the write it waits for."""
+    from dataclasses import replace
+
+    from hypothesis import given, settings, strategies as st
+
+    from pipesim.report.goodput import run_estimate, run_rows
+    base = _scenario()
+
+    @settings(max_examples=300, deadline=None)
+    @given(rate=st.floats(0, 1e4), restart=st.floats(0, 1e5), write=st.floats(1e6, 1e12),
+           interval=st.one_of(st.none(), st.floats(1, 1e7)), overlapped=st.booleans(),
+           step=st.floats(1e-3, 1e3), tokens_per_s=st.floats(1.0, 1e9), tokens=st.floats(1e6, 1e16))
+    def check(rate, restart, write, interval, overlapped, step, tokens_per_s, tokens):
+        run = replace(base.run, tokens=tokens, interruptions_per_1000_gpu_days=rate, restart=restart,
+                      checkpoint_write=write, checkpoint_interval=interval, async_checkpoint=overlapped)
+        r = run_estimate(replace(base, run=run), step, tokens_per_s)
+        if r["wall_s"] is None:                   # interruptions outpace every checkpoint period
+            assert r["goodput"] == 0 and "never finish" in run_rows(r)[0][1]
+            return
+        assert r["wall_s"] >= r["compute_s"] * (1 - 1e-12) and 0 <= r["goodput"] <= 1 + 1e-12
+        assert r["checkpoint_interval_steps"] >= 1
+        assert r["checkpoint_interval_s"] == pytest.approx(r["checkpoint_interval_steps"] * step)
+        if r["checkpoint_overlapped"]:
+            assert r["checkpoint_interval_s"] >= r["checkpoint_write_s"] * (1 - 1e-9)
+        assert sum(r["time_s"].values()) == pytest.approx(r["wall_s"], rel=1e-6)
+
+    check()

@@ -166,7 +166,7 @@ def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.
     for line in res.explanation:
         print(line)
     print(f"\nbest layout: {describe(res.best)}")
-    if res.best.get("run.wall_days") is not None:
+    if res.best.get("run.wall_days") is not None:     # (absent when the run never finishes)
         b = res.best
         print(f"  the run: {b['run.wall_days']:.1f} days wall-clock, goodput {b['run.goodput'] * 100:.1f} %, "
               f"{b['run.gpu_hours']:,.0f} GPU-hours (run section: docs/REPORT.md)")
@@ -193,7 +193,9 @@ def cluster_table(bests: dict) -> str:
             continue
         row = (f"{n:>7} {b['step_time_s']:9.3f} {b['tokens_per_s'] / n:10,.0f} {b['mfu'] * 100:6.1f} "
                f"{b['peak_memory_bytes'] / 2**30:8.1f}")
-        if run:
+        if run and b.get("run.wall_days") is None:
+            row += f" {'never':>7} {0.0:9.1f} {'-':>12}"
+        elif run:
             row += f" {b['run.wall_days']:7.1f} {b['run.goodput'] * 100:9.1f} {b['run.gpu_hours']:12,.0f}"
         lines.append(row + "  " + describe(b))
     return "\n".join(lines)

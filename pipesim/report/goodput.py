@@ -53,6 +53,8 @@ def optimal_interval(rate: float, block: float) -> float:
     x = rate * block
     if x <= 0:
         return math.inf
+    if x > 30:     # interruptions far more often than a checkpoint takes: 1 - y = e^(-1-x+(1-y)), below float's step
+        return (1 - math.exp(-1 - x)) / rate
     lo, hi = 0.0, 1.0
     y = min(math.sqrt(2 * x), 0.5)              # Young's first-order root
     for _ in range(200):
@@ -74,7 +76,10 @@ def period_wall(work: float, block: float, rate: float, restart: float, recovery
     (Bougeret et al. 2011, Proposition 1; exact limit without interruptions)."""
     if rate <= 0:
         return work + block
-    return math.exp(rate * recovery) * (1 / rate + restart) * math.expm1(rate * (work + block))
+    try:
+        return math.exp(rate * recovery) * (1 / rate + restart) * math.expm1(rate * (work + block))
+    except OverflowError:          # a period that practically never completes
+        return math.inf
 
 
 def run_estimate(s, step_time: float, tokens_per_s: float) -> dict:
@@ -99,6 +104,10 @@ def run_estimate(s, step_time: float, tokens_per_s: float) -> dict:
     interval = steps * step_time
     periods = compute / interval
     wall = periods * period_wall(interval, block, rate, run.restart, recovery)
+    if not math.isfinite(wall):
+        return {"tokens": run.tokens, "compute_s": compute, "wall_s": None, "goodput": 0.0,
+                "never_finishes": f"an interruption every {1 / rate:.3g} s against checkpoint periods of "
+                                  f"{interval + block:.3g} s and recoveries of {recovery:.3g} s"}
     interruptions = rate * wall / (1 + rate * run.restart) if rate > 0 else 0.0
     blocked, down = periods * block, interruptions * run.restart
     return {
@@ -132,6 +141,8 @@ def _whole_steps(wanted: float, floor: float, step: float, block: float, rate: f
 
 def run_rows(r: dict) -> list[tuple[str, str]]:
     """The run estimate as (label, text) rows for the CLI summary and report.html."""
+    if r["wall_s"] is None:
+        return [("run", f"{r['tokens']:.3g} tokens never finish: {r['never_finishes']}")]
     mtti = f"one every {r['mtti_s'] / HOUR:.1f} h" if r["mtti_s"] else "none expected"
     cost = f", ${r['cost_usd']:,.0f}" if r["cost_usd"] is not None else ""
     if r["energy_MWh"] is not None:
