@@ -11,7 +11,8 @@ island before it leaves it.
 from __future__ import annotations
 
 from pipesim.costs.collectives import GroupPlacement
-from pipesim.costs.topology import links, rank_of, strides
+from pipesim.costs.pods import a2a_factor, ring_factor
+from pipesim.costs.topology import links, rank_of, scaled, strides
 from pipesim.scenario.config import Scenario
 
 
@@ -59,7 +60,9 @@ def expert_placement(s: Scenario, group: str) -> GroupPlacement:
     for r in ranks:
         counts[r // isl] = counts.get(r // isl, 0) + 1
     intra, inter = links(s)
-    return GroupPlacement(size=len(ranks), per_node=max(counts.values()), intra=intra, inter=inter)
+    per_island = max(counts.values())
+    factor = a2a_factor(s, ranks, per_island) if group == "ep" else ring_factor(s, ranks)
+    return GroupPlacement(size=len(ranks), per_node=per_island, intra=intra, inter=scaled(inter, factor))
 
 
 def check_moe(s: Scenario, loader) -> None:

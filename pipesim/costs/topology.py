@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from pipesim.costs.collectives import GroupPlacement, Link
+from pipesim.costs.pods import p2p_factor, ring_factor
 from pipesim.costs.tensor_parallel import tensor_split
 from pipesim.scenario.config import Scenario
 
@@ -86,7 +87,13 @@ def placement(s: Scenario, group: str) -> GroupPlacement:
     gpn = s.system.island          # GPUs on one NVLink fabric: "intra" below means NVLink
     per_node = 1 if stride >= gpn else min(size, math.ceil(gpn / stride))
     intra, inter = links(s)
+    inter = scaled(inter, ring_factor(s, [i * stride for i in range(size)]))
     return GroupPlacement(size=size, per_node=per_node, intra=intra, inter=inter)
+
+
+def scaled(link: Link, factor: float) -> Link:
+    """`link` at `factor` of its rate (a pod's share of an oversubscribed layer, costs/pods.py)."""
+    return link if factor >= 1 else Link(link.bandwidth * factor, link.latency)
 
 
 def joint_placement(s: Scenario, dims: tuple[str, ...]) -> GroupPlacement:
@@ -98,7 +105,8 @@ def joint_placement(s: Scenario, dims: tuple[str, ...]) -> GroupPlacement:
         members = [r + i * st[dim] for r in members for i in range(sizes[dim])]
     per_node = sum(1 for r in members if r < gpn)
     intra, inter = links(s)
-    return GroupPlacement(size=len(members), per_node=max(1, per_node), intra=intra, inter=inter)
+    return GroupPlacement(size=len(members), per_node=max(1, per_node), intra=intra,
+                          inter=scaled(inter, ring_factor(s, members)))
 
 
 def p2p_link(s: Scenario, src: int, dst: int) -> Link:
@@ -106,7 +114,24 @@ def p2p_link(s: Scenario, src: int, dst: int) -> Link:
     if island_of(s, src) == island_of(s, dst):
         return intra
     _, inter_dst = links(s, node_of(s, dst))
-    return Link(min(inter.bandwidth, inter_dst.bandwidth), inter.latency)
+    factor = p2p_factor(s, src, dst, pod_senders(s, src, dst)) if s.system.pod_gpus else 1.0
+    return Link(min(inter.bandwidth, inter_dst.bandwidth) * factor, inter.latency)
+
+
+def pod_senders(s: Scenario, src: int, dst: int) -> int:
+    """GPUs of `src`'s pod that send across pods at this stage boundary at once (the pipeline
+    sends of one boundary run together in a schedule's steady state): the ranks of the pod at
+    `src`'s pipeline coordinate whose peer, the same offset away, lies in another pod."""
+    size, st, P = s.system.pod_gpus, strides(s)["pp"], s.parallel.pipeline
+    start, shift, k = src // size * size, dst - src, coords(s, src)["pp"]
+    end = min(start + size, s.num_gpus)            # the last pod may be partial
+    count = 0
+    for block in range(start // (st * P) * st * P, end, st * P):
+        lo, hi = max(block + k * st, start), min(block + k * st + st, end)
+        if lo < hi:                     # [lo, hi) sends to [lo + shift, hi + shift): the part outside the pod
+            inside = max(0, min(hi + shift, end) - max(lo + shift, start))
+            count += (hi - lo) - inside
+    return count
 
 
 def stage_link(s: Scenario, stage_rank: int, next_rank: int, dp: int = 0, tp: int = 0) -> Link:

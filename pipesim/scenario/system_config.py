@@ -108,6 +108,11 @@ class SystemConfig:
                                                       "direction, GB/s (activation offloading; presets cite it)")
     node_power_kW: Optional[float] = field(None, doc="a node's maximum input power, kW (the run's energy; DGX "
                                                      "presets cite their user guides)")
+    pod_gpus: Optional[int] = field(None, doc="GPUs of one full-bisection network pod; pods are joined by an "
+                                              "oversubscribed layer (Llama 3's cluster: 3072, Dubey et al. 2024 "
+                                              "Sec. 3.3.1); null = one full-bisection network")
+    pod_oversubscription: float = field(1.0, doc="a pod's NIC capacity over its capacity toward the other pods "
+                                                 "(Llama 3's aggregation layer: 7); 1 = full bisection")
 
     def __post_init__(self):
         if self.num_nodes < 1 or self.gpus_per_node < 1:
@@ -116,6 +121,12 @@ class SystemConfig:
             raise ValueError(f"host_link_GBps must be positive, got {self.host_link_GBps}")
         if self.node_power_kW is not None and self.node_power_kW <= 0:
             raise ValueError(f"node_power_kW must be positive, got {self.node_power_kW}")
+        if self.pod_oversubscription < 1:
+            raise ValueError(f"pod_oversubscription must be at least 1 (1 = full bisection), got "
+                             f"{self.pod_oversubscription}")
+        if self.pod_gpus is not None and (self.pod_gpus < 1 or self.pod_gpus % self.gpus_per_node):
+            raise ValueError(f"pod_gpus must be a positive multiple of gpus_per_node({self.gpus_per_node}), "
+                             f"got {self.pod_gpus}")
         d = self.nvlink_domain
         if d is not None:
             n = self.num_nodes * self.gpus_per_node

@@ -276,7 +276,7 @@ def dp_placement(s, pp: int) -> tuple[GroupPlacement, str]:
         nodes = {node_of(s, rank_of(s, tp=t, dp=d, pp=pp, cp=c)) for c in range(s.parallel.context)
                  for d in range(s.parallel.data) for t in range(s.parallel.tensor)}
         inter = _min_link(node_links(s, n)[1] for n in nodes)
-        g = GroupPlacement(g.size, g.per_node, g.intra, inter)
+        g = GroupPlacement(g.size, g.per_node, g.intra, Link(min(inter.bandwidth, g.inter.bandwidth), inter.latency))
     return g, ("inter" if g.nodes > 1 else "intra")
 
 
@@ -288,7 +288,8 @@ def rank_links(s, link_dps) -> tuple[dict, dict]:
     key = None
     if not het.rank_speed and not het.node_inter_bandwidth:
         sysc = s.system
-        key = (sysc.num_nodes, sysc.gpus_per_node, sysc.nvlink_domain, sysc.intra_node, sysc.inter_node, s.parallel)
+        key = (sysc.num_nodes, sysc.gpus_per_node, sysc.nvlink_domain, sysc.intra_node, sysc.inter_node,
+               sysc.pod_gpus, sysc.pod_oversubscription, s.parallel)
         hit = _LINKS.get(key)
         if hit is not None:
             return hit

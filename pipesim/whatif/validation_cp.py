@@ -6,7 +6,9 @@ How a case becomes a scenario (each choice from the paper, none fitted to the ta
 - model: the llama3.1-405b preset (Table 3) at the case's sequence length.
 - system: dgx-h100 (H100 SXM 80 GB, 8 per node on NVLink; 400 Gb/s = 50 GB/s per GPU between
   nodes, the preset's InfiniBand NDR figure - Llama 3 ran RoCE at the same 400 Gb/s per GPU,
-  Sec. 3.3.1 "Network"). RoCE latency and congestion are not modelled differently from IB.
+  Sec. 3.3.1 "Network"), in pods of 3,072 GPUs joined 1:7 (ibid.: its order keeps every
+  bandwidth-hungry transfer inside a pod, so the pods change no figure). RoCE latency and
+  congestion are not modelled differently from IB.
 - parallelism: TP, CP, PP, DP of Table 4; rank order [TP, CP, PP, DP] (Sec. 3.3.2, "Collective
   communication"), CP inside the node first as pipesim places it. Sequence parallelism on with TP
   (assumed: the paper does not name it; Megatron-style TP ships with it).
@@ -37,6 +39,8 @@ PREFIX = "llama3-405b-"
 TARGET_MAPE = 10.0
 
 LLAMA3_PP_CHUNK_LAYERS = 1      # one Transformer layer per model chunk (see module docstring)
+# Its network: pods of 3,072 GPUs with full bisection, 1:7 oversubscribed between them (Sec. 3.3.1)
+LLAMA3_POD_GPUS, LLAMA3_POD_OVERSUBSCRIPTION = 3072, 7.0
 
 
 def _int(value, case_id: str, key: str) -> int:
@@ -72,7 +76,8 @@ def llama3_scenario(case) -> dict:
         raise ScenarioError(f"{cid}: tokens_per_batch({tokens}) is not a multiple of seq_len({seq})")
     return {
         "model": {"preset": "llama3.1-405b", "name": cid, "seq_length": seq},
-        "system": {"preset": "dgx-h100", "num_nodes": n // 8},
+        "system": {"preset": "dgx-h100", "num_nodes": n // 8, "pod_gpus": LLAMA3_POD_GPUS,
+                   "pod_oversubscription": LLAMA3_POD_OVERSUBSCRIPTION},
         "parallel": {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1,
                      "virtual_stages": virtual, "layers_per_stage": chunks, "rank_order": "tp-cp-pp-dp",
                      **context_parallel(par, cid, mode="allgather")},
