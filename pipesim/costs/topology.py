@@ -87,7 +87,8 @@ def placement(s: Scenario, group: str) -> GroupPlacement:
     gpn = s.system.island          # GPUs on one NVLink fabric: "intra" below means NVLink
     per_node = 1 if stride >= gpn else min(size, math.ceil(gpn / stride))
     intra, inter = links(s)
-    inter = scaled(inter, ring_factor(s, [i * stride for i in range(size)]))
+    if s.system.pod_gpus:
+        inter = scaled(inter, ring_factor(s, [i * stride for i in range(size)]))
     return GroupPlacement(size=size, per_node=per_node, intra=intra, inter=inter)
 
 
