@@ -72,3 +72,12 @@ def test_stage_boundary_senders_match_counting_every_rank(order, pods):
             counted = sum(1 for r in range(pod * pods, min(s.num_gpus, (pod + 1) * pods))
                           if coords(s, r)["pp"] == src_pp and (r + dst - src) // pods != pod)
             assert pod_senders(s, src, dst) == counted
+
+
+def test_explain_suggests_the_order_that_keeps_traffic_inside_pods():
+    from pipesim.report.explain import explain
+    s = _s("parallel.rank_order=tp-cp-pp-dp", "system.pod_gpus=256", "system.pod_oversubscription=7")
+    why = explain(simulate(s, trace=True), s)
+    fix = [x for x in why["suggestions"] if x["title"] == "rank_order tp-cp-dp-pp"]
+    assert fix and fix[0]["step_time_s"] == pytest.approx(simulate(_s("system.pod_gpus=256",
+                                                                     "system.pod_oversubscription=7")).step_time_s)

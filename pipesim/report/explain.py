@@ -305,7 +305,15 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
             if mode != par.context_mode:
                 out.append((f"context_mode {mode}", {"parallel.context_mode": mode, "parallel.context_a2a": None},
                             f"--set parallel.context_mode={mode}"))
-    p2p = report.data.get("exposed_comm_s", {}).get("P2P", 0.0)
+    exposed = report.data.get("exposed_comm_s", {})
+    if s.system.pod_gpus and sum(exposed.values()) > 0.02 * report.data["step_time_s"]:
+        # pods behind an oversubscribed layer: the orders that keep pipelines, or data-parallel
+        # replicas, inside a pod (costs/pods.py; Llama 3 puts data parallelism outermost)
+        from pipesim.costs.topology import rank_order
+        for order in ("tp-cp-pp-dp", "tp-cp-dp-pp"):
+            if order.split("-") != rank_order(s):
+                out.append((f"rank_order {order}", {"parallel.rank_order": order}, f"--set parallel.rank_order={order}"))
+    p2p = exposed.get("P2P", 0.0)
     if par.pipeline > 1 and tr.activation_compression_bits == 16 and p2p > 0.02 * report.data["step_time_s"]:
         out.append(("8-bit activations between stages", {"training.activation_compression_bits": 8},
                     "--set training.activation_compression_bits=8"))
