@@ -81,3 +81,21 @@ def test_explain_suggests_the_order_that_keeps_traffic_inside_pods():
     fix = [x for x in why["suggestions"] if x["title"] == "rank_order tp-cp-dp-pp"]
     assert fix and fix[0]["step_time_s"] == pytest.approx(simulate(_s("system.pod_gpus=256",
                                                                      "system.pod_oversubscription=7")).step_time_s)
+
+
+def test_search_tries_both_rank_orders_on_a_podded_network(tmp_path, capsys):
+    import yaml
+    from pipesim.cli import main
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(dict(LLAMA, system={"preset": "dgx-h100", "num_nodes": 512, "pod_gpus": 256,
+                                                        "pod_oversubscription": 7}, parallel={})))
+    assert main(["search", str(path), "--gpus", "4096", "--no-files", "--no-progress", "--engine", "analytic",
+                 "--tensor", "8", "--pipeline", "16", "--context", "1", "--micro-batch", "1", "--recompute", "full",
+                 "--zero", "1", "--schedules", "1f1b"]) == 0
+    out = capsys.readouterr().out
+    assert " rank_order " in out
+    rows = [line.split() for line in out.splitlines() if " 1f1b " in line]
+    steps = {(r[11], r[12]): float(r[13]) for r in rows}          # (bits, order) -> step s
+    # each order pays for what it sends across the 1:7 layer: the two differ at equal settings
+    assert {o for _, o in steps} == {"tp-cp-pp-dp", "tp-cp-dp-pp"}
+    assert steps[("16", "tp-cp-pp-dp")] != pytest.approx(steps[("16", "tp-cp-dp-pp")], rel=0.01)

@@ -110,6 +110,9 @@ def run(args) -> int:
         space.schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     evaluator = simulate_report if args.engine == "sim" else analytic_report
     counts = _ints(args.gpus, "--gpus")
+    if "rank_order" not in (raw.get("parallel") or {}) and _has_pods(raw):
+        # network pods: the order decides which traffic crosses the oversubscribed layer (costs/pods.py)
+        space.extra["parallel.rank_order"] = ("tp-cp-pp-dp", "tp-cp-dp-pp")
     if len(counts) == 1:
         return 0 if _search_one(args, raw, space, evaluator, counts[0]) else 1
     bests = {}
@@ -157,6 +160,7 @@ def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.
         return None
     print()
     swept = (["offload_layers"] if args.offload else []) + (["context_mode"] if args.context_modes else [])
+    swept += ["rank_order"] if "parallel.rank_order" in space.extra else []
     if args.expert or any(r.get("expert", 1) > 1 for r in res.finalists):
         swept.append("expert")
     if args.precisions:
@@ -178,6 +182,17 @@ def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.
         write_csv(path, res.finalists)
         print(f"wrote {path}")
     return res.best
+
+
+def _has_pods(raw: dict) -> bool:
+    """Whether the base scenario's system (its keys or its preset's) has network pods."""
+    from pipesim.scenario.load import load_scenario
+    from pipesim.errors import PipesimError
+    try:
+        return bool(load_scenario(raw).system.pod_gpus)
+    except PipesimError:          # the base's own layout may not load; its system keys decide
+        sysc = raw.get("system")
+        return isinstance(sysc, dict) and bool(sysc.get("pod_gpus"))
 
 
 def cluster_table(bests: dict) -> str:

@@ -42,7 +42,7 @@ def layout_columns(s) -> dict:
             "micro_batch_size": t.micro_batch_size, "num_microbatches": s.num_microbatches,
             "schedule": t.schedule, "recompute": t.recompute, "zero_stage": t.zero_stage,
             "compression_bits": t.activation_compression_bits, "offload_layers": t.offload_activation_layers,
-            "num_gpus": s.num_gpus}
+            "rank_order": p.rank_order, "num_gpus": s.num_gpus}
 
 
 def flatten(report: dict, prefix: str = "") -> dict:

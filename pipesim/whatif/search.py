@@ -345,6 +345,7 @@ def describe(r: dict) -> str:
     cp = f" x context {r['context']} ({r.get('context_mode', 'ring')})" if r.get("context", 1) > 1 else ""
     off = f", {r['offload_layers']} layers' activations offloaded" if r.get("offload_layers") else ""
     ep = f" (expert {r['expert']})" if r.get("expert", 1) > 1 else ""
+    ep += f", ranks {r['rank_order']}" if r.get("rank_order", "tp-dp-pp") != "tp-dp-pp" else ""
     prec = f"{r['precision']}, " if r.get("precision") else ""
     return (f"tensor {r['tensor']}{cp} x pipeline {r['pipeline']} x data {r['data']}{ep}, micro-batch "
             f"{r['micro_batch_size']} (M={r['num_microbatches']}), {prec}{sched}, recompute {r['recompute']}, "
@@ -352,7 +353,8 @@ def describe(r: dict) -> str:
 
 
 # The scenario keys a candidate sets (candidates() and the axes of SearchSpace.extra).
-REPRODUCE_KEYS = ("system.num_nodes", "system.gpus_per_node", "system.nvlink_domain", "parallel.tensor",
+REPRODUCE_KEYS = ("system.num_nodes", "system.gpus_per_node", "system.nvlink_domain", "parallel.rank_order",
+                  "parallel.tensor",
                   "parallel.context", "parallel.context_mode", "parallel.pipeline", "parallel.data",
                   "parallel.virtual_stages", "parallel.expert", "parallel.sequence_parallel",
                   "parallel.layers_per_stage", "training.micro_batch_size", "training.schedule",
