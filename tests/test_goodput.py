@@ -156,6 +156,15 @@ def test_search_over_cluster_sizes_compares_their_runs(tmp_path, capsys):
         assert main(args + ["--gpus", bad]) != 0
         err = capsys.readouterr().err
         assert "--gpus" in err and err.count("\n") == 1
+    days = {n: float(rows[n][5]) for n in rows}
+    hours = {n: float(rows[n][7].replace(",", "")) for n in rows}
+    assert main(args + ["--gpus", "4,8", "--deadline-days", str(days[4] * 1.01)]) == 0
+    cheapest = min(rows, key=lambda n: hours[n])
+    assert f"{cheapest} GPUs ({days[cheapest]:.1f} days" in capsys.readouterr().out.splitlines()[-1]
+    assert main(args + ["--gpus", "4,8", "--deadline-days", str(days[8] / 2)]) == 0
+    assert "no size searched makes it; the fastest, 8 GPUs" in capsys.readouterr().out
+    assert main(args + ["--gpus", "8", "--deadline-days", "3"]) != 0
+    assert "--deadline-days" in capsys.readouterr().err
 
 
 def test_the_estimate_holds_its_invariants_for_any_run():

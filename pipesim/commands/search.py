@@ -34,6 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("scenario", help="scenario YAML (its model, system type and training settings are kept)")
     p.add_argument("--gpus", required=True, help="GPUs to lay the model out on; several, e.g. 512,1024,2048, "
                                                  "search each and compare their best layouts")
+    p.add_argument("--deadline-days", type=float, help="with several --gpus and a run section: name the size with "
+                                                       "the fewest GPU-hours that trains the run's tokens in this "
+                                                       "many days")
     p.add_argument("--finalists", type=int, default=16,
                    help="top candidates by the closed form to simulate (default 16), plus those within its "
                         "measured error band of them")
@@ -110,6 +113,9 @@ def run(args) -> int:
         space.schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     evaluator = simulate_report if args.engine == "sim" else analytic_report
     counts = _ints(args.gpus, "--gpus")
+    if args.deadline_days is not None and (args.deadline_days <= 0 or len(counts) < 2 or not (raw.get("run") or {}).get("tokens")):
+        raise ScenarioError(f"--deadline-days {args.deadline_days:g}: expected a positive number of days, several --gpus "
+                            f"and a scenario with run.tokens")
     if "rank_order" not in (raw.get("parallel") or {}) and _has_pods(raw):
         # network pods: the order decides which traffic crosses the oversubscribed layer (costs/pods.py)
         space.extra["parallel.rank_order"] = ("tp-cp-pp-dp", "tp-cp-dp-pp")
@@ -121,6 +127,8 @@ def run(args) -> int:
         bests[n] = _search_one(args, raw, space, evaluator, n, csv_name=f"search-{n}gpus.csv")
         print()
     print(cluster_table(bests))
+    if args.deadline_days is not None:
+        print(deadline_line(bests, args.deadline_days))
     return 0 if any(bests.values()) else 1
 
 
@@ -182,6 +190,20 @@ def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.
         write_csv(path, res.finalists)
         print(f"wrote {path}")
     return res.best
+
+
+def deadline_line(bests: dict, days: float) -> str:
+    """The cluster size with the fewest GPU-hours that finishes within `days`."""
+    done = {n: b for n, b in bests.items() if b is not None and b.get("run.wall_days") is not None}
+    meets = {n: b for n, b in done.items() if b["run.wall_days"] <= days}
+    if meets:
+        n, b = min(meets.items(), key=lambda kv: kv[1]["run.gpu_hours"])
+        return (f"within {days:g} days: {n} GPUs ({b['run.wall_days']:.1f} days, {b['run.gpu_hours']:,.0f} GPU-hours, "
+                f"the fewest of the {len(meets)} sizes that make it)")
+    if not done:
+        return f"within {days:g} days: no size has a run estimate"
+    n, b = min(done.items(), key=lambda kv: kv[1]["run.wall_days"])
+    return f"within {days:g} days: no size searched makes it; the fastest, {n} GPUs, takes {b['run.wall_days']:.1f} days"
 
 
 def _has_pods(raw: dict) -> bool:
