@@ -33,29 +33,32 @@ def _pods(s):
     return sysc.pod_gpus, sysc.pod_oversubscription
 
 
-def ring_factor(s, members) -> float:
-    """Inter-node rate factor of a ring / tree communicator whose instance is `members`."""
+def _fewest_per_pod(s, members) -> tuple[int, float] | None:
+    """(members in the pod holding the fewest, oversubscription), or None inside one pod."""
     pods = _pods(s)
     if pods is None:
-        return 1.0
+        return None
     size, over = pods
     per_pod = Counter(r // size for r in members)
-    if len(per_pod) < 2:
+    return (min(per_pod.values()), over) if len(per_pod) > 1 else None
+
+
+def ring_factor(s, members) -> float:
+    """Inter-node rate factor of a ring / tree communicator whose instance is `members`."""
+    fewest = _fewest_per_pod(s, members)
+    if fewest is None:
         return 1.0
-    return min(1.0, min(per_pod.values()) / over)
+    m, over = fewest
+    return min(1.0, m / over)
 
 
 def a2a_factor(s, members, per_island: int) -> float:
     """Inter-node rate factor of an all-to-all among `members`, `per_island` of them on one
     NVLink island (the pod holding the fewest members sets it)."""
-    pods = _pods(s)
-    if pods is None:
+    fewest = _fewest_per_pod(s, members)
+    if fewest is None:
         return 1.0
-    size, over = pods
-    per_pod = Counter(r // size for r in members)
-    if len(per_pod) < 2:
-        return 1.0
-    n, m = len(members), min(per_pod.values())
+    (m, over), n = fewest, len(members)
     cross = 1 - m / n                                    # share of a member's bytes leaving its pod
     inter = max(cross, 1 - per_island / n)               # share leaving its island (the inter link's)
     slow = min(1.0, 1 / (over * cross))
