@@ -228,3 +228,15 @@ def test_a_layout_candidate_takes_its_gpus_from_data_parallelism_and_splits_unev
     assert v.parallel.layers_per_stage == (7, 8, 8, 7) and title == "context 2 x pipeline 4 (data 1)"
     assert "--set parallel.layers_per_stage=auto" in how and "parallel.tensor" not in how
     assert layout_candidate(s, tensor=32) is None and layout_candidate(s, pipeline=64) is None
+
+
+def test_interleaved_summary_names_the_rank_imbalance(capsys):
+    from pipesim.commands.simulate import summary
+    from pipesim import load_scenario, simulate
+    plain = load_scenario(GPT2)
+    s = load_scenario(GPT2, ["training.schedule=interleaved", "parallel.virtual_stages=3",
+                             "training.global_batch_size=32"])
+    rep = simulate(s)
+    line = [x for x in summary(rep, s).splitlines() if x.startswith("rank imbalance")]
+    assert len(line) == 1 and f"{rep.rank_imbalance:.3f}" in line[0] and "its 3 chunks" in line[0]
+    assert "rank imbalance" not in summary(simulate(plain), plain)

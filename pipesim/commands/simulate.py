@@ -72,6 +72,9 @@ def summary(rep, scenario) -> str:
     if "imbalance" in d:
         lines.append(f"stage imbalance     forward {d['imbalance']['forward']:.3f}  backward "
                      f"{d['imbalance']['backward']:.3f}   (fastest / slowest stage; 1 = balanced)")
+        if s.parallel.virtual_stages > 1 and "rank_imbalance" in d:     # chunks differ; what a rank holds is what counts
+            lines.append(f"rank imbalance      {d['rank_imbalance']:.3f}   (least / most busy rank's compute, "
+                         f"its {s.parallel.virtual_stages} chunks together)")
     lines += ["", f"{'rank':>6} {'stage':>5} {'compute ms':>11} {'comm ms':>9} {'bubble %':>8} {'peak GiB':>9}"]
     ranks = d["ranks"]
     show = ranks if len(ranks) <= 16 else ranks[:8] + ranks[-8:]
