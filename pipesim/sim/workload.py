@@ -276,7 +276,8 @@ def dp_placement(s, pp: int) -> tuple[GroupPlacement, str]:
         nodes = {node_of(s, rank_of(s, tp=t, dp=d, pp=pp, cp=c)) for c in range(s.parallel.context)
                  for d in range(s.parallel.data) for t in range(s.parallel.tensor)}
         inter = _min_link(node_links(s, n)[1] for n in nodes)
-        g = GroupPlacement(g.size, g.per_node, g.intra, Link(min(inter.bandwidth, g.inter.bandwidth), inter.latency))
+        pods = g.inter.bandwidth / node_links(s, None)[1].bandwidth      # the pod share (costs/pods.py), 1 without
+        g = GroupPlacement(g.size, g.per_node, g.intra, Link(inter.bandwidth * pods, inter.latency))
     return g, ("inter" if g.nodes > 1 else "intra")
 
 
