@@ -72,7 +72,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
     from pipesim.whatif.evaluate import simulate_report
-    from pipesim.whatif.search import CP_MODE, OFFLOAD, SearchSpace
+    from pipesim.whatif.search import CP_MODE, OFFLOAD, SearchSpace, given_value
     from pipesim.whatif.sweep import read_base
 
     if args.finalists < 1:
@@ -116,7 +116,7 @@ def run(args) -> int:
     if args.deadline_days is not None and (args.deadline_days <= 0 or len(counts) < 2 or not (raw.get("run") or {}).get("tokens")):
         raise ScenarioError(f"--deadline-days {args.deadline_days:g}: expected a positive number of days, several --gpus "
                             f"and a scenario with run.tokens")
-    if "rank_order" not in (raw.get("parallel") or {}) and _has_pods(raw):
+    if "rank_order" not in (raw.get("parallel") or {}) and given_value(raw, "system", "pod_gpus"):
         # network pods: the order decides which traffic crosses the oversubscribed layer (costs/pods.py)
         space.extra["parallel.rank_order"] = ("tp-cp-pp-dp", "tp-cp-dp-pp")
     if len(counts) == 1:
@@ -204,17 +204,6 @@ def deadline_line(bests: dict, days: float) -> str:
         return f"within {days:g} days: no size has a run estimate"
     n, b = min(done.items(), key=lambda kv: kv[1]["run.wall_days"])
     return f"within {days:g} days: no size searched makes it; the fastest, {n} GPUs, takes {b['run.wall_days']:.1f} days"
-
-
-def _has_pods(raw: dict) -> bool:
-    """Whether the base scenario's system (its keys or its preset's) has network pods."""
-    from pipesim.scenario.load import load_scenario
-    from pipesim.errors import PipesimError
-    try:
-        return bool(load_scenario(raw).system.pod_gpus)
-    except PipesimError:          # the base's own layout may not load; its system keys decide
-        sysc = raw.get("system")
-        return isinstance(sysc, dict) and bool(sysc.get("pod_gpus"))
 
 
 def cluster_table(bests: dict) -> str:

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import math
 
-from pipesim.scenario.run_config import DAY
+from pipesim.scenario.units import DAY, HOUR
 
-HOUR = 3600.0
+# the last checkpoint size computed, keyed by what it depends on: a sweep or search loads the same
+# model for every layout, and counting its parameters is half the closed form's time per layout
+_LAST_CHECKPOINT: list = [None, 0.0]
 
 
 def checkpoint_bytes(s) -> float:
@@ -43,8 +45,12 @@ def checkpoint_bytes(s) -> float:
     from pipesim.costs.memory import optimizer_bytes_per_param
     from pipesim.costs.summary import total_params
     tr = s.training
-    weight = 4 if tr.precision in ("fp32", "tf32") else 2
-    return total_params(s) * (weight + optimizer_bytes_per_param(tr.optimizer, tr.precision, s.moment_bytes))
+    key = (s.model, tr.precision, tr.optimizer, s.moment_bytes)
+    if _LAST_CHECKPOINT[0] != key:
+        weight = 4 if tr.precision in ("fp32", "tf32") else 2
+        per_param = weight + optimizer_bytes_per_param(tr.optimizer, tr.precision, s.moment_bytes)
+        _LAST_CHECKPOINT[:] = [key, total_params(s) * per_param]
+    return _LAST_CHECKPOINT[1]
 
 
 def optimal_interval(rate: float, block: float) -> float:
@@ -131,9 +137,8 @@ def _whole_steps(wanted: float, floor: float, step: float, block: float, rate: f
     """The interval in whole steps, at least `floor` seconds: the better of the two neighbours of
     the optimum (per unit of work), or the nearest to a given interval."""
     least = max(1, math.ceil(floor / step - 1e-9))
-    near = max(least, round(wanted / step))
     if not free:
-        return near
+        return max(least, round(wanted / step))
     lo = max(least, math.floor(wanted / step))
     options = {lo, max(least, lo + 1)}
     return min(options, key=lambda k: period_wall(k * step, block, rate, restart, recovery) / k)

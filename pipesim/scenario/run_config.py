@@ -9,10 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pipesim.scenario.schema import field
-from pipesim.scenario.units import GBps
-
-MINUTE = 60.0
-DAY = 86400.0
+from pipesim.scenario.units import MINUTE, GBps
 
 # Llama 3 405B pre-training on 16,384 H100: 419 unexpected interruptions in a 54-day snapshot
 # (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv 2407.21783, Sec. 3.3.4 and Table 5;

@@ -376,13 +376,13 @@ def reproduce_args(s, raw: dict) -> list[str]:
             lps = list(value)
             auto = embedding_loss_split(s.model.num_layers, s.parallel.pipeline * s.parallel.virtual_stages)
             value = "auto" if lps == auto else "[" + ",".join(map(str, lps)) + "]"
-        if value is None or value == _given(raw, section, name):
+        if value is None or value == given_value(raw, section, name):
             continue
         out.append(f"--set {key}={str(value).lower() if isinstance(value, bool) else value}")
     return out
 
 
-def _given(raw: dict, section: str, name: str):
+def given_value(raw: dict, section: str, name: str):
     """What the base scenario says of section.name: its own value, its system preset's, or the
     field's default."""
     import dataclasses
