@@ -1,6 +1,6 @@
-"""pipesim search SCENARIO --gpus N[,N...]: the best layout under the GPU memory, explained; with
-several GPU counts, the best of each side by side (with the scenario's `run`: days, goodput and
-GPU-hours of each cluster size)."""
+"""pipesim search SCENARIO --gpus N[,N...] [--systems PRESET[=USD],...]: the best layout under the
+GPU memory, explained; with several GPU counts or systems, the best of each side by side (with the
+scenario's `run`: days, goodput, GPU-hours, and cost and energy, of each)."""
 from __future__ import annotations
 
 import time
@@ -34,9 +34,13 @@ def add_arguments(p) -> None:
     p.add_argument("scenario", help="scenario YAML (its model, system type and training settings are kept)")
     p.add_argument("--gpus", required=True, help="GPUs to lay the model out on; several, e.g. 512,1024,2048, "
                                                  "search each and compare their best layouts")
-    p.add_argument("--deadline-days", type=float, help="with several --gpus and a run section: name the size with "
-                                                       "the fewest GPU-hours that trains the run's tokens in this "
-                                                       "many days")
+    p.add_argument("--systems", help="system presets to search the model on, each with an optional price per "
+                                     "GPU-hour, e.g. dgx-h100=2.5,dgx-b200=4.1,gb200-nvl72=5.2 (the scenario's "
+                                     "network pods carry over, its other system keys do not)")
+    p.add_argument("--deadline-days", type=float, help="with several --gpus or --systems and a run section: name "
+                                                       "the size (and system) that trains the run's tokens in this "
+                                                       "many days with the fewest GPU-hours (across systems: the "
+                                                       "lowest cost; every system needs a price)")
     p.add_argument("--finalists", type=int, default=16,
                    help="top candidates by the closed form to simulate (default 16), plus those within its "
                         "measured error band of them")
@@ -72,6 +76,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
     from pipesim.whatif.evaluate import simulate_report
+    from pipesim.whatif.hardware import cheapest_within, on_system, parse_systems
     from pipesim.whatif.search import CP_MODE, OFFLOAD, SearchSpace, given_value
     from pipesim.whatif.sweep import read_base
 
@@ -113,27 +118,52 @@ def run(args) -> int:
         space.schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     evaluator = simulate_report if args.engine == "sim" else analytic_report
     counts = _ints(args.gpus, "--gpus")
-    if args.deadline_days is not None and (args.deadline_days <= 0 or len(counts) < 2 or not (raw.get("run") or {}).get("tokens")):
-        raise ScenarioError(f"--deadline-days {args.deadline_days:g}: expected a positive number of days, several --gpus "
-                            f"and a scenario with run.tokens")
+    systems = parse_systems(args.systems) if args.systems else {}
+    targets = [(name, n) for name in (systems or [None]) for n in counts]
+    if args.deadline_days is not None:
+        _check_deadline(args.deadline_days, len(targets), raw, systems)
     if "rank_order" not in (raw.get("parallel") or {}) and given_value(raw, "system", "pod_gpus"):
         # network pods: the order decides which traffic crosses the oversubscribed layer (costs/pods.py)
         space.extra["parallel.rank_order"] = ("tp-cp-pp-dp", "tp-cp-dp-pp")
-    if len(counts) == 1:
+    if len(targets) == 1 and not systems:
         return 0 if _search_one(args, raw, space, evaluator, counts[0]) else 1
+    bases = {name: on_system(raw, name, price) for name, price in systems.items()} or {None: (raw, [])}
     bests = {}
-    for n in counts:
-        print(f"=== {n} GPUs ===")
-        bests[n] = _search_one(args, raw, space, evaluator, n, csv_name=f"search-{n}gpus.csv")
+    for name, n in targets:
+        base, dropped = bases[name]
+        print(f"=== {n} GPUs" + (f" of {name} ===" if name else " ==="))
+        if dropped and n == counts[0]:
+            print(f"  the scenario's system keys {', '.join(dropped)} describe its own hardware: {name} has "
+                  f"its preset's")
+        stem = f"search-{name}-{n}gpus" if name else f"search-{n}gpus"
+        try:
+            bests[(name, n)] = _search_one(args, base, space, evaluator, n, csv_name=stem + ".csv", system=name,
+                                           dropped=bool(dropped))
+        except ScenarioError as exc:       # e.g. a GPU count that is no whole number of this system's nodes
+            print(f"  not searched: {exc}")
+            bests[(name, n)] = None
         print()
     print(cluster_table(bests))
     if args.deadline_days is not None:
-        print(deadline_line(bests, args.deadline_days))
+        print(cheapest_within(bests, args.deadline_days) if systems and len(systems) > 1
+              else deadline_line({n: b for (_, n), b in bests.items()}, args.deadline_days))
     return 0 if any(bests.values()) else 1
 
 
-def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.csv") -> dict | None:
-    """One search on `gpus` GPUs, printed; the best row, or None when no layout fits."""
+def _check_deadline(days: float, targets: int, raw: dict, systems: dict) -> None:
+    if days <= 0 or targets < 2 or not (raw.get("run") or {}).get("tokens"):
+        raise ScenarioError(f"--deadline-days {days:g}: expected a positive number of days, several --gpus or "
+                            f"--systems and a scenario with run.tokens")
+    unpriced = [name for name, price in systems.items() if price is None]
+    if len(systems) > 1 and unpriced:
+        raise ScenarioError(f"--deadline-days {days:g} across systems ranks by cost: give each a price per "
+                            f"GPU-hour, e.g. --systems {unpriced[0]}=2.5 (missing for {', '.join(unpriced)})")
+
+
+def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.csv", system: str | None = None,
+                dropped: bool = False) -> dict | None:
+    """One search on `gpus` GPUs (of preset `system`: `raw` is already on it), printed; the best
+    row, or None when no layout fits."""
     from pipesim.commands.progress import Bar
     from pipesim.whatif.search import describe, nvlink_domain_note, probe_scenario, reproduce_args, search, system_for
     from pipesim.whatif.table import format_table
@@ -182,7 +212,10 @@ def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.
         b = res.best
         print(f"  the run: {b['run.wall_days']:.1f} days wall-clock, goodput {b['run.goodput'] * 100:.1f} %, "
               f"{b['run.gpu_hours']:,.0f} GPU-hours (run section: docs/REPORT.md)")
-    print(f"  pipesim simulate {args.scenario} " + " ".join(reproduce_args(res.best["scenario"], raw)))
+    on = [f"--set system.preset={system}"] if system else []
+    if dropped:
+        print(f"  (to reproduce: the scenario with its system section reduced to the preset {system} and its pods)")
+    print(f"  pipesim simulate {args.scenario} " + " ".join(on + reproduce_args(res.best["scenario"], raw)))
     if not args.no_files:
         from pipesim.report.folder import default_dir, make_dir
         from pipesim.whatif.table import write_csv
@@ -207,21 +240,41 @@ def deadline_line(bests: dict, days: float) -> str:
 
 
 def cluster_table(bests: dict) -> str:
-    """The best layout of each GPU count side by side; with a run, its days, goodput and GPU-hours."""
+    """The best layout of each (system, GPU count) side by side; with a run, its days, goodput and
+    GPU-hours, and its cost and energy where the systems give them."""
     from pipesim.whatif.search import describe
-    run = any(b is not None and b.get("run.wall_days") is not None for b in bests.values())
-    head = f"{'GPUs':>7} {'step s':>9} {'tok/s/GPU':>10} {'MFU %':>6} {'peak GiB':>8}"
+    found = [b for b in bests.values() if b is not None]
+    systems = any(name for name, _ in bests)
+    run = any(b.get("run.wall_days") is not None for b in found)
+    cost = run and any(b.get("run.cost_usd") is not None for b in found)
+    energy = run and any(b.get("run.energy_MWh") is not None for b in found)
+    width = max([len(name) for name, _ in bests if name] + [6])
+    head = (f"{'system':<{width}} " if systems else "") + f"{'GPUs':>7} {'step s':>9} {'tok/s/GPU':>10} {'MFU %':>6} {'peak GiB':>8}"
     head += f" {'days':>7} {'goodput %':>9} {'GPU-hours':>12}" if run else ""
-    lines = ["best layout per cluster size", head + "  layout"]
-    for n, b in bests.items():
+    head += f" {'cost $':>13}" if cost else ""
+    head += f" {'MWh <=':>8}" if energy else ""
+    title = "best layout per " + ("system and cluster size" if systems else "cluster size")
+    title += " (MWh <=: the nodes at their maximum input power for the wall-clock days)" if energy else ""
+    lines = [title, head + "  layout"]
+    for (name, n), b in bests.items():
+        row = (f"{name or '':<{width}} " if systems else "") + f"{n:>7}"
         if b is None:
-            lines.append(f"{n:>7}  no layout fits")
+            lines.append(row + "  no layout fits")
             continue
-        row = (f"{n:>7} {b['step_time_s']:9.3f} {b['tokens_per_s'] / n:10,.0f} {b['mfu'] * 100:6.1f} "
-               f"{b['peak_memory_bytes'] / 2**30:8.1f}")
-        if run and b.get("run.wall_days") is None:
+        row += (f" {b['step_time_s']:9.3f} {b['tokens_per_s'] / n:10,.0f} {b['mfu'] * 100:6.1f} "
+                f"{b['peak_memory_bytes'] / 2**30:8.1f}")
+        never = run and b.get("run.wall_days") is None
+        if never:
             row += f" {'never':>7} {0.0:9.1f} {'-':>12}"
         elif run:
             row += f" {b['run.wall_days']:7.1f} {b['run.goodput'] * 100:9.1f} {b['run.gpu_hours']:12,.0f}"
+        if cost:
+            row += f" {_or_dash(None if never else b.get('run.cost_usd'), 13, ',.0f')}"
+        if energy:
+            row += f" {_or_dash(None if never else b.get('run.energy_MWh'), 8, ',.0f')}"
         lines.append(row + "  " + describe(b))
     return "\n".join(lines)
+
+
+def _or_dash(value, width: int, spec: str) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}{spec}}"

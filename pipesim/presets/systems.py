@@ -108,8 +108,12 @@ _HOST_PCIE4, _HOST_PCIE5, _HOST_C2C = 25.0, 52.8, 346.0
 
 # Maximum input power of a node, kW (the run's energy: pipesim/report/goodput.py), from NVIDIA's
 # DGX user guides, "Power Specifications": DGX A100 6.5 kW max, DGX H100 / H200 10.2 kW max,
-# DGX B200 14.3 kW max. The other systems have no such figure here.
-_NODE_KW = {"dgx-a100-40gb": 6.5, "dgx-a100-80gb": 6.5, "dgx-h100": 10.2, "dgx-h200": 10.2, "dgx-b200": 14.3}
+# DGX B200 14.3 kW max. GB200 NVL72, per 4-GPU compute tray: 6.667 kW, the maxLoadWatts of the
+# DGX_GB200 compute tray NVIDIA's Domain Power Service ships (DPS docs, "Device Specifications",
+# latest version; an earlier version listed 5,640 W); the rack's NVLink switch trays are not in it.
+# The other systems have no such figure here.
+_NODE_KW = {"dgx-a100-40gb": 6.5, "dgx-a100-80gb": 6.5, "dgx-h100": 10.2, "dgx-h200": 10.2, "dgx-b200": 14.3,
+            "gb200-nvl72": 6.667}
 
 
 def _nvl72(gpu: dict, nic_GBps: float) -> dict:

@@ -1,0 +1,91 @@
+"""`pipesim search --systems`: one scenario searched on several system presets, compared by days,
+GPU-hours, cost and energy, and the reproduce line of each system's winner."""
+import re
+
+import pytest
+import yaml
+
+from pipesim.cli import main
+from pipesim.errors import ScenarioError
+from pipesim.whatif.hardware import on_system, parse_systems
+
+BASE = {"model": {"preset": "llama3-8b", "num_layers": 4},
+        "system": {"preset": "dgx-h100", "pod_gpus": 4096, "inter_node": {"bandwidth_GBps": 25}},
+        "training": {"micro_batch_size": 1, "global_batch_size": 16}, "run": {"tokens": 1e11}}
+ARGS = ["--no-progress", "--no-files", "--engine", "analytic", "--pipeline", "1", "--micro-batch", "1", "--gpus", "8"]
+
+
+def test_systems_parse_with_optional_prices():
+    assert parse_systems("dgx-h100=2.5, dgx-b200") == {"dgx-h100": 2.5, "dgx-b200": None}
+    for bad, word in (("dgx-h900", "unknown system preset 'dgx-h900'"), ("dgx-h100,dgx-h100", "named twice"),
+                      ("dgx-h100=-1", "positive price"), ("dgx-h100=abc", "positive price"), (" , ", "expected")):
+        with pytest.raises(ScenarioError, match=re.escape(word)) as err:
+            parse_systems(bad)
+        assert "--systems" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_system_keeps_the_clusters_pods_and_drops_its_hardware_keys():
+    raw, dropped = on_system(BASE, "dgx-b200", 4.0)
+    assert raw["system"] == {"preset": "dgx-b200", "pod_gpus": 4096}
+    assert dropped == ["inter_node"]
+    assert raw["run"] == {"tokens": 1e11, "gpu_hour_usd": 4.0} and "gpu_hour_usd" not in BASE["run"]
+    with pytest.raises(ScenarioError, match="run.tokens"):
+        on_system(dict(BASE, run={}), "dgx-b200", 4.0)
+
+
+def _table(out: str, names, priced: bool = True) -> dict:
+    """The comparison table's rows by system name (the lines after it, e.g. the deadline, skipped)."""
+    lines = out[out.index("best layout per system and cluster size"):].splitlines()
+    assert lines[1].split()[:2] == ["system", "GPUs"] and ("cost $" in lines[1]) == priced and "MWh" in lines[1]
+    return {line.split()[0]: line.split() for line in lines[2:] if line.split() and line.split()[0] in names}
+
+
+def test_search_compares_systems_and_reproduces_each_winner(tmp_path, capsys):
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    assert main(["search", str(path), *ARGS, "--systems", "dgx-h100=2,dgx-b200=4"]) == 0
+    out = capsys.readouterr().out
+    assert "system keys inter_node describe its own hardware" in out
+    assert out.count("(to reproduce: the scenario with its system section reduced to the preset") == 2
+    rows = _table(out, ("dgx-h100", "dgx-b200"))
+    assert set(rows) == {"dgx-h100", "dgx-b200"}
+    step = {name: float(r[2]) for name, r in rows.items()}
+    assert step["dgx-b200"] < step["dgx-h100"]               # the same model on 2.3x the tensor rate
+    for name, r in rows.items():                               # cost = GPU-hours x the system's price
+        price = {"dgx-h100": 2, "dgx-b200": 4}[name]
+        assert float(r[9].replace(",", "")) == pytest.approx(float(r[8].replace(",", "")) * price, rel=1e-3, abs=1)
+
+
+def test_each_systems_winner_reruns_to_its_step_time(tmp_path, capsys):
+    import json
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(dict(BASE, system={"preset": "dgx-a100-80gb"})))
+    args = [a if a != "analytic" else "sim" for a in ARGS]
+    assert main(["search", str(path), *args, "--systems", "dgx-h100,gb200-nvl72"]) == 0
+    out = capsys.readouterr().out
+    assert "(to reproduce" not in out
+    rows = _table(out, ("dgx-h100", "gb200-nvl72"), priced=False)
+    lines = [x.strip() for x in out.splitlines() if x.strip().startswith("pipesim simulate")]
+    assert [re.search(r"--set system.preset=(\S+)", x).group(1) for x in lines] == ["dgx-h100", "gb200-nvl72"]
+    for line, name in zip(lines, ("dgx-h100", "gb200-nvl72")):
+        argv = ["simulate", str(path), "--no-files", "--no-why", "--json", str(tmp_path / "r.json")]
+        for s in line.split("--set ")[1:]:
+            argv += ["--set", s.strip()]
+        assert main(argv) == 0
+        capsys.readouterr()
+        report = json.loads((tmp_path / "r.json").read_text())
+        assert report["step_time_s"] == pytest.approx(float(rows[name][2]), rel=2e-3)
+
+
+def test_deadline_across_systems_ranks_by_cost_and_needs_prices(tmp_path, capsys):
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(dict(BASE, system={"preset": "dgx-h100"})))
+    assert main(["search", str(path), *ARGS, "--systems", "dgx-h100,dgx-b200", "--deadline-days", "99"]) != 0
+    err = capsys.readouterr().err
+    assert "give each a price" in err and err.count("\n") == 1
+    assert main(["search", str(path), *ARGS, "--systems", "dgx-h100=2,dgx-b200=9", "--deadline-days", "1e6"]) == 0
+    out = capsys.readouterr().out
+    rows = _table(out, ("dgx-h100", "dgx-b200"))
+    cost = {name: float(r[9].replace(",", "")) for name, r in rows.items()}
+    cheapest = min(cost, key=cost.get)
+    assert f"GPUs of {cheapest} (" in out.splitlines()[-1] and "the cheapest of the 2" in out.splitlines()[-1]
