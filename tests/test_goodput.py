@@ -75,7 +75,10 @@ def test_a_run_adds_its_wall_time_goodput_and_checkpoint_plan():
     assert r["interruptions"] == pytest.approx(r["wall_s"] / r["mtti_s"] / (1 + 600 / r["mtti_s"]))
     # two DGX H100 nodes at their 10.2 kW maximum for the wall time
     assert r["energy_MWh"] == pytest.approx(2 * 10.2 * r["wall_s"] / 3600 / 1000)
-    assert simulate(_scenario("system.preset=gb200-nvl72", "system.num_nodes=4")).run["energy_MWh"] is None
+    # four GB200 compute trays at 6.667 kW; a system without a power figure has no energy
+    gb = simulate(_scenario("system.preset=gb200-nvl72", "system.num_nodes=4")).run
+    assert gb["energy_MWh"] == pytest.approx(4 * 6.667 * gb["wall_s"] / 3600 / 1000)
+    assert simulate(_scenario("system.preset=gb300-nvl72", "system.num_nodes=4")).run["energy_MWh"] is None
 
 
 def test_without_interruptions_the_run_is_its_steps_and_one_checkpoint():
