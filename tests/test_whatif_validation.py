@@ -184,3 +184,16 @@ def test_table_prints_the_layout_as_simulated():
     res = run_suite(["llama3-405b"], evaluator=fixed_step)
     row = next(x for x in format_results(res).splitlines() if "16384gpu-cp1-8k" in x)
     assert row.split()[1:7] == ["16384", "8", "16", "128", "8", "1"]
+
+
+def test_the_summary_gives_every_family_its_bar_and_status():
+    """One line per family at the end, its status the same as the family's own summary line."""
+    from pipesim.whatif.validation import format_results, summary_line
+    res = run_suite(["sc21-table1", "mcore-h100", "titan2024"], evaluator=fixed_step)
+    text = format_results(res).splitlines()
+    table = text[text.index("summary") + 2:]
+    assert [x.split()[0] for x in table] == ["sc21-table1", "mcore-h100", "titan2024"]
+    for line, suite in zip(table, ("sc21-table1", "mcore-h100")):
+        status = summary_line(suite, res[suite]).rsplit(": ", 1)[1].rstrip(")")
+        assert line.endswith(status) and f"{len(res[suite])}/{len(res[suite])}" in line
+    assert table[2].endswith("held out (tests only)")

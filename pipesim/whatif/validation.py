@@ -339,7 +339,32 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
             from pipesim.whatif.validation_cp import ratio_line
             lines.append("  " + ratio_line(results))
         lines.append("")
+    if len(by_suite) > 1:
+        lines += summary_table(by_suite)
     return "\n".join(lines).rstrip()
+
+
+# Families whose cases only test: never read while building the model (validation_heldout.py).
+HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "titan2024")
+
+
+def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:
+    """Every family on one line: cases run, MAPE, max, mean signed error and its bar."""
+    lines = ["summary", f"  {'family':16s} {'cases':>7s} {'MAPE %':>7s} {'max %':>7s} {'bias %':>7s}  bar"]
+    for suite, results in by_suite.items():
+        m, mx, bias = mape(results), max_error(results), mean_signed(results)
+        bar = BARS.get(suite)
+        if bar:
+            ok = m <= bar[0] and (not bar[1] or mx <= bar[1]) and (not bar[2] or abs(bias) <= bar[2])
+            want = f"MAPE <= {bar[0]:.0f}" + (f", max <= {bar[1]:.0f}" if bar[1] else "") + (
+                f", |bias| <= {bar[2]:.0f}" if bar[2] else "") + (": met" if ok else ": MISSED")
+        else:
+            want = "held out (tests only)" if suite in HELD_OUT else "no bar"
+        if suite == "llama3-405b":
+            from pipesim.whatif.validation_cp import ratio_line
+            want += "; " + ratio_line(results)
+        lines.append(f"  {suite:16s} {len(_errors(results)):>3d}/{len(results):<3d} {m:7.1f} {mx:7.1f} {bias:+7.1f}  {want}")
+    return lines
 
 
 def summary_line(suite: str, results: list[Result]) -> str:
