@@ -66,6 +66,9 @@ def summary(rep, scenario) -> str:
     if "tensor_core_rate" in d:
         from pipesim.costs.roofline import rate_text
         lines.append(f"kernel rates        {rate_text(d['tensor_core_rate'])}")
+    if "accuracy" in d:
+        from pipesim.report.accuracy import accuracy_text
+        lines.append(f"accuracy            {accuracy_text(d['accuracy'])}")
     if "run" in d:
         from pipesim.report.goodput import run_rows
         lines += [f"{label:<20}{text}" for label, text in run_rows(d["run"])]

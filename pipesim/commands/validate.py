@@ -22,6 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("--json", help="write per-case results as JSON")
     p.add_argument("--plot", help="write predicted vs published as a PNG")
     p.add_argument("--write-scenarios", metavar="DIR", help="also write each case as a scenario YAML")
+    p.add_argument("--snapshot", action="store_true",
+                   help="run every case and write scenarios/validation/accuracy.json, the per-class errors "
+                        "reports show beside a prediction (pipesim/report/accuracy.py)")
 
 
 def run(args) -> int:
@@ -29,6 +32,13 @@ def run(args) -> int:
     from pipesim.whatif.evaluate import detailed_report
     from pipesim.whatif.validation import SUITES, format_results, mape, run_suite, write_scenarios
 
+    if args.snapshot:
+        from pipesim.report.accuracy import SNAPSHOT
+        from pipesim.whatif.validation_snapshot import run_all, write_snapshot
+        rows = run_all(jobs=max(1, args.jobs))
+        write_snapshot(rows)
+        print(f"wrote {SNAPSHOT} ({len(rows)} published runs)")
+        return 0
     if args.write_scenarios:
         files = write_scenarios(args.write_scenarios, args.cases, args.efficiency, args.suites)
         print(f"wrote {len(files)} scenarios to {args.write_scenarios}")

@@ -134,6 +134,9 @@ def _metrics(d: dict, s) -> str:
     if "tensor_core_rate" in d:
         from pipesim.costs.roofline import rate_text
         rows.append(("kernel rates", rate_text(d["tensor_core_rate"])))
+    if "accuracy" in d:
+        from pipesim.report.accuracy import accuracy_text
+        rows.append(("accuracy on published runs", accuracy_text(d["accuracy"])))
     if "run" in d:
         from pipesim.report.goodput import run_rows
         rows += run_rows(d["run"])

@@ -294,6 +294,10 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
     if s.run.tokens is not None and data["tokens_per_s"] > 0:
         from pipesim.report.goodput import run_estimate
         data["run"] = run_estimate(s, step, data["tokens_per_s"])
+    from pipesim.report.accuracy import accuracy_of
+    accuracy = accuracy_of(s)
+    if accuracy is not None:
+        data["accuracy"] = accuracy
     if extras:
         data.update(extras)
     return Report(data, list(events), list(memory))

@@ -1,0 +1,67 @@
+"""How far to trust a prediction: pipesim's error on the published runs most like a scenario.
+
+`pipesim validate --snapshot` writes SNAPSHOT: every published case pipesim ran (the given and
+held-out families, the MoE model zoo and its long-sequence table) with its GPU generation, model
+kind and throughput error, + when pipesim is faster than the measurement. A report reads it:
+`class_of` puts a scenario in a class (GPU generation x dense / MoE / fine-grained MoE) and
+`accuracy_of` sums up the snapshot's cases of that class. The error of a class is what the
+validation measured, not a correction: nothing here changes a prediction. tests/test_accuracy.py
+reruns the validation and fails when the snapshot is stale.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+SNAPSHOT = Path(__file__).resolve().parents[2] / "scenarios" / "validation" / "accuracy.json"
+GENERATION = {"v100": "Volta", "a100": "Ampere", "h100": "Hopper", "h800": "Hopper", "h200": "Hopper",
+              "b200": "Blackwell", "gb200": "Blackwell", "b300": "Blackwell", "gb300": "Blackwell"}
+# Many small experts (DeepSeekMoE's fine-grained segmentation, Dai et al. 2024: 64 and more; gpt-oss
+# 20B's 32 counted too) make a layer's expert GEMMs small and its per-expert host work large: the
+# published runs of such models behave apart from Mixtral-like ones (8 experts), so they are a class.
+FINE_GRAINED_EXPERTS = 32
+
+
+def class_of(s) -> tuple[str, str] | None:
+    """(GPU generation, model kind) of a scenario; None for GPUs without a kernel curve (CPU
+    profiles, custom GPUs), which no published run describes."""
+    generation = GENERATION.get(s.system.gpu.kernel_curve or "")
+    if generation is None or s.model.arch == "cnn":
+        return None
+    if not s.model.is_moe:
+        return generation, "dense"
+    return generation, "fine-grained MoE" if s.model.num_experts >= FINE_GRAINED_EXPERTS else "MoE"
+
+
+@lru_cache(maxsize=1)
+def _cases(path: str) -> tuple:
+    try:
+        return tuple(json.loads(Path(path).read_text())["cases"])
+    except (OSError, ValueError, KeyError):
+        return ()
+
+
+def accuracy_of(s, path: Path = SNAPSHOT) -> dict | None:
+    """The snapshot's published runs of the scenario's class: how many, from which families, and
+    pipesim's signed throughput error on them (min, max, mean absolute); None without a class."""
+    cls = class_of(s)
+    if cls is None:
+        return None
+    errors, families = [], set()
+    for c in _cases(str(path)):
+        if (c["generation"], c["kind"]) == cls:
+            errors.append(c["error_pct"])
+            families.add(c["family"])
+    out = {"class": f"{cls[0]}, {cls[1]}", "runs": len(errors), "families": ", ".join(sorted(families))}
+    if errors:
+        out.update(min_pct=min(errors), max_pct=max(errors), mape_pct=sum(map(abs, errors)) / len(errors))
+    return out
+
+
+def accuracy_text(a: dict) -> str:
+    if not a["runs"]:
+        return f"no published run of this class ({a['class']}) to measure the prediction against"
+    return (f"{a['class']}: on {a['runs']} published runs ({a['families']}) pipesim was "
+            f"{a['min_pct']:+.0f} .. {a['max_pct']:+.0f} % (MAPE {a['mape_pct']:.1f} %; + = faster than "
+            f"measured; pipesim validate)")

@@ -1,0 +1,61 @@
+"""Accuracy beside a prediction: pipesim's measured error on the published runs of a scenario's
+class (pipesim/report/accuracy.py), from a snapshot the validation writes and this test keeps fresh."""
+import json
+
+import pytest
+
+from pipesim import load_scenario
+from pipesim.report.accuracy import SNAPSHOT, accuracy_of, accuracy_text, class_of
+
+
+def _s(preset, system="dgx-h100", **parallel):
+    nodes = 4 if system.startswith("gb") else 2                  # 16 GPUs either way
+    return load_scenario({"model": {"preset": preset, "seq_length": 4096}, "system": {"preset": system, "num_nodes": nodes},
+                          "parallel": {"data": 16, **parallel},
+                          "training": {"micro_batch_size": 1, "global_batch_size": 64}})
+
+
+def test_a_scenario_is_classed_by_gpu_generation_and_model_kind():
+    assert class_of(_s("llama3-8b")) == ("Hopper", "dense")
+    assert class_of(_s("llama3-8b", "gb200-nvl72")) == ("Blackwell", "dense")
+    assert class_of(_s("llama3-8b", "dgx-a100-80gb")) == ("Ampere", "dense")
+    assert class_of(_s("qwen3-30b-a3b", expert=8)) == ("Hopper", "fine-grained MoE")     # 128 experts
+    assert class_of(_s("mixtral-8x7b", expert=8)) == ("Hopper", "MoE")                    # 8 experts
+    assert class_of(load_scenario("scenarios/gpt2-small-4gpu.yaml")) is None                # no kernel curve
+
+
+def test_the_class_sums_up_its_runs_and_says_when_it_has_none(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps({"cases": [
+        {"id": "a", "family": "f1", "generation": "Hopper", "kind": "dense", "error_pct": -4.0},
+        {"id": "b", "family": "f2", "generation": "Hopper", "kind": "dense", "error_pct": 10.0},
+        {"id": "c", "family": "f2", "generation": "Ampere", "kind": "dense", "error_pct": 50.0}]}))
+    a = accuracy_of(_s("llama3-8b"), path)
+    assert a == {"class": "Hopper, dense", "runs": 2, "families": "f1, f2", "min_pct": -4.0, "max_pct": 10.0,
+                 "mape_pct": 7.0}
+    assert "on 2 published runs (f1, f2) pipesim was -4 .. +10 % (MAPE 7.0 %" in accuracy_text(a)
+    none = accuracy_of(_s("mixtral-8x7b", expert=8), path)
+    assert none["runs"] == 0 and accuracy_text(none).startswith("no published run of this class (Hopper, MoE)")
+
+
+def test_the_snapshot_is_what_the_validation_measures_now():
+    """Every published run pipesim validates against, with the error it has today: a change to
+    the model that moves a case must rewrite the snapshot (`pipesim validate --snapshot`)."""
+    from pipesim.whatif.validation_snapshot import run_all
+    fresh = {r["id"]: r for r in run_all(jobs=2)}
+    kept = {r["id"]: r for r in json.loads(SNAPSHOT.read_text())["cases"]}
+    assert set(fresh) == set(kept), "stale scenarios/validation/accuracy.json: run `pipesim validate --snapshot`"
+    moved = {k: (kept[k]["error_pct"], fresh[k]["error_pct"]) for k in fresh
+             if abs(kept[k]["error_pct"] - fresh[k]["error_pct"]) > 0.05 or kept[k]["kind"] != fresh[k]["kind"]}
+    assert not moved, f"stale scenarios/validation/accuracy.json (run `pipesim validate --snapshot`): {moved}"
+    assert {r["generation"] for r in fresh.values()} >= {"Ampere", "Hopper", "Blackwell"}
+
+
+def test_simulate_shows_the_accuracy_of_its_class(tmp_path, capsys):
+    from pipesim.cli import main
+    assert main(["simulate", "scenarios/gpt3-175b-1024xa100.yaml", "--no-files", "--no-why",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("accuracy ")]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert len(line) == 1 and report["accuracy"]["class"] == "Ampere, dense" and report["accuracy"]["runs"] >= 40
+    assert f"on {report['accuracy']['runs']} published runs" in line[0]
