@@ -49,6 +49,8 @@ def test_search_compares_systems_and_reproduces_each_winner(tmp_path, capsys):
     assert out.count("(to reproduce: the scenario with its system section reduced to the preset") == 2
     rows = _table(out, ("dgx-h100", "dgx-b200"))
     assert set(rows) == {"dgx-h100", "dgx-b200"}
+    # each system's measured error on the published runs of its GPU generation, after the table
+    assert "  accuracy on dgx-h100: Hopper, dense: on " in out and "  accuracy on dgx-b200: Blackwell, dense: on " in out
     step = {name: float(r[2]) for name, r in rows.items()}
     assert step["dgx-b200"] < step["dgx-h100"]               # the same model on 2.3x the tensor rate
     for name, r in rows.items():                               # cost = GPU-hours x the system's price

@@ -273,7 +273,22 @@ def cluster_table(bests: dict) -> str:
         if energy:
             row += f" {_or_dash(None if never else b.get('run.energy_MWh'), 8, ',.0f')}"
         lines.append(row + "  " + describe(b))
+    if systems:
+        lines += _accuracy_lines(bests)
     return "\n".join(lines)
+
+
+def _accuracy_lines(bests: dict) -> list[str]:
+    """Per system, pipesim's measured error on published runs of its class (report/accuracy.py):
+    systems of different GPU generations are not predicted equally well."""
+    from pipesim.report.accuracy import accuracy_of, accuracy_text
+    seen, lines = set(), []
+    for (name, _), b in bests.items():
+        a = accuracy_of(b["scenario"]) if b is not None and name not in seen else None
+        if a is not None:
+            seen.add(name)
+            lines.append(f"  accuracy on {name}: {accuracy_text(a)}")
+    return lines
 
 
 def _or_dash(value, width: int, spec: str) -> str:
