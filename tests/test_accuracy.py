@@ -24,18 +24,36 @@ def test_a_scenario_is_classed_by_gpu_generation_and_model_kind():
     assert class_of(load_scenario("scenarios/gpt2-small-4gpu.yaml")) is None                # no kernel curve
 
 
-def test_the_class_sums_up_its_runs_and_says_when_it_has_none(tmp_path):
+def _row(i, family, generation, error, gpus=16, size=2.0, tensor=1, pipeline=1, kind="dense"):
+    return {"id": i, "family": family, "generation": generation, "kind": kind, "error_pct": error, "gpus": gpus,
+            "size": size, "tensor": tensor, "pipeline": pipeline}
+
+
+def test_the_class_sums_up_its_runs_and_names_the_most_alike(tmp_path):
     path = tmp_path / "a.json"
+    s = _s("llama3-8b")                                   # 32 layers x 4096^2 = 0.537 "size", 16 GPUs
     path.write_text(json.dumps({"cases": [
-        {"id": "a", "family": "f1", "generation": "Hopper", "kind": "dense", "error_pct": -4.0},
-        {"id": "b", "family": "f2", "generation": "Hopper", "kind": "dense", "error_pct": 10.0},
-        {"id": "c", "family": "f2", "generation": "Ampere", "kind": "dense", "error_pct": 50.0}]}))
-    a = accuracy_of(_s("llama3-8b"), path)
-    assert a == {"class": "Hopper, dense", "runs": 2, "families": "f1, f2", "min_pct": -4.0, "max_pct": 10.0,
-                 "mape_pct": 7.0}
-    assert "on 2 published runs (f1, f2) pipesim was -4 .. +10 % (MAPE 7.0 %" in accuracy_text(a)
+        _row("far", "f1", "Hopper", -4.0, gpus=1024, size=50.0),
+        _row("near", "f2", "Hopper", 10.0, gpus=16, size=0.5),
+        _row("near-but-tp8", "f2", "Hopper", 2.0, gpus=16, size=0.5, tensor=8),
+        _row("other-gpu", "f2", "Ampere", 50.0),
+        {"id": "broken", "family": "f3", "generation": "Hopper", "kind": "dense"}]}))   # no figures: ignored
+    a = accuracy_of(s, path)
+    assert a == {"class": "Hopper, dense", "runs": 3, "families": "f1, f2", "min_pct": -4.0, "max_pct": 10.0,
+                 "mape_pct": pytest.approx(16 / 3), "nearest": "near", "nearest_gpus": 16, "nearest_pct": 10.0}
+    text = accuracy_text(a)
+    assert "on 3 published runs (f1, f2) pipesim was -4 .. +10 % (MAPE 5.3 %" in text
+    assert text.endswith("the most alike, near on 16 GPUs: +10.0 %")
     none = accuracy_of(_s("mixtral-8x7b", expert=8), path)
     assert none["runs"] == 0 and accuracy_text(none).startswith("no published run of this class (Hopper, MoE)")
+
+
+def test_an_unreadable_snapshot_leaves_the_report_without_accuracy(tmp_path):
+    for i, text in enumerate(("not json", "[]", '{"cases": 3}', '{"cases": [{"id": 1}]}')):
+        path = tmp_path / f"bad{i}.json"          # (rows are cached per path)
+        path.write_text(text)
+        assert accuracy_of(_s("llama3-8b"), path)["runs"] == 0
+    assert accuracy_of(_s("llama3-8b"), tmp_path / "missing.json")["runs"] == 0
 
 
 def test_the_snapshot_is_what_the_validation_measures_now():

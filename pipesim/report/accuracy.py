@@ -4,13 +4,15 @@
 held-out families, the MoE model zoo and its long-sequence table) with its GPU generation, model
 kind and throughput error, + when pipesim is faster than the measurement. A report reads it:
 `class_of` puts a scenario in a class (GPU generation x dense / MoE / fine-grained MoE) and
-`accuracy_of` sums up the snapshot's cases of that class. The error of a class is what the
+`accuracy_of` sums up the snapshot's cases of that class and names the most alike (model size,
+GPU count, tensor and pipeline sizes). The error of a class is what the
 validation measured, not a correction: nothing here changes a prediction. tests/test_accuracy.py
 reruns the validation and fails when the snapshot is stale.
 """
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,12 +36,35 @@ def class_of(s) -> tuple[str, str] | None:
     return generation, "fine-grained MoE" if s.model.num_experts >= FINE_GRAINED_EXPERTS else "MoE"
 
 
+def size_of(s) -> float:
+    """A cheap measure of a layer stack's size for finding the nearest published run: layers x
+    hidden^2, in billions (12x that is a dense model's weights, Narayanan et al. SC'21 Eq. 2)."""
+    return s.model.num_layers * s.model.hidden_size ** 2 / 1e9
+
+
+def _distance(c: dict, s) -> float:
+    """How unlike a published run is: model size and GPU count as log ratios, then (half weight)
+    the tensor and pipeline sizes, so a 3D-parallel layout meets its like before a ZeRO-3 one."""
+    p = s.parallel
+    return (abs(math.log(c["size"] / size_of(s))) + abs(math.log(c["gpus"] / s.num_gpus))
+            + 0.5 * (abs(math.log(c["tensor"] / p.tensor)) + abs(math.log(c["pipeline"] / p.pipeline))))
+
+
 @lru_cache(maxsize=1)
 def _cases(path: str) -> tuple:
+    """The snapshot's well-formed rows; none when the file is missing or unreadable (a report
+    must never fail over it: it then says nothing of accuracy)."""
     try:
-        return tuple(json.loads(Path(path).read_text())["cases"])
-    except (OSError, ValueError, KeyError):
+        rows = json.loads(Path(path).read_text())["cases"]
+    except (OSError, ValueError, KeyError, TypeError):
         return ()
+    keys = ("id", "family", "generation", "kind", "error_pct", "gpus", "size", "tensor", "pipeline")
+
+    def ok(c) -> bool:
+        return (isinstance(c, dict) and all(k in c for k in keys) and isinstance(c["error_pct"], (int, float))
+                and all(isinstance(c[k], int) and c[k] > 0 for k in ("gpus", "tensor", "pipeline"))
+                and isinstance(c["size"], (int, float)) and c["size"] > 0)
+    return tuple(c for c in rows if ok(c)) if isinstance(rows, list) else ()
 
 
 def accuracy_of(s, path: Path = SNAPSHOT) -> dict | None:
@@ -48,14 +73,14 @@ def accuracy_of(s, path: Path = SNAPSHOT) -> dict | None:
     cls = class_of(s)
     if cls is None:
         return None
-    errors, families = [], set()
-    for c in _cases(str(path)):
-        if (c["generation"], c["kind"]) == cls:
-            errors.append(c["error_pct"])
-            families.add(c["family"])
-    out = {"class": f"{cls[0]}, {cls[1]}", "runs": len(errors), "families": ", ".join(sorted(families))}
-    if errors:
+    same = [c for c in _cases(str(path)) if (c["generation"], c["kind"]) == cls]
+    errors = [c["error_pct"] for c in same]
+    out = {"class": f"{cls[0]}, {cls[1]}", "runs": len(same),
+           "families": ", ".join(sorted({c["family"] for c in same}))}
+    if same:
         out.update(min_pct=min(errors), max_pct=max(errors), mape_pct=sum(map(abs, errors)) / len(errors))
+        near = min(same, key=lambda c: _distance(c, s))
+        out.update(nearest=near["id"], nearest_gpus=near["gpus"], nearest_pct=near["error_pct"])
     return out
 
 
@@ -64,4 +89,5 @@ def accuracy_text(a: dict) -> str:
         return f"no published run of this class ({a['class']}) to measure the prediction against"
     return (f"{a['class']}: on {a['runs']} published runs ({a['families']}) pipesim was "
             f"{a['min_pct']:+.0f} .. {a['max_pct']:+.0f} % (MAPE {a['mape_pct']:.1f} %; + = faster than "
-            f"measured; pipesim validate)")
+            f"measured; pipesim validate); the most alike, {a['nearest']} on {a['nearest_gpus']} GPUs: "
+            f"{a['nearest_pct']:+.1f} %")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipesim.report.accuracy import SNAPSHOT, class_of
+from pipesim.report.accuracy import SNAPSHOT, class_of, size_of
 
 
 def snapshot_rows(results: dict, moe: list, longseq: list) -> list[dict]:
-    """Rows {id, family, generation, kind, error_pct} from the three validation runs: the families
+    """Rows {id, family, generation, kind, error_pct, gpus, size, tensor, pipeline} from the three validation runs: the families
     (throughput errors as they are), the MoE zoo (step-time errors, turned into throughput ones:
     1 / (1 + e) - 1) and its long-sequence table (one row per routing)."""
     from pipesim.scenario.load import load_scenario
@@ -18,10 +18,12 @@ def snapshot_rows(results: dict, moe: list, longseq: list) -> list[dict]:
     rows = []
 
     def add(case_id: str, family: str, scenario: dict, error: float) -> None:
-        cls = class_of(load_scenario(scenario))
+        s = load_scenario(scenario)
+        cls = class_of(s)
         if cls is not None:
             rows.append({"id": case_id, "family": family, "generation": cls[0], "kind": cls[1],
-                         "error_pct": round(error, 2)})
+                         "error_pct": round(error, 2), "gpus": s.num_gpus, "size": round(size_of(s), 4),
+                         "tensor": s.parallel.tensor, "pipeline": s.parallel.pipeline})
 
     for family, rs in results.items():
         for r in rs:
