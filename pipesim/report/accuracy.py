@@ -5,9 +5,9 @@ held-out families, the MoE model zoo and its long-sequence table) with its GPU g
 kind and throughput error, + when pipesim is faster than the measurement. A report reads it:
 `class_of` puts a scenario in a class (GPU generation x dense / MoE / fine-grained MoE) and
 `accuracy_of` sums up the snapshot's cases of that class and names the most alike (model size,
-GPU count, tensor and pipeline sizes). The error of a class is what the
-validation measured, not a correction: nothing here changes a prediction. tests/test_accuracy.py
-reruns the validation and fails when the snapshot is stale.
+GPU count, tensor and pipeline sizes). The error of a class is what the validation measured, not
+a correction: nothing here changes a prediction. tests/test_accuracy.py reruns the validation and
+fails when the snapshot is stale.
 """
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ from pipesim.report.accuracy import SNAPSHOT, class_of, size_of
 
 
 def snapshot_rows(results: dict, moe: list, longseq: list) -> list[dict]:
-    """Rows {id, family, generation, kind, error_pct, gpus, size, tensor, pipeline} from the three validation runs: the families
-    (throughput errors as they are), the MoE zoo (step-time errors, turned into throughput ones:
-    1 / (1 + e) - 1) and its long-sequence table (one row per routing)."""
+    """Rows {id, family, generation, kind, error_pct, gpus, size, tensor, pipeline} from the three
+    validation runs: the families (throughput errors as they are), the MoE zoo (step-time errors,
+    turned into throughput ones: 1 / (1 + e) - 1) and its long-sequence table (a row per routing)."""
     from pipesim.scenario.load import load_scenario
     from pipesim.whatif.validation import case_scenario
     from pipesim.whatif.validation_moe import load_moe_cases, moe_case_scenario
@@ -22,7 +22,7 @@ def snapshot_rows(results: dict, moe: list, longseq: list) -> list[dict]:
         cls = class_of(s)
         if cls is not None:
             rows.append({"id": case_id, "family": family, "generation": cls[0], "kind": cls[1],
-                         "error_pct": round(error, 2), "gpus": s.num_gpus, "size": round(size_of(s), 4),
+                         "error_pct": round(error, 2), "gpus": s.num_gpus, "size": round(size_of(s), 6),
                          "tensor": s.parallel.tensor, "pipeline": s.parallel.pipeline})
 
     for family, rs in results.items():
