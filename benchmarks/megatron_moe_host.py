@@ -11,11 +11,14 @@ layer. It is evidence, not a model input: pipesim does not read it.
     pip install --no-deps megatron-core==0.16.1     # a pure-Python wheel; not a pipesim dependency
     python benchmarks/megatron_moe_host.py
 
-What differs from a GPU run: the dispatcher's CUDA streams and events are no-op stand-ins (the
-count copy becomes a CPU copy; a real one also waits for the GPU), Transformer Engine is absent so
-the experts run as SequentialMLP (a linear pair per expert, not TE's GroupedLinear), and with one
-rank no all-to-all is launched. The figures are this CPU's; a training node's may be faster
-(x86 at 3.8 GHz) or slower (Grace).
+On a CPU-only torch (this project's machines) the dispatcher's CUDA streams and events are no-op
+stand-ins (the count copy becomes a CPU copy; a real one also waits for the GPU), Transformer
+Engine is absent so the experts run as SequentialMLP (a linear pair per expert, not TE's
+GroupedLinear), and with one rank no all-to-all is launched; the figures are this CPU's, and a
+training node's may be faster (x86 at 3.8 GHz) or slower (Grace). On a GPU node nothing is stubbed:
+the layer runs on CUDA (with TE's GroupedLinear when Transformer Engine imports) and each pass is
+timed to its last kernel, so at this size the figure is the host's. That path has not run here
+(no GPU is lent to this project).
 """
 from __future__ import annotations
 
@@ -56,11 +59,12 @@ def _stub_cuda(torch) -> None:
 def _setup():
     import torch
     import torch.distributed as dist
-    _stub_cuda(torch)
+    if not torch.cuda.is_available():
+        _stub_cuda(torch)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29561")
     if not dist.is_initialized():
-        dist.init_process_group("gloo", rank=0, world_size=1)
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=0, world_size=1)
     from megatron.core import parallel_state as ps
     ps.initialize_model_parallel(1, 1, expert_model_parallel_size=1)
     from megatron.core.transformer.moe import moe_utils
@@ -68,6 +72,14 @@ def _setup():
         moe_utils.te_general_gemm = None       # 0.16.1 names it only when TE imports
     torch.set_num_threads(1)
     return torch
+
+
+def _has_te() -> bool:
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def measure(experts: int) -> dict:
@@ -82,10 +94,21 @@ def measure(experts: int) -> dict:
                             num_moe_experts=experts, moe_router_topk=min(TOP_K, experts), moe_ffn_hidden_size=32,
                             moe_token_dispatcher_type="alltoall", use_cpu_initialization=True,
                             add_bias_linear=False, moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-3)
-    layer = MoELayer(cfg, get_gpt_layer_local_spec(num_experts=experts).submodules.mlp.submodules)
+    cuda = torch.cuda.is_available()
+    if cuda and _has_te():          # a GPU node with TE: the path training runs (TE's GroupedLinear)
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+        cfg.moe_grouped_gemm = True
+        spec = get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=True)
+    else:
+        spec = get_gpt_layer_local_spec(num_experts=experts)
+    layer = MoELayer(cfg, spec.submodules.mlp.submodules)
+    device = "cuda" if cuda else "cpu"
+    if cuda:
+        layer.cuda()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def forward():
-        return layer(torch.randn(TOKENS, 1, HIDDEN, requires_grad=True))[0]
+        return layer(torch.randn(TOKENS, 1, HIDDEN, device=device, requires_grad=True))[0]
 
     class Count(TorchDispatchMode):
         n = 0
@@ -103,11 +126,14 @@ def measure(experts: int) -> dict:
         out.sum().backward()
     ops_b = Count.n
     fwd, bwd = [], []
-    for _ in range(REPS):
+    for _ in range(REPS):          # on a GPU each pass is timed to its last kernel: max(host, GPU)
+        sync()
         t0 = time.perf_counter()
         out = forward()
+        sync()
         t1 = time.perf_counter()
         out.sum().backward()
+        sync()
         bwd.append(time.perf_counter() - t1)
         fwd.append(t1 - t0)
     return {"fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd), "ops_f": ops_f, "ops_b": ops_b}
@@ -131,7 +157,8 @@ def main() -> None:
         torch = _setup()
     except ImportError:
         raise SystemExit("needs megatron-core: pip install --no-deps megatron-core==0.16.1") from None
-    print(f"Megatron-Core MoELayer on this CPU, hidden {HIDDEN}, {TOKENS} tokens, top-{TOP_K}, torch "
+    where = "CUDA" if torch.cuda.is_available() else "this CPU (CUDA stubbed)"
+    print(f"Megatron-Core MoELayer on {where}, hidden {HIDDEN}, {TOKENS} tokens, top-{TOP_K}, torch "
           f"{torch.__version__}, 1 thread (median of {REPS}):")
     print(f"{'local experts':>14} {'fwd ms':>8} {'bwd ms':>8} {'aten ops F/B':>13} {'us/op F':>8}")
     for e in LOCAL_EXPERTS:
