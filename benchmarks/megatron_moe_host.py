@@ -54,6 +54,13 @@ def _stub_cuda(torch) -> None:
     torch.cuda.current_stream = lambda *a, **k: Stream()
     torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()
     torch.cuda.current_device = lambda: "cpu"
+    ones = torch.ones
+
+    def ones_here(*a, **k):            # the local attention's causal mask is built on "cuda"
+        if k.get("device") == "cuda":
+            k["device"] = "cpu"
+        return ones(*a, **k)
+    torch.ones = ones_here
 
 
 def _setup():
@@ -70,6 +77,9 @@ def _setup():
     from megatron.core.transformer.moe import moe_utils
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None       # 0.16.1 names it only when TE imports
+    if not torch.cuda.is_available():          # attention's dropout region forks the CUDA RNG
+        from megatron.core import tensor_parallel
+        tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
     torch.set_num_threads(1)
     return torch
 
@@ -82,33 +92,42 @@ def _has_te() -> bool:
     return True
 
 
-def measure(experts: int) -> dict:
-    """Median host seconds of one MoE layer forward and backward, and its aten op counts."""
+def measure(experts: int | None, whole_layer: bool = False) -> dict:
+    """Median host seconds of one MoE block (or, with `whole_layer`, one TransformerLayer: norms,
+    attention, MLP or MoE block; `experts` None = dense) forward and backward, and its aten op
+    counts."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.moe.moe_layer import MoELayer
     from megatron.core.transformer.transformer_config import TransformerConfig
-    cfg = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=4, ffn_hidden_size=HIDDEN,
-                            num_moe_experts=experts, moe_router_topk=min(TOP_K, experts), moe_ffn_hidden_size=32,
-                            moe_token_dispatcher_type="alltoall", use_cpu_initialization=True,
-                            add_bias_linear=False, moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-3)
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+    moe = {} if experts is None else dict(
+        num_moe_experts=experts, moe_router_topk=min(TOP_K, experts), moe_ffn_hidden_size=32,
+        moe_token_dispatcher_type="alltoall", moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-3)
+    cfg = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=4, ffn_hidden_size=2 * HIDDEN,
+                            use_cpu_initialization=True, add_bias_linear=False, attention_dropout=0.0,
+                            hidden_dropout=0.0, **moe)
     cuda = torch.cuda.is_available()
     if cuda and _has_te():          # a GPU node with TE: the path training runs (TE's GroupedLinear)
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
-        cfg.moe_grouped_gemm = True
-        spec = get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=True)
+        cfg.moe_grouped_gemm = experts is not None
+        spec = get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=experts is not None)
     else:
         spec = get_gpt_layer_local_spec(num_experts=experts)
-    layer = MoELayer(cfg, spec.submodules.mlp.submodules)
+    if whole_layer:
+        layer = TransformerLayer(cfg, spec.submodules, layer_number=1)
+    else:
+        layer = MoELayer(cfg, spec.submodules.mlp.submodules)
     device = "cuda" if cuda else "cpu"
     if cuda:
         layer.cuda()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def forward():
-        return layer(torch.randn(TOKENS, 1, HIDDEN, device=device, requires_grad=True))[0]
+        x = torch.randn(TOKENS, 1, HIDDEN, device=device, requires_grad=True)
+        return layer(x, attention_mask=None)[0] if whole_layer else layer(x)[0]
 
     class Count(TorchDispatchMode):
         n = 0
@@ -160,11 +179,17 @@ def main() -> None:
     where = "CUDA" if torch.cuda.is_available() else "this CPU (CUDA stubbed)"
     print(f"Megatron-Core MoELayer on {where}, hidden {HIDDEN}, {TOKENS} tokens, top-{TOP_K}, torch "
           f"{torch.__version__}, 1 thread (median of {REPS}):")
+    print("MoE block (router, dispatcher, experts):")
     print(f"{'local experts':>14} {'fwd ms':>8} {'bwd ms':>8} {'aten ops F/B':>13} {'us/op F':>8}")
     for e in LOCAL_EXPERTS:
         m = measure(e)
         print(f"{e:>14} {m['fwd_s'] * 1e3:8.2f} {m['bwd_s'] * 1e3:8.2f} {m['ops_f']:>6}/{m['ops_b']:<6} "
               f"{m['fwd_s'] / m['ops_f'] * 1e6:8.1f}")
+    print("\nwhole TransformerLayer (norms, attention, MLP or MoE block):")
+    for e in (None, 16):
+        m = measure(e, whole_layer=True)
+        print(f"{'dense' if e is None else f'{e} experts':>14} {m['fwd_s'] * 1e3:8.2f} {m['bwd_s'] * 1e3:8.2f} "
+              f"{m['ops_f']:>6}/{m['ops_b']:<6} {m['fwd_s'] / m['ops_f'] * 1e6:8.1f}")
     print("\npipesim's model of one layer (attention + MoE block) per micro-batch of 4096 tokens, BF16:")
     print(f"{'model':>16} {'system':>12} {'EP':>4} {'local':>6} {'GPU F+B ms':>11} {'host exposed ms':>16}")
     for preset, system, ep in (("qwen3-30b-a3b", "dgx-h100", 8), ("qwen3-30b-a3b", "dgx-b200", 8),
