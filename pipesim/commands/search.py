@@ -208,6 +208,11 @@ def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.
     for line in res.explanation:
         print(line)
     print(f"\nbest layout: {describe(res.best)}")
+    if system is None:             # (with --systems, every system's line follows the comparison)
+        from pipesim.report.accuracy import accuracy_of, accuracy_text
+        accuracy = accuracy_of(res.best["scenario"])
+        if accuracy is not None:
+            print(f"  accuracy: {accuracy_text(accuracy)}")
     if res.best.get("run.wall_days") is not None:     # (absent when the run never finishes)
         b = res.best
         print(f"  the run: {b['run.wall_days']:.1f} days wall-clock, goodput {b['run.goodput'] * 100:.1f} %, "

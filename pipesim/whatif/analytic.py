@@ -8,12 +8,14 @@ step = M · T_rank + bubble + pipeline fill/drain p2p + blocking p2p + exposed D
 """
 from __future__ import annotations
 
+import math
+
 from pipesim.costs.collectives import collective_time, p2p_time
 from pipesim.costs.fp8 import gemm_dtype
 from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
-from pipesim.costs.zero3_reuse import stage_gathered_bytes, zero3_gather_passes
+from pipesim.costs.zero3_reuse import gathered_weight_bytes, stage_gathered_bytes, zero3_gather_passes
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
 
 V_SHAPE = ("zb-v", "dualpipe-v")
@@ -88,22 +90,33 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     group = placement(s, "dp_cp")
     alg, replicas = s.parallel.collective, tr.zero_replicas
 
-    def zero(kind: str, nbytes: float) -> float:     # inside one sharding replica (costs/zero_groups.py)
-        return zero_collective_time(kind, nbytes, group, replicas, alg)
+    def zero(kind: str, nbytes: float, algorithm: str | None = None) -> float:   # inside one sharding
+        return zero_collective_time(kind, nbytes, group, replicas, algorithm or alg)  # replica (zero_groups.py)
     grad = sum(st.grad_bytes for st in stages_of_rank)
     if tr.zero_stage >= 3:
         # ZeRO-3: all-gather the parameters before F and before B of every micro-batch, and
         # reduce-scatter the gradients (Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x DP volume per pass);
-        # prefetching overlaps it with that micro-batch's compute.
-        gather = zero("all_gather", grad)
-        if tr.zero3_gather_GBps:       # the framework's own gather rate, when it is the slower
-            gather = max(gather, grad * (1 - 1 / shard_size(d, replicas)) / (tr.zero3_gather_GBps * 1e9))
+        # prefetching overlaps it with that micro-batch's compute. Counted as the engine issues
+        # them (sim/engine.py dp_stream): one ring all-gather per parameter tensor (per layer with
+        # FSDP), each paying its ring latencies, and the gradients in buckets - at large data
+        # parallelism the latencies, not the bytes, can set the time.
+        gather = rs_mb = 0.0
+        for st in stages_of_rank:
+            wbytes = gathered_weight_bytes(tr, st)
+            n = max(1, st.layers if tr.zero3_per_layer else st.param_tensors)
+            g = n * zero("all_gather", wbytes / n, "ring") if wbytes else 0.0
+            if tr.zero3_gather_GBps:       # the framework's own gather rate, when it is the slower
+                g = max(g, wbytes * (1 - 1 / shard_size(d, replicas)) / (tr.zero3_gather_GBps * 1e9))
+            gather += g
+            if st.grad_bytes > 0:
+                nb = max(1, st.layers) if tr.zero3_per_layer else max(1, math.ceil(st.grad_bytes / (tr.grad_bucket_MB * 1e6)))
+                rs_mb += nb * zero("reduce_scatter", st.grad_bytes / nb)
         # DeepSpeed's backward gathers again what the recomputed forward released
         # (pipesim/costs/zero3_reuse.py); weights kept from the forward to the backward
         # (reshard_after_forward false): one gather
         fwd, bwd = zero3_gather_passes(s)
         gathers = fwd if not tr.reshard_after_forward else fwd + bwd
-        per_mb = gathers * gather + zero("reduce_scatter", grad)
+        per_mb = gathers * gather + rs_mb
         compute = sum(st.forward + st.backward for st in stages_of_rank)
         M = s.num_microbatches
         # without prefetch every gather waits for the compute before it: nothing hides
