@@ -91,3 +91,11 @@ def test_deadline_across_systems_ranks_by_cost_and_needs_prices(tmp_path, capsys
     cost = {name: float(r[9].replace(",", "")) for name, r in rows.items()}
     cheapest = min(cost, key=cost.get)
     assert f"GPUs of {cheapest} (" in out.splitlines()[-1] and "the cheapest of the 2" in out.splitlines()[-1]
+
+
+def test_a_single_search_names_its_winners_measured_accuracy(tmp_path, capsys):
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(dict(BASE, system={"preset": "dgx-a100-80gb"})))
+    assert main(["search", str(path), *ARGS]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  accuracy: ")]
+    assert len(line) == 1 and line[0].startswith("  accuracy: Ampere, dense: on ") and "the most alike" in line[0]
