@@ -105,17 +105,19 @@ def test_zero3_gathered_weights_are_in_the_closed_forms_peak_as_the_engine_holds
     assert closed == pytest.approx(pipesim.simulate(s, trace=False).peak_memory_bytes, rel=0.01)
 
 
-@pytest.mark.parametrize("tp,pp,mb", [(4, 1, 2), (2, 2, 1), (8, 4, 2)])
-def test_zero3_communication_is_counted_as_the_engine_issues_it(tp, pp, mb):
-    """ZeRO-3 over hundreds of ranks: one ring all-gather per parameter tensor and the gradients in
+@pytest.mark.parametrize("zero,tp,pp,mb,rc", [(3, 4, 1, 2, "selective"), (3, 2, 2, 1, "selective"),
+                                               (3, 8, 4, 2, "selective"), (2, 8, 1, 1, "full"), (2, 8, 2, 1, "full")])
+def test_sharded_data_parallel_traffic_is_counted_as_the_engine_issues_it(zero, tp, pp, mb, rc):
+    """ZeRO over hundreds of ranks: one ring all-gather per parameter tensor and the gradients in
     buckets, each paying its latencies. The closed form once took them as one collective each and
-    put GPT-3 175B at TP4 x DP256 at 16.4 s against the simulator's 31.8 s (its search then ranked
-    ZeRO-3 first); it must now track the simulator."""
+    put GPT-3 175B at TP4 x DP256 x ZeRO-3 at 16.4 s against the simulator's 31.8 s (its search
+    then ranked ZeRO-3 first), TP8 x DP128 x ZeRO-2 at 26.8 s against 37.4 s; it must now track
+    the simulator."""
     from pipesim.sim import simulate
     s = load_scenario("scenarios/sweeps/gpt3-175b-1024.yaml",
                       [f"parallel.tensor={tp}", f"parallel.pipeline={pp}", f"parallel.data={1024 // (tp * pp)}",
                        "parallel.sequence_parallel=true", f"training.micro_batch_size={mb}",
-                       "training.recompute=selective", "training.zero_stage=3"])
+                       f"training.recompute={rc}", f"training.zero_stage={zero}"])
     ana, sim = analytic_report(s), simulate(s).step_time_s
     assert ana["step_time_s"] == pytest.approx(sim, rel=0.04)
     assert ana["dp_comm_total_s"] > 0.2 * ana["step_time_s"]          # the traffic is there, not hidden

@@ -93,6 +93,16 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     def zero(kind: str, nbytes: float, algorithm: str | None = None) -> float:   # inside one sharding
         return zero_collective_time(kind, nbytes, group, replicas, algorithm or alg)  # replica (zero_groups.py)
     grad = sum(st.grad_bytes for st in stages_of_rank)
+
+    def bucketed(kind: str) -> float:
+        """The gradients' collectives as the engine's DP stream runs them (sim/workload.py
+        buckets): grad_bucket_MB buckets (one per layer with FSDP), each with its latencies."""
+        total = 0.0
+        for st in stages_of_rank:
+            if st.grad_bytes > 0:
+                n = max(1, st.layers) if tr.zero3_per_layer else max(1, math.ceil(st.grad_bytes / (tr.grad_bucket_MB * 1e6)))
+                total += n * zero(kind, st.grad_bytes / n)
+        return total
     if tr.zero_stage >= 3:
         # ZeRO-3: all-gather the parameters before F and before B of every micro-batch, and
         # reduce-scatter the gradients (Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x DP volume per pass);
@@ -100,7 +110,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # them (sim/engine.py dp_stream): one ring all-gather per parameter tensor (per layer with
         # FSDP), each paying its ring latencies, and the gradients in buckets - at large data
         # parallelism the latencies, not the bytes, can set the time.
-        gather = rs_mb = 0.0
+        gather = 0.0
         for st in stages_of_rank:
             wbytes = gathered_weight_bytes(tr, st)
             n = max(1, st.layers if tr.zero3_per_layer else st.param_tensors)
@@ -108,9 +118,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
             if tr.zero3_gather_GBps:       # the framework's own gather rate, when it is the slower
                 g = max(g, wbytes * (1 - 1 / shard_size(d, replicas)) / (tr.zero3_gather_GBps * 1e9))
             gather += g
-            if st.grad_bytes > 0:
-                nb = max(1, st.layers) if tr.zero3_per_layer else max(1, math.ceil(st.grad_bytes / (tr.grad_bucket_MB * 1e6)))
-                rs_mb += nb * zero("reduce_scatter", st.grad_bytes / nb)
+        rs_mb = bucketed("reduce_scatter")
         # DeepSpeed's backward gathers again what the recomputed forward released
         # (pipesim/costs/zero3_reuse.py); weights kept from the forward to the backward
         # (reshard_after_forward false): one gather
@@ -122,13 +130,13 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # without prefetch every gather waits for the compute before it: nothing hides
         hidden = compute if tr.zero3_prefetch else 0.0
         return M * max(0.0, per_mb - hidden), M * per_mb
-    rs = zero("reduce_scatter", grad) if tr.zero_stage >= 1 else 0.0
+    rs = bucketed("reduce_scatter") if tr.zero_stage >= 1 else 0.0
     if tr.zero_stage >= 1:
         # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated parameters (same volume
         # as one all-reduce; Rajbhandari et al. 2020, Sec. 7.2.1).
         total = rs + zero("all_gather", grad)
     else:
-        total = collective_time("all_reduce", grad, group, alg)
+        total = bucketed("all_reduce")
     # sharded gradients are reduce-scattered after every micro-batch's backward
     # (pipesim/sim/workload.py grad_every_microbatch): M - 1 more of them than once per step
     earlier = s.num_microbatches - 1 if tr.zero_stage == 2 else 0
