@@ -80,14 +80,22 @@ def two_streams(work: dict, slow: dict | None = None) -> float:
     return now
 
 
+def pair_time(f_dur: float, f_a2a: float, f_moe: float, b_dur: float, b_a2a: float, b_moe: float,
+              b_wgrad: float, f_slow: tuple = (1.0, 1.0), b_slow: tuple = (1.0, 1.0)) -> float:
+    """Makespan of one fused F+B pair from the two passes' totals (all-to-all included), their
+    all-to-all, MoE-block compute and (backward) MoE weight-gradient seconds: the task split of
+    the module docstring, then two_streams."""
+    cf, cb = f_dur - f_a2a, b_dur - b_a2a
+    work = {"F_att": cf - f_moe, "F_moe": f_moe, "F_dis": f_a2a / 2, "F_com": f_a2a / 2,
+            "B_att": cb - b_moe, "B_dg": b_moe - b_wgrad, "B_wg": b_wgrad, "B_com": b_a2a / 2, "B_dis": b_a2a / 2}
+    (fa, fm), (ba, bm) = f_slow, b_slow
+    return two_streams(work, dict(F_att=fa, F_moe=fm, B_att=ba, B_dg=bm, B_wg=bm))
+
+
 def pair_cost(f: Cost, b: Cost) -> Cost:
     """The fused step's cost: durations as above, memory deltas of both, TP time of both."""
     cf, cb = f.dur - f.a2a, b.dur - b.a2a
-    work = {"F_att": cf - f.moe_block, "F_moe": f.moe_block, "F_dis": f.a2a / 2, "F_com": f.a2a / 2,
-            "B_att": cb - b.moe_block, "B_dg": b.moe_block - b.moe_wgrad, "B_wg": b.moe_wgrad,
-            "B_com": b.a2a / 2, "B_dis": b.a2a / 2}
-    (fa, fm), (ba, bm) = f.overlap_slow, b.overlap_slow
-    dur = two_streams(work, dict(F_att=fa, F_moe=fm, B_att=ba, B_dg=bm, B_wg=bm))
+    dur = pair_time(f.dur, f.a2a, f.moe_block, b.dur, b.a2a, b.moe_block, b.moe_wgrad, f.overlap_slow, b.overlap_slow)
     c = Cost(dur, f.tp + b.tp, mem0=f.mem0 + b.mem0, mem1=f.mem1 + b.mem1, cp=f.cp + b.cp)
     c.a2a = f.a2a + b.a2a
     c.a2a_exposed = dur - (cf + cb)

@@ -81,6 +81,31 @@ def in_flight(schedule: str, P: int, V: int, M: int, r: int, group: int | None =
     return min(M, P - r)
 
 
+def a2a_overlap_saving(s, chunks, r: int) -> float:
+    """Seconds per step that MoE all-to-all overlap (training.moe_a2a_overlap) saves on pipeline
+    rank r: each steady-state forward runs paired with another micro-batch's backward as the
+    engine pairs them (sim/a2a_overlap.py, one layer pair of the chunks' summed work per pair),
+    saving F + B - T_pair; the warm-up forwards (in_flight) and the cool-down backwards run alone."""
+    from pipesim.sim.a2a_overlap import pair_time
+    P, V, M = s.parallel.pipeline, s.parallel.virtual_stages, s.num_microbatches
+    sched = s.training.schedule
+    if not s.training.moe_a2a_overlap or not any(c.ep_comm_fwd or c.ep_comm_bwd for c in chunks):
+        return 0.0
+    if P > 1 and V == 1 and sched not in V_SHAPE:
+        # plain 1F1B over several stages: a fused step holds its forward's send until its
+        # backward ends and the stages' pairs wait on each other (sim/a2a_overlap.py: the step
+        # can get longer); no saving is claimed - an optimistic screen, the simulator decides
+        return 0.0
+    saved = 0.0
+    for c in chunks:       # a chunk paired with itself stands for the rank's pairs (chunks alike)
+        pair = pair_time(c.forward, c.ep_comm_fwd, c.moe_block_fwd, c.backward, c.ep_comm_bwd, c.moe_block_bwd,
+                         c.moe_block_wgrad, c.moe_overlap_slow_fwd, c.moe_overlap_slow_bwd)
+        saved += max(0.0, c.forward + c.backward - pair)
+    warmup = in_flight(sched, P, V, M, r, s.training.microbatch_group_size) * V - 1
+    pairs = max(0.0, M * V - warmup) / V          # per chunk
+    return pairs * saved
+
+
 def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     """(exposed seconds per step, total seconds) of data-parallel gradient/parameter traffic."""
     # CP ranks hold the same weights: the gradient group is data x context
@@ -131,25 +156,30 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         hidden = compute if tr.zero3_prefetch else 0.0
         return M * max(0.0, per_mb - hidden), M * per_mb
     rs = bucketed("reduce_scatter") if tr.zero_stage >= 1 else 0.0
+    reduce = rs if tr.zero_stage >= 1 else bucketed("all_reduce")
+    gather = gather_exposed = 0.0
     if tr.zero_stage >= 1:
         # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated parameters (same volume
-        # as one all-reduce; Rajbhandari et al. 2020, Sec. 7.2.1).
-        total = rs + zero("all_gather", grad)
-    else:
-        total = bucketed("all_reduce")
+        # as one all-reduce; Rajbhandari et al. 2020, Sec. 7.2.1) - the weights in the dtype they
+        # are gathered in, after the optimizer step; with Megatron's --overlap-param-gather under
+        # the next step's first forward, as the engine runs it (sim/engine.py, "allgather")
+        gather = zero("all_gather", sum(gathered_weight_bytes(tr, st) for st in stages_of_rank))
+        hide = sum(st.forward for st in stages_of_rank) if tr.overlap_param_gather else 0.0
+        gather_exposed = max(0.0, gather - hide)
     # sharded gradients are reduce-scattered after every micro-batch's backward
     # (pipesim/sim/workload.py grad_every_microbatch): M - 1 more of them than once per step
     earlier = s.num_microbatches - 1 if tr.zero_stage == 2 else 0
+    total = reduce + earlier * rs + gather
     if not tr.overlap_grad_reduce:
-        return total + earlier * rs, total + earlier * rs     # each one blocks the rank
+        return reduce + earlier * rs + gather_exposed, total     # each reduction blocks the rank
     bucket = min(grad, tr.grad_bucket_MB * 1e6)
     last = collective_time("all_reduce", bucket, group, alg)
-    exposed = max(last, total - backward_last)
+    exposed = max(last, reduce - backward_last) + gather_exposed
     if earlier:
         # each earlier one hides under the next micro-batch's compute
         per_mb = sum(st.forward + st.backward for st in stages_of_rank)
         exposed += earlier * max(0.0, rs - per_mb)
-    return exposed, total + earlier * rs
+    return exposed, total
 
 
 def analytic_report(s, mode: str = "representative") -> dict:
@@ -164,9 +194,12 @@ def analytic_report(s, mode: str = "representative") -> dict:
          for ch in per_rank]
     i = [sum(c.input_grad + (c.recv_gather if c.stage < S - 1 else 0.0) for c in ch) for ch in per_rank]
     w = [sum(c.weight_grad for c in ch) for ch in per_rank]
-    t_rank = [a + b + c for a, b, c in zip(f, i, w)]
-    slow = max(range(P), key=lambda r: t_rank[r])
-    compute = M * t_rank[slow]
+    # per step, with the MoE all-to-all overlap's saving (paired steady-state F and B)
+    step_rank = [M * (a + b + c) - a2a_overlap_saving(s, ch, r)
+                 for r, (a, b, c, ch) in enumerate(zip(f, i, w, per_rank))]
+    slow = max(range(P), key=lambda r: step_rank[r])
+    t_rank = [x / M for x in step_rank]
+    compute = step_rank[slow]
     bubble = bubble_time(sched, P, V, f, i, w, slow)
     # Fill and drain: one micro-batch crosses every stage boundary forward and backward once.
     fill = 0.0
