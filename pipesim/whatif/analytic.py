@@ -198,7 +198,6 @@ def analytic_report(s, mode: str = "representative") -> dict:
     step_rank = [M * (a + b + c) - a2a_overlap_saving(s, ch, r)
                  for r, (a, b, c, ch) in enumerate(zip(f, i, w, per_rank))]
     slow = max(range(P), key=lambda r: step_rank[r])
-    t_rank = [x / M for x in step_rank]
     compute = step_rank[slow]
     bubble = bubble_time(sched, P, V, f, i, w, slow)
     # Fill and drain: one micro-batch crosses every stage boundary forward and backward once.
