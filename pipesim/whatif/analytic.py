@@ -3,8 +3,8 @@
 replaces the event simulation by the schedules' bubble formulas, so it is ~100x faster and
 rougher: use it to discard hopeless layouts, then simulate the finalists.
 
-step = M · T_rank + bubble + pipeline fill/drain p2p + blocking p2p + exposed DP/ZeRO communication
-       + per-step fixed ops (optimizer, gradient norm, ...)
+step = M · T_rank - MoE all-to-all overlap saving + bubble + pipeline fill/drain p2p + blocking p2p
+       + exposed DP/ZeRO communication (counted as the engine issues it) + per-step fixed ops
 """
 from __future__ import annotations
 
