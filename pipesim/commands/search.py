@@ -76,7 +76,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pipesim.whatif.analytic import analytic_report
     from pipesim.whatif.evaluate import simulate_report
-    from pipesim.whatif.hardware import cheapest_within, on_system, parse_systems
+    from pipesim.whatif.hardware import on_system, parse_systems
     from pipesim.whatif.search import CP_MODE, OFFLOAD, SearchSpace, given_value
     from pipesim.whatif.sweep import read_base
 
@@ -145,8 +145,7 @@ def run(args) -> int:
         print()
     print(cluster_table(bests))
     if args.deadline_days is not None:
-        print(cheapest_within(bests, args.deadline_days) if systems and len(systems) > 1
-              else deadline_line({n: b for (_, n), b in bests.items()}, args.deadline_days))
+        print(deadline_line(bests, args.deadline_days, by_cost=len(systems) > 1))
     return 0 if any(bests.values()) else 1
 
 
@@ -230,18 +229,26 @@ def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.
     return res.best
 
 
-def deadline_line(bests: dict, days: float) -> str:
-    """The cluster size with the fewest GPU-hours that finishes within `days`."""
-    done = {n: b for n, b in bests.items() if b is not None and b.get("run.wall_days") is not None}
-    meets = {n: b for n, b in done.items() if b["run.wall_days"] <= days}
+def deadline_line(bests: dict, days: float, by_cost: bool = False) -> str:
+    """Of the (system, GPU count) results, the one that finishes within `days` with the fewest
+    GPU-hours, or with `by_cost` (several systems: GPU-hours of different GPUs are no common
+    currency) the lowest cost; else the fastest."""
+    def label(key) -> str:
+        name, n = key
+        return f"{n} GPUs of {name}" if name else f"{n} GPUs"
+    what = "system and size" if by_cost else "size"
+    done = {k: b for k, b in bests.items() if b is not None and b.get("run.wall_days") is not None}
+    meets = {k: b for k, b in done.items() if b["run.wall_days"] <= days}
     if meets:
-        n, b = min(meets.items(), key=lambda kv: kv[1]["run.gpu_hours"])
-        return (f"within {days:g} days: {n} GPUs ({b['run.wall_days']:.1f} days, {b['run.gpu_hours']:,.0f} GPU-hours, "
-                f"the fewest of the {len(meets)} sizes that make it)")
+        k, b = min(meets.items(), key=lambda kv: kv[1]["run.cost_usd" if by_cost else "run.gpu_hours"])
+        price = (f"${b['run.cost_usd']:,.0f}, the cheapest of the {len(meets)} that make it" if by_cost else
+                 f"{b['run.gpu_hours']:,.0f} GPU-hours, the fewest of the {len(meets)} sizes that make it")
+        return f"within {days:g} days: {label(k)} ({b['run.wall_days']:.1f} days, {price})"
     if not done:
-        return f"within {days:g} days: no size has a run estimate"
-    n, b = min(done.items(), key=lambda kv: kv[1]["run.wall_days"])
-    return f"within {days:g} days: no size searched makes it; the fastest, {n} GPUs, takes {b['run.wall_days']:.1f} days"
+        return f"within {days:g} days: no {what} has a run estimate"
+    k, b = min(done.items(), key=lambda kv: kv[1]["run.wall_days"])
+    nothing = "nothing searched" if by_cost else "no size searched"
+    return f"within {days:g} days: {nothing} makes it; the fastest, {label(k)}, takes {b['run.wall_days']:.1f} days"
 
 
 def cluster_table(bests: dict) -> str:

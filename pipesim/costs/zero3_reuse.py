@@ -18,6 +18,7 @@ embedding and head (a few % of the weights) are gathered like them.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from itertools import accumulate
 
@@ -86,6 +87,23 @@ def _gather_passes(runs: tuple[tuple[tuple[float, ...], int], ...], recompute: b
         return 1.0, 1.0
     got = trace_gathers(module_trace(layers, recompute))
     return got.get("F", 0.0) / total, got.get("B", 0.0) / total
+
+
+def gradient_buckets(tr, c) -> int:
+    """How many collectives reduce stage costs `c`'s gradients: grad_bucket_MB buckets (Megatron's
+    DDP, DeepSpeed), one per wrapped layer with FSDP (training.zero3_per_layer); 0 without
+    gradients. The engine's DP stream (sim/workload.py) and the closed form share it."""
+    if c.grad_bytes <= 0:
+        return 0
+    if tr.zero3_per_layer:
+        return max(1, c.layers)
+    return max(1, math.ceil(c.grad_bytes / (tr.grad_bucket_MB * 1e6)))
+
+
+def weight_gathers(tr, c) -> int:
+    """How many all-gathers bring stage costs `c`'s weights in, per pass under ZeRO-3: one per
+    parameter tensor (DeepSpeed), one per layer with FSDP."""
+    return max(1, c.layers if tr.zero3_per_layer else c.param_tensors)
 
 
 def gathered_weight_bytes(tr, c) -> float:

@@ -42,12 +42,11 @@ def size_of(s) -> float:
     return s.model.num_layers * s.model.hidden_size ** 2 / 1e9
 
 
-def _distance(c: dict, s) -> float:
+def _distance(c: dict, size: float, gpus: int, tensor: int, pipeline: int) -> float:
     """How unlike a published run is: model size and GPU count as log ratios, then (half weight)
     the tensor and pipeline sizes, so a 3D-parallel layout meets its like before a ZeRO-3 one."""
-    p = s.parallel
-    return (abs(math.log(c["size"] / size_of(s))) + abs(math.log(c["gpus"] / s.num_gpus))
-            + 0.5 * (abs(math.log(c["tensor"] / p.tensor)) + abs(math.log(c["pipeline"] / p.pipeline))))
+    return (abs(math.log(c["size"] / size)) + abs(math.log(c["gpus"] / gpus))
+            + 0.5 * (abs(math.log(c["tensor"] / tensor)) + abs(math.log(c["pipeline"] / pipeline))))
 
 
 @lru_cache(maxsize=1)
@@ -79,7 +78,8 @@ def accuracy_of(s, path: Path = SNAPSHOT) -> dict | None:
            "families": ", ".join(sorted({c["family"] for c in same}))}
     if same:
         out.update(min_pct=min(errors), max_pct=max(errors), mape_pct=sum(map(abs, errors)) / len(errors))
-        near = min(same, key=lambda c: _distance(c, s))
+        this = (size_of(s), s.num_gpus, s.parallel.tensor, s.parallel.pipeline)
+        near = min(same, key=lambda c: _distance(c, *this))
         out.update(nearest=near["id"], nearest_gpus=near["gpus"], nearest_pct=near["error_pct"])
     return out
 

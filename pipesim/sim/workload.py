@@ -9,14 +9,13 @@ links are the slowest of every replica at that pipeline rank. Full mode: every (
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, p2p_time
-from pipesim.costs.zero3_reuse import gathered_weight_bytes, zero3_gather_passes
+from pipesim.costs.zero3_reuse import gathered_weight_bytes, gradient_buckets, weight_gathers, zero3_gather_passes
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.costs.zero_groups import zero_collective_time
@@ -426,13 +425,9 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
     # ZeRO >= 1 reduce-scatters gradients (Rajbhandari et al. 2020 Sec. 5.2; Megatron's
     # distributed optimizer), then all-gathers updated weights; plain DP all-reduces them.
     grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
-    bucket = tr.grad_bucket_MB * 1e6
     buckets = {}
-    per_layer = tr.zero3_per_layer
     for c in costs:
-        n = max(1, math.ceil(c.grad_bytes / bucket)) if c.grad_bytes > 0 else 0
-        if per_layer and n:
-            n = max(1, c.layers)          # FSDP: one reduce-scatter per wrapped layer
+        n = gradient_buckets(tr, c)       # FSDP: one reduce-scatter per wrapped layer
         buckets[c.stage] = [c.grad_bytes / n] * n if n else []
     wf = w_fraction(s)
     rc_on = tr.recompute != "none"
@@ -529,7 +524,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         zero_stage=tr.zero_stage, overlap_grad_reduce=tr.overlap_grad_reduce,
         # what a ZeRO weight all-gather moves per stage (its dtype and expert share: zero3_reuse.py)
         weights_full={c.stage: gathered_weight_bytes(tr, c) for c in costs},
-        gather_tensors={c.stage: max(1, c.layers if per_layer else c.param_tensors) for c in costs},
+        gather_tensors={c.stage: weight_gathers(tr, c) for c in costs},
         gather_layers={c.stage: max(1, c.layers) for c in costs},
         act_bytes={c.stage: c.activation_bytes for c in costs},
         w_fraction=wf,

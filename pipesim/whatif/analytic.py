@@ -8,14 +8,13 @@ step = M · T_rank - MoE all-to-all overlap saving + bubble + pipeline fill/drai
 """
 from __future__ import annotations
 
-import math
-
 from pipesim.costs.collectives import collective_time, p2p_time
 from pipesim.costs.fp8 import gemm_dtype
 from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
-from pipesim.costs.zero3_reuse import gathered_weight_bytes, stage_gathered_bytes, zero3_gather_passes
+from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, stage_gathered_bytes,
+                                       weight_gathers, zero3_gather_passes)
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
 
 V_SHAPE = ("zb-v", "dualpipe-v")
@@ -122,12 +121,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     def bucketed(kind: str) -> float:
         """The gradients' collectives as the engine's DP stream runs them (sim/workload.py
         buckets): grad_bucket_MB buckets (one per layer with FSDP), each with its latencies."""
-        total = 0.0
-        for st in stages_of_rank:
-            if st.grad_bytes > 0:
-                n = max(1, st.layers) if tr.zero3_per_layer else max(1, math.ceil(st.grad_bytes / (tr.grad_bucket_MB * 1e6)))
-                total += n * zero(kind, st.grad_bytes / n)
-        return total
+        return sum(n * zero(kind, st.grad_bytes / n) for st in stages_of_rank if (n := gradient_buckets(tr, st)))
     if tr.zero_stage >= 3:
         # ZeRO-3: all-gather the parameters before F and before B of every micro-batch, and
         # reduce-scatter the gradients (Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x DP volume per pass);
@@ -138,7 +132,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         gather = 0.0
         for st in stages_of_rank:
             wbytes = gathered_weight_bytes(tr, st)
-            n = max(1, st.layers if tr.zero3_per_layer else st.param_tensors)
+            n = weight_gathers(tr, st)
             g = n * zero("all_gather", wbytes / n, "ring") if wbytes else 0.0
             if tr.zero3_gather_GBps:       # the framework's own gather rate, when it is the slower
                 g = max(g, wbytes * (1 - 1 / shard_size(d, replicas)) / (tr.zero3_gather_GBps * 1e9))

@@ -62,18 +62,3 @@ def on_system(raw: dict, preset: str, price: float | None = None) -> tuple[dict,
         out["run"] = dict(run, gpu_hour_usd=price)
     return out, dropped
 
-
-def cheapest_within(bests: dict, days: float) -> str:
-    """With several systems: the (system, GPUs) with the lowest cost that finishes within `days`;
-    every system needs a price (GPU-hours of different GPUs are not comparable)."""
-    done = {k: b for k, b in bests.items() if b is not None and b.get("run.wall_days") is not None}
-    meets = {k: b for k, b in done.items() if b["run.wall_days"] <= days}
-    if meets:
-        (name, n), b = min(meets.items(), key=lambda kv: kv[1]["run.cost_usd"])
-        return (f"within {days:g} days: {n} GPUs of {name} ({b['run.wall_days']:.1f} days, "
-                f"${b['run.cost_usd']:,.0f}, the cheapest of the {len(meets)} that make it)")
-    if not done:
-        return f"within {days:g} days: no system and size has a run estimate"
-    (name, n), b = min(done.items(), key=lambda kv: kv[1]["run.wall_days"])
-    return (f"within {days:g} days: nothing searched makes it; the fastest, {n} GPUs of {name}, takes "
-            f"{b['run.wall_days']:.1f} days")
