@@ -20,6 +20,7 @@ COMMANDS = {
     "sweep": ("sweep", "evaluate a grid of scenario variants"),
     "search": ("search", "find the best parallel layout for a model on a cluster"),
     "validate": ("validate", "compare predictions with published measurements"),
+    "fit": ("fit", "fit a few hardware efficiencies to step times measured on your own cluster"),
 }
 
 

@@ -1,0 +1,151 @@
+"""`pipesim fit`: hardware efficiencies fitted to measured steps (pipesim/calibrate/step_fit.py).
+
+The measured steps here are the simulator's own under known efficiencies, so a fit can be checked
+against the truth it should find."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+import pipesim
+from pipesim.calibrate.runs_file import read_runs
+from pipesim.calibrate.step_fit import KNOBS, fit_runs, parse_knobs
+from pipesim.cli import main
+from pipesim.errors import PipesimError
+
+SCENARIO = str(Path(__file__).resolve().parent.parent / "scenarios" / "gpt-13b-2-nodes.yaml")
+# 16 A100 on 2 nodes: layouts whose steps depend on compute and network in different shares
+LAYOUTS = [{}, {"parallel.tensor": 4, "parallel.pipeline": 1, "parallel.data": 4},
+           {"parallel.tensor": 2, "parallel.pipeline": 2, "parallel.data": 4},
+           {"parallel.tensor": 1, "parallel.pipeline": 1, "parallel.data": 16, "training.zero_stage": 3}]
+TRUTH = {"system.gpu.sustained_ratio": 0.6, "system.inter_node.efficiency": 0.3}
+
+
+def step(sets, extra=()):
+    s = pipesim.load_scenario(SCENARIO, [f"{k}={v}" for k, v in sets.items()] + list(extra))
+    return pipesim.simulate(s, trace=False).to_dict(include_trace=False)
+
+
+def write_runs(tmp_path, layouts=LAYOUTS, truth=TRUTH, metric="step_time_s"):
+    runs = []
+    for i, sets in enumerate(layouts):
+        rep = step(sets, [f"{k}={v}" for k, v in truth.items()])
+        value = rep["step_time_s"] if metric == "step_time_s" else rep["tokens_per_s"] / rep["num_gpus"]
+        runs.append({"name": f"layout{i}", "scenario": SCENARIO, "set": sets, metric: value})
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
+    return str(path)
+
+
+def test_fit_recovers_the_efficiencies_the_steps_were_timed_with(tmp_path):
+    runs = read_runs(write_runs(tmp_path))
+    result = fit_runs(runs, parse_knobs("compute,network"))
+    fitted = {k.key: k.fitted for k in result.knobs}
+    assert fitted["system.gpu.sustained_ratio"] == pytest.approx(0.6, rel=0.03)
+    assert fitted["system.inter_node.efficiency"] == pytest.approx(0.3, rel=0.15)
+    assert all(k.status == "fitted" for k in result.knobs)
+    assert result.mape("default_step_s") > 20          # the presets are far from this "cluster"
+    assert result.mape("fitted_step_s") < 1.0
+
+
+def test_a_knob_the_runs_do_not_depend_on_stays_at_its_preset(tmp_path):
+    """A 13B model's kernels last far longer than a launch: the runs cannot see the launch cost, so
+    the prior keeps it at the preset's 5 us and the table says so."""
+    truth = {"system.gpu.sustained_ratio": 0.6}
+    result = fit_runs(read_runs(write_runs(tmp_path, LAYOUTS[:2], truth)), parse_knobs("compute,launch"))
+    launch = next(k for k in result.knobs if k.name == "launch")
+    assert launch.status == "prior only"
+    assert launch.fitted == pytest.approx(launch.default, abs=1.0)
+    assert next(k for k in result.knobs if k.name == "compute").fitted == pytest.approx(0.6, rel=0.01)
+
+
+def test_cross_validation_predicts_each_run_from_the_others(tmp_path):
+    result = fit_runs(read_runs(write_runs(tmp_path)), parse_knobs("compute,network"), cross_validate=True)
+    assert all(r.loo_step_s is not None for r in result.runs)
+    assert result.mape("loo_step_s") < 3.0
+    assert result.mape("loo_step_s") >= result.mape("fitted_step_s") - 1e-9
+
+
+def test_a_throughput_figure_is_read_as_the_step_it_implies(tmp_path):
+    """tokens/s per GPU equal to pipesim's own prediction imply exactly its step time."""
+    path = write_runs(tmp_path, LAYOUTS[:1], truth={}, metric="tokens_per_s_per_gpu")
+    result = fit_runs(read_runs(path), parse_knobs("compute"))
+    r = result.runs[0]
+    assert r.measured_step_s == pytest.approx(r.default_step_s, rel=1e-9)
+
+
+def test_cli_prints_the_table_and_writes_a_system_file_that_reproduces_the_fit(tmp_path, capsys):
+    runs = write_runs(tmp_path, LAYOUTS[:3])
+    out = tmp_path / "tuned" / "fitted.yaml"
+    out.parent.mkdir()
+    assert main(["fit", runs, "--out", str(out), "--json", str(tmp_path / "fit.json")]) == 0
+    text = capsys.readouterr().out
+    assert "system.gpu.sustained_ratio" in text and "apply: --set system.gpu.sustained_ratio=" in text
+    fitted_line = next(line for line in text.splitlines() if line.startswith("layout0"))
+    fitted_step = float(fitted_line.split()[4])
+    # the scenario's own system file, swapped for the written one
+    raw = yaml.safe_load(Path(SCENARIO).read_text())
+    raw["system"] = {"preset": str(out), "num_nodes": 2}
+    raw["model"]["preset"] = str(Path(SCENARIO).parent / raw["model"]["preset"])
+    s = pipesim.load_scenario(raw)
+    assert pipesim.simulate(s, trace=False).step_time_s == pytest.approx(fitted_step, rel=1e-3)
+    assert "preset: ../" not in out.read_text() or (out.parent / yaml.safe_load(out.read_text())["preset"]).exists()
+
+
+def test_the_bundled_example_fits_and_the_closed_form_agrees(capsys):
+    """scenarios/fit/runs-example.yaml (README, docs/FIT.md): its steps are slower than the presets'
+    A100, so the fitted tensor-core rate is lower; the closed-form screen finds the same within 2 %."""
+    example = str(Path(SCENARIO).parent / "fit" / "runs-example.yaml")
+    runs = read_runs(example)
+    sim = fit_runs(runs, parse_knobs("compute"))
+    closed = fit_runs(runs, parse_knobs("compute"), engine="analytic")
+    assert sim.knobs[0].fitted < sim.knobs[0].default
+    assert closed.knobs[0].fitted == pytest.approx(sim.knobs[0].fitted, rel=0.02)
+    assert sim.mape("fitted_step_s") < sim.mape("default_step_s")
+    assert main(["fit", example]) == 0 and "apply: --set system.gpu.sustained_ratio=" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,expected", [
+    ("[1, 2]", "expected a mapping with the key 'runs'"),
+    ("runs: []", "runs: expected a non-empty list"),
+    ("runs: [{step_time_s: 1}]", "runs[0].scenario: expected the path of a scenario file"),
+    ("runs: [{scenario: S}]", "runs[0]: expected exactly one measured figure"),
+    ("runs: [{scenario: S, step_time_s: 1, mfu: 0.4}]", "got step_time_s, mfu"),
+    ("runs: [{scenario: S, step_time_s: -1}]", "runs[0].step_time_s: expected a positive number"),
+    ("runs: [{scenario: S, mfu: 40}]", "runs[0].mfu: expected a fraction in (0, 1]"),
+    ("runs: [{scenario: S, step_time_s: 1, speed: 3}]", "runs[0].speed: unknown key"),
+    ("runs: [{scenario: S, step_time_s: 1, set: 4}]", "runs[0].set: expected a mapping"),
+    ("runs: [{scenario: S, step_time_s: 1, set: {parallel.tensor: 3}}]", "runs[0]:"),
+    ("runs: [{scenario: S, step_time_s: 1, name: a}, {scenario: S, step_time_s: 2, name: a}]", "'a' names two runs"),
+    ("runs: [{scenario: nope.yaml, step_time_s: 1}]", "nope.yaml: file not found"),
+    ("runs: {}\nextra: 1", "unknown key 'extra'"),
+])
+def test_bad_runs_files_get_one_line_naming_the_key(tmp_path, capsys, content, expected):
+    path = tmp_path / "runs.yaml"
+    path.write_text(content.replace(": S", f": {SCENARIO}").replace("{scenario: S", "{scenario: " + SCENARIO))
+    assert main(["fit", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err and str(path) in err
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--fit", "speed"], "unknown knob 'speed'"),
+    (["--fit", "compute,compute"], "a knob is named twice"),
+    (["--noise", "0"], "--noise 0.0: expected a positive relative noise"),
+    (["--cross-validate"], "--cross-validate needs at least two runs"),
+])
+def test_bad_options_get_one_line(tmp_path, capsys, args, expected):
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [{"scenario": SCENARIO, "step_time_s": 5.0}]}))
+    assert main(["fit", str(path)] + args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err
+
+
+def test_runs_on_different_gpus_are_refused(tmp_path):
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [
+        {"scenario": SCENARIO, "step_time_s": 5.0},
+        {"scenario": SCENARIO, "step_time_s": 5.0, "set": {"system.preset": "dgx-h100"}, "name": "h100"}]}))
+    with pytest.raises(PipesimError, match="different GPUs"):
+        fit_runs(read_runs(str(path)), [KNOBS["compute"]])
