@@ -60,7 +60,10 @@ def test_a_knob_the_runs_do_not_depend_on_stays_at_its_preset(tmp_path):
 
 
 def test_cross_validation_predicts_each_run_from_the_others(tmp_path):
-    result = fit_runs(read_runs(write_runs(tmp_path)), parse_knobs("compute,network"), cross_validate=True)
+    runs = read_runs(write_runs(tmp_path))
+    result = fit_runs(runs, parse_knobs("compute,network"), cross_validate=True, jobs=2)
+    alone = fit_runs(runs, parse_knobs("compute,network"), jobs=1)       # one process, same fit
+    assert [k.fitted for k in alone.knobs] == [k.fitted for k in result.knobs]
     assert all(r.loo_step_s is not None for r in result.runs)
     assert result.mape("loo_step_s") < 3.0
     assert result.mape("loo_step_s") >= result.mape("fitted_step_s") - 1e-9

@@ -147,12 +147,13 @@ class FitResult:
 
 
 class _Model:
-    """Simulated step times of the runs under knob values, memoised."""
+    """Simulated step times of the runs under knob values, memoised; `jobs` > 1 simulates the
+    runs of one evaluation in parallel processes."""
 
     def __init__(self, runs: list[MeasuredRun], knobs: list[Knob], progress: Callable[[int], None] | None,
-                 engine: str):
+                 engine: str, pool=None):
         from pipesim.scenario.load import load_scenario
-        self.runs, self.knobs, self.progress, self.engine = runs, knobs, progress, engine
+        self.runs, self.knobs, self.progress, self.engine, self.pool = runs, knobs, progress, engine, pool
         self.cache: dict = {}
         self.evaluations = 0
         self.scenarios = [load_scenario(r.scenario, r.sets) for r in runs]
@@ -167,39 +168,67 @@ class _Model:
                     raise PipesimError(f"run {runs[i].name!r} sets its compute rate by {k.key(s)}, run "
                                        f"{runs[0].name!r} by {key}: fit runs of one kind together")
         self.defaults = [k.default(first) for k in knobs]
-        self.reports = [self._simulate(s) for s in self.scenarios]
+        self.reports = [_report(s, engine) for s in self.scenarios]
+        self._count(len(runs))
 
-    def _simulate(self, s) -> dict:
-        from pipesim.whatif.analytic import analytic_report
-        from pipesim.whatif.evaluate import simulate_report
-        self.evaluations += 1
+    def _count(self, n: int) -> None:
+        self.evaluations += n
         if self.progress:
             self.progress(self.evaluations)
-        return analytic_report(s) if self.engine == "analytic" else simulate_report(s)
+
+    def prefetch(self, pairs) -> None:
+        """Simulate every (run index, knob values) pair not yet known."""
+        todo = list(dict.fromkeys(p for p in pairs if p not in self.cache))
+        if not todo:
+            return
+        jobs = [(self.runs[i].scenario, self.runs[i].sets + self._sets(v), self.engine) for i, v in todo]
+        steps = self.pool.map(_step_of, jobs) if self.pool is not None and len(jobs) > 1 else map(_step_of, jobs)
+        self.cache.update(zip(todo, steps))
+        self._count(len(todo))
+
+    def _sets(self, values: tuple) -> tuple:
+        return tuple(f"{k}={v!r}" for k, v in zip(self.keys, values))
 
     def step(self, i: int, values: tuple) -> float:
-        key = (i, values)
-        if key not in self.cache:
-            from pipesim.scenario.load import load_scenario
-            run = self.runs[i]
-            sets = run.sets + tuple(f"{k}={v!r}" for k, v in zip(self.keys, values))
-            self.cache[key] = self._simulate(load_scenario(run.scenario, sets))["step_time_s"]
-        return self.cache[key]
+        self.prefetch([(i, values)])
+        return self.cache[(i, values)]
+
+
+def _report(s, engine: str) -> dict:
+    from pipesim.whatif.analytic import analytic_report
+    from pipesim.whatif.evaluate import simulate_report
+    return analytic_report(s) if engine == "analytic" else simulate_report(s)
+
+
+def _step_of(job) -> float:
+    """A run's step time under overrides (top level: a worker process runs it)."""
+    from pipesim.scenario.load import load_scenario
+    scenario, sets, engine = job
+    return _report(load_scenario(scenario, sets), engine)["step_time_s"]
 
 
 def fit_runs(runs: list[MeasuredRun], knobs: list[Knob], noise: float = NOISE, cross_validate: bool = False,
-             progress: Callable[[int], None] | None = None, engine: str = "sim") -> FitResult:
+             progress: Callable[[int], None] | None = None, engine: str = "sim", jobs: int = 1) -> FitResult:
     """Fit `knobs` to `runs` (module docstring) and, with `cross_validate`, predict each run from
     a fit without it. `engine`: "sim" (the simulator) or "analytic" (the closed-form screen, for
-    runs too large to simulate hundreds of times)."""
-    import numpy as np
-    from scipy.optimize import least_squares
-
+    runs too large to simulate hundreds of times); `jobs` processes simulate the runs."""
+    import multiprocessing
     if not noise > 0:
         raise PipesimError(f"--noise {noise}: expected a positive relative noise, e.g. 0.02")
     if cross_validate and len(runs) < 2:
         raise PipesimError("--cross-validate needs at least two runs")
-    m = _Model(runs, knobs, progress, engine)
+    if jobs > 1 and len(runs) > 1:
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        with ctx.Pool(min(jobs, len(runs))) as pool:
+            return _fit(runs, knobs, noise, cross_validate, progress, engine, pool)
+    return _fit(runs, knobs, noise, cross_validate, progress, engine, None)
+
+
+def _fit(runs, knobs, noise, cross_validate, progress, engine, pool) -> FitResult:
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    m = _Model(runs, knobs, progress, engine, pool)
     measured = [r.implied_step(rep) for r, rep in zip(runs, m.reports)]
     u0 = [k.to_fit(min(max(d, k.low), k.high)) for k, d in zip(knobs, m.defaults)]
     lo = [(k.to_fit(k.low) if not k.log or k.low > 0 else -math.inf) for k in knobs]
@@ -212,6 +241,7 @@ def fit_runs(runs: list[MeasuredRun], knobs: list[Knob], noise: float = NOISE, c
 
     def residuals(z, idx):
         v = values(z)
+        m.prefetch([(i, v) for i in idx])
         data = [math.log(m.step(i, v) / measured[i]) / noise for i in idx]
         return np.array(data + [float(x) for x in z])
 
@@ -225,6 +255,7 @@ def fit_runs(runs: list[MeasuredRun], knobs: list[Knob], noise: float = NOISE, c
         # (max(compute, comm)): a local descent from the presets can stall on such a plateau, so
         # it starts from the best points of a coarse design over the prior, and the best end wins.
         starts = [np.clip(np.array(z, float), z_lo, z_hi) for z in _design(len(knobs))]
+        m.prefetch([(i, values(z)) for z in starts for i in idx])
         ranked = sorted(starts, key=lambda z: float(np.sum(residuals(z, idx) ** 2)))
         ends = [solve(idx, z) for z in ranked[:STARTS]]
         return min(ends, key=lambda r: r.cost)

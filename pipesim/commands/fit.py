@@ -21,6 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
                    help="sim = the simulator (default); analytic = the closed-form screen (faster, for "
                         "runs too large to simulate a few hundred times)")
+    p.add_argument("--jobs", type=int, default=2, metavar="N",
+                   help="runs simulated in parallel (processes; default 2, 1 = in process)")
     p.add_argument("--out", metavar="SYSTEM.yaml",
                    help="write a system preset file with the fitted values (use it as system.preset)")
     p.add_argument("--json", help="write the fit as JSON")
@@ -34,7 +36,7 @@ def run(args) -> int:
     knobs = parse_knobs(args.fit)
     runs = read_runs(args.runs)
     with status(f"fitting {', '.join(k.name for k in knobs)} to {len(runs)} runs"):
-        result = fit_runs(runs, knobs, args.noise, args.cross_validate, engine=args.engine)
+        result = fit_runs(runs, knobs, args.noise, args.cross_validate, engine=args.engine, jobs=max(1, args.jobs))
     print(format_fit(result, len(runs), len(knobs)))
     if args.out:
         text = system_file(result, runs, args.out)
