@@ -43,9 +43,12 @@ def test_the_class_sums_up_its_runs_and_names_the_most_alike(tmp_path):
                  "mape_pct": pytest.approx(16 / 3), "nearest": "near", "nearest_gpus": 16, "nearest_pct": 10.0}
     text = accuracy_text(a)
     assert "on 3 published runs (f1, f2) pipesim was -4 .. +10 % (MAPE 5.3 %" in text
-    assert text.endswith("the most alike, near on 16 GPUs: +10.0 %")
+    assert text.endswith("the most alike, near on 16 GPUs: +10.0 %")       # MAPE 5.3 %: no hint
+    wide = accuracy_text(dict(a, mape_pct=29.7))
+    assert wide.startswith(text[:40]) and wide.endswith("pipesim fit (docs/FIT.md)")
     none = accuracy_of(_s("mixtral-8x7b", expert=8), path)
     assert none["runs"] == 0 and accuracy_text(none).startswith("no published run of this class (Hopper, MoE)")
+    assert "pipesim fit" in accuracy_text(none)
 
 
 def test_an_unreadable_snapshot_leaves_the_report_without_accuracy(tmp_path):
