@@ -152,3 +152,27 @@ def test_runs_on_different_gpus_are_refused(tmp_path):
         {"scenario": SCENARIO, "step_time_s": 5.0, "set": {"system.preset": "dgx-h100"}, "name": "h100"}]}))
     with pytest.raises(PipesimError, match="different GPUs"):
         fit_runs(read_runs(str(path)), [KNOBS["compute"]])
+
+
+def test_any_runs_file_is_read_or_refused_in_one_line(tmp_path):
+    """Hypothesis: whatever a runs file holds, read_runs returns runs or raises PipesimError."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.floats(allow_nan=True),
+                        st.text(max_size=5), st.just(SCENARIO), st.just("step_time_s"))
+    values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=3),
+                                                       st.dictionaries(st.sampled_from(
+                                                           ["runs", "scenario", "set", "name", "step_time_s",
+                                                            "mfu", "tokens_per_s", "parallel.tensor", "x"]), c,
+                                                           max_size=4)), max_leaves=12)
+    path = tmp_path / "runs.yaml"
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(values)
+    def check(doc):
+        path.write_text(yaml.safe_dump(doc))
+        try:
+            read_runs(str(path))
+        except PipesimError as exc:
+            assert "\n" not in str(exc)
+    check()
