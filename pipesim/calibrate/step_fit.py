@@ -39,7 +39,6 @@ class Knob:
     low: float
     high: float
     prior: float          # prior width, in fit units (ln for log knobs)
-    unit: str
     doc: str
 
     def key(self, s) -> str:
@@ -78,13 +77,13 @@ KEYS = {"memory": "system.gpu.memory_efficiency", "network": "system.inter_node.
         "nvlink": "system.intra_node.efficiency", "launch": "system.gpu.kernel_launch_us"}
 LN2 = math.log(2)
 KNOBS = {k.name: k for k in (
-    Knob("compute", True, 0.05, 1.0, LN2, "",
+    Knob("compute", True, 0.05, 1.0, LN2,
          "tensor-core rate: the sustained / burst ratio over the kernel curves (GEMMs and fused "
          "attention), or the flat matmul efficiency of a GPU without curves"),
-    Knob("memory", True, 0.05, 1.0, LN2, "", "achievable fraction of HBM bandwidth (memory-bound ops)"),
-    Knob("network", True, 0.05, 1.0, LN2, "", "achievable fraction of the inter-node link (per GPU)"),
-    Knob("nvlink", True, 0.05, 1.0, LN2, "", "achievable fraction of the intra-node (NVLink) link"),
-    Knob("launch", False, 0.0, 1000.0, 20.0, "us", "host time per launched kernel (a floor under tiny ops)"),
+    Knob("memory", True, 0.05, 1.0, LN2, "achievable fraction of HBM bandwidth (memory-bound ops)"),
+    Knob("network", True, 0.05, 1.0, LN2, "achievable fraction of the inter-node link (per GPU)"),
+    Knob("nvlink", True, 0.05, 1.0, LN2, "achievable fraction of the intra-node (NVLink) link"),
+    Knob("launch", False, 0.0, 1000.0, 20.0, "host time per launched kernel (a floor under tiny ops)"),
 )}
 DEFAULT_KNOBS = ("compute", "network")
 
@@ -153,13 +152,13 @@ class _Model:
     def __init__(self, runs: list[MeasuredRun], knobs: list[Knob], progress: Callable[[int], None] | None,
                  engine: str, pool=None):
         from pipesim.scenario.load import load_scenario
-        self.runs, self.knobs, self.progress, self.engine, self.pool = runs, knobs, progress, engine, pool
+        self.runs, self.progress, self.engine, self.pool = runs, progress, engine, pool
         self.cache: dict = {}
         self.evaluations = 0
-        self.scenarios = [load_scenario(r.scenario, r.sets) for r in runs]
-        first = self.scenarios[0]
+        scenarios = [load_scenario(r.scenario, r.sets) for r in runs]
+        first = scenarios[0]
         self.keys = [k.key(first) for k in knobs]
-        for i, s in enumerate(self.scenarios[1:], 1):
+        for i, s in enumerate(scenarios[1:], 1):
             if s.system.gpu.name != first.system.gpu.name:
                 raise PipesimError(f"runs {runs[i].name!r} and {runs[0].name!r} are on different GPUs "
                                    f"({s.system.gpu.name}, {first.system.gpu.name}): fit one system at a time")
@@ -168,7 +167,7 @@ class _Model:
                     raise PipesimError(f"run {runs[i].name!r} sets its compute rate by {k.key(s)}, run "
                                        f"{runs[0].name!r} by {key}: fit runs of one kind together")
         self.defaults = [k.default(first) for k in knobs]
-        self.reports = [_report(s, engine) for s in self.scenarios]
+        self.reports = [_report(s, engine) for s in scenarios]
         self._count(len(runs))
 
     def _count(self, n: int) -> None:
@@ -231,7 +230,7 @@ def _fit(runs, knobs, noise, cross_validate, progress, engine, pool) -> FitResul
     m = _Model(runs, knobs, progress, engine, pool)
     measured = [r.implied_step(rep) for r, rep in zip(runs, m.reports)]
     u0 = [k.to_fit(min(max(d, k.low), k.high)) for k, d in zip(knobs, m.defaults)]
-    lo = [(k.to_fit(k.low) if not k.log or k.low > 0 else -math.inf) for k in knobs]
+    lo = [k.to_fit(k.low) for k in knobs]
     hi = [k.to_fit(k.high) for k in knobs]
     z_lo = np.array([(a - c) / k.prior for a, c, k in zip(lo, u0, knobs)])
     z_hi = np.array([(b - c) / k.prior for b, c, k in zip(hi, u0, knobs)])
