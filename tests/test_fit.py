@@ -176,3 +176,14 @@ def test_any_runs_file_is_read_or_refused_in_one_line(tmp_path):
         except PipesimError as exc:
             assert "\n" not in str(exc)
     check()
+
+
+def test_runs_with_a_measured_cpu_host_model_are_refused(tmp_path, monkeypatch):
+    """A CPU profile's host model sets the launch cost and the links itself (calibrate/host.py);
+    fitting them over it would be overwritten, so such runs are refused by name."""
+    import pipesim.calibrate.host as host
+    monkeypatch.setattr(host, "with_host_model", lambda s: object())
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [{"scenario": SCENARIO, "step_time_s": 5.0, "name": "cpu"}]}))
+    with pytest.raises(PipesimError, match="run 'cpu': costs.profile carries a measured CPU host model"):
+        fit_runs(read_runs(str(path)), [KNOBS["compute"]])

@@ -158,6 +158,11 @@ class _Model:
         scenarios = [load_scenario(r.scenario, r.sets) for r in runs]
         first = scenarios[0]
         self.keys = [k.key(first) for k in knobs]
+        from pipesim.calibrate.host import with_host_model
+        for i, s in enumerate(scenarios):
+            if with_host_model(s) is not s:
+                raise PipesimError(f"run {runs[i].name!r}: costs.profile carries a measured CPU host model, which "
+                                   f"sets the launch cost and the links itself; fit runs with GPU costs")
         for i, s in enumerate(scenarios[1:], 1):
             if s.system.gpu.name != first.system.gpu.name:
                 raise PipesimError(f"runs {runs[i].name!r} and {runs[0].name!r} are on different GPUs "
