@@ -187,3 +187,20 @@ def test_runs_with_a_measured_cpu_host_model_are_refused(tmp_path, monkeypatch):
     path.write_text(yaml.safe_dump({"runs": [{"scenario": SCENARIO, "step_time_s": 5.0, "name": "cpu"}]}))
     with pytest.raises(PipesimError, match="run 'cpu': costs.profile carries a measured CPU host model"):
         fit_runs(read_runs(str(path)), [KNOBS["compute"]])
+
+
+def test_validate_diagnose_fits_each_knob_alone_to_a_family():
+    """`pipesim validate SUITE --diagnose` (whatif/diagnose.py), on the closed form for speed: one
+    row per knob, each the family's MAPE with that knob alone fitted, never above today's."""
+    from pipesim.whatif.analytic import analytic_report
+    from pipesim.whatif.diagnose import diagnose, format_diagnosis
+    from pipesim.whatif.validation import run_suite
+    results = run_suite(["korthikanti22"], evaluator=analytic_report)["korthikanti22"]
+    now, rows = diagnose("korthikanti22", results, engine="analytic", jobs=1)
+    assert {r.knob for r in rows} == set(KNOBS)
+    assert now == pytest.approx(sum(abs(r.error_pct) for r in results) / len(results))
+    assert all(r.mape_pct <= now + 0.05 for r in rows)
+    launch = next(r for r in rows if r.knob == "launch")
+    assert launch.status == "prior only"          # 2022-size GPT layers: a launch floor never binds
+    text = format_diagnosis("korthikanti22", now, rows)
+    assert text.splitlines()[0].startswith("diagnosis korthikanti22") and len(text.splitlines()) == 7

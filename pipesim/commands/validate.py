@@ -22,6 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("--json", help="write per-case results as JSON")
     p.add_argument("--plot", help="write predicted vs published as a PNG")
     p.add_argument("--write-scenarios", metavar="DIR", help="also write each case as a scenario YAML")
+    p.add_argument("--diagnose", action="store_true",
+                   help="after the tables, fit each hardware knob alone to each family and show how far it "
+                        "would take the MAPE (a pointer at the wrong term; pipesim/whatif/diagnose.py)")
     p.add_argument("--snapshot", action="store_true",
                    help="run every case and write scenarios/validation/accuracy.json, the per-class errors "
                         "reports show beside a prediction (pipesim/report/accuracy.py)")
@@ -91,6 +94,13 @@ def run(args) -> int:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
         print(f"wrote {args.json}")
+    if args.diagnose:
+        from pipesim.commands.progress import status
+        from pipesim.whatif.diagnose import diagnose, format_diagnosis
+        for suite, rs in results.items():
+            with status(f"diagnosing {suite}"):
+                now, rows = diagnose(suite, rs, args.cases, args.efficiency, args.engine, max(1, args.jobs))
+            print("\n" + format_diagnosis(suite, now, rows))
     return 0
 
 
