@@ -204,3 +204,14 @@ def test_validate_diagnose_fits_each_knob_alone_to_a_family():
     assert launch.status == "prior only"          # 2022-size GPT layers: a launch floor never binds
     text = format_diagnosis("korthikanti22", now, rows)
     assert text.splitlines()[0].startswith("diagnosis korthikanti22") and len(text.splitlines()) == 7
+
+
+def test_out_is_refused_before_fitting_when_the_runs_use_different_system_presets(tmp_path, capsys):
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [
+        {"scenario": SCENARIO, "step_time_s": 5.0},
+        {"scenario": SCENARIO, "step_time_s": 5.0, "name": "b",
+         "set": {"system.preset": "dgx-a100-80gb", "system.num_nodes": 2}}]}))
+    assert main(["fit", str(path), "--out", str(tmp_path / "o.yaml")]) == 2
+    captured = capsys.readouterr()
+    assert "--out: the runs do not share one system preset" in captured.err and captured.out == ""

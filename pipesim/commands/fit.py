@@ -35,11 +35,12 @@ def run(args) -> int:
 
     knobs = parse_knobs(args.fit)
     runs = read_runs(args.runs)
+    preset = common_system_preset(runs) if args.out else None       # refused before the fit, not after
     with status(f"fitting {', '.join(k.name for k in knobs)} to {len(runs)} runs"):
         result = fit_runs(runs, knobs, args.noise, args.cross_validate, engine=args.engine, jobs=max(1, args.jobs))
     print(format_fit(result, len(runs), len(knobs)))
     if args.out:
-        text = system_file(result, runs, args.out)
+        text = system_file(result, preset, len(runs), args.out)
         _write(args.out, text)
         print(f"wrote {args.out}")
     if args.json:
@@ -84,17 +85,21 @@ def format_fit(result, n_runs: int, n_knobs: int) -> str:
     return "\n".join(lines)
 
 
-def system_file(result, runs, out_path: str) -> str:
-    """A system preset file: the runs' common system preset (a built-in name, or their preset file
-    by its path from `out_path`) with the fitted keys over it."""
-    import os
-    import yaml
+def common_system_preset(runs) -> str:
+    """The system preset every run's scenario names (a built-in name or a preset file's path)."""
     from pipesim.errors import PipesimError
     presets = {_system_preset(r) for r in runs}
     if len(presets) != 1 or None in presets:
         raise PipesimError(f"--out: the runs do not share one system preset ({', '.join(sorted(map(str, presets)))}); "
                            f"apply the printed --set overrides instead")
-    preset = presets.pop()
+    return presets.pop()
+
+
+def system_file(result, preset: str, n_runs: int, out_path: str) -> str:
+    """A system preset file: the runs' common system preset (a preset file by its path from
+    `out_path`) with the fitted keys over it."""
+    import os
+    import yaml
     if preset.endswith((".yaml", ".yml")):
         preset = os.path.relpath(preset, os.path.dirname(os.path.abspath(out_path)))
     nested: dict = {}
@@ -106,15 +111,15 @@ def system_file(result, runs, out_path: str) -> str:
             node = node.setdefault(p, {})
         node[parts[-1]] = float(value)
     body = yaml.safe_dump(dict({"preset": preset}, **nested), sort_keys=False)
-    return (f"# written by `pipesim fit` from {len(runs)} measured runs: their system preset with the fitted\n"
+    return (f"# written by `pipesim fit` from {n_runs} measured runs: their system preset with the fitted\n"
             f"# values over it. In a scenario, in place of that preset:  system: {{preset: <this file>, ...}}\n" + body)
 
 
 def _system_preset(run) -> str | None:
     """The system preset a run's scenario names (a built-in name, or a preset file's absolute path)."""
     import os
-    from pipesim.scenario.load import apply_override, read_yaml
     from pathlib import Path
+    from pipesim.scenario.load import apply_override, read_yaml
     raw = read_yaml(Path(run.scenario))
     for text in run.sets:
         raw = apply_override(raw, text)
