@@ -215,3 +215,33 @@ def test_out_is_refused_before_fitting_when_the_runs_use_different_system_preset
     assert main(["fit", str(path), "--out", str(tmp_path / "o.yaml")]) == 2
     captured = capsys.readouterr()
     assert "--out: the runs do not share one system preset" in captured.err and captured.out == ""
+
+
+def test_predict_a_layout_not_timed_with_the_spread_of_the_fitted_values(tmp_path):
+    """Fitted on three layouts, the fourth (the ZeRO-3 one, as a scenario file) is predicted from the
+    fitted values; its spread comes from their covariance and is reported in %."""
+    raw = yaml.safe_load(Path(SCENARIO).read_text())
+    base = Path(SCENARIO).parent
+    raw["model"]["preset"] = str(base / raw["model"]["preset"])
+    raw["system"]["preset"] = str(base / raw["system"]["preset"])
+    raw["parallel"] = {"tensor": 1, "pipeline": 1, "data": 16}
+    raw["training"]["zero_stage"] = 3
+    target = tmp_path / "zero3.yaml"
+    target.write_text(yaml.safe_dump(raw))
+    truth = step(LAYOUTS[3], [f"{k}={v}" for k, v in TRUTH.items()])["step_time_s"]
+    result = fit_runs(read_runs(write_runs(tmp_path, LAYOUTS[:3])), parse_knobs("compute,network"),
+                      predict=(str(target),))
+    (p,) = result.predictions
+    assert p.default_step_s == pytest.approx(step(LAYOUTS[3])["step_time_s"], rel=1e-6)
+    assert 0 < p.sd_pct < 50
+    # closer to the truth than the presets are
+    assert abs(p.step_s / truth - 1) < abs(p.default_step_s / truth - 1)
+
+
+def test_a_bad_prediction_target_is_refused_before_fitting(tmp_path, capsys):
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [{"scenario": SCENARIO, "step_time_s": 5.0}]}))
+    assert main(["fit", str(path), "--predict", str(tmp_path / "missing.yaml")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("pipesim fit: error: --predict:") and "missing.yaml: file not found" in captured.err
+    assert captured.out == ""

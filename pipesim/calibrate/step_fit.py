@@ -132,6 +132,14 @@ class KnobFit:
 
 
 @dataclass
+class Prediction:
+    scenario: str
+    default_step_s: float         # with the presets' values
+    step_s: float                 # with the fitted values
+    sd_pct: float                 # one standard deviation from the fitted values' uncertainty, %
+
+
+@dataclass
 class FitResult:
     runs: list[RunFit]
     knobs: list[KnobFit]
@@ -139,6 +147,7 @@ class FitResult:
     noise: float
     engine: str
     overrides: list[str] = field(default_factory=list)    # KEY=VALUE of the fitted knobs
+    predictions: list[Prediction] = field(default_factory=list)
 
     def mape(self, which: str) -> Optional[float]:
         errs = [RunFit.error(getattr(r, which), r.measured_step_s) for r in self.runs]
@@ -186,9 +195,14 @@ class _Model:
         if not todo:
             return
         jobs = [(self.runs[i].scenario, self.runs[i].sets + self._sets(v), self.engine) for i, v in todo]
+        self.cache.update(zip(todo, self.run_jobs(jobs)))
+
+    def run_jobs(self, jobs: list) -> list[float]:
+        """Step times of (scenario path, overrides, engine) jobs, in the pool when there is one."""
         steps = self.pool.map(_step_of, jobs) if self.pool is not None and len(jobs) > 1 else map(_step_of, jobs)
-        self.cache.update(zip(todo, steps))
-        self._count(len(todo))
+        out = list(steps)
+        self._count(len(out))
+        return out
 
     def _sets(self, values: tuple) -> tuple:
         return tuple(f"{k}={v!r}" for k, v in zip(self.keys, values))
@@ -212,10 +226,13 @@ def _step_of(job) -> float:
 
 
 def fit_runs(runs: list[MeasuredRun], knobs: list[Knob], noise: float = NOISE, cross_validate: bool = False,
-             progress: Callable[[int], None] | None = None, engine: str = "sim", jobs: int = 1) -> FitResult:
+             progress: Callable[[int], None] | None = None, engine: str = "sim", jobs: int = 1,
+             predict: tuple[str, ...] = ()) -> FitResult:
     """Fit `knobs` to `runs` (module docstring) and, with `cross_validate`, predict each run from
     a fit without it. `engine`: "sim" (the simulator) or "analytic" (the closed-form screen, for
-    runs too large to simulate hundreds of times); `jobs` processes simulate the runs."""
+    runs too large to simulate hundreds of times); `jobs` processes simulate the runs. `predict`:
+    scenario files to predict with the fitted values, each with the spread the values' uncertainty
+    gives it (var ln t = g^T cov(z) g, g = d ln t / dz by finite differences)."""
     import multiprocessing
     if not noise > 0:
         raise PipesimError(f"--noise {noise}: expected a positive relative noise, e.g. 0.02")
@@ -224,11 +241,11 @@ def fit_runs(runs: list[MeasuredRun], knobs: list[Knob], noise: float = NOISE, c
     if jobs > 1 and len(runs) > 1:
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
         with ctx.Pool(min(jobs, len(runs))) as pool:
-            return _fit(runs, knobs, noise, cross_validate, progress, engine, pool)
-    return _fit(runs, knobs, noise, cross_validate, progress, engine, None)
+            return _fit(runs, knobs, noise, cross_validate, progress, engine, pool, predict)
+    return _fit(runs, knobs, noise, cross_validate, progress, engine, None, predict)
 
 
-def _fit(runs, knobs, noise, cross_validate, progress, engine, pool) -> FitResult:
+def _fit(runs, knobs, noise, cross_validate, progress, engine, pool, predict) -> FitResult:
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -268,7 +285,8 @@ def _fit(runs, knobs, noise, cross_validate, progress, engine, pool) -> FitResul
     best = multistart(everyone)
     rounded = tuple(_round(v) for v in values(best.x))
     jac = np.asarray(best.jac)
-    sigma_z = np.sqrt(np.clip(np.diag(np.linalg.pinv(jac.T @ jac)), 0, None))
+    cov_z = np.linalg.pinv(jac.T @ jac)
+    sigma_z = np.sqrt(np.clip(np.diag(cov_z), 0, None))
     fits = []
     for j, (k, d, v) in enumerate(zip(knobs, m.defaults, rounded)):
         s = sigma_z[j]
@@ -286,8 +304,28 @@ def _fit(runs, knobs, noise, cross_validate, progress, engine, pool) -> FitResul
         for i in everyone:
             rest = [j for j in everyone if j != i]
             out[i].loo_step_s = m.step(i, values(multistart(rest).x))
+    predictions = [_predict(m, path, engine, rounded, values, best.x, z_lo, z_hi, cov_z) for path in predict]
     return FitResult(out, fits, m.evaluations, noise, engine,
-                     [f"{key}={v}" for key, v in zip(m.keys, rounded)])
+                     [f"{key}={v}" for key, v in zip(m.keys, rounded)], predictions)
+
+
+PREDICT_STEP = 0.1      # finite-difference step of a prediction's gradient, in prior widths
+
+
+def _predict(m, path, engine, rounded, values, z, z_lo, z_hi, cov_z) -> Prediction:
+    """A scenario's step with the presets, with the fitted values, and the relative spread the
+    fitted values' covariance gives it."""
+    import numpy as np
+    probes = [z]
+    for j in range(len(z)):
+        dz = PREDICT_STEP if z[j] + PREDICT_STEP <= z_hi[j] else -PREDICT_STEP
+        probes.append(np.where(np.arange(len(z)) == j, np.clip(z[j] + dz, z_lo[j], z_hi[j]), z))
+    jobs = [(path, (), engine), (path, m._sets(rounded), engine)] + [(path, m._sets(values(p)), engine) for p in probes]
+    default, fitted, at_z, *moved = m.run_jobs(jobs)
+    g = np.array([(math.log(t) - math.log(at_z)) / (p[j] - z[j]) if p[j] != z[j] else 0.0
+                  for j, (t, p) in enumerate(zip(moved, probes[1:]))])
+    sd = math.sqrt(max(0.0, float(g @ cov_z @ g)))
+    return Prediction(path, default, fitted, (math.exp(sd) - 1) * 100)
 
 
 def _design(p: int) -> list[tuple]:

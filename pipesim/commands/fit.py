@@ -18,6 +18,9 @@ def add_arguments(p) -> None:
     p.add_argument("--cross-validate", action="store_true",
                    help="also refit without each run and predict it: the error to expect on a layout not "
                         "measured (one more fit per run)")
+    p.add_argument("--predict", action="append", default=[], metavar="SCENARIO",
+                   help="a scenario to predict with the fitted values, with the spread their uncertainty "
+                        "gives it (repeatable): the layout you plan, on the cluster you timed")
     p.add_argument("--engine", choices=["sim", "analytic"], default="sim",
                    help="sim = the simulator (default); analytic = the closed-form screen (faster, for "
                         "runs too large to simulate a few hundred times)")
@@ -36,8 +39,11 @@ def run(args) -> int:
     knobs = parse_knobs(args.fit)
     runs = read_runs(args.runs)
     preset = common_system_preset(runs) if args.out else None       # refused before the fit, not after
+    for target in args.predict:                                       # a bad target too
+        _check_target(target)
     with status(f"fitting {', '.join(k.name for k in knobs)} to {len(runs)} runs"):
-        result = fit_runs(runs, knobs, args.noise, args.cross_validate, engine=args.engine, jobs=max(1, args.jobs))
+        result = fit_runs(runs, knobs, args.noise, args.cross_validate, engine=args.engine, jobs=max(1, args.jobs),
+                          predict=tuple(args.predict))
     print(format_fit(result, len(runs), len(knobs)))
     if args.out:
         text = system_file(result, preset, len(runs), args.out)
@@ -46,6 +52,15 @@ def run(args) -> int:
     if args.json:
         _write(args.json, json.dumps(asdict(result), indent=1))
     return 0
+
+
+def _check_target(path: str) -> None:
+    from pipesim.errors import PipesimError, ScenarioError
+    from pipesim.scenario.load import load_scenario
+    try:
+        load_scenario(path)
+    except ScenarioError as exc:
+        raise PipesimError(f"--predict: {exc}") from None
 
 
 def _write(path: str, text: str) -> None:
@@ -79,6 +94,14 @@ def format_fit(result, n_runs: int, n_knobs: int) -> str:
     if n_runs < n_knobs:
         lines.append(f"{n_runs} runs for {n_knobs} knobs: the prior (the preset value, a factor of 2 either way) "
                      f"decides what the runs cannot")
+    if result.predictions:
+        lines += ["", "predictions with the fitted values (± one standard deviation of their uncertainty)",
+                  f"{'scenario':40s} {'presets s':>10s} {'fitted s':>10s} {'± %':>6s}"]
+        for p in result.predictions:
+            lines.append(f"{p.scenario[-40:]:40s} {p.default_step_s:10.4g} {p.step_s:10.4g} {p.sd_pct:6.1f}")
+        if loo:
+            lines.append(f"the runs left out of their fits were off by {result.mape('loo_step_s'):.1f} % on average: "
+                         f"expect at least that on a layout not timed")
     what = "simulations" if result.engine == "sim" else "closed-form evaluations"
     lines += [f"{result.evaluations} {what}; timing noise {result.noise:g} of a step",
               "apply: " + " ".join(f"--set {o}" for o in result.overrides)]
