@@ -99,3 +99,16 @@ def test_a_single_search_names_its_winners_measured_accuracy(tmp_path, capsys):
     assert main(["search", str(path), *ARGS]) == 0
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  accuracy: ")]
     assert len(line) == 1 and line[0].startswith("  accuracy: Ampere, dense: on ") and "the most alike" in line[0]
+
+
+def test_search_sizes_a_system_preset_file_by_its_own_nodes(tmp_path, capsys):
+    """A scenario whose system preset is a file (e.g. one `pipesim fit --out` wrote) over a 4-GPU-tray
+    system: 16 GPUs are 4 trays, not 2 eight-GPU nodes (the search used to assume 8 per node)."""
+    (tmp_path / "my-gb200.yaml").write_text("preset: gb200-nvl72\ngpu: {sustained_ratio: 0.75}\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("model: {preset: llama3-8b}\nsystem: {preset: my-gb200.yaml, num_nodes: 2}\n"
+                        "training: {micro_batch_size: 1, global_batch_size: 64, precision: bf16}\n")
+    assert main(["search", str(scenario), "--gpus", "16", "--engine", "analytic", "--tensor", "1",
+                 "--pipeline", "1", "--no-files"]) == 0
+    out = capsys.readouterr().out
+    assert "--set system.num_nodes=4" in out and "no layout is possible" not in out

@@ -103,10 +103,13 @@ def _system_of(raw_system) -> tuple[dict, int, int | None]:
     """(the system section as a dict, its GPUs per node, its NVLink domain), the preset's where the
     section does not say."""
     from pipesim.presets.systems import SYSTEMS
+    from pipesim.scenario.load import resolve_preset
+    from pipesim.scenario.schema import Loader
     sysd = {"preset": raw_system} if isinstance(raw_system, str) else dict(raw_system)
-    preset = SYSTEMS.get(sysd.get("preset"), {}) if isinstance(sysd.get("preset"), str) else {}
-    gpn = sysd.get("gpus_per_node") or preset.get("gpus_per_node", 8)
-    return sysd, gpn, sysd.get("nvlink_domain", preset.get("nvlink_domain"))
+    # a built-in preset or a preset file (sweep.read_base made its path absolute), with the section's
+    # own keys over it: a file on a 4-GPU-tray system must not be sized as 8-GPU nodes
+    full = resolve_preset(sysd, SYSTEMS, "system", Loader("search")) if isinstance(sysd.get("preset"), str) else sysd
+    return sysd, full.get("gpus_per_node") or 8, full.get("nvlink_domain")
 
 
 def nvlink_domain_note(raw_system, gpus: int) -> str:

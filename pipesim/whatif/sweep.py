@@ -22,11 +22,17 @@ def read_base(path_or_dict) -> tuple[dict, str]:
         return dict(path_or_dict), "<dict>"
     path = Path(path_or_dict)
     raw = read_yaml(path)
-    # Relative paths inside the scenario (schedule CSV, profile) stay relative to its folder.
+    # Relative paths inside the scenario (schedule CSV, profile, a system preset file) stay relative
+    # to its folder.
     for section, key in (("training", "schedule"), ("costs", "profile")):
         value = (raw.get(section) or {}).get(key) if isinstance(raw.get(section), dict) else None
         if isinstance(value, str) and (value.endswith(".csv") or section == "costs") and not Path(value).is_absolute():
             raw[section] = dict(raw[section], **{key: str(path.parent / value)})
+    system = raw.get("system")
+    preset = system if isinstance(system, str) else (system or {}).get("preset") if isinstance(system, dict) else None
+    if isinstance(preset, str) and preset.endswith((".yaml", ".yml")) and not Path(preset).is_absolute():
+        absolute = str(path.parent / preset)
+        raw["system"] = absolute if isinstance(system, str) else dict(system, preset=absolute)
     return raw, str(path)
 
 
