@@ -1,6 +1,7 @@
 """`pipesim search --systems`: one scenario searched on several system presets, compared by days,
 GPU-hours, cost and energy, and the reproduce line of each system's winner."""
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -112,3 +113,14 @@ def test_search_sizes_a_system_preset_file_by_its_own_nodes(tmp_path, capsys):
                  "--pipeline", "1", "--no-files"]) == 0
     out = capsys.readouterr().out
     assert "--set system.num_nodes=4" in out and "no layout is possible" not in out
+
+
+def test_search_loads_a_scenarios_preset_files_from_any_working_directory(tmp_path, monkeypatch, capsys):
+    """scenarios/gpt-13b-2-nodes.yaml names its model and system by files next to it; a search run
+    from another folder used to look for them there (every cluster size "not searched")."""
+    monkeypatch.chdir(tmp_path)
+    scenario = str(Path(__file__).resolve().parent.parent / "scenarios" / "gpt-13b-2-nodes.yaml")
+    assert main(["search", scenario, "--gpus", "16,32", "--engine", "analytic", "--tensor", "1,8",
+                 "--pipeline", "1", "--no-files"]) == 0
+    out = capsys.readouterr().out
+    assert "not searched" not in out and "no layout fits" not in out

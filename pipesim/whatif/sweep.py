@@ -28,12 +28,27 @@ def read_base(path_or_dict) -> tuple[dict, str]:
         value = (raw.get(section) or {}).get(key) if isinstance(raw.get(section), dict) else None
         if isinstance(value, str) and (value.endswith(".csv") or section == "costs") and not Path(value).is_absolute():
             raw[section] = dict(raw[section], **{key: str(path.parent / value)})
-    system = raw.get("system")
-    preset = system if isinstance(system, str) else (system or {}).get("preset") if isinstance(system, dict) else None
-    if isinstance(preset, str) and preset.endswith((".yaml", ".yml")) and not Path(preset).is_absolute():
-        absolute = str(path.parent / preset)
-        raw["system"] = absolute if isinstance(system, str) else dict(system, preset=absolute)
+    for section in ("model", "system"):
+        if section in raw:
+            raw[section] = _absolute_files(raw[section], path.parent)
     return raw, str(path)
+
+
+def _absolute_files(section, folder: Path):
+    """A model or system section with its preset file (and a model's hf_config) made absolute, so
+    that variants built from the dict load from any working directory."""
+    def absolute(value):
+        return str(folder / value) if not Path(value).is_absolute() else value
+    if isinstance(section, str):
+        return absolute(section) if section.endswith((".yaml", ".yml")) else section
+    if not isinstance(section, dict):
+        return section
+    out = dict(section)
+    if isinstance(out.get("preset"), str) and out["preset"].endswith((".yaml", ".yml")):
+        out["preset"] = absolute(out["preset"])
+    if isinstance(out.get("hf_config"), str):
+        out["hf_config"] = absolute(out["hf_config"])
+    return out
 
 
 def run_sweep(scenario, grid, evaluator: Callable = simulate_report, mode: str = "representative",
