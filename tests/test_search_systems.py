@@ -124,3 +124,22 @@ def test_search_loads_a_scenarios_preset_files_from_any_working_directory(tmp_pa
                  "--pipeline", "1", "--no-files"]) == 0
     out = capsys.readouterr().out
     assert "not searched" not in out and "no layout fits" not in out
+
+
+def test_systems_take_a_system_preset_file_beside_the_presets(tmp_path, capsys):
+    """`--systems my-h100.yaml,dgx-h100`: a team's fitted cluster (`pipesim fit --out`) against a
+    preset; the file is named by its file name in the table, and a missing one in one line."""
+    fitted = tmp_path / "my-h100.yaml"
+    fitted.write_text("preset: dgx-h100\ngpu: {sustained_ratio: 0.7}\n")
+    assert parse_systems(f"{fitted}=2.5,dgx-h100") == {str(fitted): 2.5, "dgx-h100": None}
+    with pytest.raises(ScenarioError, match="system preset file not found"):
+        parse_systems(str(tmp_path / "nope.yaml"))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("model: {preset: llama3-8b}\nsystem: {preset: dgx-h100, num_nodes: 2}\n"
+                        "training: {micro_batch_size: 1, global_batch_size: 64, precision: bf16}\n")
+    assert main(["search", str(scenario), "--gpus", "16", "--systems", f"{fitted},dgx-h100", "--engine", "analytic",
+                 "--tensor", "1", "--pipeline", "1", "--context", "1", "--no-files"]) == 0
+    table = capsys.readouterr().out.split("best layout per system and cluster size")[1]
+    rows = {line.split()[0]: float(line.split()[2]) for line in table.splitlines()[2:4]}
+    assert set(rows) == {"my-h100.yaml", "dgx-h100"}
+    assert rows["my-h100.yaml"] > rows["dgx-h100"]          # the slower sustained rate, the longer step

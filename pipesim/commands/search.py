@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from pipesim.errors import ScenarioError
+from pipesim.whatif.hardware import label as system_label
 
 
 def _ints(text: str, flag: str = "", least: int = 1) -> tuple:
@@ -35,7 +36,8 @@ def add_arguments(p) -> None:
     p.add_argument("--gpus", required=True, help="GPUs to lay the model out on; several, e.g. 512,1024,2048, "
                                                  "search each and compare their best layouts")
     p.add_argument("--systems", help="system presets to search the model on, each with an optional price per "
-                                     "GPU-hour, e.g. dgx-h100=2.5,dgx-b200=4.1,gb200-nvl72=5.2 (the scenario's "
+                                     "GPU-hour, e.g. dgx-h100=2.5,dgx-b200=4.1,gb200-nvl72=5.2, or system preset "
+                                     "files, e.g. my-cluster.yaml=2.5 from `pipesim fit --out` (the scenario's "
                                      "network pods carry over, its other system keys do not)")
     p.add_argument("--deadline-days", type=float, help="with several --gpus or --systems and a run section: name "
                                                        "the size (and system) that trains the run's tokens in this "
@@ -131,11 +133,11 @@ def run(args) -> int:
     bests = {}
     for name, n in targets:
         base, dropped = bases[name]
-        print(f"=== {n} GPUs" + (f" of {name} ===" if name else " ==="))
+        print(f"=== {n} GPUs" + (f" of {system_label(name)} ===" if name else " ==="))
         if dropped and n == counts[0]:
-            print(f"  the scenario's system keys {', '.join(dropped)} describe its own hardware: {name} has "
+            print(f"  the scenario's system keys {', '.join(dropped)} describe its own hardware: {system_label(name)} has "
                   f"its preset's")
-        stem = f"search-{name}-{n}gpus" if name else f"search-{n}gpus"
+        stem = f"search-{system_label(name)}-{n}gpus" if name else f"search-{n}gpus"
         try:
             bests[(name, n)] = _search_one(args, base, space, evaluator, n, csv_name=stem + ".csv", system=name,
                                            dropped=bool(dropped))
@@ -218,7 +220,8 @@ def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.
               f"{b['run.gpu_hours']:,.0f} GPU-hours (run section: docs/REPORT.md)")
     on = [f"--set system.preset={system}"] if system else []
     if dropped:
-        print(f"  (to reproduce: the scenario with its system section reduced to the preset {system} and its pods)")
+        print(f"  (to reproduce: the scenario with its system section reduced to the preset {system_label(system)} "
+              f"and its pods)")
     print(f"  pipesim simulate {args.scenario} " + " ".join(on + reproduce_args(res.best["scenario"], raw)))
     if not args.no_files:
         from pipesim.report.folder import default_dir, make_dir
@@ -235,7 +238,7 @@ def deadline_line(bests: dict, days: float, by_cost: bool = False) -> str:
     currency) the lowest cost; else the fastest."""
     def label(key) -> str:
         name, n = key
-        return f"{n} GPUs of {name}" if name else f"{n} GPUs"
+        return f"{n} GPUs of {system_label(name)}" if name else f"{n} GPUs"
     what = "system and size" if by_cost else "size"
     done = {k: b for k, b in bests.items() if b is not None and b.get("run.wall_days") is not None}
     meets = {k: b for k, b in done.items() if b["run.wall_days"] <= days}
@@ -260,7 +263,7 @@ def cluster_table(bests: dict) -> str:
     run = any(b.get("run.wall_days") is not None for b in found)
     cost = run and any(b.get("run.cost_usd") is not None for b in found)
     energy = run and any(b.get("run.energy_MWh") is not None for b in found)
-    width = max([len(name) for name, _ in bests if name] + [6])
+    width = max([len(system_label(name)) for name, _ in bests if name] + [6])
     head = (f"{'system':<{width}} " if systems else "") + f"{'GPUs':>7} {'step s':>9} {'tok/s/GPU':>10} {'MFU %':>6} {'peak GiB':>8}"
     head += f" {'days':>7} {'goodput %':>9} {'GPU-hours':>12}" if run else ""
     head += f" {'cost $':>13}" if cost else ""
@@ -269,7 +272,7 @@ def cluster_table(bests: dict) -> str:
     title += " (MWh <=: the nodes at their maximum input power for the wall-clock days)" if energy else ""
     lines = [title, head + "  layout"]
     for (name, n), b in bests.items():
-        row = (f"{name or '':<{width}} " if systems else "") + f"{n:>7}"
+        row = (f"{system_label(name) if name else '':<{width}} " if systems else "") + f"{n:>7}"
         if b is None:
             lines.append(row + "  no layout fits")
             continue
@@ -299,7 +302,7 @@ def _accuracy_lines(bests: dict) -> list[str]:
         a = accuracy_of(b["scenario"]) if b is not None and name not in seen else None
         if a is not None:
             seen.add(name)
-            lines.append(f"  accuracy on {name}: {accuracy_text(a)}")
+            lines.append(f"  accuracy on {system_label(name)}: {accuracy_text(a)}")
     return lines
 
 

@@ -9,6 +9,8 @@ A price per GPU-hour may follow a preset's name (`gb200-nvl72=4.2`): it becomes 
 """
 from __future__ import annotations
 
+import os
+
 from pipesim.errors import ScenarioError
 
 # System keys that describe the cluster's network layout, not its hardware: carried to every preset.
@@ -18,7 +20,8 @@ SIZE_KEYS = ("num_nodes",)
 
 
 def parse_systems(text: str, flag: str = "--systems") -> dict[str, float | None]:
-    """'dgx-h100=2.5,gb200-nvl72' -> {'dgx-h100': 2.5, 'gb200-nvl72': None}, presets checked."""
+    """'dgx-h100=2.5,gb200-nvl72' -> {'dgx-h100': 2.5, 'gb200-nvl72': None}, presets checked; a
+    .yaml item is a system preset file (kept by its absolute path)."""
     from pipesim.presets.systems import SYSTEMS
     out: dict[str, float | None] = {}
     for item in (x.strip() for x in text.split(",")):
@@ -26,8 +29,13 @@ def parse_systems(text: str, flag: str = "--systems") -> dict[str, float | None]
             continue
         name, _, price = item.partition("=")
         name = name.strip()
-        if name not in SYSTEMS:
-            raise ScenarioError(f"{flag} {text}: unknown system preset {name!r}; expected among {', '.join(SYSTEMS)}")
+        if name.endswith((".yaml", ".yml")):        # a system preset file, e.g. one `pipesim fit --out` wrote
+            if not os.path.isfile(name):
+                raise ScenarioError(f"{flag} {text}: system preset file not found: {name}")
+            name = os.path.abspath(name)
+        elif name not in SYSTEMS:
+            raise ScenarioError(f"{flag} {text}: unknown system preset {name!r}; expected among "
+                                f"{', '.join(SYSTEMS)}, or a system preset file (.yaml)")
         if name in out:
             raise ScenarioError(f"{flag} {text}: {name} is named twice")
         out[name] = _price(price, name, flag, text) if price.strip() else None
@@ -46,6 +54,11 @@ def _price(text: str, name: str, flag: str, whole: str) -> float:
     return value
 
 
+def label(preset: str) -> str:
+    """How a system is named in tables: a preset file by its file name."""
+    return os.path.basename(preset) if preset.endswith((".yaml", ".yml")) else preset
+
+
 def on_system(raw: dict, preset: str, price: float | None = None) -> tuple[dict, list[str]]:
     """(the scenario `raw` on system `preset`, the system keys it gave that are not carried over).
     A price sets run.gpu_hour_usd; it needs a run section with tokens (cost = GPU-hours x price)."""
@@ -57,7 +70,7 @@ def on_system(raw: dict, preset: str, price: float | None = None) -> tuple[dict,
     if price is not None:
         run = raw.get("run")
         if not isinstance(run, dict) or not run.get("tokens"):
-            raise ScenarioError(f"--systems {preset}={price:g}: a price needs the scenario's run section with "
+            raise ScenarioError(f"--systems {label(preset)}={price:g}: a price needs the scenario's run section with "
                                 f"run.tokens (the run's cost is its GPU-hours x the price)")
         out["run"] = dict(run, gpu_hour_usd=price)
     return out, dropped
