@@ -1,5 +1,6 @@
 """`pipesim partition` end to end: the seeds' report, JSON, and one-line errors (exit 2)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,15 @@ def test_scenario_out_feeds_the_simulator(tmp_path, capsys):
     assert [c.forward for c in stage_costs(s)] == pytest.approx(r["theoretical"]["sequential"]["forward_s"])
     assert main(["partition", "resnet50", "--stages", "2", "--scenario-out", str(out)]) == 2
     assert "needs a scenario source" in capsys.readouterr().err
+
+
+def test_scenario_out_elsewhere_keeps_the_sources_preset_files(tmp_path):
+    """scenarios/gpt-13b-2-nodes.yaml names its model and system by files beside it: the scenario
+    written into another folder points at them from there (it used to name them relative to the
+    source, and did not load)."""
+    from pipesim import load_scenario
+    source = Path(GPT2).resolve().parent.parent / "gpt-13b-2-nodes.yaml"
+    out = tmp_path / "elsewhere" / "split.yaml"
+    assert main(["partition", str(source), "--stages", "2", "--scenario-out", str(out)]) == 0
+    s = load_scenario(out)
+    assert s.parallel.pipeline == 2 and s.model.num_layers == load_scenario(source).model.num_layers

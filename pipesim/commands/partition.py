@@ -119,6 +119,7 @@ def write_scenario(src, report: dict, path: Path) -> None:
 
     import yaml
 
+    from pipesim.scenario.file_paths import rebase
     from pipesim.scenario.load import build_scenario
     if src.scenario is None:
         raise PipesimError("--scenario-out needs a scenario source (a transformer YAML)")
@@ -131,18 +132,23 @@ def write_scenario(src, report: dict, path: Path) -> None:
     if s.system.num_gpus % width:
         raise PipesimError(f"--scenario-out: {s.system.num_gpus} GPUs are not divisible by "
                            f"tensor({s.parallel.tensor})·stages({k}) = {width}")
-    raw = copy.deepcopy(src.raw)
+    source = Path(s.source)
+    # the scenario's relative file paths, rewritten to resolve from the new file's folder
+    raw = rebase(copy.deepcopy(src.raw), source.parent, path.resolve().parent)
     parallel = raw.setdefault("parallel", {}) or {}
     raw["parallel"] = parallel
     parallel.update(pipeline=k, virtual_stages=1, data=s.system.num_gpus // width, layers_per_stage=list(lps))
-    source = Path(s.source)
-    build_scenario(raw, str(path), source.parent)      # ScenarioError with the reason if it does not fit
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)     # its relative paths must resolve through it
+    except OSError as exc:
+        raise PipesimError(f"--scenario-out {path}: cannot create its folder: {exc.strerror}") from None
+    build_scenario(raw, str(path), path.resolve().parent)      # ScenarioError with the reason if it does not fit
     note = [f"# written by pipesim partition {s.source} --stages {k}: slowest stage "
             f"{report['objective_s'] * 1e3:.3f} ms, imbalance {report['imbalance']['stage_total']:.3f}"]
     if [p["slot"] for p in report["placement"]] != list(range(k)):
         note.append(f"# note: the partitioner placed stages on GPU slots {[p['slot'] for p in report['placement']]};"
                     " the scenario maps stage k to pipeline rank k")
-    if path.resolve().parent != source.resolve().parent:
-        note.append(f"# relative paths inside refer to {source.parent}/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(note) + "\n" + yaml.safe_dump(raw, sort_keys=False))
+    try:
+        path.write_text("\n".join(note) + "\n" + yaml.safe_dump(raw, sort_keys=False))
+    except OSError as exc:
+        raise PipesimError(f"--scenario-out {path}: cannot write: {exc.strerror}") from None

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from pipesim.scenario.file_paths import rebase
 from pipesim.whatif.evaluate import evaluate_all, simulate_report
 from pipesim.whatif.grid import Grid, prepare, read_grid
 
@@ -22,33 +23,9 @@ def read_base(path_or_dict) -> tuple[dict, str]:
         return dict(path_or_dict), "<dict>"
     path = Path(path_or_dict)
     raw = read_yaml(path)
-    # Relative paths inside the scenario (schedule CSV, profile, a system preset file) stay relative
-    # to its folder.
-    for section, key in (("training", "schedule"), ("costs", "profile")):
-        value = (raw.get(section) or {}).get(key) if isinstance(raw.get(section), dict) else None
-        if isinstance(value, str) and (value.endswith(".csv") or section == "costs") and not Path(value).is_absolute():
-            raw[section] = dict(raw[section], **{key: str(path.parent / value)})
-    for section in ("model", "system"):
-        if section in raw:
-            raw[section] = _absolute_files(raw[section], path.parent)
-    return raw, str(path)
-
-
-def _absolute_files(section, folder: Path):
-    """A model or system section with its preset file (and a model's hf_config) made absolute, so
-    that variants built from the dict load from any working directory."""
-    def absolute(value):
-        return str(folder / value) if not Path(value).is_absolute() else value
-    if isinstance(section, str):
-        return absolute(section) if section.endswith((".yaml", ".yml")) else section
-    if not isinstance(section, dict):
-        return section
-    out = dict(section)
-    if isinstance(out.get("preset"), str) and out["preset"].endswith((".yaml", ".yml")):
-        out["preset"] = absolute(out["preset"])
-    if isinstance(out.get("hf_config"), str):
-        out["hf_config"] = absolute(out["hf_config"])
-    return out
+    # relative paths inside the scenario (preset files, hf_config, schedule CSV, profile) stay
+    # relative to its folder
+    return rebase(raw, path.parent), str(path)
 
 
 def run_sweep(scenario, grid, evaluator: Callable = simulate_report, mode: str = "representative",

@@ -1,0 +1,38 @@
+"""The file paths a scenario holds, moved with it: a scenario names files relative to its own folder
+(model and system preset files, `model.hf_config`, a `training.schedule` CSV, `costs.profile`);
+a variant built from its mapping elsewhere (a sweep, a search, `partition --scenario-out`) must
+still find them."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PRESET_FILE = (".yaml", ".yml")
+
+
+def rebase(raw: dict, folder: Path, to: Path | None = None) -> dict:
+    """`raw` with each relative file path (relative to `folder`) made absolute, or, with `to`,
+    relative to the folder `to`."""
+    def moved(value: str) -> str:
+        if os.path.isabs(value):
+            return value
+        target = os.path.abspath(os.path.join(folder, value))
+        return os.path.relpath(target, to) if to is not None else target
+
+    out = dict(raw)
+    for section in ("model", "system"):
+        sec = out.get(section)
+        if isinstance(sec, str) and sec.endswith(PRESET_FILE):
+            out[section] = moved(sec)
+        elif isinstance(sec, dict):
+            sec = dict(sec)
+            if isinstance(sec.get("preset"), str) and sec["preset"].endswith(PRESET_FILE):
+                sec["preset"] = moved(sec["preset"])
+            if section == "model" and isinstance(sec.get("hf_config"), str):
+                sec["hf_config"] = moved(sec["hf_config"])
+            out[section] = sec
+    for section, key, suffix in (("training", "schedule", ".csv"), ("costs", "profile", "")):
+        sec = out.get(section)
+        if isinstance(sec, dict) and isinstance(sec.get(key), str) and sec[key].endswith(suffix):
+            out[section] = dict(sec, **{key: moved(sec[key])})
+    return out
