@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:       # a file the command was told to read or write: one line, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"pipesim {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -36,7 +36,10 @@ def run(args) -> int:
     from pipesim.calibrate.step_fit import fit_runs, parse_knobs
     from pipesim.commands.progress import status
 
+    from pipesim.report.folder import check_output
     knobs = parse_knobs(args.fit)
+    check_output(args.json, "--json")
+    check_output(args.out, "--out")
     runs = read_runs(args.runs)
     preset = common_system_preset(runs) if args.out else None       # refused before the fit, not after
     for target in args.predict:                                       # a bad target too

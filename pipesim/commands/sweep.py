@@ -39,6 +39,9 @@ def run(args) -> int:
 
     if args.jobs < 0:
         raise ScenarioError(f"--jobs {args.jobs}: expected a positive number of processes (0 = all CPUs)")
+    from pipesim.report.folder import check_output
+    check_output(args.out, "--out")
+    check_output(args.plot, "--plot")
     evaluator = simulate_report if args.engine == "sim" else analytic_report
     bar = None if args.no_progress else Bar("sweep")
     t0 = time.perf_counter()

@@ -31,7 +31,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from pipesim.report.folder import check_output
     from pipesim.whatif.analytic import analytic_report
+    check_output(args.json, "--json")
+    check_output(args.plot, "--plot")
     from pipesim.whatif.evaluate import detailed_report
     from pipesim.whatif.validation import SUITES, format_results, mape, run_suite, write_scenarios
 

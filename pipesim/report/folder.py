@@ -14,6 +14,16 @@ def default_dir(scenario_path: str) -> Path:
     return Path(Path(str(scenario_path)).stem + ".report")
 
 
+def check_output(path: str | None, flag: str) -> None:
+    """Refuse, before a long run, an output file whose folder does not exist."""
+    if path is None:
+        return
+    folder = Path(path).parent
+    if not folder.is_dir():
+        from pipesim.errors import PipesimError
+        raise PipesimError(f"{flag} {path}: the folder {folder} does not exist")
+
+
 def make_dir(out) -> Path:
     out = Path(out)
     try:
