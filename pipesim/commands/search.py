@@ -135,8 +135,8 @@ def run(args) -> int:
         base, dropped = bases[name]
         print(f"=== {n} GPUs" + (f" of {system_label(name)} ===" if name else " ==="))
         if dropped and n == counts[0]:
-            print(f"  the scenario's system keys {', '.join(dropped)} describe its own hardware: {system_label(name)} has "
-                  f"its preset's")
+            print(f"  the scenario's system keys {', '.join(dropped)} describe its own hardware: "
+                  f"{system_label(name)} has its preset's")
         stem = f"search-{system_label(name)}-{n}gpus" if name else f"search-{n}gpus"
         try:
             bests[(name, n)] = _search_one(args, base, space, evaluator, n, csv_name=stem + ".csv", system=name,

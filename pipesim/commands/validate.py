@@ -33,11 +33,11 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pipesim.report.folder import check_output
     from pipesim.whatif.analytic import analytic_report
-    check_output(args.json, "--json")
-    check_output(args.plot, "--plot")
     from pipesim.whatif.evaluate import detailed_report
     from pipesim.whatif.validation import SUITES, format_results, mape, run_suite, write_scenarios
 
+    check_output(args.json, "--json")
+    check_output(args.plot, "--plot")
     if args.snapshot:
         from pipesim.report.accuracy import SNAPSHOT
         from pipesim.whatif.validation_snapshot import run_all, write_snapshot
