@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_missing", None):
         print(f"pipesim {args._missing}: this command is not available in this build", file=sys.stderr)
         return 2
+    from pipesim.scenario.file_paths import from_working_dir
+    for name in ("overrides", "set"):              # the commands' --set lists
+        if isinstance(getattr(args, name, None), list):
+            setattr(args, name, from_working_dir(getattr(args, name)))
     try:
         return int(args._run(args) or 0)
     except PipesimError as exc:

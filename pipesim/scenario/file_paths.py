@@ -36,3 +36,24 @@ def rebase(raw: dict, folder: Path, to: Path | None = None) -> dict:
         if isinstance(sec, dict) and isinstance(sec.get(key), str) and sec[key].endswith(suffix):
             out[section] = dict(sec, **{key: moved(sec[key])})
     return out
+
+
+# --set keys whose value may name a file (model / system preset files end in .yaml / .yml)
+PATH_KEYS = {"model.preset": PRESET_FILE, "system.preset": PRESET_FILE, "model.hf_config": ("",),
+             "costs.profile": ("",), "training.schedule": (".csv",)}
+
+
+def from_working_dir(overrides: list[str]) -> list[str]:
+    """Command-line `--set KEY=PATH` overrides with a relative PATH that exists from the working
+    directory, made absolute: a path typed on the command line means the shell's folder (inside a
+    scenario file, a path is relative to the file; an override whose file is not found here keeps
+    that meaning)."""
+    out = []
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        suffixes = PATH_KEYS.get(key.strip())
+        if (sep and suffixes and value.endswith(suffixes) and not os.path.isabs(value)
+                and os.path.isfile(value)):
+            text = f"{key}={os.path.abspath(value)}"
+        out.append(text)
+    return out
