@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pipesim.calibrate.runs_file import read_runs
     from pipesim.calibrate.step_fit import fit_runs, parse_knobs
-    from pipesim.commands.progress import status
+    from pipesim.commands.progress import counting
 
     from pipesim.report.folder import check_output
     knobs = parse_knobs(args.fit)
@@ -44,9 +44,10 @@ def run(args) -> int:
     preset = common_system_preset(runs) if args.out else None       # refused before the fit, not after
     for target in args.predict:                                       # a bad target too
         _check_target(target)
-    with status(f"fitting {', '.join(k.name for k in knobs)} to {len(runs)} runs"):
-        result = fit_runs(runs, knobs, args.noise, args.cross_validate, engine=args.engine, jobs=max(1, args.jobs),
-                          predict=tuple(args.predict))
+    what = "simulations" if args.engine == "sim" else "evaluations"
+    with counting(f"fitting {', '.join(k.name for k in knobs)} to {len(runs)} runs", what) as update:
+        result = fit_runs(runs, knobs, args.noise, args.cross_validate, update, args.engine, max(1, args.jobs),
+                          tuple(args.predict))
     print(format_fit(result, len(runs), len(knobs)))
     if args.out:
         text = system_file(result, preset, len(runs), args.out)

@@ -61,3 +61,15 @@ def status(message: str):
         return
     with console.status(message):
         yield
+
+
+@contextlib.contextmanager
+def counting(message: str, unit: str):
+    """A spinner with `message` and a running count (`update(n)` -> "message (n unit)"), for work
+    whose total is unknown; silent when stderr is not a terminal."""
+    console = _console()
+    if not console.is_terminal:
+        yield lambda n: None
+        return
+    with console.status(message) as spinner:
+        yield lambda n: spinner.update(f"{message} ({n} {unit})")
