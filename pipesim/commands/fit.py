@@ -35,8 +35,8 @@ def run(args) -> int:
     from pipesim.calibrate.runs_file import read_runs
     from pipesim.calibrate.step_fit import fit_runs, parse_knobs
     from pipesim.commands.progress import counting
-
     from pipesim.report.folder import check_output
+
     knobs = parse_knobs(args.fit)
     check_output(args.json, "--json")
     check_output(args.out, "--out")
