@@ -245,3 +245,21 @@ def test_a_bad_prediction_target_is_refused_before_fitting(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err.startswith("pipesim fit: error: --predict:") and "missing.yaml: file not found" in captured.err
     assert captured.out == ""
+
+
+def test_megatron_logged_tflops_are_read_with_megatrons_own_flop_count(tmp_path, monkeypatch):
+    """`megatron_tflops_per_gpu` (what Megatron-Core's log prints) implies the step through
+    Megatron-Core's FLOP count (costs/summary.py megatron_core_flops), not pipesim's model FLOPs:
+    the figure pipesim's own step gives under that count implies exactly that step, and a count
+    twice as large implies a step twice as long."""
+    import pipesim.costs.summary as summary
+    s = pipesim.load_scenario(SCENARIO)
+    rep = step({})
+    logged = summary.megatron_core_flops(s) / (rep["step_time_s"] * s.num_gpus * 1e12)
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [{"scenario": SCENARIO, "megatron_tflops_per_gpu": logged}]}))
+    runs = read_runs(str(path))
+    assert fit_runs(runs, parse_knobs("compute")).runs[0].measured_step_s == pytest.approx(rep["step_time_s"], rel=1e-9)
+    count = summary.megatron_core_flops
+    monkeypatch.setattr(summary, "megatron_core_flops", lambda sc: 2 * count(sc))
+    assert runs[0].implied_step(rep, s) == pytest.approx(2 * rep["step_time_s"], rel=1e-9)

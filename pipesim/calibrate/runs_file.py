@@ -9,7 +9,9 @@
 Every figure is turned into the step time it implies for its own scenario (tokens, samples and
 model FLOPs per step are fixed by the scenario), so runs quoting different figures fit together.
 `model_tflops_per_gpu` and `mfu` must be counted as pipesim counts them: model FLOPs without
-recompute (docs/REPORT.md).
+recompute (docs/REPORT.md); `megatron_tflops_per_gpu` is the TFLOP/s per GPU Megatron-Core's
+training log prints (its own FLOP count, costs/summary.py megatron_core_flops: the logger since
+March 2025; older logs count causal attention twice).
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from pipesim.errors import PipesimError, ScenarioError
 # divided by the step time
 MEASURES = {"step_time_s": "step_time_s", "tokens_per_s": "tokens_per_s",
             "tokens_per_s_per_gpu": "tokens_per_s", "samples_per_s": "throughput_samples_per_s",
-            "model_tflops_per_gpu": "model_tflops_per_gpu", "mfu": "mfu"}
+            "model_tflops_per_gpu": "model_tflops_per_gpu", "mfu": "mfu",
+            "megatron_tflops_per_gpu": None}
 RUN_KEYS = ("name", "scenario", "set") + tuple(MEASURES)
 
 
@@ -36,10 +39,13 @@ class MeasuredRun:
     metric: str               # a key of MEASURES
     value: float
 
-    def implied_step(self, report: dict) -> float:
+    def implied_step(self, report: dict, scenario) -> float:
         """The step time the measured figure implies, from a report of the same scenario."""
         if self.metric == "step_time_s":
             return self.value
+        if self.metric == "megatron_tflops_per_gpu":
+            from pipesim.costs.summary import megatron_core_flops
+            return megatron_core_flops(scenario) / (self.value * 1e12 * scenario.num_gpus)
         predicted = report[MEASURES[self.metric]]
         if self.metric == "tokens_per_s_per_gpu":
             predicted /= report["num_gpus"]

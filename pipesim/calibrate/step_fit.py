@@ -181,6 +181,7 @@ class _Model:
                     raise PipesimError(f"run {runs[i].name!r} sets its compute rate by {k.key(s)}, run "
                                        f"{runs[0].name!r} by {key}: fit runs of one kind together")
         self.defaults = [k.default(first) for k in knobs]
+        self.scenarios = scenarios
         self.reports = [_report(s, engine) for s in scenarios]
         self._count(len(runs))
 
@@ -250,7 +251,7 @@ def _fit(runs, knobs, noise, cross_validate, progress, engine, pool, predict) ->
     from scipy.optimize import least_squares
 
     m = _Model(runs, knobs, progress, engine, pool)
-    measured = [r.implied_step(rep) for r, rep in zip(runs, m.reports)]
+    measured = [r.implied_step(rep, s) for r, rep, s in zip(runs, m.reports, m.scenarios)]
     u0 = [k.to_fit(min(max(d, k.low), k.high)) for k, d in zip(knobs, m.defaults)]
     lo = [k.to_fit(k.low) for k in knobs]
     hi = [k.to_fit(k.high) for k in knobs]
