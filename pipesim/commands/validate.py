@@ -52,6 +52,9 @@ def run(args) -> int:
     want_nccl = not args.suites or "nccl" in args.suites
     want_moe = not args.suites or "moezoo-qwen3" in args.suites
     suites = [s for s in args.suites if not s.startswith("seed-") and s not in ("nccl", "moezoo-qwen3")]
+    if args.diagnose and args.suites and not suites:
+        print(f"--diagnose covers the throughput families ({', '.join(SUITES)}), not "
+              f"{', '.join(args.suites)}\n")
     if want_moe:
         from pipesim.whatif.validation_moe import format_longseq, format_moe, run_longseq_suite, run_moe_suite
         evaluator = None if args.engine == "sim" else analytic_report
