@@ -196,7 +196,8 @@ def test_validate_diagnose_fits_each_knob_alone_to_a_family():
     from pipesim.whatif.diagnose import diagnose, format_diagnosis
     from pipesim.whatif.validation import run_suite
     results = run_suite(["korthikanti22"], evaluator=analytic_report)["korthikanti22"]
-    now, rows = diagnose("korthikanti22", results, engine="analytic", jobs=1)
+    ((label, now, rows),) = diagnose("korthikanti22", results, engine="analytic", jobs=1)
+    assert label == "korthikanti22"
     assert {r.knob for r in rows} == set(KNOBS)
     assert now == pytest.approx(sum(abs(r.error_pct) for r in results) / len(results))
     assert all(r.mape_pct <= now + 0.05 for r in rows)
@@ -263,3 +264,15 @@ def test_megatron_logged_tflops_are_read_with_megatrons_own_flop_count(tmp_path,
     count = summary.megatron_core_flops
     monkeypatch.setattr(summary, "megatron_core_flops", lambda sc: 2 * count(sc))
     assert runs[0].implied_step(rep, s) == pytest.approx(2 * rep["step_time_s"], rel=1e-9)
+
+
+def test_diagnose_fits_a_family_of_several_gpus_one_gpu_at_a_time():
+    """megatron-v1 runs on V100 and A100: one diagnosis per GPU type (a fit is of one system), not
+    the refusal a mixed fit gets."""
+    from pipesim.whatif.analytic import analytic_report
+    from pipesim.whatif.diagnose import diagnose
+    from pipesim.whatif.validation import run_suite
+    results = run_suite(["megatron-v1"], evaluator=analytic_report)["megatron-v1"]
+    groups = diagnose("megatron-v1", results, engine="analytic", jobs=1)
+    assert len(groups) >= 2 and all(label.startswith("megatron-v1 on ") for label, _, _ in groups)
+    assert all(len(rows) == len(KNOBS) for _, _, rows in groups)

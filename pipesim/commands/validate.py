@@ -105,8 +105,11 @@ def run(args) -> int:
         from pipesim.whatif.diagnose import diagnose, format_diagnosis
         for suite, rs in results.items():
             with status(f"diagnosing {suite}"):
-                now, rows = diagnose(suite, rs, args.cases, args.efficiency, args.engine, max(1, args.jobs))
-            print("\n" + format_diagnosis(suite, now, rows))
+                groups = diagnose(suite, rs, args.cases, args.efficiency, args.engine, max(1, args.jobs))
+            for label, now, rows in groups:
+                print("\n" + format_diagnosis(label, now, rows))
+            if not groups:
+                print(f"\ndiagnosis {suite}: fewer than two cases on any one GPU type, nothing to fit")
     return 0
 
 
