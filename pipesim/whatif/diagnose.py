@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 
 @dataclass
