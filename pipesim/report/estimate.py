@@ -41,6 +41,23 @@ def op_row(s: Scenario, cm, op: Op, block: str) -> dict:
     }
 
 
+def a2a_row(s: Scenario, block: str) -> dict:
+    """The MoE layer's dispatch and combine all-to-alls as a row of their own: their cost is the
+    layer's (costs/moe.py a2a_costs), not any one op's. Blocking time as the stage costs count it;
+    with the A2A overlap the simulator hides part of it under the paired micro-batch."""
+    from pipesim.costs.layers import shapes_of
+    from pipesim.costs.moe import a2a_costs
+    a = a2a_costs(s, shapes_of(s))
+    ep = s.parallel.expert
+    row = {k: 0.0 for k in COLUMNS}
+    label = f"all_to_all(ep:{ep})x2"
+    row.update(block=block, op="ep_all_to_all", kind="comm", bound="comm", source="alpha-beta",
+               comm_fwd=label, comm_bwd=label, comm_bytes_fwd=a.bytes_fwd, comm_bytes_bwd=a.bytes_bwd,
+               t_comm_fwd_s=a.fwd, t_comm_bwd_s=a.bwd, t_fwd_s=a.fwd, t_bwd_s=a.bwd,
+               frac_comm_fwd=1.0 if a.fwd else 0.0, frac_comm_bwd=1.0 if a.bwd else 0.0)
+    return row
+
+
 def estimate(s: Scenario) -> dict:
     """Rows per op, per-layer and depth totals, and the model summary (all SI units)."""
     cm = cost_model_for(s)
@@ -49,6 +66,8 @@ def estimate(s: Scenario) -> dict:
     hybrid = bool(s.model.hybrid_layer_pattern)
     block = lambda kind: ("moe" if kind is True else kind) if hybrid else "layer"
     kinds = {moe: [op_row(s, cm, op, block(moe)) for op in costed_layer_ops(s, moe)] for moe, _ in layer_counts(s)}
+    if True in kinds and s.parallel.expert > 1:
+        kinds[True].append(a2a_row(s, block(True)))
     layer = kinds.get(True, kinds.get(False)) or next(iter(kinds.values()))   # an MoE layer if there is one
     extras = ([op_row(s, cm, op, "embedding") for op in embedding_ops(s)]
               + [op_row(s, cm, op, "head") for op in head_ops(s)]
