@@ -58,6 +58,25 @@ def a2a_row(s: Scenario, block: str) -> dict:
     return row
 
 
+def cp_row(s: Scenario, cm, ops: list[Op], block: str) -> dict | None:
+    """A layer's context-parallel K/V exchange as a row (costs/context.py context_comm): the part
+    the attention blocks do not hide is its time; the label says how much hides."""
+    from pipesim.costs.context import context_comm
+    c = context_comm(s, cm, ops)
+    if not (c.bytes_fwd or c.bytes_bwd):
+        return None
+    mode = s.parallel.context_mode
+    row = {k: 0.0 for k in COLUMNS}
+    row.update(block=block, op="cp_kv_exchange", kind="comm", bound="comm", source="alpha-beta",
+               comm_fwd=f"{mode}(cp:{s.parallel.context}), hidden {c.fwd_hidden * 1e3:.3g} ms",
+               comm_bwd=f"{mode}(cp:{s.parallel.context}), hidden {c.bwd_hidden * 1e3:.3g} ms",
+               comm_bytes_fwd=c.bytes_fwd, comm_bytes_bwd=c.bytes_bwd,
+               t_comm_fwd_s=c.fwd_exposed, t_comm_bwd_s=c.bwd_exposed, t_fwd_s=c.fwd_exposed,
+               t_bwd_s=c.bwd_exposed, frac_comm_fwd=1.0 if c.fwd_exposed else 0.0,
+               frac_comm_bwd=1.0 if c.bwd_exposed else 0.0)
+    return row
+
+
 def estimate(s: Scenario) -> dict:
     """Rows per op, per-layer and depth totals, and the model summary (all SI units)."""
     cm = cost_model_for(s)
@@ -65,7 +84,13 @@ def estimate(s: Scenario) -> dict:
     # a hybrid model's table has every layer kind, its block named after the kind (mamba, ...)
     hybrid = bool(s.model.hybrid_layer_pattern)
     block = lambda kind: ("moe" if kind is True else kind) if hybrid else "layer"
-    kinds = {moe: [op_row(s, cm, op, block(moe)) for op in costed_layer_ops(s, moe)] for moe, _ in layer_counts(s)}
+    kinds = {}
+    for moe, _ in layer_counts(s):
+        ops = costed_layer_ops(s, moe)
+        kinds[moe] = [op_row(s, cm, op, block(moe)) for op in ops]
+        if s.parallel.context > 1:
+            cp = cp_row(s, cm, ops, block(moe))
+            kinds[moe] += [cp] if cp else []
     if True in kinds and s.parallel.expert > 1:
         kinds[True].append(a2a_row(s, block(True)))
     layer = kinds.get(True, kinds.get(False)) or next(iter(kinds.values()))   # an MoE layer if there is one
