@@ -41,6 +41,17 @@ def op_row(s: Scenario, cm, op: Op, block: str) -> dict:
     }
 
 
+def _comm_row(block: str, op: str, labels: tuple, sent: tuple, seconds: tuple) -> dict:
+    """A row for communication a layer does as a whole: (forward, backward) labels, bytes sent and
+    blocking seconds."""
+    row = {k: 0.0 for k in COLUMNS}
+    row.update(block=block, op=op, kind="comm", bound="comm", source="alpha-beta",
+               comm_fwd=labels[0], comm_bwd=labels[1], comm_bytes_fwd=sent[0], comm_bytes_bwd=sent[1],
+               t_comm_fwd_s=seconds[0], t_comm_bwd_s=seconds[1], t_fwd_s=seconds[0], t_bwd_s=seconds[1],
+               frac_comm_fwd=1.0 if seconds[0] else 0.0, frac_comm_bwd=1.0 if seconds[1] else 0.0)
+    return row
+
+
 def a2a_row(s: Scenario, block: str) -> dict:
     """The MoE layer's dispatch and combine all-to-alls as a row of their own: their cost is the
     layer's (costs/moe.py a2a_costs), not any one op's. Blocking time as the stage costs count it;
@@ -48,14 +59,8 @@ def a2a_row(s: Scenario, block: str) -> dict:
     from pipesim.costs.layers import shapes_of
     from pipesim.costs.moe import a2a_costs
     a = a2a_costs(s, shapes_of(s))
-    ep = s.parallel.expert
-    row = {k: 0.0 for k in COLUMNS}
-    label = f"all_to_all(ep:{ep})x2"
-    row.update(block=block, op="ep_all_to_all", kind="comm", bound="comm", source="alpha-beta",
-               comm_fwd=label, comm_bwd=label, comm_bytes_fwd=a.bytes_fwd, comm_bytes_bwd=a.bytes_bwd,
-               t_comm_fwd_s=a.fwd, t_comm_bwd_s=a.bwd, t_fwd_s=a.fwd, t_bwd_s=a.bwd,
-               frac_comm_fwd=1.0 if a.fwd else 0.0, frac_comm_bwd=1.0 if a.bwd else 0.0)
-    return row
+    label = f"all_to_all(ep:{s.parallel.expert})x2"
+    return _comm_row(block, "ep_all_to_all", (label, label), (a.bytes_fwd, a.bytes_bwd), (a.fwd, a.bwd))
 
 
 def cp_row(s: Scenario, cm, ops: list[Op], block: str) -> dict | None:
@@ -65,16 +70,9 @@ def cp_row(s: Scenario, cm, ops: list[Op], block: str) -> dict | None:
     c = context_comm(s, cm, ops)
     if not (c.bytes_fwd or c.bytes_bwd):
         return None
-    mode = s.parallel.context_mode
-    row = {k: 0.0 for k in COLUMNS}
-    row.update(block=block, op="cp_kv_exchange", kind="comm", bound="comm", source="alpha-beta",
-               comm_fwd=f"{mode}(cp:{s.parallel.context}), hidden {c.fwd_hidden * 1e3:.3g} ms",
-               comm_bwd=f"{mode}(cp:{s.parallel.context}), hidden {c.bwd_hidden * 1e3:.3g} ms",
-               comm_bytes_fwd=c.bytes_fwd, comm_bytes_bwd=c.bytes_bwd,
-               t_comm_fwd_s=c.fwd_exposed, t_comm_bwd_s=c.bwd_exposed, t_fwd_s=c.fwd_exposed,
-               t_bwd_s=c.bwd_exposed, frac_comm_fwd=1.0 if c.fwd_exposed else 0.0,
-               frac_comm_bwd=1.0 if c.bwd_exposed else 0.0)
-    return row
+    mode = f"{s.parallel.context_mode}(cp:{s.parallel.context})"
+    labels = (f"{mode}, hidden {c.fwd_hidden * 1e3:.3g} ms", f"{mode}, hidden {c.bwd_hidden * 1e3:.3g} ms")
+    return _comm_row(block, "cp_kv_exchange", labels, (c.bytes_fwd, c.bytes_bwd), (c.fwd_exposed, c.bwd_exposed))
 
 
 def estimate(s: Scenario) -> dict:
