@@ -37,6 +37,19 @@ def test_emulate_then_compare_with_the_simulator(tmp_path, capsys):
     assert png.stat().st_size > 1000
 
 
+def test_compare_rejects_reports_of_two_different_runs(tmp_path, capsys):
+    """A simulation of one scenario against a report of another (4 GPUs x 8 micro-batches vs 2 x 4):
+    per-rank errors of thousands of % used to come out; now one line says why they mean nothing."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["simulate", "scenarios/gpt2-small-4gpu.yaml", "--events", "--json", str(a), "--no-files"]) == 0
+    assert main(["simulate", TINY, "--events", "--json", str(b), "--no-files"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "reports of different runs (num_gpus 4 vs 2, num_microbatches 8 vs 4)" in err
+
+
 def test_compare_rejects_a_trace_file(tmp_path, capsys):
     bad = tmp_path / "t.json"
     bad.write_text('{"traceEvents": []}')

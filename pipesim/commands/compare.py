@@ -13,9 +13,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pipesim.report.compare import compare, format_table, load_report, plot
+    from pipesim.report.compare import check_same_run, compare, format_table, load_report, plot
     from pipesim.errors import PipesimError
     sim, emu = load_report(args.simulated), load_report(args.measured)
+    check_same_run(sim, emu, args.simulated, args.measured)
     c = compare(sim, emu)
     print(format_table(c))
     if args.json_out:

@@ -83,6 +83,19 @@ def _by_pp(ranks) -> dict:
     return out
 
 
+# what two reports of one scenario share, whichever ran it (simulate --json, emulate --json)
+SAME_RUN = ("num_gpus", "num_microbatches", "schedule")
+
+
+def check_same_run(sim: dict, emu: dict, sim_path: str, emu_path: str) -> None:
+    """Refuse to compare reports of two different runs (their errors would mean nothing)."""
+    differ = [f"{k} {sim.get(k)} vs {emu.get(k)}" for k in SAME_RUN
+              if k in sim and k in emu and sim[k] != emu[k]]
+    if differ:
+        raise PipesimError(f"{sim_path} and {emu_path} are reports of different runs ({', '.join(differ)}); "
+                           f"compare the simulation and the emulation of one scenario")
+
+
 def compare(sim: dict, emu: dict) -> dict:
     """The comparison as a dict of tables (rows of predicted, measured, error_pct)."""
     se, ee = sim.get("events", []), emu.get("events", [])
