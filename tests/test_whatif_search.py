@@ -2,6 +2,7 @@
 'simulator' so the test is fast and exact)."""
 import pytest
 
+from pipesim.cli import main
 from pipesim.errors import ScenarioError
 from pipesim.whatif.analytic import analytic_report
 from pipesim.whatif.search import SearchSpace, candidates, prefer_simple, search, system_for
@@ -309,3 +310,12 @@ def test_search_says_whether_nothing_was_possible_or_nothing_fit(tmp_path, capsy
     assert "no layout to try: the sizes given do not divide 8 GPUs" in capsys.readouterr().out
     assert run("--gpus", "7") == 1                   # global batch 64 splits over no data size of 7
     assert "no layout is possible: every candidate was refused" in capsys.readouterr().out
+
+
+def test_search_refuses_an_unknown_schedule_name_up_front(capsys):
+    """`--schedules nope` was enumerated, refused per candidate and the search went on with what
+    was left; a typo is now one line before any work, like --recompute's."""
+    assert main(["search", "scenarios/gpt2-small-4gpu.yaml", "--gpus", "4", "--schedules", "1f1b,nope",
+                 "--no-files"]) == 2
+    captured = capsys.readouterr()
+    assert "--schedules 1f1b,nope: unknown schedule 'nope'" in captured.err and captured.out == ""

@@ -118,6 +118,11 @@ def run(args) -> int:
                                                    ("fp32", "tf32", "fp16", "bf16", "fp8"))
     if args.schedules:
         space.schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
+        from pipesim.schedules import SCHEDULES
+        bad = [n for n in space.schedules if n not in SCHEDULES and not n.endswith(".csv")]
+        if bad or not space.schedules:
+            raise ScenarioError(f"--schedules {args.schedules}: unknown schedule {(bad or [''])[0]!r}; expected "
+                                f"among {', '.join(sorted(SCHEDULES))} (or action CSVs)")
     evaluator = simulate_report if args.engine == "sim" else analytic_report
     counts = _ints(args.gpus, "--gpus")
     systems = parse_systems(args.systems) if args.systems else {}
