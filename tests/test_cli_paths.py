@@ -46,4 +46,3 @@ def test_a_set_path_typed_on_the_command_line_is_from_the_working_directory(tmp_
     assert "H100" in capsys.readouterr().out
     assert main(["simulate", scenario, "--no-files", "--set", "system.preset=nope.yaml"]) == 2
     assert "preset file not found: " + str(Path(scenario).parent / "nope.yaml") in capsys.readouterr().err
-
