@@ -160,19 +160,21 @@ class _Model:
 
     def __init__(self, runs: list[MeasuredRun], knobs: list[Knob], progress: Callable[[int], None] | None,
                  engine: str, pool=None):
+        from pipesim.calibrate.host import with_host_model
         from pipesim.scenario.load import load_scenario
         self.runs, self.progress, self.engine, self.pool = runs, progress, engine, pool
         self.cache: dict = {}
         self.evaluations = 0
-        scenarios = [load_scenario(r.scenario, r.sets) for r in runs]
+        # each run's file read once, with its overrides and its relative paths made absolute: every
+        # evaluation builds the scenario from this mapping instead of reading the file again
+        self.raws = [read_run(r.scenario, r.sets) for r in runs]
+        scenarios = [load_scenario(raw) for raw in self.raws]
         first = scenarios[0]
         self.keys = [k.key(first) for k in knobs]
-        from pipesim.calibrate.host import with_host_model
         for i, s in enumerate(scenarios):
             if with_host_model(s) is not s:
                 raise PipesimError(f"run {runs[i].name!r}: costs.profile carries a measured CPU host model, which "
                                    f"sets the launch cost and the links itself; fit runs with GPU costs")
-        for i, s in enumerate(scenarios[1:], 1):
             if s.system.gpu.name != first.system.gpu.name:
                 raise PipesimError(f"runs {runs[i].name!r} and {runs[0].name!r} are on different GPUs "
                                    f"({s.system.gpu.name}, {first.system.gpu.name}): fit one system at a time")
@@ -195,11 +197,11 @@ class _Model:
         todo = list(dict.fromkeys(p for p in pairs if p not in self.cache))
         if not todo:
             return
-        jobs = [(self.runs[i].scenario, self.runs[i].sets + self._sets(v), self.engine) for i, v in todo]
+        jobs = [(self.raws[i], self._sets(v), self.engine) for i, v in todo]
         self.cache.update(zip(todo, self.run_jobs(jobs)))
 
     def run_jobs(self, jobs: list) -> list[float]:
-        """Step times of (scenario path, overrides, engine) jobs, in the pool when there is one."""
+        """Step times of (scenario mapping, overrides, engine) jobs, in the pool when there is one."""
         steps = self.pool.map(_step_of, jobs) if self.pool is not None and len(jobs) > 1 else map(_step_of, jobs)
         out = list(steps)
         self._count(len(out))
@@ -219,11 +221,23 @@ def _report(s, engine: str) -> dict:
     return analytic_report(s) if engine == "analytic" else simulate_report(s)
 
 
+def read_run(path: str, sets=()) -> dict:
+    """A scenario file's mapping with `sets` applied, then its relative paths (and those the
+    overrides name, relative to the file as `load_scenario(path, sets)` reads them) made absolute."""
+    from pathlib import Path
+    from pipesim.scenario.file_paths import rebase
+    from pipesim.scenario.load import apply_override, read_yaml
+    raw = read_yaml(Path(path))
+    for text in sets:
+        raw = apply_override(raw, text)
+    return rebase(raw, Path(path).parent)
+
+
 def _step_of(job) -> float:
     """A run's step time under overrides (top level: a worker process runs it)."""
     from pipesim.scenario.load import load_scenario
-    scenario, sets, engine = job
-    return _report(load_scenario(scenario, sets), engine)["step_time_s"]
+    raw, sets, engine = job
+    return _report(load_scenario(raw, sets), engine)["step_time_s"]
 
 
 def fit_runs(runs: list[MeasuredRun], knobs: list[Knob], noise: float = NOISE, cross_validate: bool = False,
@@ -321,7 +335,8 @@ def _predict(m, path, engine, rounded, values, z, z_lo, z_hi, cov_z) -> Predicti
     for j in range(len(z)):
         dz = PREDICT_STEP if z[j] + PREDICT_STEP <= z_hi[j] else -PREDICT_STEP
         probes.append(np.where(np.arange(len(z)) == j, np.clip(z[j] + dz, z_lo[j], z_hi[j]), z))
-    jobs = [(path, (), engine), (path, m._sets(rounded), engine)] + [(path, m._sets(values(p)), engine) for p in probes]
+    raw = read_run(path)
+    jobs = [(raw, (), engine), (raw, m._sets(rounded), engine)] + [(raw, m._sets(values(p)), engine) for p in probes]
     default, fitted, at_z, *moved = m.run_jobs(jobs)
     g = np.array([(math.log(t) - math.log(at_z)) / (p[j] - z[j]) if p[j] != z[j] else 0.0
                   for j, (t, p) in enumerate(zip(moved, probes[1:]))])

@@ -144,16 +144,7 @@ def system_file(result, preset: str, n_runs: int, out_path: str) -> str:
 
 def _system_preset(run) -> str | None:
     """The system preset a run's scenario names (a built-in name, or a preset file's absolute path)."""
-    import os
-    from pathlib import Path
-    from pipesim.scenario.load import apply_override, read_yaml
-    raw = read_yaml(Path(run.scenario))
-    for text in run.sets:
-        raw = apply_override(raw, text)
-    section = raw.get("system")
+    from pipesim.calibrate.step_fit import read_run
+    section = read_run(run.scenario, run.sets).get("system")
     preset = section if isinstance(section, str) else (section or {}).get("preset")
-    if not isinstance(preset, str):
-        return None
-    if preset.endswith((".yaml", ".yml")) and not os.path.isabs(preset):
-        preset = os.path.abspath(os.path.join(os.path.dirname(run.scenario), preset))
-    return preset
+    return preset if isinstance(preset, str) else None
