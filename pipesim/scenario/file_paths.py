@@ -8,6 +8,10 @@ import os
 from pathlib import Path
 
 PRESET_FILE = (".yaml", ".yml")
+# the scenario keys whose value may name a file, and the endings that make it one (a model or
+# system section given as a bare string is its preset)
+PATH_KEYS = {"model.preset": PRESET_FILE, "system.preset": PRESET_FILE, "model.hf_config": ("",),
+             "costs.profile": ("",), "training.schedule": (".csv",)}
 
 
 def rebase(raw: dict, folder: Path, to: Path | None = None) -> dict:
@@ -20,27 +24,14 @@ def rebase(raw: dict, folder: Path, to: Path | None = None) -> dict:
         return os.path.relpath(target, to) if to is not None else target
 
     out = dict(raw)
-    for section in ("model", "system"):
+    for path, suffixes in PATH_KEYS.items():
+        section, key = path.split(".")
         sec = out.get(section)
-        if isinstance(sec, str) and sec.endswith(PRESET_FILE):
+        if key == "preset" and isinstance(sec, str) and sec.endswith(suffixes):
             out[section] = moved(sec)
-        elif isinstance(sec, dict):
-            sec = dict(sec)
-            if isinstance(sec.get("preset"), str) and sec["preset"].endswith(PRESET_FILE):
-                sec["preset"] = moved(sec["preset"])
-            if section == "model" and isinstance(sec.get("hf_config"), str):
-                sec["hf_config"] = moved(sec["hf_config"])
-            out[section] = sec
-    for section, key, suffix in (("training", "schedule", ".csv"), ("costs", "profile", "")):
-        sec = out.get(section)
-        if isinstance(sec, dict) and isinstance(sec.get(key), str) and sec[key].endswith(suffix):
+        elif isinstance(sec, dict) and isinstance(sec.get(key), str) and sec[key].endswith(suffixes):
             out[section] = dict(sec, **{key: moved(sec[key])})
     return out
-
-
-# --set keys whose value may name a file (model / system preset files end in .yaml / .yml)
-PATH_KEYS = {"model.preset": PRESET_FILE, "system.preset": PRESET_FILE, "model.hf_config": ("",),
-             "costs.profile": ("",), "training.schedule": (".csv",)}
 
 
 def from_working_dir(overrides: list[str]) -> list[str]:
