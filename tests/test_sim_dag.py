@@ -12,7 +12,8 @@ LAYOUTS = {"gpipe": 1, "1f1b": 1, "interleaved": 2, "looped-bfs": 2, "zb-h1": 1,
 # sends (one node: p2p and DP both on NVLink), reduction after the plan + ZeRO-1 all-gather,
 # quantized sends with recomputation, a straggler, slow links where sends queue on a port, and
 # tensor parallelism without SP (each received tensor all-gathered over the TP group), and activation
-# offloading over a slow host link (copies outlast the passes; activations leave and return).
+# offloading over a slow host link (copies outlast the passes; activations leave and return), and
+# context parallelism without data parallelism.
 VARIANTS = {
     "dp-overlap": dict(data=2, bw_GBps=0.05, extra_training={"grad_bucket_MB": 0.05}),
     "dp-after-zero1": dict(data=2, extra_training={"overlap_grad_reduce": False, "zero_stage": 1}),
@@ -23,6 +24,10 @@ VARIANTS = {
     "slow-links": dict(bw_GBps=0.002, latency_us=50.0),
     "tp-scatter-gather": dict(tensor=2),
     "offload": dict(extra_training={"offload_activation_layers": 1}, extra_system={"host_link_GBps": 1e-3}),
+    # data 1 but context 2: gradients are still reduced (and ZeRO-1 shards still gathered) over
+    # data x context (the DAG path used to skip both when parallel.data was 1)
+    "cp-only-zero1": dict(gpus_per_node=8, extra_parallel={"context": 2},
+                          extra_training={"zero_stage": 1, "grad_bucket_MB": 0.05}),
 }
 
 
@@ -202,7 +207,7 @@ def test_bucket_stream_stretches_equal_the_per_bucket_loop():
             jobs.append((t0, rng.choice([0.0, 0.1, 0.5, 2.0]) * rng.random(), n))
         sends = sorted((rng.random() * 4, rng.random() * 0.05) for _ in range(rng.randint(0, 12)))
         w = SimpleNamespace(buckets={k: [1.0] * n for k in range(len(jobs))},
-                            scenario=SimpleNamespace(parallel=SimpleNamespace(data=2)), grad_kind="all_reduce")
+                            scenario=SimpleNamespace(parallel=SimpleNamespace(data=2, context=1)), grad_kind="all_reduce")
         port, dp_ivs = Port(), []
         stream = DPStream(w, 0, port, dp_ivs)
         orig = dag_module.collective_seconds

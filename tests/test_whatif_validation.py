@@ -197,3 +197,15 @@ def test_the_summary_gives_every_family_its_bar_and_status():
         status = summary_line(suite, res[suite]).rsplit(": ", 1)[1].rstrip(")")
         assert line.endswith(status) and f"{len(res[suite])}/{len(res[suite])}" in line
     assert table[2].endswith("held out (tests only)")
+
+
+def test_llama3_fsdp_reduces_and_gathers_once_per_layer(cases):
+    """Llama 3's FSDP (Sec. 3.3.2) communicates per wrapped unit: the converter's bucket is one
+    layer's fp32 gradient, so every one-layer model chunk is one reduce-scatter and one
+    all-gather (not 25 MB DDP buckets: ~500 of them per rank, each paying a 127-hop ring)."""
+    from pipesim.costs import stage_costs
+    from pipesim.costs.zero3_reuse import gradient_buckets
+    s = load_scenario(case_scenario(cases["llama3-405b-16384gpu-cp1-8k"]))
+    layers = [c for c in stage_costs(s) if c.layers == 1]
+    assert len(layers) == 126
+    assert {gradient_buckets(s.training, c) for c in layers} == {1}

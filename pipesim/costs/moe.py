@@ -360,29 +360,39 @@ class MoELayerCosts:
         block = ops[split:]
         slow = {ph: (overlap_slowdown(s, cm, ops[:split], ph), overlap_slowdown(s, cm, block, ph)) for ph in ("fwd", "bwd")}
         return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s),
-                   edp_ratio(s, "all_gather", "ring"),       # ZeRO-3 gathers are rings (engine.py)
+                   gather_ratio(s),
                    sum(cm.time(o, "fwd").seconds for o in block) + host,
                    sum(cm.time(o, "bwd").seconds for o in block), host,
                    sum(cm.time(o, "bwd").seconds * cm.wgrad_share(o) for o in block), slow["fwd"], slow["bwd"])
 
 
-def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None) -> float:
+def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None, nbytes: float | None = None) -> float:
     """Expert weights and gradients are gathered / reduced over the expert-data-parallel group
     (EDP = t·d / (EP·ETP)), dense ones over data parallelism. The engine runs one stream of
     such collectives over the DP group, so expert bytes enter it scaled by t_EDP / t_DP of one
-    gradient bucket (same α-β formulas and algorithm as the engine uses for that collective);
-    0 when EDP is 1 (nothing to exchange)."""
+    collective of `nbytes` (default: one gradient bucket; same α-β formulas and algorithm as the
+    engine uses for that collective): exact for collectives of that size, since the latency
+    terms differ between the two groups; 0 when EDP is 1 (nothing to exchange)."""
     from pipesim.costs.topology import placement
     from pipesim.costs.moe_parallel import expert_data_size
     if expert_data_size(s) <= 1:
         return 0.0
     from pipesim.costs.zero_groups import zero_collective_time
-    bucket = s.training.grad_bucket_MB * 1e6
+    bucket = s.training.grad_bucket_MB * 1e6 if nbytes is None else nbytes
     algorithm, replicas = algorithm or s.parallel.collective, s.training.zero_replicas
     dense = zero_collective_time(kind, bucket, placement(s, "dp_cp"), replicas, algorithm)   # the engine's DP group
     if dense <= 0:
         return 1.0
     return zero_collective_time(kind, bucket, expert_placement(s, "edp"), replicas, algorithm) / dense
+
+
+def gather_ratio(s: Scenario) -> float:
+    """edp_ratio of the ZeRO weight all-gathers: rings (engine.py); under ZeRO-1/2 at the size of
+    the parameter bucket they run in (zero3_reuse.param_allgather_seconds), under ZeRO-3 at the
+    gradient bucket's (its gathers go tensor by tensor)."""
+    from pipesim.costs.zero3_reuse import param_bucket_bytes
+    tr = s.training
+    return edp_ratio(s, "all_gather", "ring", param_bucket_bytes(tr) if tr.zero_stage < 3 else None)
 
 
 def grad_ratio(s: Scenario) -> float:

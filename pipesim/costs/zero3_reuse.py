@@ -97,7 +97,26 @@ def gradient_buckets(tr, c) -> int:
         return 0
     if tr.zero3_per_layer:
         return max(1, c.layers)
-    return max(1, math.ceil(c.grad_bytes / (tr.grad_bucket_MB * 1e6)))
+    # (a stage that exactly fills its buckets must not gain one from float rounding)
+    return max(1, math.ceil(c.grad_bytes / (tr.grad_bucket_MB * 1e6) - 1e-9))
+
+
+def param_allgather_seconds(tr, c, collective) -> float:
+    """Seconds of the ZeRO-1/2 parameter all-gather of stage costs `c` after the optimizer step.
+    Megatron-Core's distributed optimizer gathers the updated weights bucket by bucket, over the
+    buckets its gradients were reduce-scattered in (one _ParamAndGradBuffer bucket holds both), so
+    each bucket is a collective that pays its own latency; `collective(kind, nbytes)` times one.
+    An MoE stage's expert bytes enter at their bucket-level time ratio (costs/moe.py edp_ratio),
+    which is only exact for collectives of that bucket's size."""
+    n, full = gradient_buckets(tr, c), gathered_weight_bytes(tr, c)
+    return n * collective("all_gather", full / n) if n and full else 0.0
+
+
+def param_bucket_bytes(tr) -> float:
+    """Bytes of one ZeRO-1/2 parameter all-gather bucket: grad_bucket_MB of gradients holds as many
+    parameters, gathered in their 16/32-bit compute copy."""
+    from pipesim.costs.step_ops import elem_of, grad_elem_bytes
+    return tr.grad_bucket_MB * 1e6 * elem_of(tr) / grad_elem_bytes(tr)
 
 
 def weight_gathers(tr, c) -> int:

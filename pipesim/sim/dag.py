@@ -37,18 +37,24 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
 from pipesim.sim.p2p_sync import POST, WAIT, batched_row, dag_steps
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds
+from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds,
+                                  param_gather_seconds)
+
+
+def grad_group(w: Workload) -> int:
+    """GPUs a gradient is reduced over: data x context (as the engine's dp_n)."""
+    return w.scenario.parallel.data * w.scenario.parallel.context
 
 
 def applies(w: Workload, trace: bool) -> str | None:
     """None if the DAG path is exact for `w`, else why the SimPy engine must run."""
     if trace:
         return "trace events requested"
-    if w.zero_stage == 3 and w.scenario.parallel.data > 1:
+    if w.zero_stage == 3 and grad_group(w) > 1:
         return "ZeRO-3 weight gathers"
-    if w.grad_every_microbatch and not w.overlap_grad_reduce and w.scenario.parallel.data > 1:
+    if w.grad_every_microbatch and not w.overlap_grad_reduce and grad_group(w) > 1:
         return "blocking gradient reduce-scatters after every micro-batch (ZeRO-2 without overlap)"
-    if w.mode == "full" and w.scenario.parallel.data > 1 and not symmetric(w):
+    if w.mode == "full" and grad_group(w) > 1 and not symmetric(w):
         return "full mode with unequal data-parallel replicas (collectives join different timelines)"
     if getattr(w, "needs_engine", None):
         return w.needs_engine
@@ -100,7 +106,7 @@ class DPStream:
             sizes = w.buckets[stage]
             if t0 > self.t:
                 self.t = t0   # an idle stream wakes when the job is queued
-            if w.scenario.parallel.data <= 1 or not sizes:
+            if grad_group(w) <= 1 or not sizes:
                 continue
             arr = ready_times(t0, dur, len(sizes))
             self.cur = (arr.tolist(), arr, collective_seconds(w, w.grad_kind, sizes[0], self.pp))
@@ -224,7 +230,7 @@ class DagRun:
             tl = self.tl[g.id]
             tl.comm["P2P"] = []               # key order as the engine's
             dp_port = ports[g.id][w.dp_group[g.pp][1]]
-            dp = DPStream(w, g.pp, dp_port, tl.comm.setdefault("DP", []) if w.scenario.parallel.data > 1 else [])
+            dp = DPStream(w, g.pp, dp_port, tl.comm.setdefault("DP", []) if grad_group(w) > 1 else [])
             peers = {q: w.gang_at[(g.dp, q)] for q in range(w.plan.num_ranks) if (g.dp, q) in w.gang_at}
             # [next op index, clock, receive buffer bytes, dp stream, peers]
             state[g.id] = [0, 0.0, 0.0, dp, peers]
@@ -388,10 +394,9 @@ class DagRun:
             start = t
             t = start + sec
             tl.compute.append((start, t, name))
-        if w.zero_stage in (1, 2) and w.scenario.parallel.data > 1:
+        if w.zero_stage in (1, 2) and grad_group(w) > 1:
             hide = g.first_forward_s if w.scenario.training.overlap_param_gather else 0.0
-            nbytes = sum(w.weights_full[s] for s in tl.stages)
-            sec = max(0.0, collective_seconds(w, "all_gather", nbytes, g.pp) - hide)
+            sec = max(0.0, param_gather_seconds(w, tl.stages, g.pp) - hide)
             if sec > 0:
                 start, end = dp.port.reserve(t, sec)
                 tl.comm.setdefault("ZERO_ALLGATHER", []).append((start, end))

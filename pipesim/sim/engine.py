@@ -30,7 +30,8 @@ from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
 from pipesim.costs.zero3_reuse import live_gathered
-from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds
+from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds,
+                                  param_gather_seconds)
 
 
 _CODES: dict = {}       # id(steps row) -> (row, {cost key: step code})
@@ -298,7 +299,8 @@ class Engine:
         # that forward (the rank's chunks, one micro-batch) is exposed
         if w.zero_stage in (1, 2) and self.dp_n > 1:
             hide = g.first_forward_s if w.scenario.training.overlap_param_gather else 0.0
-            self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages), hide))
+            self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages),
+                           param_gather_seconds(w, tl.stages, g.pp), hide))
             yield from self._drain(gid)
         self.put(gid, ("stop",))
         tl.end = env._now
@@ -378,8 +380,8 @@ class Engine:
                 if not ev.triggered:
                     ev.succeed((start, end))
             elif typ == "allgather":
-                nbytes, hide = job[1], job[2]
-                sec = max(0.0, collective_seconds(w, "all_gather", nbytes, g.pp) - hide)
+                nbytes, sec, hide = job[1], job[2], job[3]
+                sec = max(0.0, sec - hide)
                 if sec <= 0:
                     continue
                 start, end = yield from self._collective(g, ("params", g.pp), sec)

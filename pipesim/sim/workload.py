@@ -15,7 +15,8 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, p2p_time
-from pipesim.costs.zero3_reuse import gathered_weight_bytes, gradient_buckets, weight_gathers, zero3_gather_passes
+from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, param_allgather_seconds,
+                                       weight_gathers, zero3_gather_passes)
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.costs.zero_groups import zero_collective_time
@@ -575,3 +576,12 @@ def collective_seconds(w: Workload, kind: str, nbytes: float, pp: int, algorithm
                                        algorithm or w.scenario.parallel.collective)
         w.cache[key] = sec
     return sec
+
+
+def param_gather_seconds(w: Workload, stages, pp: int) -> float:
+    """The ZeRO-1/2 parameter all-gather of a rank's `stages` over its DP group, bucket by bucket
+    (costs/zero3_reuse.py param_allgather_seconds)."""
+    tr = w.scenario.training
+    by_stage = {c.stage: c for c in w.stage_costs}
+    return sum(param_allgather_seconds(tr, by_stage[st], lambda kind, n: collective_seconds(w, kind, n, pp))
+               for st in stages)

@@ -13,8 +13,8 @@ from pipesim.costs.fp8 import gemm_dtype
 from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
-from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, stage_gathered_bytes,
-                                       weight_gathers, zero3_gather_passes)
+from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, param_allgather_seconds,
+                                       stage_gathered_bytes, weight_gathers, zero3_gather_passes)
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
 
 V_SHAPE = ("zb-v", "dualpipe-v")
@@ -156,8 +156,9 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated parameters (same volume
         # as one all-reduce; Rajbhandari et al. 2020, Sec. 7.2.1) - the weights in the dtype they
         # are gathered in, after the optimizer step; with Megatron's --overlap-param-gather under
-        # the next step's first forward, as the engine runs it (sim/engine.py, "allgather")
-        gather = zero("all_gather", sum(gathered_weight_bytes(tr, st) for st in stages_of_rank))
+        # the next step's first forward, as the engine runs it (sim/engine.py, "allgather"), bucket
+        # by bucket
+        gather = sum(param_allgather_seconds(tr, st, zero) for st in stages_of_rank)
         hide = sum(st.forward for st in stages_of_rank) if tr.overlap_param_gather else 0.0
         gather_exposed = max(0.0, gather - hide)
     # sharded gradients are reduce-scattered after every micro-batch's backward

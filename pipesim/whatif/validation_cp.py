@@ -27,7 +27,10 @@ How a case becomes a scenario (each choice from the paper, none fitted to the ta
   since "we use FP32 gradient accumulation during backward computation over multiple
   micro-batches and also reduce-scatter gradients in FP32 across data parallel workers in FSDP"
   (Sec. 3.3.2, "Numerical stability"): gradients accumulate locally in fp32 over the micro-batches
-  and are reduce-scattered once, in fp32 (training.grad_reduce_in_fp32).
+  and are reduce-scattered once, in fp32 (training.grad_reduce_in_fp32). FSDP reduce-scatters and
+  all-gathers per wrapped unit, a flat parameter per Transformer block (PyTorch FSDP; the paper
+  does not name another wrapping), so one collective per layer: grad_bucket_MB is one layer's
+  fp32 gradient on a GPU (each model chunk holds one layer), not DDP's 25 MB buckets.
 - BF16, flash attention; TFLOP/s per GPU = model FLOPs (causal attention counted exactly, no
   recompute) / step / GPUs.
 """
@@ -57,6 +60,15 @@ def context_parallel(par: dict, case_id: str, mode: str = "ring") -> dict:
     return {"context": cp, "context_mode": mode} if cp > 1 else {}
 
 
+def layer_grad_MB(m: dict, tp: int) -> float:
+    """fp32 gradient MB of one Llama Transformer layer on one of `tp` GPUs: attention (Q and the
+    output projection h x h each, K and V h x kv_heads·head_dim each) + SwiGLU MLP (3 h x ffn),
+    sharded over tp, and the two RMSNorm weights (h each), which every TP rank holds whole."""
+    h, ffn = m["hidden"], m["ffn_hidden"]
+    kv = m.get("kv_heads", m["heads"]) * h // m["heads"]
+    return ((2 * h * h + 2 * h * kv + 3 * h * ffn) / tp + 2 * h) * 4 / 1e6
+
+
 def llama3_scenario(case) -> dict:
     c, cid = case.raw, case.id
     m, par, hw = c["model"], c["parallel"], c["hardware"]
@@ -83,7 +95,8 @@ def llama3_scenario(case) -> dict:
                      **context_parallel(par, cid, mode="allgather")},
         "training": {"micro_batch_size": 1, "global_batch_size": tokens // seq, "schedule": "interleaved",
                      "recompute": "none", "precision": "bf16", "attention": "flash", "zero_stage": 1,
-                     "optimizer": "adam", "overlap_grad_reduce": True, "grad_reduce_in_fp32": True},
+                     "optimizer": "adam", "overlap_grad_reduce": True, "grad_reduce_in_fp32": True,
+                     "grad_bucket_MB": layer_grad_MB(m, tp)},
     }
 
 
