@@ -504,3 +504,28 @@ def test_model_flops_leave_out_the_flash_backwards_recompute():
     hardware = 4 * sum(o.flops_fwd + o.flops_bwd for o in ops1) + sum(o.flops_fwd + o.flops_bwd for o in extra_ops(one))
     att1 = next(o for o in ops1 if o.name == "attention")
     assert iteration_flops(one) == pytest.approx(8 * (hardware - 4 * 0.5 * att1.flops_fwd))
+
+
+def _h100_13b(**gpu):
+    return load_scenario({"model": {"preset": "llama2-13b", "seq_length": 4096},
+                          "system": {"preset": "dgx-h100", "num_nodes": 1, **({"gpu": gpu} if gpu else {})},
+                          "parallel": {"tensor": 8}, "training": {"micro_batch_size": 1, "global_batch_size": 4,
+                                                                   "precision": "bf16", "attention": "flash"}})
+
+
+def test_a_matrix_peak_set_on_a_curve_gpu_scales_its_gemm_and_attention_rates():
+    """The kernel curves carry absolute rates measured on one GPU; a scenario that sets another
+    matrix peak on that GPU (a hypothetical part, a power-capped one) scales them by the ratio.
+    Before, the curves ignored it: twice the peak gave the same step and half the MFU."""
+    from pipesim.costs.roofline import CostModel, peak_scale, rate_text, tensor_core_rate
+    base, fast = _h100_13b(), _h100_13b(peak_tflops_bf16=2 * 989)
+    assert peak_scale(base.system.gpu, "bf16") == 1.0
+    assert peak_scale(fast.system.gpu, "bf16") == pytest.approx(2.0)
+    assert peak_scale(fast.system.gpu, "fp8") == 1.0            # FP8 keeps its own datasheet peak
+    slow_cm, fast_cm = CostModel(base.system.gpu, "bf16"), CostModel(fast.system.gpu, "bf16")
+    big = (1, 8192, 8192, 8192, "bf16")                        # compute-bound: time halves exactly
+    assert fast_cm.gemm_time(*big) == pytest.approx(slow_cm.gemm_time(*big) / 2)
+    a, b = pipesim.simulate(base, trace=False).step_time_s, pipesim.simulate(fast, trace=False).step_time_s
+    assert 0.5 * a < b < 0.8 * a                               # memory-bound ops and comm do not scale
+    assert "scaled x 2.000" in rate_text(tensor_core_rate(fast.system.gpu, "bf16"))
+    assert "scaled" not in rate_text(tensor_core_rate(base.system.gpu, "bf16"))

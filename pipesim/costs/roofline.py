@@ -35,12 +35,29 @@ def tensor_core_rate(gpu: GPUSpec, precision: str) -> dict | None:
     c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
     if c is None:
         return None
-    if gpu.sustained_ratio is not None:
-        return {"sustained_ratio": gpu.sustained_ratio, "attention_ratio": gpu.sustained_ratio,
-                "from": "gpu.sustained_ratio"}
     dtype = precision if precision in c["mamf_tflops"] else "bf16"
-    return {"sustained_ratio": sustained_ratio(c, dtype), "attention_ratio": sustained_ratio(c, "bf16"),
-            "from": f"kernel curve {gpu.kernel_curve}: sustained / burst matmul rate (presets/gpus.py)"}
+    if gpu.sustained_ratio is not None:
+        r = {"sustained_ratio": gpu.sustained_ratio, "attention_ratio": gpu.sustained_ratio,
+             "from": "gpu.sustained_ratio"}
+    else:
+        r = {"sustained_ratio": sustained_ratio(c, dtype), "attention_ratio": sustained_ratio(c, "bf16"),
+             "from": f"kernel curve {gpu.kernel_curve}: sustained / burst matmul rate (presets/gpus.py)"}
+    scale = peak_scale(gpu, dtype)
+    if scale != 1.0:
+        r["peak_scale"] = scale
+    return r
+
+
+def peak_scale(gpu: GPUSpec, dtype: str) -> float:
+    """A scenario's matrix peak for `dtype` over the datasheet peak of the GPU its kernel curve was
+    measured on (presets/systems.py curve_peaks): 1 for every preset; a user who sets
+    `system.gpu.peak_tflops_<dtype>` on a curve's GPU (a hypothetical part, another power
+    limit) scales its GEMM and attention rates with it instead of leaving them unchanged."""
+    from pipesim.presets.systems import curve_peaks
+    from pipesim.scenario.system_config import matrix_peak_of
+    ref = curve_peaks(gpu.kernel_curve) if gpu.kernel_curve else None
+    base = matrix_peak_of(ref, dtype) if ref else None
+    return gpu.matrix_peak(dtype) / base if base else 1.0
 
 
 def rate_text(r: dict) -> str:
@@ -49,7 +66,9 @@ def rate_text(r: dict) -> str:
         rates = f"GEMM and attention at {r['sustained_ratio']:.3f}"
     else:
         rates = f"GEMMs at {r['sustained_ratio']:.3f}, attention at {r['attention_ratio']:.3f}"
-    return f"{rates} x the burst kernel tables ({r['from']})"
+    scaled = f", scaled x {r['peak_scale']:.3f} for the matrix peak set over the curve GPU's datasheet" \
+        if "peak_scale" in r else ""
+    return f"{rates} x the burst kernel tables ({r['from']}){scaled}"
 
 
 @dataclass(frozen=True)
@@ -76,6 +95,7 @@ class CostModel:
         # the kernel curves apply unless the user pinned a flat matmul efficiency
         self.curve = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
         self.attention_kernel = attention_kernel
+        self._factors: dict[str, float] = {}
         if attention_kernel != "auto" and self.curve is not None and \
                 attention_kernel not in self.curve["attention_kernels"]:
             from pipesim.errors import ScenarioError
@@ -108,7 +128,7 @@ class CostModel:
         elif self.curve is not None and op.flash:
             _, seq, head_dim, causal = op.flash
             rate = attention_tflops(self.curve, seq, causal, phase, self.attention_kernel, head_dim) * \
-                self.sustained("bf16")
+                self.curve_factor("bf16")
             compute = flops / (rate * 1e12)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and op.fused_attention:
@@ -141,7 +161,7 @@ class CostModel:
             base = attention_tflops(self.curve, seq, True, "fwd", self.attention_kernel, head_dim)
         else:
             base = self.curve[kernel][phase]
-        return base * useful * self.sustained("bf16")
+        return base * useful * self.curve_factor("bf16")
 
     def gemm_time(self, batch: float, m: float, n: float, k: float, dtype: str, role: str = "") -> float:
         """One (batched) GEMM on the GPU's curve: max(tile/wave compute time, memory roof).
@@ -157,7 +177,7 @@ class CostModel:
         out = out_bytes_of(dt, self.grad_bytes if role == "wgrad" else 0)
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
                                     fill_rate(c), shape, c["persistent"],
-                                    self._mem_rate, anchor, out) / self.sustained(dt)
+                                    self._mem_rate, anchor, out) / self.curve_factor(dt)
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)
 
     def sustained(self, dtype: str) -> float:
@@ -165,6 +185,14 @@ class CostModel:
         if self.gpu.sustained_ratio is not None:
             return self.gpu.sustained_ratio
         return sustained_ratio(self.curve, dtype)
+
+    def curve_factor(self, dtype: str) -> float:
+        """What multiplies the curve's burst rates for `dtype`: the sustained ratio, times this GPU's
+        matrix peak over that of the GPU the curve was measured on (peak_scale)."""
+        f = self._factors.get(dtype)
+        if f is None:
+            f = self._factors[dtype] = self.sustained(dtype) * peak_scale(self.gpu, dtype)
+        return f
 
     def wgrad_share(self, op: Op) -> float:
         """Share of the op's backward that computes weight gradients (the zero-bubble W): from its

@@ -5,6 +5,8 @@ peak_tflops_<p>: the matrix (tensor-core) dense peak for precision p; fp32 = pla
 Bandwidths are per GPU, per direction. Efficiencies are the achievable fractions of peak that
 pipesim assumes by default (documented in docs/COSTS.md); they can be overridden per scenario.
 """
+from functools import lru_cache
+
 
 # Default achievable fractions. Matmuls and attention have no scalar: they follow the per-GPU
 # kernel curves named by `kernel_curve` (pipesim/presets/gpus.py, from published kernel
@@ -165,3 +167,16 @@ SYSTEMS: dict[str, dict] = {
 }
 for _name, _kw in _NODE_KW.items():
     SYSTEMS[_name] = dict(SYSTEMS[_name], node_power_kW=_kw)
+
+
+@lru_cache(maxsize=None)
+def curve_peaks(curve_name: str) -> dict | None:
+    """Dense matrix peaks, FLOP/s by dtype, of the datasheet GPU a kernel curve was measured on (the
+    GPU of the system presets naming that curve, which agree): a curve's rates scale by a
+    scenario's peak over these (costs/roofline.py CostModel.curve_factor)."""
+    for system in SYSTEMS.values():
+        gpu = system["gpu"]
+        if gpu.get("kernel_curve") == curve_name:
+            return {d: gpu[f"peak_tflops_{d}"] * 1e12 for d in ("fp16", "bf16", "fp32", "tf32", "fp8", "fp4")
+                    if gpu.get(f"peak_tflops_{d}")}
+    return None

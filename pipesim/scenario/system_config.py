@@ -9,6 +9,16 @@ from pipesim.scenario.schema import field
 from pipesim.scenario.units import GBps, GiB, TFLOPS, US
 
 
+def matrix_peak_of(peaks: dict, precision: str) -> float:
+    """Dense matrix peak for `precision` from `peaks` by dtype (fp16, bf16, fp32, tf32, fp8, fp4;
+    None where the GPU has none): a dtype without tensor cores of its own runs at the next wider
+    one's rate; fp32 math uses the FP32 peak, not TF32."""
+    p = peaks.get
+    table = {"fp16": p("fp16"), "bf16": p("bf16") or p("fp16"), "fp32": p("fp32"), "tf32": p("tf32") or p("fp32"),
+             "fp8": p("fp8") or p("bf16") or p("fp16"), "fp4": p("fp4") or p("fp8") or p("bf16") or p("fp16")}
+    return table[precision]
+
+
 @dataclass(frozen=True, kw_only=True)
 class GPUSpec:
     name: str = field("gpu")
@@ -48,11 +58,8 @@ class GPUSpec:
 
     def matrix_peak(self, precision: str) -> float:
         """Dense matrix FLOP/s for `precision` (fp32 math uses the FP32 peak, not TF32)."""
-        table = {"fp16": self.peak_fp16, "bf16": self.peak_bf16 or self.peak_fp16,
-                 "fp32": self.peak_fp32, "tf32": self.peak_tf32 or self.peak_fp32,
-                 "fp8": self.peak_fp8 or self.peak_bf16 or self.peak_fp16,
-                 "fp4": self.peak_fp4 or self.peak_fp8 or self.peak_bf16 or self.peak_fp16}
-        return table[precision]
+        return matrix_peak_of({"fp16": self.peak_fp16, "bf16": self.peak_bf16, "fp32": self.peak_fp32,
+                               "tf32": self.peak_tf32, "fp8": self.peak_fp8, "fp4": self.peak_fp4}, precision)
 
     def vector_peak(self, precision: str) -> float:
         fp32 = self.vector_fp32 or self.peak_fp32
