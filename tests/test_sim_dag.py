@@ -210,8 +210,8 @@ def test_bucket_stream_stretches_equal_the_per_bucket_loop():
                             scenario=SimpleNamespace(parallel=SimpleNamespace(data=2, context=1)), grad_kind="all_reduce")
         port, dp_ivs = Port(), []
         stream = DPStream(w, 0, port, dp_ivs)
-        orig = dag_module.collective_seconds
-        dag_module.collective_seconds = lambda *a, **k: sec
+        orig = dag_module.bucket_seconds
+        dag_module.bucket_seconds = lambda *a, **k: sec
         try:
             for k, (t0, dur, _) in enumerate(jobs):
                 stream.put(k, t0, dur)
@@ -220,7 +220,7 @@ def test_bucket_stream_stretches_equal_the_per_bucket_loop():
                 port.reserve(when, dur_send)
             stream.advance()
         finally:
-            dag_module.collective_seconds = orig
+            dag_module.bucket_seconds = orig
         ref, free, t = _reference_buckets(jobs, sends, sec)
         assert (dp_ivs, port.free_at, stream.t) == (ref, free, t), case
 

@@ -37,7 +37,7 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
 from pipesim.sim.p2p_sync import POST, WAIT, batched_row, dag_steps
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, collective_seconds,
+from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, bucket_seconds,
                                   param_gather_seconds)
 
 
@@ -109,7 +109,7 @@ class DPStream:
             if grad_group(w) <= 1 or not sizes:
                 continue
             arr = ready_times(t0, dur, len(sizes))
-            self.cur = (arr.tolist(), arr, collective_seconds(w, w.grad_kind, sizes[0], self.pp))
+            self.cur = (arr.tolist(), arr, bucket_seconds(w, stage, self.pp))
             self.b = 0
         return True
 

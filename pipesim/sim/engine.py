@@ -30,8 +30,8 @@ from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
 from pipesim.costs.zero3_reuse import live_gathered
-from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, collective_seconds,
-                                  param_gather_seconds)
+from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, bucket_seconds,
+                                  collective_seconds, param_gather_seconds)
 
 
 _CODES: dict = {}       # id(steps row) -> (row, {cost key: step code})
@@ -421,7 +421,7 @@ class Engine:
         env, w = self.env, self.w
         members = self.dp_peers[g.pp]
         n = len(sizes)
-        sec = collective_seconds(w, w.grad_kind, sizes[0], g.pp)
+        sec = bucket_seconds(w, st, g.pp)
         if len(members) > 1:
             bar, last = self.net.arrive(("grad", g.pp, st, mb), len(members), (t0, dur))
             if not last:

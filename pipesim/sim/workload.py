@@ -169,6 +169,8 @@ def _step_of(action, where, grad_last: bool) -> Step:
     return make_step(k, st, mb, peer, grad_last)
 
 
+SIM_BUCKETS = 256          # simulated gradient collectives per stage and reduction (bucket_time)
+SIM_BUCKETS_EVERY_MICROBATCH = 128   # FSDP reduces per layer: every stage of <= 128 layers exact
 _STEPS: dict = {}     # stage_to_rank -> ({Action: Step}, {Action: Step marked grad_last})
 
 
@@ -200,7 +202,8 @@ class Workload:
     dp_group: dict            # pp -> (GroupPlacement, port)
     dp_size: int              # members of each DP collective simulated (1 in representative)
     stage_costs: list
-    buckets: dict             # stage -> list of bucket bytes
+    buckets: dict             # stage -> list of bytes of the simulated gradient collectives
+    bucket_time: dict         # stage -> (bytes of one real bucket, real buckets per simulated one)
     grad_kind: str            # all_reduce | reduce_scatter
     zero_stage: int
     overlap_grad_reduce: bool
@@ -426,10 +429,16 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
     # ZeRO >= 1 reduce-scatters gradients (Rajbhandari et al. 2020 Sec. 5.2; Megatron's
     # distributed optimizer), then all-gathers updated weights; plain DP all-reduces them.
     grad_kind = "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce"
-    buckets = {}
+    buckets, bucket_time = {}, {}
     for c in costs:
         n = gradient_buckets(tr, c)       # FSDP: one reduce-scatter per wrapped layer
-        buckets[c.stage] = [c.grad_bytes / n] * n if n else []
+        # at most SIM_BUCKETS simulated collectives (fewer when they recur after every micro-batch),
+        # each the time of n / m real ones (every real bucket's latency counted): 25 MB buckets
+        # on a stage of tens of GB, reduced after every micro-batch under ZeRO-2/3, were millions
+        # of engine events
+        m = min(n, SIM_BUCKETS_EVERY_MICROBATCH if tr.zero_stage >= 2 else SIM_BUCKETS)
+        buckets[c.stage] = [c.grad_bytes / m] * m if n else []
+        bucket_time[c.stage] = (c.grad_bytes / n, n / m) if n else (0.0, 1.0)
     wf = w_fraction(s)
     rc_on = tr.recompute != "none"
 
@@ -521,7 +530,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
                               sum(costs[k].forward for k in chunks) / speed))
     return Workload(
         scenario=s, plan=plan, steps=steps, mode=mode, gangs=gangs, gang_at=gang_at, p2p=p2p, dp_group=dp_group,
-        dp_size=len(dps), stage_costs=costs, buckets=buckets, grad_kind=grad_kind,
+        dp_size=len(dps), stage_costs=costs, buckets=buckets, bucket_time=bucket_time, grad_kind=grad_kind,
         zero_stage=tr.zero_stage, overlap_grad_reduce=tr.overlap_grad_reduce,
         # what a ZeRO weight all-gather moves per stage (its dtype and expert share: zero3_reuse.py)
         weights_full={c.stage: gathered_weight_bytes(tr, c) for c in costs},
@@ -576,6 +585,13 @@ def collective_seconds(w: Workload, kind: str, nbytes: float, pp: int, algorithm
                                        algorithm or w.scenario.parallel.collective)
         w.cache[key] = sec
     return sec
+
+
+def bucket_seconds(w: Workload, stage: int, pp: int) -> float:
+    """Seconds of one simulated gradient collective of `stage` over its DP group: the real buckets
+    it stands for, each a collective of its own (Workload.bucket_time)."""
+    nbytes, per = w.bucket_time[stage]
+    return collective_seconds(w, w.grad_kind, nbytes, pp) * per
 
 
 def param_gather_seconds(w: Workload, stages, pp: int) -> float:
