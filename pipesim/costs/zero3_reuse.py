@@ -125,14 +125,16 @@ def weight_gathers(tr, c) -> int:
     return max(1, c.layers if tr.zero3_per_layer else c.param_tensors)
 
 
-def gathered_weight_bytes(tr, c) -> float:
+def gathered_weight_bytes(tr, c, held: bool = False) -> float:
     """Unsharded bytes a ZeRO weight all-gather of stage costs `c` moves: the compute copy, FP8
     under fp8 ZeRO-3 (FP8 parameter all-gather, Transformer Engine fp8_model_init / torchao float8
     FSDP2), the FP8-GEMM weights in FP8 under training.fp8_param_gather, else 16 or 32 bits; MoE
-    experts over expert-data parallelism (gather_params: their data-parallel-equivalent count)."""
+    experts over expert-data parallelism (gather_params: their data-parallel-equivalent count, a
+    time ratio). `held`: the bytes the gathered copy occupies in memory instead (the experts'
+    real count)."""
     from pipesim.costs.fp8 import gathered_bytes_per_param, gemm_dtype, stored_bytes
     from pipesim.costs.step_ops import elem_of
-    params = c.params if getattr(c, "gather_params", None) is None else c.gather_params
+    params = c.params if held or getattr(c, "gather_params", None) is None else c.gather_params
     if gemm_dtype(tr) == "fp8" and tr.zero_stage >= 3:
         return params * 1.0     # FP8 weights gathered as such; NVFP4 (fp4 GEMMs) in 16 bits or stored FP4
     if tr.fp8_param_gather and c.params:
@@ -141,10 +143,14 @@ def gathered_weight_bytes(tr, c) -> float:
 
 
 def live_gathered(full: float, layers: int, shard_n: int) -> float:
-    """ZeRO-3 gathered weight bytes live at once on a rank (beyond its own shard): DeepSpeed gathers
-    module by module with a prefetch bucket (Rajbhandari et al. 2020, Sec. 5.3), about one layer
-    in use plus one prefetched of a stage's `layers` whose unsharded weights are `full` bytes."""
-    live = full * min(1.0, 2.0 / max(1, layers))
+    """ZeRO-3 gathered weight bytes a running action holds on a rank (beyond its own shard): one
+    layer of a stage's `layers` whose unsharded weights are `full` bytes. DeepSpeed gathers module
+    by module with a prefetch bucket (Rajbhandari et al. 2020, Sec. 5.3), FSDP layer by layer with
+    the next one prefetched: one layer in use plus one prefetched is live. The second is the next
+    action's gather, which the engine issues during this one when it prefetches (and the closed
+    form doubles); counting two layers here as well held four, more than a two-layer stage's
+    whole weights (ZeRO-3 then needed more memory than ZeRO-2)."""
+    live = full / max(1, layers)
     return live - live / shard_n
 
 
@@ -155,4 +161,4 @@ def stage_gathered_bytes(s: Scenario, c) -> float:
     if tr.zero_stage < 3 or not tr.reshard_after_forward:
         return 0.0
     shard_n = shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas)
-    return live_gathered(gathered_weight_bytes(tr, c), c.layers, shard_n)
+    return live_gathered(gathered_weight_bytes(tr, c, held=True), c.layers, shard_n)

@@ -311,11 +311,11 @@ class Engine:
         yield ev
 
     def _gathered(self, stage) -> float:
-        """ZeRO-3 gathers module by module (DeepSpeed's prefetch bucket, Rajbhandari et al. 2020
-        Sec. 5.3): about one layer in use plus one prefetched is live, not the whole stage."""
+        """The gathered weights an action holds: one layer in use (ZeRO-3 gathers module by module,
+        Rajbhandari et al. 2020 Sec. 5.3); the prefetched next action's buffer is the other live one."""
         if not self.w.reshard_after_forward:
             return 0.0          # kept from forward to backward: counted as resident weights
-        return live_gathered(self.w.weights_full[stage], self.w.gather_layers[stage], self.shard_n)
+        return live_gathered(self.w.weights_held[stage], self.w.gather_layers[stage], self.shard_n)
 
     def _issue_gather(self, g, op, j):
         ev = self.env.event()

@@ -208,6 +208,7 @@ class Workload:
     zero_stage: int
     overlap_grad_reduce: bool
     weights_full: dict        # stage -> unsharded weight bytes per GPU (ZeRO-3 gather size)
+    weights_held: dict        # stage -> the memory those weights take once gathered
     gather_tensors: dict      # stage -> parameter tensors (ZeRO-3: one all-gather each)
     gather_layers: dict       # stage -> layers (ZeRO-3 keeps about one layer gathered at a time)
     act_bytes: dict           # stage -> activation bytes per micro-batch
@@ -534,6 +535,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         zero_stage=tr.zero_stage, overlap_grad_reduce=tr.overlap_grad_reduce,
         # what a ZeRO weight all-gather moves per stage (its dtype and expert share: zero3_reuse.py)
         weights_full={c.stage: gathered_weight_bytes(tr, c) for c in costs},
+        weights_held={c.stage: gathered_weight_bytes(tr, c, held=True) for c in costs},
         gather_tensors={c.stage: weight_gathers(tr, c) for c in costs},
         gather_layers={c.stage: max(1, c.layers) for c in costs},
         act_bytes={c.stage: c.activation_bytes for c in costs},
