@@ -92,3 +92,21 @@ def test_gathered_experts_take_their_bytes_not_their_time_equivalent():
     raw = case_scenario(next(c for c in load_cases() if c.id == "bridge2604-h100-gpt-oss-120b-bf16"))
     peak = _peaks(raw)
     assert peak[3] <= peak[2] * (1 + 1e-9)
+
+
+def test_experts_without_expert_data_parallelism_are_not_gathered():
+    """With EDP 1 (expert x expert_tensor = tensor x data) each expert lives on one rank: ZeRO-3
+    cannot shard it, so nothing of it is gathered. Counting the experts in the gathered layer, the
+    MoE model zoo's TP2 x EP8 x PP32 Qwen3-235B layout needed 64.3 GiB under ZeRO-3 against 63.5
+    under ZeRO-2."""
+    from pipesim.costs import stage_costs
+    from pipesim.costs.zero3_reuse import gather_units, gathered_weight_bytes, stage_gathered_bytes
+    s = load_scenario({"model": {"preset": "qwen3-30b-a3b", "seq_length": 4096},
+                       "system": {"preset": "dgx-h100", "num_nodes": 2},
+                       "parallel": {"tensor": 2, "pipeline": 2, "data": 4, "expert": 8, "sequence_parallel": True},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 16, "zero_stage": 3}})
+    c = stage_costs(s)[0]
+    assert c.expert_params > 0.5 * c.params
+    dense_share = (c.params - c.expert_params) * (1 - 1 / 4) / gather_units(c)
+    per_param = gathered_weight_bytes(s.training, c, held=True) / c.params
+    assert stage_gathered_bytes(s, c) == pytest.approx(per_param * dense_share)

@@ -142,23 +142,30 @@ def gathered_weight_bytes(tr, c, held: bool = False) -> float:
     return params * elem_of(tr)
 
 
-def live_gathered(full: float, layers: int, shard_n: int) -> float:
-    """ZeRO-3 gathered weight bytes a running action holds on a rank (beyond its own shard): one
-    layer of a stage's `layers` whose unsharded weights are `full` bytes. DeepSpeed gathers module
-    by module with a prefetch bucket (Rajbhandari et al. 2020, Sec. 5.3), FSDP layer by layer with
-    the next one prefetched: one layer in use plus one prefetched is live. The second is the next
-    action's gather, which the engine issues during this one when it prefetches (and the closed
-    form doubles); counting two layers here as well held four, more than a two-layer stage's
-    whole weights (ZeRO-3 then needed more memory than ZeRO-2)."""
-    live = full / max(1, layers)
-    return live - live / shard_n
+def gather_units(c) -> int:
+    """Units a stage's weights are gathered in, one at a time: its layers, and the embedding and
+    the LM head each as a unit of its own (FSDP wraps them apart from the blocks; DeepSpeed gathers
+    module by module)."""
+    return max(1, c.layers) + bool(getattr(c, "has_embedding", False)) + bool(getattr(c, "has_head", False))
 
 
 def stage_gathered_bytes(s: Scenario, c) -> float:
-    """live_gathered for stage costs `c` of scenario `s` (0 unless ZeRO-3 re-gathers every pass)."""
+    """ZeRO-3 gathered weight bytes a running action of stage costs `c` holds beyond the rank's own
+    shards (0 unless ZeRO-3 re-gathers every pass): one of its gather_units. DeepSpeed gathers
+    module by module with a prefetch bucket (Rajbhandari et al. 2020, Sec. 5.3), FSDP layer by
+    layer with the next one prefetched: one unit in use plus one prefetched is live, the second
+    being the next action's gather, which the engine issues during this one when it prefetches
+    (and the closed form doubles). Dense weights are gathered over the ZeRO shard group, an MoE
+    stage's experts over expert-data parallelism (nothing when EDP is 1: they stay whole), at
+    their bytes in the gathered dtype."""
+    from pipesim.costs.moe_parallel import expert_data_size
     from pipesim.costs.zero_groups import shard_size
     tr = s.training
-    if tr.zero_stage < 3 or not tr.reshard_after_forward:
+    if tr.zero_stage < 3 or not tr.reshard_after_forward or not c.params:
         return 0.0
-    shard_n = shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas)
-    return live_gathered(gathered_weight_bytes(tr, c, held=True), c.layers, shard_n)
+    per_param = gathered_weight_bytes(tr, c, held=True) / c.params
+    dp_shard = shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas)
+    experts = c.expert_params
+    edp_shard = shard_size(expert_data_size(s), tr.zero_replicas) if experts else 1
+    beyond = (c.params - experts) * (1 - 1 / dp_shard) + experts * (1 - 1 / edp_shard)
+    return per_param * beyond / gather_units(c)

@@ -29,7 +29,6 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.costs.zero3_reuse import live_gathered
 from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, bucket_seconds,
                                   collective_seconds, param_gather_seconds)
 
@@ -311,11 +310,10 @@ class Engine:
         yield ev
 
     def _gathered(self, stage) -> float:
-        """The gathered weights an action holds: one layer in use (ZeRO-3 gathers module by module,
-        Rajbhandari et al. 2020 Sec. 5.3); the prefetched next action's buffer is the other live one."""
-        if not self.w.reshard_after_forward:
-            return 0.0          # kept from forward to backward: counted as resident weights
-        return live_gathered(self.w.weights_held[stage], self.w.gather_layers[stage], self.shard_n)
+        """The gathered weights an action holds (costs/zero3_reuse.py stage_gathered_bytes: one
+        unit in use; the prefetched next action's buffer is the other live one); nothing when the
+        weights stay gathered from forward to backward (counted as resident weights)."""
+        return self.w.gathered_held[stage]
 
     def _issue_gather(self, g, op, j):
         ev = self.env.event()

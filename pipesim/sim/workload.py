@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, p2p_time
 from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, param_allgather_seconds,
-                                       weight_gathers, zero3_gather_passes)
+                                       stage_gathered_bytes, weight_gathers, zero3_gather_passes)
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.costs.zero_groups import zero_collective_time
@@ -208,9 +208,9 @@ class Workload:
     zero_stage: int
     overlap_grad_reduce: bool
     weights_full: dict        # stage -> unsharded weight bytes per GPU (ZeRO-3 gather size)
-    weights_held: dict        # stage -> the memory those weights take once gathered
+    gathered_held: dict       # stage -> ZeRO-3 gathered bytes an action holds (costs/zero3_reuse.py)
     gather_tensors: dict      # stage -> parameter tensors (ZeRO-3: one all-gather each)
-    gather_layers: dict       # stage -> layers (ZeRO-3 keeps about one layer gathered at a time)
+    gather_layers: dict       # stage -> layers (a prefetched ZeRO-3 gather arrives layer by layer)
     act_bytes: dict           # stage -> activation bytes per micro-batch
     w_fraction: float         # share of activations kept from I until W
     rc_working: dict          # stage -> recompute working bytes
@@ -535,7 +535,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         zero_stage=tr.zero_stage, overlap_grad_reduce=tr.overlap_grad_reduce,
         # what a ZeRO weight all-gather moves per stage (its dtype and expert share: zero3_reuse.py)
         weights_full={c.stage: gathered_weight_bytes(tr, c) for c in costs},
-        weights_held={c.stage: gathered_weight_bytes(tr, c, held=True) for c in costs},
+        gathered_held={c.stage: stage_gathered_bytes(s, c) for c in costs},
         gather_tensors={c.stage: weight_gathers(tr, c) for c in costs},
         gather_layers={c.stage: max(1, c.layers) for c in costs},
         act_bytes={c.stage: c.activation_bytes for c in costs},

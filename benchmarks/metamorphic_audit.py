@@ -1,0 +1,104 @@
+"""Metamorphic audit: relations every prediction must keep, checked on every bundled scenario and
+every published validation run (written to a temporary folder by `pipesim validate
+--write-scenarios`).
+
+  - better hardware never slows a step: twice the inter-node or NVLink bandwidth, a tenth of the
+    link latencies, twice the HBM bandwidth, twice the matrix peak;
+  - worse hardware never speeds one up: four times the link latencies;
+  - ZeRO-3 never needs more memory than ZeRO-2.
+
+A violation beyond `--tolerance` (default 0.05 %: the FIFO ports can reorder transfers, which moves
+a step by a few hundredths of a percent either way) is printed with its figures. Found so far (each
+fixed with a test beside it): the ZeRO-1/2 parameter all-gather's MoE time ratio taken at the
+wrong size (a 4x slower network made gpt-oss-120b 7 % faster), matrix peaks the kernel curves
+ignored, ZeRO-3's gathered layers counted twice.
+
+    python benchmarks/metamorphic_audit.py [--jobs 2] [--tolerance 0.05]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def faster(s) -> list[tuple[str, list[str]]]:
+    """(name, overrides) that must not lengthen the step of scenario `s`."""
+    sy, g = s.system, s.system.gpu
+    peaks = [f"system.gpu.peak_tflops_{d}={v / 1e12 * 2}"
+             for d, v in (("fp16", g.peak_fp16), ("bf16", g.peak_bf16), ("fp8", g.peak_fp8)) if v]
+    return [("inter-node bandwidth x2", [f"system.inter_node.bandwidth_GBps={sy.inter_node.bandwidth / 1e9 * 2}"]),
+            ("NVLink bandwidth x2", [f"system.intra_node.bandwidth_GBps={sy.intra_node.bandwidth / 1e9 * 2}"]),
+            ("link latencies / 10", latencies(sy, 0.1)),
+            ("HBM bandwidth x2", [f"system.gpu.hbm_bandwidth_GBps={g.hbm_bandwidth / 1e9 * 2}"]),
+            ("matrix peaks x2", peaks)]
+
+
+def latencies(sy, k: float) -> list[str]:
+    return [f"system.inter_node.latency_us={sy.inter_node.latency * 1e6 * k}",
+            f"system.intra_node.latency_us={sy.intra_node.latency * 1e6 * k}"]
+
+
+def audit(path: str, tol: float) -> tuple[str, list[str]]:
+    """(scenario name, violations) of one scenario file."""
+    import pipesim
+    from pipesim.errors import PipesimError
+    os.chdir(os.path.dirname(path))            # relative preset / model files resolve beside it
+
+    def run(overrides=()):
+        return pipesim.simulate(pipesim.load_scenario(path, overrides=list(overrides)), trace=False)
+
+    name, bad = os.path.basename(path), []
+    try:
+        s = pipesim.load_scenario(path)
+        base = run().step_time_s
+    except PipesimError:
+        return name, []                         # a scenario that does not load has nothing to keep
+    for label, overrides in faster(s):
+        step = run(overrides).step_time_s
+        if step > base * (1 + tol):
+            bad.append(f"{label}: step {base:.4f} -> {step:.4f} s")
+    step = run(latencies(s.system, 4.0)).step_time_s
+    if step < base * (1 - tol):
+        bad.append(f"link latencies x4: step {base:.4f} -> {step:.4f} s")
+    try:
+        z2, z3 = (run([f"training.zero_stage={z}"]).peak_memory_bytes for z in (2, 3))
+    except PipesimError:
+        z2 = z3 = 0.0
+    if z3 > z2 * (1 + tol):
+        bad.append(f"ZeRO-3 peak memory {z3 / 2**30:.2f} GiB > ZeRO-2 {z2 / 2**30:.2f} GiB")
+    return name, bad
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--tolerance", type=float, default=0.05, help="percent")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pipesim-audit-") as tmp:
+        subprocess.run([sys.executable, "-m", "pipesim", "validate", "--write-scenarios", tmp],
+                       check=True, capture_output=True, cwd=ROOT)
+        files = sorted(str(p) for p in Path(tmp).glob("*.yaml"))
+        files += sorted(str(p) for p in (ROOT / "scenarios").glob("*.yaml"))
+        files += sorted(str(p) for p in (ROOT / "scenarios" / "longseq").glob("*.yaml"))
+        with ProcessPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(audit, files, [args.tolerance / 100] * len(files)))
+    bad = [(n, v) for n, v in results if v]
+    print(f"{len(results)} scenarios, {sum(len(v) for _, v in bad)} violations in {len(bad)} of them "
+          f"(tolerance {args.tolerance} %), {time.perf_counter() - t0:.0f} s")
+    for name, violations in bad:
+        for v in violations:
+            print(f"  {name}: {v}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
