@@ -11,7 +11,10 @@ A violation beyond `--tolerance` (default 0.05 %: the FIFO ports can reorder tra
 a step by a few hundredths of a percent either way) is printed with its figures. Found so far (each
 fixed with a test beside it): the ZeRO-1/2 parameter all-gather's MoE time ratio taken at the
 wrong size (a 4x slower network made gpt-oss-120b 7 % faster), matrix peaks the kernel curves
-ignored, ZeRO-3's gathered layers counted twice.
+ignored, ZeRO-3's gathered layers counted twice. Left: NeMo's GPT-3 175B rows move 0.2-0.3 % the
+wrong way with the link latencies; their DP buckets and pipeline sends queue on one FIFO port
+(sim/network.py), and the latency reorders them (with the DP stream on a port of its own they
+differ by <= 1 %, `pipesim validate` figures).
 
     python benchmarks/metamorphic_audit.py [--jobs 2] [--tolerance 0.05]
 """
