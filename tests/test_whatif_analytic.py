@@ -133,13 +133,12 @@ def test_the_parameter_gather_is_the_weights_after_the_step_hidden_by_the_next_f
     assert analytic_report(s)["step_time_s"] == pytest.approx(simulate(s).step_time_s, rel=0.04)
 
 
-@pytest.mark.parametrize("schedule,virtual,pipeline,expert", [("1f1b", 1, 1, 8), ("interleaved", 2, 2, 8),
-                                                             ("1f1b", 1, 2, 8)])
+@pytest.mark.parametrize("schedule,virtual,pipeline,expert", [("1f1b", 1, 1, 8), ("interleaved", 2, 2, 8)])
 def test_moe_all_to_all_overlap_in_the_closed_form(schedule, virtual, pipeline, expert):
     """Paired steady-state F and B hide the all-to-all (sim/a2a_overlap.py): the closed form takes
     the same pair makespan. One stage: it tracks the simulator; interleaved: optimistic by at most
-    15 % (a screen may be optimistic, never pessimistic); plain 1F1B over stages, where pairing
-    makes the simulated step longer, claims no saving."""
+    15 % (a screen may be optimistic, never pessimistic). Plain 1F1B over stages is refused
+    (Megatron-Core asserts virtual stages for the overlap: tests/test_moe.py)."""
     from pipesim.sim import simulate
     sets = [f"training.schedule={schedule}", f"parallel.virtual_stages={virtual}", f"parallel.pipeline={pipeline}",
             f"parallel.expert={expert}"]
@@ -148,7 +147,6 @@ def test_moe_all_to_all_overlap_in_the_closed_form(schedule, virtual, pipeline, 
     ana, sim = analytic_report(on)["step_time_s"], simulate(on).step_time_s
     if pipeline == 1:
         assert ana == pytest.approx(sim, rel=0.03)
-    elif virtual > 1:
-        assert 0.85 * sim <= ana <= sim
     else:
-        assert ana == pytest.approx(analytic_report(off)["step_time_s"]) and ana < sim
+        assert 0.85 * sim <= ana <= sim
+    assert ana < analytic_report(off)["step_time_s"]

@@ -114,5 +114,26 @@ def check_moe(s: Scenario, loader) -> None:
         loader.fail("parallel.sequence_parallel", f"MoE with tensor({t}) > 1 needs sequence_parallel: true "
                     "(Megatron-Core requires it for expert layers)")
     tr = s.training
-    if tr.moe_a2a_overlap and tr.zero_stage == 3:
+    if tr.moe_a2a_overlap:
+        check_a2a_overlap(s, loader)
+
+
+def check_a2a_overlap(s: Scenario, loader) -> None:
+    """training.moe_a2a_overlap where Megatron-Core runs it: its TransformerConfig asserts expert
+    parallelism, no full recomputation and, with pipeline parallelism, virtual stages (the
+    combined 1F1B exists for no pipelining and for the interleaved schedule only:
+    pipeline_parallel/schedules.py); DualPipeV pairs its own. Simulated anyway, the plain 1F1B
+    pairing held every forward's send back and lengthened the step by half (qwen3-30b-a3b, 2 stages)."""
+    par, tr = s.parallel, s.training
+    if par.expert <= 1:
+        loader.fail("training.moe_a2a_overlap", "needs expert parallelism (parallel.expert > 1): there is no "
+                    "all-to-all to hide")
+    if tr.recompute == "full":
+        loader.fail("training.moe_a2a_overlap", "runs without full recomputation (Megatron-Core asserts "
+                    "recompute_granularity != full); use recompute: selective")
+    if par.pipeline > 1 and par.virtual_stages == 1:
+        loader.fail("training.moe_a2a_overlap", f"with pipeline({par.pipeline}) > 1 needs an interleaved schedule "
+                    f"(parallel.virtual_stages > 1) or dualpipe-v: Megatron-Core pairs micro-batches only "
+                    f"there and asserts virtual stages for it")
+    if tr.zero_stage == 3:
         loader.fail("training.moe_a2a_overlap", "all-to-all overlap is modelled without ZeRO-3 (zero_stage 3)")

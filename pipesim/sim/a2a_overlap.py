@@ -30,8 +30,9 @@ waits for never depends on the forward it holds back, so the plan stays deadlock
 followed by an F pairs only when no receive lies between them (without pipelining: every step
 of a single stage). DualPipeV writes its overlapped pairs as F then B (pipesim/schedules/dualpipe.py).
 Holding a forward's send back until the paired backward ends lengthens the pipeline's critical
-path: with plain (non-interleaved) 1F1B and several stages the simulated step can get longer,
-which is why Megatron-Core runs the combined 1F1B on interleaved schedules.
+path, which is why Megatron-Core runs the combined 1F1B only without pipelining or on interleaved
+schedules; the loader refuses plain 1F1B over several stages as Megatron-Core does
+(costs/moe_parallel.py check_a2a_overlap).
 """
 from __future__ import annotations
 

@@ -90,11 +90,6 @@ def a2a_overlap_saving(s, chunks, r: int) -> float:
     sched = s.training.schedule
     if not s.training.moe_a2a_overlap or not any(c.ep_comm_fwd or c.ep_comm_bwd for c in chunks):
         return 0.0
-    if P > 1 and V == 1 and sched not in V_SHAPE:
-        # plain 1F1B over several stages: a fused step holds its forward's send until its
-        # backward ends and the stages' pairs wait on each other (sim/a2a_overlap.py: the step
-        # can get longer); no saving is claimed - an optimistic screen, the simulator decides
-        return 0.0
     saved = 0.0
     for c in chunks:       # a chunk paired with itself stands for the rank's pairs (chunks alike)
         pair = pair_time(c.forward, c.ep_comm_fwd, c.moe_block_fwd, c.backward, c.ep_comm_bwd, c.moe_block_bwd,
