@@ -5,13 +5,16 @@ every published validation run (written to a temporary folder by `pipesim valida
   - better hardware never slows a step: twice the inter-node or NVLink bandwidth, a tenth of the
     link latencies, twice the HBM bandwidth, twice the matrix peak;
   - worse hardware never speeds one up: four times the link latencies;
+  - an overlap never slows one: overlap_grad_reduce, overlap_param_gather, overlap_tp_comm,
+    moe_a2a_overlap on, p2p_sync off (each where the scenario loads with it);
   - ZeRO-3 never needs more memory than ZeRO-2.
 
 A violation beyond `--tolerance` (default 0.05 %: the FIFO ports can reorder transfers, which moves
 a step by a few hundredths of a percent either way) is printed with its figures. Found so far (each
 fixed with a test beside it): the ZeRO-1/2 parameter all-gather's MoE time ratio taken at the
 wrong size (a 4x slower network made gpt-oss-120b 7 % faster), matrix peaks the kernel curves
-ignored, ZeRO-3's gathered layers counted twice. Left: NeMo's GPT-3 175B rows move 0.2-0.3 % the
+ignored, ZeRO-3's gathered layers counted twice, the MoE all-to-all overlap simulated on plain
+1F1B over stages (66 % slower; now refused, as Megatron-Core refuses it). Left: NeMo's GPT-3 175B rows move 0.2-0.3 % the
 wrong way with the link latencies; their DP buckets and pipeline sends queue on one FIFO port
 (sim/network.py), and the latency reorders them (with the DP stream on a port of its own they
 differ by <= 1 %, `pipesim validate` figures).
@@ -44,6 +47,12 @@ def faster(s) -> list[tuple[str, list[str]]]:
             ("matrix peaks x2", peaks)]
 
 
+# (key, the value that overlaps): switching each on must not lengthen the step
+OVERLAPS = (("training.overlap_grad_reduce", "true"), ("training.overlap_param_gather", "true"),
+            ("training.overlap_tp_comm", "true"), ("training.moe_a2a_overlap", "true"),
+            ("training.p2p_sync", "false"))
+
+
 def latencies(sy, k: float) -> list[str]:
     return [f"system.inter_node.latency_us={sy.inter_node.latency * 1e6 * k}",
             f"system.intra_node.latency_us={sy.intra_node.latency * 1e6 * k}"]
@@ -71,6 +80,14 @@ def audit(path: str, tol: float) -> tuple[str, list[str]]:
     step = run(latencies(s.system, 4.0)).step_time_s
     if step < base * (1 - tol):
         bad.append(f"link latencies x4: step {base:.4f} -> {step:.4f} s")
+    for key, on in OVERLAPS:
+        off = "false" if on == "true" else "true"
+        try:
+            a, b = (run([f"{key}={v}"]).step_time_s for v in (off, on))
+        except PipesimError:
+            continue                            # the scenario does not allow it (e.g. no experts)
+        if b > a * (1 + tol):
+            bad.append(f"{key}={on}: step {a:.4f} -> {b:.4f} s")
     try:
         z2, z3 = (run([f"training.zero_stage={z}"]).peak_memory_bytes for z in (2, 3))
     except PipesimError:
