@@ -37,6 +37,11 @@ CASES = [
     ("negative bandwidth", GOOD.replace("{preset: dgx-a100-80gb}",
                                         "{preset: dgx-a100-80gb, intra_node: {bandwidth_GBps: -1}}"),
      ["system.intra_node", "bandwidth_GBps must be positive"]),
+    ("negative optional peak", GOOD.replace("{preset: dgx-a100-80gb}",
+                                            "{preset: dgx-a100-80gb, gpu: {peak_tflops_bf16: -5}}"),
+     ["system.gpu", "peak_tflops_bf16 must be positive (or left out), got -5"]),
+    ("zero FP8 peak", GOOD.replace("{preset: dgx-a100-80gb}", "{preset: dgx-h100, gpu: {peak_tflops_fp8: 0}}"),
+     ["system.gpu", "peak_tflops_fp8 must be positive"]),
     ("missing section", "model: {preset: gpt2-small}\nsystem: dgx-h100\n", ["training", "missing section"]),
     ("missing required key", GOOD.replace("global_batch_size: 32", "micro_batch_size: 2").replace(
         "{micro_batch_size: 2, micro_batch_size: 2}", "{micro_batch_size: 2}"), ["training.global_batch_size"]),

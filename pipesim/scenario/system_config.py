@@ -55,6 +55,14 @@ class GPUSpec:
         for name in ("peak_fp16", "peak_fp32", "hbm_bandwidth", "memory"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        # the optional peaks: absent means "runs at the next wider dtype's rate" (matrix_peak_of);
+        # given, a zero or negative one would be silently replaced or scale the kernel curves below 0
+        for name, key in (("peak_bf16", "peak_tflops_bf16"), ("peak_tf32", "peak_tflops_tf32"),
+                          ("peak_fp8", "peak_tflops_fp8"), ("peak_fp4", "peak_tflops_fp4"),
+                          ("vector_fp32", "vector_tflops_fp32"), ("vector_fp16", "vector_tflops_fp16")):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise ValueError(f"{key} must be positive (or left out), got {v / 1e12:g}")
 
     def matrix_peak(self, precision: str) -> float:
         """Dense matrix FLOP/s for `precision` (fp32 math uses the FP32 peak, not TF32)."""
