@@ -252,7 +252,8 @@ def test_the_calibration_with_the_most_traces_sets_the_in_model_cost():
 def test_dp_gradient_allreduce_takes_the_measured_host_time(tmp_path):
     from pipesim.calibrate.host import host_model
     from pipesim.emulator import prepare
-    from pipesim.sim.workload import build, collective_seconds
+    from pipesim.sim.dp_time import collective_seconds
+    from pipesim.sim.workload import build
     s = prepare(TINY)
     host = host_model(s, {"layer_fwd_s": 1e-4, "layer_bwd_s": 1e-4}, 0.0, [], {"cores": 2, "ranks": 2},
                       [(4096, 1e-3 + 4096 / 1e8), (2**20, 1e-3 + 2**20 / 1e8)], ranks=2)

@@ -10,7 +10,8 @@ import pytest
 import pipesim
 from pipesim.costs import stage_costs
 from pipesim.costs.zero3_reuse import gathered_weight_bytes, gradient_buckets, param_allgather_seconds
-from pipesim.sim.workload import build, collective_seconds, param_gather_seconds
+from pipesim.sim.dp_time import collective_seconds, param_gather_seconds
+from pipesim.sim.workload import build
 
 GPT_OSS_64 = {
     "model": {"preset": "gpt-oss-120b", "seq_length": 4096, "mtp_layers": 0},
@@ -71,7 +72,7 @@ def test_simulated_gradient_collectives_are_capped_with_every_real_one_timed(zer
     ZeRO-2/3 cap is lower because those reductions recur after every micro-batch (a 744B MoE
     stage under ZeRO-3 with 25 MB buckets was 31 million engine events, 40 s and 3.5 GB)."""
     import pipesim.sim.workload as wl
-    from pipesim.sim.workload import bucket_seconds
+    from pipesim.sim.dp_time import bucket_seconds
     s = pipesim.load_scenario(GPT_OSS_64, overrides=["training.grad_bucket_MB=1", f"training.zero_stage={zero}"])
     w = build(s)
     (c,) = w.stage_costs

@@ -100,7 +100,7 @@ def test_experts_without_expert_data_parallelism_are_not_gathered():
     MoE model zoo's TP2 x EP8 x PP32 Qwen3-235B layout needed 64.3 GiB under ZeRO-3 against 63.5
     under ZeRO-2."""
     from pipesim.costs import stage_costs
-    from pipesim.costs.zero3_reuse import gather_units, gathered_weight_bytes, stage_gathered_bytes
+    from pipesim.costs.zero3_reuse import gather_units, gathered_param_bytes, stage_gathered_bytes
     s = load_scenario({"model": {"preset": "qwen3-30b-a3b", "seq_length": 4096},
                        "system": {"preset": "dgx-h100", "num_nodes": 2},
                        "parallel": {"tensor": 2, "pipeline": 2, "data": 4, "expert": 8, "sequence_parallel": True},
@@ -108,5 +108,5 @@ def test_experts_without_expert_data_parallelism_are_not_gathered():
     c = stage_costs(s)[0]
     assert c.expert_params > 0.5 * c.params
     dense_share = (c.params - c.expert_params) * (1 - 1 / 4) / gather_units(c)
-    per_param = gathered_weight_bytes(s.training, c, held=True) / c.params
+    per_param = gathered_param_bytes(s.training, c)
     assert stage_gathered_bytes(s, c) == pytest.approx(per_param * dense_share)

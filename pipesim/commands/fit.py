@@ -127,7 +127,8 @@ def system_file(result, preset: str, n_runs: int, out_path: str) -> str:
     `out_path`) with the fitted keys over it."""
     import os
     import yaml
-    if preset.endswith((".yaml", ".yml")):
+    from pipesim.scenario.file_paths import PRESET_FILE
+    if preset.endswith(PRESET_FILE):
         preset = os.path.relpath(preset, os.path.dirname(os.path.abspath(out_path)))
     nested: dict = {}
     for o in result.overrides:

@@ -25,7 +25,8 @@ from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
 from pipesim.costs.ops import Op
 from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor, sustained_ratio
-from pipesim.scenario.system_config import GPUSpec
+from pipesim.presets.systems import curve_peaks
+from pipesim.scenario.system_config import GPUSpec, matrix_peak_of
 
 
 def tensor_core_rate(gpu: GPUSpec, precision: str) -> dict | None:
@@ -53,8 +54,6 @@ def peak_scale(gpu: GPUSpec, dtype: str) -> float:
     measured on (presets/systems.py curve_peaks): 1 for every preset; a user who sets
     `system.gpu.peak_tflops_<dtype>` on a curve's GPU (a hypothetical part, another power
     limit) scales its GEMM and attention rates with it instead of leaving them unchanged."""
-    from pipesim.presets.systems import curve_peaks
-    from pipesim.scenario.system_config import matrix_peak_of
     ref = curve_peaks(gpu.kernel_curve) if gpu.kernel_curve else None
     base = matrix_peak_of(ref, dtype) if ref else None
     return gpu.matrix_peak(dtype) / base if base else 1.0

@@ -125,21 +125,25 @@ def weight_gathers(tr, c) -> int:
     return max(1, c.layers if tr.zero3_per_layer else c.param_tensors)
 
 
-def gathered_weight_bytes(tr, c, held: bool = False) -> float:
-    """Unsharded bytes a ZeRO weight all-gather of stage costs `c` moves: the compute copy, FP8
-    under fp8 ZeRO-3 (FP8 parameter all-gather, Transformer Engine fp8_model_init / torchao float8
-    FSDP2), the FP8-GEMM weights in FP8 under training.fp8_param_gather, else 16 or 32 bits; MoE
-    experts over expert-data parallelism (gather_params: their data-parallel-equivalent count, a
-    time ratio). `held`: the bytes the gathered copy occupies in memory instead (the experts'
-    real count)."""
+def gathered_weight_bytes(tr, c) -> float:
+    """Unsharded bytes a ZeRO weight all-gather of stage costs `c` moves, at gathered_param_bytes
+    each; MoE experts over expert-data parallelism enter at gather_params, their data-parallel-
+    equivalent count (a time ratio, costs/moe.py)."""
+    params = c.params if getattr(c, "gather_params", None) is None else c.gather_params
+    return params * gathered_param_bytes(tr, c)
+
+
+def gathered_param_bytes(tr, c) -> float:
+    """Bytes per parameter a ZeRO weight all-gather moves: the compute copy, FP8 under fp8 ZeRO-3
+    (FP8 parameter all-gather, Transformer Engine fp8_model_init / torchao float8 FSDP2), the
+    FP8-GEMM weights in FP8 under training.fp8_param_gather, else 16 or 32 bits."""
     from pipesim.costs.fp8 import gathered_bytes_per_param, gemm_dtype, stored_bytes
     from pipesim.costs.step_ops import elem_of
-    params = c.params if held or getattr(c, "gather_params", None) is None else c.gather_params
     if gemm_dtype(tr) == "fp8" and tr.zero_stage >= 3:
-        return params * 1.0     # FP8 weights gathered as such; NVFP4 (fp4 GEMMs) in 16 bits or stored FP4
+        return 1.0     # FP8 weights gathered as such; NVFP4 (fp4 GEMMs) in 16 bits or stored FP4
     if tr.fp8_param_gather and c.params:
-        return params * gathered_bytes_per_param(elem_of(tr), c.fp8_params / c.params, stored_bytes(tr.fp8_recipe))
-    return params * elem_of(tr)
+        return gathered_bytes_per_param(elem_of(tr), c.fp8_params / c.params, stored_bytes(tr.fp8_recipe))
+    return elem_of(tr)
 
 
 def gather_units(c) -> int:
@@ -161,11 +165,10 @@ def stage_gathered_bytes(s: Scenario, c) -> float:
     from pipesim.costs.moe_parallel import expert_data_size
     from pipesim.costs.zero_groups import shard_size
     tr = s.training
-    if tr.zero_stage < 3 or not tr.reshard_after_forward or not c.params:
+    if tr.zero_stage < 3 or not tr.reshard_after_forward:
         return 0.0
-    per_param = gathered_weight_bytes(tr, c, held=True) / c.params
     dp_shard = shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas)
     experts = c.expert_params
     edp_shard = shard_size(expert_data_size(s), tr.zero_replicas) if experts else 1
     beyond = (c.params - experts) * (1 - 1 / dp_shard) + experts * (1 - 1 / edp_shard)
-    return per_param * beyond / gather_units(c)
+    return gathered_param_bytes(tr, c) * beyond / gather_units(c)

@@ -37,8 +37,8 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
 from pipesim.sim.p2p_sync import POST, WAIT, batched_row, dag_steps
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload, bucket_seconds,
-                                  param_gather_seconds)
+from pipesim.sim.dp_time import bucket_seconds, param_gather_seconds
+from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload
 
 
 def grad_group(w: Workload) -> int:

@@ -29,8 +29,8 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.sim.workload import (GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload, bucket_seconds,
-                                  collective_seconds, param_gather_seconds)
+from pipesim.sim.dp_time import bucket_seconds, collective_seconds, param_gather_seconds
+from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload
 
 
 _CODES: dict = {}       # id(steps row) -> (row, {cost key: step code})

@@ -15,11 +15,10 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, p2p_time
-from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, param_allgather_seconds,
-                                       stage_gathered_bytes, weight_gathers, zero3_gather_passes)
+from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, stage_gathered_bytes,
+                                       weight_gathers, zero3_gather_passes)
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
-from pipesim.costs.zero_groups import zero_collective_time
 from pipesim.errors import PlanError, ScenarioError
 
 # Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Table 1: a transformer layer's
@@ -567,39 +566,3 @@ def host_profile_for(s):
     from pipesim.costs.stage import load_profile_for
     profile = load_profile_for(s)
     return profile if host_of(profile) else None
-
-
-def collective_seconds(w: Workload, kind: str, nbytes: float, pp: int, algorithm: str | None = None) -> float:
-    key = (kind, nbytes, pp, algorithm)
-    sec = w.cache.get(key)
-    if sec is None:
-        group, _ = w.dp_group[pp]
-        # On a CPU system the gradient all-reduce is gloo's, timed by the calibration (the TP
-        # all-reduce takes the same measured time: costs/stage.py comm_seconds)
-        sec = None
-        if kind == "all_reduce" and w.host_profile is not None:
-            from pipesim.calibrate.host import allreduce_seconds
-            sec = allreduce_seconds(w.host_profile, nbytes, group.size)
-        if sec is None:
-            # with sharding replicas the ZeRO collectives run inside one replica (+ the all-reduce
-            # across replicas after a reduce-scatter): pipesim/costs/zero_groups.py
-            sec = zero_collective_time(kind, nbytes, group, w.scenario.training.zero_replicas,
-                                       algorithm or w.scenario.parallel.collective)
-        w.cache[key] = sec
-    return sec
-
-
-def bucket_seconds(w: Workload, stage: int, pp: int) -> float:
-    """Seconds of one simulated gradient collective of `stage` over its DP group: the real buckets
-    it stands for, each a collective of its own (Workload.bucket_time)."""
-    nbytes, per = w.bucket_time[stage]
-    return collective_seconds(w, w.grad_kind, nbytes, pp) * per
-
-
-def param_gather_seconds(w: Workload, stages, pp: int) -> float:
-    """The ZeRO-1/2 parameter all-gather of a rank's `stages` over its DP group, bucket by bucket
-    (costs/zero3_reuse.py param_allgather_seconds)."""
-    tr = w.scenario.training
-    by_stage = {c.stage: c for c in w.stage_costs}
-    return sum(param_allgather_seconds(tr, by_stage[st], lambda kind, n: collective_seconds(w, kind, n, pp))
-               for st in stages)

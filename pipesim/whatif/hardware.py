@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from pipesim.errors import ScenarioError
+from pipesim.scenario.file_paths import PRESET_FILE
 
 # System keys that describe the cluster's network layout, not its hardware: carried to every preset.
 CLUSTER_KEYS = ("pod_gpus", "pod_oversubscription")
@@ -29,7 +30,7 @@ def parse_systems(text: str, flag: str = "--systems") -> dict[str, float | None]
             continue
         name, _, price = item.partition("=")
         name = name.strip()
-        if name.endswith((".yaml", ".yml")):        # a system preset file, e.g. one `pipesim fit --out` wrote
+        if name.endswith(PRESET_FILE):        # a system preset file, e.g. one `pipesim fit --out` wrote
             if not os.path.isfile(name):
                 raise ScenarioError(f"{flag} {text}: system preset file not found: {name}")
             name = os.path.abspath(name)
@@ -56,7 +57,7 @@ def _price(text: str, name: str, flag: str, whole: str) -> float:
 
 def label(preset: str) -> str:
     """How a system is named in tables: a preset file by its file name."""
-    return os.path.basename(preset) if preset.endswith((".yaml", ".yml")) else preset
+    return os.path.basename(preset) if preset.endswith(PRESET_FILE) else preset
 
 
 def on_system(raw: dict, preset: str, price: float | None = None) -> tuple[dict, list[str]]:
