@@ -1,36 +1,44 @@
 """Group-limited routing (model.moe_router_num_groups / moe_router_group_topk): DeepSeek-V3's
-node-limited routing cuts the DeepEP dispatcher's inter-node copies."""
+node-limited routing cuts the DeepEP dispatcher's inter-node copies; and the distinct parts (EP
+ranks or islands) a token's experts hit, which set DeepEP's volumes."""
 import itertools
 from types import SimpleNamespace
 
 import pytest
 
 from pipesim import load_scenario
-from pipesim.costs.moe import remote_islands
+from pipesim.costs.moe import parts_hit
 from pipesim.errors import ScenarioError
 
 
-def brute_force(E, islands, k, groups=0, top=0):
-    """Expected distinct islands other than island 0 hit by a token's k experts, by enumeration
-    (groups = islands: `top` groups drawn uniformly, then k experts uniformly among theirs)."""
-    per = E // islands
-    island = lambda e: e // per
+def brute_force(E, parts, k, groups=0, top=0):
+    """Expected distinct parts hit by a token's k experts, by enumeration (E/parts experts per
+    part; with groups: `top` of the `groups` equal expert groups drawn uniformly, then k experts
+    uniformly among theirs)."""
+    part = lambda e: e // (E // parts)
+    group = lambda e: e // (E // groups) if groups else 0
     draws = []
-    group_sets = itertools.combinations(range(islands), top) if groups else [tuple(range(islands))]
+    group_sets = itertools.combinations(range(groups), top) if groups else [(0,)]
     for gs in group_sets:
-        experts = [e for e in range(E) if island(e) in gs]
+        experts = [e for e in range(E) if group(e) in gs]
         for pick in itertools.combinations(experts, k):
-            draws.append(len({island(e) for e in pick} - {0}))
+            draws.append(len({part(e) for e in pick}))
     return sum(draws) / len(draws)
 
 
-@pytest.mark.parametrize("E,islands,k,top", [(8, 4, 2, 2), (16, 4, 3, 2), (12, 3, 4, 2)])
-def test_expected_remote_islands_match_enumeration(E, islands, k, top):
-    limited = SimpleNamespace(num_experts=E, moe_top_k=k, moe_router_num_groups=islands, moe_router_group_topk=top)
-    uniform = SimpleNamespace(num_experts=E, moe_top_k=k, moe_router_num_groups=0, moe_router_group_topk=0)
-    assert remote_islands(limited, islands) == pytest.approx(brute_force(E, islands, k, islands, top))
-    assert remote_islands(uniform, islands) == pytest.approx(brute_force(E, islands, k))
-    assert remote_islands(limited, islands) < remote_islands(uniform, islands)
+def moe(E, k, groups=0, top=0):
+    return SimpleNamespace(num_experts=E, moe_top_k=k, moe_router_num_groups=groups, moe_router_group_topk=top)
+
+
+@pytest.mark.parametrize("E,parts,k,groups,top", [(8, 4, 2, 4, 2), (16, 4, 3, 4, 2), (12, 3, 4, 3, 2),
+                                                  (16, 8, 3, 4, 2), (24, 6, 4, 3, 2), (16, 1, 4, 4, 2)])
+def test_expected_parts_hit_match_enumeration(E, parts, k, groups, top):
+    """Parts equal to the groups (islands under node-limited routing), finer than them (ranks
+    inside node groups) and a single part; remote parts are (n-1)/n of them by symmetry."""
+    assert parts_hit(moe(E, k, groups, top), parts) == pytest.approx(brute_force(E, parts, k, groups, top))
+    assert parts_hit(moe(E, k), parts) == pytest.approx(brute_force(E, parts, k))
+    if parts > 1:
+        assert parts_hit(moe(E, k, groups, top), parts) < parts_hit(moe(E, k), parts)
 
 
 def test_deepseek_v3_preset_limits_tokens_to_4_of_8_nodes():
@@ -39,8 +47,7 @@ def test_deepseek_v3_preset_limits_tokens_to_4_of_8_nodes():
                        "training": {"micro_batch_size": 1, "global_batch_size": 512, "moe_dispatcher": "deepep"}})
     m = s.model
     assert (m.moe_router_num_groups, m.moe_router_group_topk) == (8, 4)
-    assert remote_islands(m, 8) < 0.7 * remote_islands(SimpleNamespace(
-        num_experts=256, moe_top_k=8, moe_router_num_groups=0, moe_router_group_topk=0), 8)
+    assert parts_hit(m, 8) < 0.7 * parts_hit(moe(256, 8), 8)
 
 
 def test_malformed_groups_are_one_line_errors():

@@ -84,6 +84,14 @@ def expert_rows(s: Scenario, sh: Shapes) -> float:
     return load_factor(s, sh) * local_tokens(s, sh) * m.moe_top_k * par.expert_tensor
 
 
+def received_tokens(s: Scenario, sh: Shapes) -> float:
+    """Distinct tokens the busiest EP rank receives per micro-batch from a dispatcher that sends
+    each token once per destination rank (DeepEP): every rank's T_loc tokens reach a given rank
+    with probability parts_hit(ep) / ep, times the load factor and the ETP copies as expert_rows."""
+    m, par = s.model, s.parallel
+    return load_factor(s, sh) * local_tokens(s, sh) * parts_hit(m, par.expert) * par.expert_tensor
+
+
 def routed_width(s: Scenario, sh: Shapes) -> int:
     """Width of a routed token: the latent size under LatentMoE, else the hidden size."""
     return s.model.moe_latent_size or sh.h
@@ -132,8 +140,11 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
         ops.append(latent_projection("moe_latent_down", T_loc, sh.h, d, e, dtype,
                                      T_loc * sh.h * e if dtype == "fp8" else 0.0))
     # permute (local, T_loc·k copies) and the post-dispatch sort by local expert (rows copies):
-    # read + write each copy once; backward is the inverse gather.
-    moved = (T_loc * k + rows) * d * e
+    # read + write each copy once; backward is the inverse gather. DeepEP sends the tokens
+    # themselves and returns the distinct ones a rank received (`recv`), which one permute
+    # expands to the rows (Megatron-Core MoEFlexTokenDispatcher.get_permuted_hidden_states_by_experts).
+    deepep = s.training.moe_dispatcher == "deepep"
+    moved = ((0.0 if deepep else T_loc * k) + rows) * d * e
     ops.append(Op("permute", "vector", 0.0, 0.0, 2 * moved, 2 * moved))
     fc1_n = m.moe_ffn * (2 if gated else 1)
     ops.append(grouped_gemm("expert_fc1", rows, d, fc1_n / et, local_experts, e, dtype, m.bias,
@@ -146,11 +157,13 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
                       saved_bytes=act * e * (2 if gated else 1) + rows * FP32))
     ops.append(grouped_gemm("expert_fc2", rows, f_loc, d, local_experts, e, dtype, m.bias,
                             saved_input=act * e, split=(1, et)))
-    # unsort + unpermute: read the k weighted copies, write their sum per token. Its backward
+    # unsort + unpermute: read the k weighted copies, write their sum per token (under DeepEP
+    # per received token: the combine kernel sums the ranks' partial outputs). Its backward
     # scatters the gradient back by the saved mapping, so it keeps no tokens (before !2668 the
     # probabilities were applied here and the k expert outputs were kept for their gradient).
+    out = received_tokens(s, sh) if deepep else T_loc
     ops.append(Op("unpermute", "vector", 2 * T_loc * k * d, 2 * T_loc * k * d,
-                  moved + T_loc * d * e, moved + 2 * T_loc * d * e))
+                  moved + out * d * e, moved + 2 * out * d * e))
     if m.moe_latent_size:
         ops.append(latent_projection("moe_latent_up", T_loc, d, sh.h, e, dtype, T_loc * d * e))
     if m.num_shared_experts:
@@ -239,15 +252,19 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     alltoall — NCCL all-to-all (pairwise exchange; Thakur, Rabenseifner & Gropp 2005 Sec. 4.5):
       EP − 1 messages, each paying α of the slowest link used.
     deepep — a DeepEP-like fused dispatcher (deepseek-ai/DeepEP README, "normal kernels"; DeepSeek-V3
-      arXiv 2412.19437 Sec. 3.2.2): a token crosses the inter-node network once per distinct remote
-      island among its k experts and is forwarded over NVLink there; one fused kernel, α per link.
-      Expected distinct remote islands (uniform top-k without replacement over E experts in n
-      islands of E/n): (n − 1)·(1 − C(E − E/n, k)/C(E, k)). With group-limited routing whose groups
-      are the islands (DeepSeek-V3's node-limited routing, Sec. 2.1.2: `moe_router_num_groups` =
-      n, at most g = `moe_router_group_topk` of them per token): g·(1 − 1/n)·(1 − C(gE/n − E/n, k)
-      / C(gE/n, k)) - g groups drawn, each hit unless all k land in the other g − 1, the own
-      island among them with probability g/n. Groups that are not the islands keep the uniform
-      expectation.
+      arXiv 2412.19437 Sec. 3.2.2): a token is sent once per distinct destination rank, not once
+      per expert (DeepEP's get_dispatch_layout -> num_tokens_per_rank / is_token_in_rank; the rank
+      expands it to its local experts after the dispatch, and the combine returns one partial sum
+      per rank: Megatron-Core fused_a2a.py, MoEFlexTokenDispatcher). It crosses the inter-node
+      network once per distinct remote island and is forwarded over NVLink there; one fused kernel,
+      α per link. With E experts in n equal parts (ranks or islands), the expected distinct parts
+      a token's k experts hit (uniform top-k without replacement, `parts_hit`): n·(1 − C(E − E/n,
+      k)/C(E, k)); the remote ones (n − 1)/n of them. Every distinct rank's copy crosses NVLink
+      unless it is the GPU where the token lands (its own, or the same-index GPU of a remote
+      island): (per − 1)/per of them. Group-limited routing (DeepSeek-V3's node-limited routing,
+      Sec. 2.1.2: `moe_router_num_groups` G, at most g = `moe_router_group_topk` per token) whose
+      groups are whole parts or unions of them draws the k from the g·E/G experts of the chosen
+      groups, which span g·n/G parts; other groupings keep the uniform expectation.
     ETP > 1 adds an all-gather (dispatch) / reduce-scatter (combine) of the received tokens over
     the ETP group (Megatron-Core alltoall dispatcher with expert tensor parallelism).
     """
@@ -266,16 +283,15 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     g = expert_placement(s, "ep")
     per, islands = g.per_node, max(1, math.ceil(ep / g.per_node))
     intra_link, inter_link = g.intra, g.inter
-    if tr.moe_dispatcher == "deepep" and islands > 1:
-        inter = T_loc * d * sh.e * remote_islands(m, islands)
-        intra = X * (ep - 1) / ep          # local copies plus the forwarding of received tokens
-        alpha = intra_link.latency + inter_link.latency
+    if tr.moe_dispatcher == "deepep":
+        inter = T_loc * d * sh.e * parts_hit(m, islands) * (islands - 1) / islands
+        intra = T_loc * d * sh.e * parts_hit(m, ep) * (per - 1) / per
+        alpha = intra_link.latency + (inter_link.latency if inter > 0 else 0.0)
     else:
         intra = X * (per - 1) / ep
         inter = X * (ep - per) / ep
         slow: Link = inter_link if inter > 0 else intra_link
-        alpha = (ep - 1) * slow.latency if tr.moe_dispatcher == "alltoall" else (
-            intra_link.latency + (inter_link.latency if inter > 0 else 0.0))
+        alpha = (ep - 1) * slow.latency
     wire = max(intra / intra_link.bandwidth, inter / inter_link.bandwidth if inter else 0.0)
     one = alpha + lam * wire + etp_s
     sent = 2 * (intra + inter)
@@ -295,15 +311,15 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     return A2ACost(2 * one + counts, 2 * one, sent, sent, intra, inter)
 
 
-def remote_islands(m, islands: int) -> float:
-    """Expected distinct remote islands among a token's k experts (a2a_costs docstring)."""
+def parts_hit(m, parts: int) -> float:
+    """Expected distinct parts (EP ranks or islands, E/parts experts each) among a token's k
+    experts (a2a_costs docstring)."""
     E, k = m.num_experts, m.moe_top_k
-    per_island = E // islands
-    if m.moe_router_num_groups == islands and m.moe_router_group_topk:
-        g = m.moe_router_group_topk
-        chosen = g * per_island
-        return g * (1 - 1 / islands) * (1 - _comb(chosen - per_island, k) / _comb(chosen, k))
-    return (islands - 1) * (1 - _comb(E - per_island, k) / _comb(E, k))
+    per_part, spanned, pool = E // parts, parts, E
+    G, g = m.moe_router_num_groups, m.moe_router_group_topk
+    if G and g and parts % G == 0:        # each group is parts/G whole parts
+        spanned, pool = g * parts // G, g * E // G
+    return spanned * (1 - _comb(pool - per_part, k) / _comb(pool, k))
 
 
 def measured_a2a(s: Scenario) -> dict | None:
