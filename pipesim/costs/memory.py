@@ -6,6 +6,11 @@ ZeRO-1 shards the optimizer states over the N_d data-parallel ranks, ZeRO-2 also
 ZeRO-3 also the weights (ibid., Sec. 5.1, Fig. 1). fp32 training: 4Ψ + 4Ψ + 8Ψ (Adam m, v).
 SGD with momentum keeps one state (plus fp32 master weights under mixed precision); so does Muon
 for the matrices it manages, Adam's two for the rest (pipesim/costs/muon.py).
+PyTorch FSDP2 under a MixedPrecisionPolicy keeps no 16-bit copy: the sharded parameter stays fp32
+and is cast to the compute dtype on each all-gather, and its sharded gradient is fp32 too
+(torch.distributed.fsdp.fully_shard: FSDPParam keeps `_sharded_param_data` in the original dtype;
+the reduce-scatter output is cast back to it), so the shard is the master copy: 4Ψ + 4Ψ + 8Ψ
+(Adam) over the group, whatever the reduce dtype (`fp32_shards`).
 """
 from __future__ import annotations
 
@@ -37,16 +42,23 @@ def optimizer_bytes_per_param(optimizer: str, precision: str, moment_bytes: int 
 
 
 def static_memory(params: float, precision: str, optimizer: str, zero_stage: int, dp: int,
-                  resident_weights: bool = False, adam_params: float = 0.0, moment_bytes: int = 4) -> StaticMemory:
+                  resident_weights: bool = False, adam_params: float = 0.0, moment_bytes: int = 4,
+                  fp32_shards: bool = False) -> StaticMemory:
     """Weights, gradients and optimizer states per GPU. `resident_weights`: ZeRO-3 weights that stay
     gathered from a micro-batch's forward to its backward (FSDP reshard_after_forward=False); at the
     peak every layer holds them (pipelined: every chunk has a micro-batch in flight), so they count
     unsharded. `adam_params`: those of `params` that Muon leaves to Adam; `moment_bytes`: per Adam
-    moment."""
+    moment. `fp32_shards`: ZeRO-3 as PyTorch FSDP2 keeps it (module docstring): fp32 weight and
+    gradient shards, no separate master copy (resident weights add their 16-bit gathered copy when
+    there is a group to gather over)."""
     elem = 4 if precision in ("fp32", "tf32") else 2
     weights, grads = params * elem, params * elem
     opt = (params - adam_params) * optimizer_bytes_per_param(optimizer, precision, moment_bytes) + \
         adam_params * optimizer_bytes_per_param("adam", precision, moment_bytes)
+    if fp32_shards and zero_stage >= 3 and elem < 4:
+        opt -= 4 * params                                 # the fp32 shard is the master copy
+        shard = 4 * params / dp
+        return StaticMemory(shard + (weights if resident_weights and dp > 1 else 0.0), shard, opt / dp)
     if zero_stage >= 1:
         opt /= dp
     if zero_stage >= 2:
@@ -54,3 +66,17 @@ def static_memory(params: float, precision: str, optimizer: str, zero_stage: int
     if zero_stage >= 3 and not resident_weights:
         weights /= dp
     return StaticMemory(weights, grads, opt)
+
+
+def fp32_shards(tr) -> bool:
+    """Whether ZeRO-3 keeps fp32 shards as PyTorch FSDP2 does (training.zero3_collectives fsdp2)."""
+    return tr.zero_stage == 3 and tr.zero3_collectives == "fsdp2"
+
+
+def static_bytes_per_param(s) -> float:
+    """Weights + gradients + optimizer bytes per parameter of scenario `s` over its data-parallel
+    group (the partitioner's memory budget per parameter)."""
+    tr = s.training
+    return static_memory(1.0, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data,
+                         not tr.reshard_after_forward, moment_bytes=s.moment_bytes,
+                         fp32_shards=fp32_shards(tr)).total

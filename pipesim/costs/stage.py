@@ -15,7 +15,7 @@ from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_bf16, as_nvfp4, cast_ops, fp
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
-from pipesim.costs.memory import StaticMemory, static_memory
+from pipesim.costs.memory import StaticMemory, fp32_shards, static_memory
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.muon import muon_split
 from pipesim.costs.optimizer import optimizer_bytes
@@ -448,15 +448,16 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         muon_parts = muon_split(s, cm, [(d.ops, n) for d, n in zip(dense, n_by_kind)], extras, moe, n_moe,
                                 shard(dp_shard), shard(edp_shard))
         adam_dense, adam_expert = muon_parts.adam_params(dense_params, ep.params)
+        fsdp2 = fp32_shards(tr)
         static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_shard, resident,
-                               adam_dense, s.moment_bytes)
+                               adam_dense, s.moment_bytes, fsdp2)
         local_params = dense_params / shard(dp_shard)
         adam_local = adam_dense / shard(dp_shard) + adam_expert / shard(edp_shard)
         if ep.params:
             static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp_shard,
-                                               resident, adam_expert, s.moment_bytes))
+                                               resident, adam_expert, s.moment_bytes, fsdp2))
             local_params += ep.params / shard(edp_shard)
-        if tr.grad_reduce_in_fp32 and elem_of(tr) < 4:
+        if tr.grad_reduce_in_fp32 and elem_of(tr) < 4 and not fsdp2:
             static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         if fp8_params:
             # FP8 weight copies (row- and column-wise; row-wise only for per-tensor FP8 on Blackwell);

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipesim.costs.memory import static_memory
+from pipesim.costs.memory import static_bytes_per_param, static_memory
 from pipesim.errors import PipesimError
 from pipesim.partition.cluster import Cluster, cluster_from_system, load_system
 from pipesim.partition.graph import Graph
@@ -71,10 +71,8 @@ def load_source(source: str, *, system: str | None = None, batch: int | None = N
             extra.append(f"costs.profile={Path(profile).resolve()}")
         s, raw = load_for_partition(source, extra)
         g = transformer_graph(s, granularity)
-        tr = s.training
-        per_param = static_memory(1.0, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data,
-                                  not tr.reshard_after_forward, moment_bytes=s.moment_bytes).total
-        return Source(g, cluster_from_system(s.system, slot_width=s.parallel.tensor), per_param, s, raw)
+        return Source(g, cluster_from_system(s.system, slot_width=s.parallel.tensor), static_bytes_per_param(s),
+                      s, raw)
     raise PipesimError(f"{source}: expected a scenario .yaml, a CNN preset ({', '.join(PRESETS)}) or "
                        f"module:package.module:factory")
 

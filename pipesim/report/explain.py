@@ -239,16 +239,14 @@ def partition_split(s) -> tuple[list[int], str] | None:
     from pipesim.partition.solve import partition
     from pipesim.partition.stages import Options
     from pipesim.partition.transformer import transformer_graph
-    from pipesim.costs.memory import static_memory
+    from pipesim.costs.memory import static_bytes_per_param
     p = s.parallel.pipeline
     if s.model.arch != "transformer" or p < 2 or s.parallel.virtual_stages != 1:
         return None
     tr = s.training
     cap = s.system.gpu.memory
     opts = Options(recompute=tr.recompute == "full", memory_cap=cap, microbatches=p, schedule="1f1b",
-                   static_bytes_per_param=static_memory(1.0, tr.precision, tr.optimizer, tr.zero_stage,
-                                                        s.parallel.data, not tr.reshard_after_forward,
-                                                        moment_bytes=s.moment_bytes).total)
+                   static_bytes_per_param=static_bytes_per_param(s))
     try:
         g = transformer_graph(s, "layer")
         cluster = cluster_from_system(s.system, slot_width=s.parallel.tensor)
