@@ -41,12 +41,13 @@ SUITES = {
     "bridge2511": ("bridge2511-", None),     # held out: pipesim/whatif/validation_bridge.py
     "bridge2604": ("bridge2604-", None),     # held out: the same converter, the 26.04.01 tables
     "titan2024": ("titan2024-", None),       # held out: pipesim/whatif/validation_titan.py
+    "automodel": ("automodel-", None),       # held out: pipesim/whatif/validation_automodel.py
 }
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
 METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
           "bridge2604": "tokens",
-          "titan2024": "tokens"}
+          "titan2024": "tokens", "automodel": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
 # DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
@@ -133,6 +134,9 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite == "titan2024":
         from pipesim.whatif.validation_titan import titan_scenario
         return titan_scenario(case)
+    if case.suite == "automodel":
+        from pipesim.whatif.validation_automodel import automodel_scenario
+        return automodel_scenario(case)
     if case.suite in METRIC:
         from pipesim.whatif.families import mcore_scenario, nemo_scenario
         return (mcore_scenario if case.suite == "mcore-h100" else nemo_scenario)(case)
@@ -345,7 +349,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
-HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "titan2024")
+HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "titan2024", "automodel")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:
