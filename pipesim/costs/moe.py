@@ -24,7 +24,7 @@ curve it runs as Transformer Engine does, in rounds of 4 concurrent per-expert G
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from pipesim.costs.collectives import Link, collective_time
@@ -370,6 +370,8 @@ class MoELayerCosts:
         a2a = a2a_costs(s, sh)
         host = host_exposed_fwd(s, cm, ops, a2a.fwd)
         tr = s.training
+        if tr.moe_shared_expert_overlap:
+            a2a = shared_expert_overlap(s, cm, ops, a2a)
         if tr.recompute == "full" or (tr.recompute == "selective" and "moe" in tr.recompute_modules):
             rc_time += a2a.fwd + host           # the recomputed forward dispatches (and syncs) again
         split = [o.name for o in ops].index("router")
@@ -380,6 +382,24 @@ class MoELayerCosts:
                    sum(cm.time(o, "fwd").seconds for o in block) + host,
                    sum(cm.time(o, "bwd").seconds for o in block), host,
                    sum(cm.time(o, "bwd").seconds * cm.wgrad_share(o) for o in block), slow["fwd"], slow["bwd"])
+
+
+def shared_expert_overlap(s: Scenario, cm, ops: list[Op], a2a: A2ACost) -> A2ACost:
+    """The all-to-all time the shared experts hide when they run on a second stream beside the
+    layer's own dispatch and combine (training.moe_shared_expert_overlap): Megatron-Core's
+    SharedExpertMLP runs fc1 beside the dispatch and fc2 beside the combine on its own CUDA stream
+    (moe_shared_expert_overlap, shared_experts.py); NeMo AutoModel's MoE runs the whole shared MLP
+    on a side stream beside the routed path (nemo_automodel/components/moe/layers.py). Autograd
+    runs each backward op on its forward op's stream, so the backward overlaps the same way.
+    Shared work of x seconds runs beside a transfer of t seconds at 1/slow of its rate (the SMs the
+    dispatcher's kernels hold, moe_interference.py): the layer shortens by min(x, t/slow), taken
+    off the exposed all-to-all; bytes unchanged."""
+    shared = [o for o in ops if o.name.startswith("shared_")]
+    cut = {}
+    for phase, t in (("fwd", a2a.fwd), ("bwd", a2a.bwd)):
+        x = sum(cm.time(o, phase).seconds for o in shared)
+        cut[phase] = min(x, t / overlap_slowdown(s, cm, shared, phase)) if x > 0 else 0.0
+    return replace(a2a, fwd=a2a.fwd - cut["fwd"], bwd=a2a.bwd - cut["bwd"])
 
 
 def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None, nbytes: float | None = None) -> float:

@@ -83,6 +83,8 @@ def check_moe(s: Scenario, loader) -> None:
         if ep > 1 or et > 1:
             loader.fail("parallel.expert", f"expert({ep})·expert_tensor({et}) > 1 needs an MoE model "
                         "(model.num_experts > 0)")
+        if s.training.moe_shared_expert_overlap:
+            loader.fail("training.moe_shared_expert_overlap", "needs an MoE model with shared experts")
         return
     if m.moe_top_k < 1:
         loader.fail("model.moe_top_k", f"must be at least 1, got {m.moe_top_k}")
@@ -116,6 +118,24 @@ def check_moe(s: Scenario, loader) -> None:
     tr = s.training
     if tr.moe_a2a_overlap:
         check_a2a_overlap(s, loader)
+    if tr.moe_shared_expert_overlap:
+        check_shared_expert_overlap(s, loader)
+
+
+def check_shared_expert_overlap(s: Scenario, loader) -> None:
+    """training.moe_shared_expert_overlap where Megatron-Core runs it (TransformerConfig: not with
+    --overlap-moe-expert-parallel-comm, not with the shared experts recomputed); without shared
+    experts or expert parallelism there is nothing to overlap."""
+    key, tr = "training.moe_shared_expert_overlap", s.training
+    if not s.model.num_shared_experts:
+        loader.fail(key, "needs shared experts (model.num_shared_experts > 0)")
+    if s.parallel.expert <= 1:
+        loader.fail(key, "needs expert parallelism (parallel.expert > 1): there is no all-to-all to overlap")
+    if tr.moe_a2a_overlap:
+        loader.fail(key, "cannot be combined with training.moe_a2a_overlap (Megatron-Core asserts one or the other)")
+    if tr.recompute == "selective" and "shared_experts" in tr.recompute_modules:
+        loader.fail(key, "cannot be combined with recompute_modules shared_experts (Megatron-Core: shared_experts "
+                    "recompute cannot work with --moe-shared-expert-overlap)")
 
 
 def check_a2a_overlap(s: Scenario, loader) -> None:

@@ -385,6 +385,9 @@ def check_supported(s) -> None:
                             f"attention dropout; set model.dropout: false")
     if s.training.precision == "fp8":
         raise ScenarioError(f"{where}: training.precision fp8 is not emulated; use fp32, bf16 or fp16")
+    if s.training.moe_shared_expert_overlap:
+        raise ScenarioError(f"{where}: training.moe_shared_expert_overlap: the emulator runs the shared experts in "
+                            f"line (a CPU rank has no second stream); set it to false")
     if s.training.recompute == "selective_op":
         raise ScenarioError(f"{where}: training.recompute selective_op is not emulated; use none, selective or full")
     odd = sorted(set(m.hybrid_layer_pattern) - set("MG*-"))

@@ -394,6 +394,9 @@ class TrainingConfig:
                                                           "all-to-all or a DeepEP-like fused kernel")
     moe_a2a_overlap: bool = field(False, doc="hide one micro-batch's all-to-all under the paired "
                                              "micro-batch's compute (1F1B A2A overlap, DualPipeV)")
+    moe_shared_expert_overlap: bool = field(False, doc="run the shared experts on a second stream under the "
+                                                       "layer's own dispatch and combine (Megatron-Core "
+                                                       "--moe-shared-expert-overlap; NeMo AutoModel always)")
     fp8_recipe: Literal["tensorwise", "delayed", "blockwise", "mxfp8", "nvfp4"] = field(
         "tensorwise", doc="low-precision GEMM recipe (precision fp8): FP8 with per-tensor current or delayed "
                           "scaling, 128-element blocks, or MXFP8 (32-element blocks, Blackwell); nvfp4: FP4 "

@@ -16,7 +16,8 @@ gather; gradients reduce in fp32 for the MoE models (the MoE parallelizer's Mixe
 reduce_dtype float32) and in bf16 for the dense one (FSDP2Manager's default policy); Adam; loss
 by F.cross_entropy (MaskedCrossEntropy); forced-balanced routing (fake_balanced_gate); flash
 attention (TE, SDPA or FlexAttention kernels); no dropout; no multi-token prediction (the models
-are the Hugging Face ones). With pipeline parallelism each gradient-accumulation step is one run
+are the Hugging Face ones); shared experts on a side stream beside the routed path
+(moe_shared_expert_overlap; nemo_automodel/components/moe/layers.py MoE.forward). With pipeline parallelism each gradient-accumulation step is one run
 of torch.distributed.pipelining's interleaved 1F1B schedule over the local batch (its own fill and
 drain), so one such run is simulated and the tokens/s are its: the optimizer step is then counted
 once per accumulation step rather than once per step (a few ms in a step of seconds).
@@ -73,7 +74,9 @@ def automodel_scenario(case) -> dict:
                 "reshard_after_forward": bool(st.get("reshard_after_forward", True)),
                 "overlap_grad_reduce": True, "grad_reduce_in_fp32": ep > 1}
     if ep > 1:
-        training.update(moe_dispatcher=st.get("dispatcher", "alltoall"), moe_routing="balanced")
+        from pipesim.presets.models import MODELS
+        training.update(moe_dispatcher=st.get("dispatcher", "alltoall"), moe_routing="balanced",
+                        moe_shared_expert_overlap=bool(MODELS[preset].get("num_shared_experts")))
     return {"model": {"preset": preset, "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False,
                       "mtp_layers": 0},
             "system": {"preset": "dgx-h100", "num_nodes": n // 8},

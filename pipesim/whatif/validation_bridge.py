@@ -19,7 +19,9 @@ bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set `fp8_param_gat
 scripts/performance/utils/helpers.py get_precision_config picks them, with BF16 first/last layers
 turned off). Per-row settings of those scripts (HybridEP dispatch, MoE A2A overlap, per-module
 recompute) are mapped where the scripts' layout is the table's (BRIDGE_ROW_SETTINGS); CUDA graphs
-and the other rows' settings (activation offloading, Megatron FSDP) are not.
+and the other rows' settings (activation offloading, Megatron FSDP) are not. The models with shared
+experts run them beside the all-to-all (moe_shared_expert_overlap) as their providers set it,
+unless the row uses the flex dispatcher or the A2A overlap, which turn it off.
 Assumptions the table does not state, made once for the whole family (Megatron-Core defaults as
 for nemo2407 in pipesim/whatif/families.py): sequence parallelism with TP, TP comm overlap, the
 distributed optimizer (ZeRO-1) unless FSDP, overlapped grad reduce and param gather, Megatron's
@@ -160,9 +162,19 @@ def bridge_scenario(case) -> dict:
     from pipesim.whatif.validation_bridge_2604 import row_settings
     training.update(row_settings(cid))
     training.update(BRIDGE_PRECISION_RECIPES.get((name, c.get("precision")), {}))
+    if ep > 1 and _preset_key(BRIDGE_MODELS[name], "num_shared_experts"):
+        # the DeepSeek, Kimi and Nemotron-H providers turn the shared-expert overlap on; the flex
+        # dispatcher (DeepEP / HybridEP) and the A2A overlap turn it off (v0.4.2
+        # training/flex_dispatcher_backend.py, scripts/performance/utils/overrides.py; v0.2.0 alike)
+        training["moe_shared_expert_overlap"] = (training["moe_dispatcher"] == "alltoall"
+                                                 and not training.get("moe_a2a_overlap"))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
 
 
 def _preset_layers(preset: str) -> int:
+    return int(_preset_key(preset, "num_layers"))
+
+
+def _preset_key(preset: str, key: str):
     from pipesim.presets.models import MODELS
-    return int(MODELS[preset]["num_layers"])
+    return MODELS[preset].get(key, 0)
