@@ -6,7 +6,8 @@ every published validation run (written to a temporary folder by `pipesim valida
     link latencies, twice the HBM bandwidth, twice the matrix peak;
   - worse hardware never speeds one up: four times the link latencies;
   - an overlap never slows one: overlap_grad_reduce, overlap_param_gather, overlap_tp_comm,
-    moe_a2a_overlap on, p2p_sync off (each where the scenario loads with it);
+    moe_a2a_overlap, moe_shared_expert_overlap on, p2p_sync off (each where the scenario loads
+    with it);
   - ZeRO-3 never needs more memory than ZeRO-2.
 
 A violation beyond `--tolerance` (default 0.05 %: the FIFO ports can reorder transfers, which moves
@@ -50,7 +51,7 @@ def faster(s) -> list[tuple[str, list[str]]]:
 # (key, the value that overlaps): switching each on must not lengthen the step
 OVERLAPS = (("training.overlap_grad_reduce", "true"), ("training.overlap_param_gather", "true"),
             ("training.overlap_tp_comm", "true"), ("training.moe_a2a_overlap", "true"),
-            ("training.p2p_sync", "false"))
+            ("training.moe_shared_expert_overlap", "true"), ("training.p2p_sync", "false"))
 
 
 def latencies(sy, k: float) -> list[str]:

@@ -193,6 +193,19 @@ def test_an_moe_search_names_the_expert_parallel_size_and_gives_each_memory_reas
     assert len(reasons) >= 4 and len({line.split(" needs ")[0] for line in reasons}) == len(reasons)
 
 
+@pytest.mark.parametrize("overlap", ["moe_shared_expert_overlap", "moe_a2a_overlap"])
+def test_a_base_with_an_moe_overlap_is_searched_not_refused(overlap):
+    """The search probes model and system on a pure data-parallel layout; an overlap that needs
+    expert parallelism must not make that probe (and with it the whole search) fail."""
+    moe = {"model": {"preset": "nemotron-3-nano", "seq_length": 4096}, "system": {"preset": "dgx-h100"},
+           "parallel": {"expert": 8},
+           "training": {"micro_batch_size": 1, "global_batch_size": 32, overlap: True}}
+    space = SearchSpace(tensor=(1,), pipeline=(1,), micro_batch=(1,), zero=(2,), compression=(16,),
+                        recompute=("selective",))
+    res = search(moe, 16, space, finalists=2, evaluator=analytic_report)
+    assert len(res.finalists) == 1 and res.finalists[0]["expert"] == 8 and not res.pruned
+
+
 def test_pipelines_that_do_not_divide_the_layers_get_megatrons_uneven_split():
     """DeepSeek-V3-like 61-layer models train with PP 8 or 16: the search offers the powers of two
     with the layers + embedding + loss dealt out evenly (Megatron's account-for-embedding/loss

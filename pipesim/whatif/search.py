@@ -136,11 +136,12 @@ def pipeline_sizes(layers: int) -> list[int]:
 
 def probe_scenario(base: dict, gpus: int):
     """The model and system of a search, loaded on a layout that always exists (pure data
-    parallel, one sample per GPU)."""
+    parallel, one sample per GPU; without the MoE overlaps, which need expert parallelism)."""
     from pipesim.scenario.load import load_scenario
     return load_scenario({**base, "parallel": {"tensor": 1, "pipeline": 1},
                           "training": dict(base["training"], global_batch_size=gpus, micro_batch_size=1,
-                                           schedule="1f1b")})
+                                           schedule="1f1b", moe_a2a_overlap=False,
+                                           moe_shared_expert_overlap=False)})
 
 
 def set_key(d: dict, dotted: str, value) -> dict:
