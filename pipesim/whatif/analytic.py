@@ -80,6 +80,21 @@ def in_flight(schedule: str, P: int, V: int, M: int, r: int, group: int | None =
     return min(M, P - r)
 
 
+def v_chunk_in_flight(schedule: str, P: int, M: int, r: int, down: bool) -> int:
+    """V-shaped schedules: micro-batches whose activations one chunk of rank r holds at the peak -
+    the down-leg chunk (stage r) or the up-leg one (stage 2P-1-r) - counted until the activations
+    are freed (by W when the backward is split), as pipesim's generators place them (the
+    simulator's peaks, tests/test_whatif_analytic.py). DualPipeV: 2P - r and r + 1, 2P + 1 in all
+    (DeepSeek-AI's DualPipe README, table: PP + 1 activations, 2P + 1 chunks); ZB-V: up to 2P on
+    the down leg and its W lag 2r + 1 on the up leg (schedules/zero_bubble.py). Per chunk, because
+    a V's first and last chunks differ (embedding, head, MTP): both on rank 0."""
+    if schedule == "dualpipe-v":
+        n = 2 * P - r if down else r + 1
+    else:
+        n = 2 * P if down else 2 * r + 1
+    return min(M, n)
+
+
 def a2a_overlap_saving(s, chunks, r: int) -> float:
     """Seconds per step that MoE all-to-all overlap (training.moe_a2a_overlap) saves on pipeline
     rank r: each steady-state forward runs paired with another micro-batch's backward as the
@@ -213,9 +228,10 @@ def analytic_report(s, mode: str = "representative") -> dict:
     for r, ch in enumerate(per_rank):
         static = sum(c.static.total for c in ch)
         # offloaded activations are on the GPU one layer at a time, for the pass that runs
-        held = in_flight(sched, P, V, M, r, s.training.microbatch_group_size)
-        act = sum((c.activation_bytes - c.offload_bytes) * held + c.offload_window
-                  for c in ch)
+        held = [in_flight(sched, P, V, M, r, s.training.microbatch_group_size)] * len(ch)
+        if sched in V_SHAPE and len(ch) == 2:
+            held = [v_chunk_in_flight(sched, P, M, r, c.stage < P) for c in ch]
+        act = sum((c.activation_bytes - c.offload_bytes) * n + c.offload_window for c, n in zip(ch, held))
         working = max((c.recompute_working_bytes + c.cp_buffer_bwd for c in ch), default=0.0)
         # ZeRO-3: the gathered weights live beside them, as the engine holds them: the running
         # action's and, with prefetch, the next one's issued at its start

@@ -262,8 +262,8 @@ def search(raw: dict, gpus: int, space: SearchSpace | None = None, finalists: in
     items = [Prepared(i, {}, raw=c) for i, c in enumerate(cands)]
     run = dict(jobs=jobs, use_ray=use_ray, ray_address=ray_address)
     screened = evaluate_all(items, evaluator=screen, **run)
-    # The closed form's peak is verified for the SCREENED_SCHEDULES; for the others (ZB-V, ...) it
-    # is off by up to 28 %, so near misses stay candidates and the simulator decides.
+    # The closed form's peak is verified for the SCREENED_SCHEDULES; for the others (ZB-V, ...) only
+    # on a few layouts (evaluate.py), so near misses stay candidates and the simulator decides.
     memory = probe_scenario(dict(raw, system=system_for(raw["system"], gpus)), gpus).system.gpu.memory
     fits = [r for r in screened if r["status"] == "ok" or (
         r["status"] == "oom" and r.get("schedule") not in SCREENED_SCHEDULES
