@@ -68,7 +68,8 @@ def in_flight(schedule: str, P: int, V: int, M: int, r: int, group: int | None =
     interleaved: Megatron's warm-up of 2(p-r-1) + (v-1)N + 1 chunk-micro-batches (N = the
     micro-batch group, default p), /v in rank units (all M·v when m = p: Megatron then runs every
     forward first);
-    ZB-H2: 2(p-r)-1 (Qi et al. ICLR'24, Table 2: about 2x 1F1B); ZB-V: p chunk-pairs (ibid. Sec. 6)."""
+    ZB-H2: 2(p-r)-1 (Qi et al. ICLR'24, Table 2: about 2x 1F1B); ZB-V, DualPipeV: p chunk-pairs
+    (ibid. Sec. 6; the memory peak counts their two chunks apart: v_chunk_in_flight)."""
     if schedule == "gpipe" or schedule == "looped-bfs":
         return M
     if schedule == "interleaved" and V > 1:
