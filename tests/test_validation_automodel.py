@@ -24,6 +24,8 @@ def test_rows_map_the_table_and_the_config_settings():
     llama = load_scenario(case_scenario(cases["automodel-llama3-70b-64-cp2"]))
     assert (llama.parallel.context, llama.parallel.context_mode, llama.parallel.data) == (2, "allgather", 32)
     assert not llama.training.grad_reduce_in_fp32 and llama.parallel.expert == 1
+    # attention: TE's choice for the te backend, FlashAttention-2 under PyTorch SDPA
+    assert q.training.attention_kernel == "auto" and llama.training.attention_kernel == "fa2"
     assert cases["automodel-qwen3-30b-a3b-8"].target == 12040.0
 
 
@@ -40,6 +42,10 @@ def test_unknown_settings_and_inconsistent_batches_are_one_line_errors():
     raw = case.raw
     case.raw = dict(raw, settings={"cuda_graphs": True})
     with pytest.raises(ScenarioError, match="settings.cuda_graphs") as e:
+        case_scenario(case)
+    assert "\n" not in str(e.value)
+    case.raw = dict(raw, settings={"attention": "eager"})
+    with pytest.raises(ScenarioError, match="settings.attention 'eager'") as e:
         case_scenario(case)
     assert "\n" not in str(e.value)
     case.raw = dict(raw, parallel=dict(raw["parallel"], global_batch=500))

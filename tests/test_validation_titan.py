@@ -35,3 +35,19 @@ def test_selective_op_rows_map_to_the_per_op_policy_and_unknown_modes_are_refuse
     with pytest.raises(ScenarioError, match="activation checkpointing 'selective block'") as e:
         case_scenario(case)
     assert "\n" not in str(e.value)
+
+
+def test_h200_rows_map_compile_and_float8_as_their_command_states():
+    cases = {c.id: c for c in load_cases() if c.suite == "titan2025"}
+    assert len(cases) == 2
+    d = case_scenario(cases["titan2025-llama3-8b-h200-32gpu"])
+    s = load_scenario(d)
+    assert s.system.gpu.name.startswith("H200") and s.num_gpus == 32 and s.training.micro_batch_size == 2
+    assert s.training.kernel_fusion == "fused" and s.training.attention_kernel == "fa2"    # compiled, SDPA
+    assert s.training.precision == "fp8" and s.training.fp8_recipe == "tensorwise" and s.training.fp8_param_gather
+    assert s.training.recompute == "selective_op" and s.training.cross_entropy == "torch"
+    case = cases["titan2025-llama3-8b-h200-64gpu"]
+    case.raw = dict(case.raw, training=dict(case.raw["training"], float8="rowwise"))
+    with pytest.raises(ScenarioError, match="training.float8 'rowwise'") as e:
+        case_scenario(case)
+    assert "\n" not in str(e.value)

@@ -42,12 +42,13 @@ SUITES = {
     "bridge2604": ("bridge2604-", None),     # held out: the same converter, the 26.04.01 tables
     "titan2024": ("titan2024-", None),       # held out: pipesim/whatif/validation_titan.py
     "automodel": ("automodel-", None),       # held out: pipesim/whatif/validation_automodel.py
+    "titan2025": ("titan2025-", None),       # held out: pipesim/whatif/validation_titan.py
 }
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
 METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
           "bridge2604": "tokens",
-          "titan2024": "tokens", "automodel": "tokens"}
+          "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
 # DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
@@ -131,7 +132,7 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite in ("bridge2511", "bridge2604"):
         from pipesim.whatif.validation_bridge import bridge_scenario
         return bridge_scenario(case)
-    if case.suite == "titan2024":
+    if case.suite in ("titan2024", "titan2025"):
         from pipesim.whatif.validation_titan import titan_scenario
         return titan_scenario(case)
     if case.suite == "automodel":
@@ -349,7 +350,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
-HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "titan2024", "automodel")
+HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "titan2024", "automodel", "titan2025")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:

@@ -14,8 +14,8 @@ all-gather rotation -> context_mode allgather).
 Stack settings the configs imply, the same for every row: FSDP2 prefetches the next block's
 gather; gradients reduce in fp32 for the MoE models (the MoE parallelizer's MixedPrecisionPolicy
 reduce_dtype float32) and in bf16 for the dense one (FSDP2Manager's default policy); Adam; loss
-by F.cross_entropy (MaskedCrossEntropy); forced-balanced routing (fake_balanced_gate); flash
-attention (TE, SDPA or FlexAttention kernels); no dropout; no multi-token prediction (the models
+by F.cross_entropy (MaskedCrossEntropy); forced-balanced routing (fake_balanced_gate); the row's
+attention kernel (ATTENTION_KERNELS); no dropout; no multi-token prediction (the models
 are the Hugging Face ones); shared experts on a side stream beside the routed path
 (moe_shared_expert_overlap; nemo_automodel/components/moe/layers.py MoE.forward). With pipeline parallelism each gradient-accumulation step is one run
 of torch.distributed.pipelining's interleaved 1F1B schedule over the local batch (its own fill and
@@ -32,7 +32,13 @@ AUTOMODEL_MODELS = {"DeepSeek V3 671B": "deepseek-v3", "Kimi K2": "kimi-k2", "Qw
                     "GPT-OSS 20B": "gpt-oss-20b", "GPT-OSS 120B": "gpt-oss-120b",
                     "Nemotron V3 Super 120B (26.02)": "nemotron-3-super",
                     "Nemotron V3 Nano 30B (26.02)": "nemotron-3-nano", "Llama3 70B": "llama3-70b"}
-SETTINGS = ("activation_checkpointing", "reshard_after_forward", "pp_microbatch_size", "dispatcher", "context_parallel")
+SETTINGS = ("activation_checkpointing", "reshard_after_forward", "pp_microbatch_size", "dispatcher", "context_parallel",
+            "attention")
+# The attention backend of a row -> training.attention_kernel: Transformer Engine's choice (cuDNN on
+# Hopper); PyTorch SDPA's flash backend is FlashAttention-2; FlexAttention compiles its own Triton
+# kernel, reported at 85-90 % of FlashAttention-2 (PyTorch blog "FlexAttention", 2024-08): costed as
+# FlashAttention-2, the nearest table pipesim has.
+ATTENTION_KERNELS = {"te": "auto", "sdpa": "fa2", "flex": "fa2"}
 
 
 def automodel_scenario(case) -> dict:
@@ -43,6 +49,9 @@ def automodel_scenario(case) -> dict:
     unknown = sorted(set(st) - set(SETTINGS))
     if unknown:
         raise ScenarioError(f"{cid}: settings.{unknown[0]} is not mapped; known: {', '.join(SETTINGS)}")
+    attention = st.get("attention", "te")
+    if attention not in ATTENTION_KERNELS:
+        raise ScenarioError(f"{cid}: settings.attention {attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}")
     n = int(c["hardware"]["num_gpus"])
     pp, vp, cp, ep, fsdp = (int(par[k]) for k in ("pp", "vp", "cp", "ep", "fsdp"))
     gbs, lbs, ga = int(par["global_batch"]), int(par["local_batch"]), int(par["grad_accumulation"])
@@ -69,7 +78,8 @@ def automodel_scenario(case) -> dict:
     training = {"micro_batch_size": micro, "global_batch_size": batch,
                 "schedule": "interleaved" if vp > 1 else "1f1b",
                 "recompute": "full" if st.get("activation_checkpointing") else "none",
-                "precision": "bf16", "attention": "flash", "optimizer": "adam", "cross_entropy": "torch",
+                "precision": "bf16", "attention": "flash", "attention_kernel": ATTENTION_KERNELS[attention],
+                "optimizer": "adam", "cross_entropy": "torch",
                 "zero_stage": 3, "zero3_collectives": "fsdp2", "zero3_prefetch": True,
                 "reshard_after_forward": bool(st.get("reshard_after_forward", True)),
                 "overlap_grad_reduce": True, "grad_reduce_in_fp32": ep > 1}
