@@ -15,16 +15,18 @@ Stack settings the configs imply, the same for every row: FSDP2 prefetches the n
 gather; gradients reduce in fp32 for the MoE models (the MoE parallelizer's MixedPrecisionPolicy
 reduce_dtype float32) and in bf16 for the dense one (FSDP2Manager's default policy); Adam; loss
 by F.cross_entropy (MaskedCrossEntropy); forced-balanced routing (fake_balanced_gate); the row's
-attention kernel (ATTENTION_KERNELS); no dropout; no multi-token prediction (the models
-are the Hugging Face ones); shared experts on a side stream beside the routed path
-(moe_shared_expert_overlap; nemo_automodel/components/moe/layers.py MoE.forward). With pipeline parallelism each gradient-accumulation step is one run
-of torch.distributed.pipelining's interleaved 1F1B schedule over the local batch (its own fill and
+attention kernel (ATTENTION_KERNELS); no dropout; no multi-token prediction (the models are the
+Hugging Face ones); shared experts on a side stream beside the routed path
+(moe_shared_expert_overlap; nemo_automodel/components/moe/layers.py MoE.forward).
+With pipeline parallelism each gradient-accumulation step is one run of
+torch.distributed.pipelining's interleaved 1F1B schedule over the local batch (its own fill and
 drain), so one such run is simulated and the tokens/s are its: the optimizer step is then counted
 once per accumulation step rather than once per step (a few ms in a step of seconds).
 """
 from __future__ import annotations
 
 from pipesim.errors import ScenarioError
+from pipesim.presets.models import MODELS
 from pipesim.scenario.stage_split import embedding_loss_split
 
 # Published model names -> pipesim model presets (pipesim/presets/models.py).
@@ -68,7 +70,6 @@ def automodel_scenario(case) -> dict:
     if cp > 1:
         parallel.update(context=cp, context_mode=st.get("context_parallel", "allgather"))
     if pp > 1:
-        from pipesim.presets.models import MODELS
         layers = int(MODELS[preset]["num_layers"])
         if layers % (pp * vp):
             parallel["layers_per_stage"] = embedding_loss_split(layers, pp * vp)
@@ -84,7 +85,6 @@ def automodel_scenario(case) -> dict:
                 "reshard_after_forward": bool(st.get("reshard_after_forward", True)),
                 "overlap_grad_reduce": True, "grad_reduce_in_fp32": ep > 1}
     if ep > 1:
-        from pipesim.presets.models import MODELS
         training.update(moe_dispatcher=st.get("dispatcher", "alltoall"), moe_routing="balanced",
                         moe_shared_expert_overlap=bool(MODELS[preset].get("num_shared_experts")))
     return {"model": {"preset": preset, "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False,
