@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipesim.report.accuracy import SNAPSHOT, class_of, size_of
+from pipesim.report.accuracy import SNAPSHOT, class_of, size_of, stack_of
 
 
 def snapshot_rows(results: dict, moe: list, longseq: list) -> list[dict]:
-    """Rows {id, family, generation, kind, error_pct, gpus, size, tensor, pipeline} from the three
+    """Rows {id, family, generation, kind, stack, error_pct, gpus, size, tensor, pipeline} from the three
     validation runs: the families (throughput errors as they are), the MoE zoo (step-time errors,
     turned into throughput ones: 1 / (1 + e) - 1) and its long-sequence table (a row per routing)."""
     from pipesim.scenario.load import load_scenario
@@ -22,6 +22,7 @@ def snapshot_rows(results: dict, moe: list, longseq: list) -> list[dict]:
         cls = class_of(s)
         if cls is not None:
             rows.append({"id": case_id, "family": family, "generation": cls[0], "kind": cls[1],
+                         "stack": stack_of(s),
                          "error_pct": round(error, 2), "gpus": s.num_gpus, "size": round(size_of(s), 6),
                          "tensor": s.parallel.tensor, "pipeline": s.parallel.pipeline})
 
