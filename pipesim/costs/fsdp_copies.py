@@ -28,7 +28,7 @@ def copy_out_seconds(s, cm, params: float, fp8_params: float, elem: int) -> tupl
     parameter storage (0 unless training.zero3_collectives is fsdp2); the backward copies again only when
     it gathers again (reshard_after_forward)."""
     tr = s.training
-    if not (tr.zero_stage == 3 and tr.zero3_collectives == "fsdp2") or s.parallel.data * s.parallel.context <= 1:
+    if not tr.fsdp2 or s.parallel.data * s.parallel.context <= 1:
         return 0.0, 0.0
     # the same bytes per parameter as the all-gather moves (the compute dtype; FP8 storage: 1)
     share = fp8_params / params if tr.fp8_param_gather and params else 0.0

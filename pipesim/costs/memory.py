@@ -68,15 +68,10 @@ def static_memory(params: float, precision: str, optimizer: str, zero_stage: int
     return StaticMemory(weights, grads, opt)
 
 
-def fp32_shards(tr) -> bool:
-    """Whether ZeRO-3 keeps fp32 shards as PyTorch FSDP2 does (training.zero3_collectives fsdp2)."""
-    return tr.zero_stage == 3 and tr.zero3_collectives == "fsdp2"
-
-
 def static_bytes_per_param(s) -> float:
     """Weights + gradients + optimizer bytes per parameter of scenario `s` over its data-parallel
     group (the partitioner's memory budget per parameter)."""
     tr = s.training
     return static_memory(1.0, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data,
                          not tr.reshard_after_forward, moment_bytes=s.moment_bytes,
-                         fp32_shards=fp32_shards(tr)).total
+                         fp32_shards=tr.fsdp2).total

@@ -398,7 +398,7 @@ def shared_expert_overlap(s: Scenario, cm, ops: list[Op], a2a: A2ACost) -> A2ACo
     cut = {}
     for phase, t in (("fwd", a2a.fwd), ("bwd", a2a.bwd)):
         x = sum(cm.time(o, phase).seconds for o in shared)
-        cut[phase] = min(x, t / overlap_slowdown(s, cm, shared, phase)) if x > 0 else 0.0
+        cut[phase] = min(x, t / overlap_slowdown(s, cm, shared, phase))
     return replace(a2a, fwd=a2a.fwd - cut["fwd"], bwd=a2a.bwd - cut["bwd"])
 
 

@@ -15,7 +15,7 @@ from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_bf16, as_nvfp4, cast_ops, fp
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
-from pipesim.costs.memory import StaticMemory, fp32_shards, static_memory
+from pipesim.costs.memory import StaticMemory, static_memory
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.muon import muon_split
 from pipesim.costs.optimizer import optimizer_bytes
@@ -448,7 +448,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         muon_parts = muon_split(s, cm, [(d.ops, n) for d, n in zip(dense, n_by_kind)], extras, moe, n_moe,
                                 shard(dp_shard), shard(edp_shard))
         adam_dense, adam_expert = muon_parts.adam_params(dense_params, ep.params)
-        fsdp2 = fp32_shards(tr)
+        fsdp2 = tr.fsdp2
         static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_shard, resident,
                                adam_dense, s.moment_bytes, fsdp2)
         local_params = dense_params / shard(dp_shard)

@@ -43,8 +43,7 @@ def stack_of(s) -> str:
     """The training stack a scenario describes, as far as the published runs tell stacks apart:
     PyTorch FSDP2 (ZeRO-3 with FSDP2's collectives: torchtitan, NeMo AutoModel) or "" (the others:
     Megatron-Core / NeMo / Megatron-Bridge, DeepSpeed, Meta's Llama 3)."""
-    tr = s.training
-    return STACK_FSDP2 if tr.zero_stage == 3 and tr.zero3_collectives == "fsdp2" else ""
+    return STACK_FSDP2 if s.training.fsdp2 else ""
 
 
 def size_of(s) -> float:

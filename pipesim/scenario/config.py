@@ -450,6 +450,11 @@ class TrainingConfig:
         """ZeRO-3 gathers and reduce-scatters once per Transformer layer (FSDP, FSDP2)."""
         return self.zero_stage == 3 and self.zero3_collectives in ("layer", "fsdp2")
 
+    @property
+    def fsdp2(self) -> bool:
+        """ZeRO-3 as PyTorch FSDP2 runs it (fully_shard: its copies, fp32 shards; torchtitan, NeMo AutoModel)."""
+        return self.zero_stage == 3 and self.zero3_collectives == "fsdp2"
+
     def __post_init__(self):
         if self.micro_batch_size < 1 or self.global_batch_size < 1:
             raise ValueError("batch sizes must be at least 1")
