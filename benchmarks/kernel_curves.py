@@ -25,6 +25,12 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
 3. Attention, H100: the FlashAttention-3 paper's cuDNN bars (Shah et al. 2024, Fig. 5) are the
    table itself; the FA3 kernel's own bars (same figure) and pytorch/benchmark PR #2391's FA3
    forward runs (batch x seq = 16k, 16 heads, head dim 128) are independent measurements.
+3c. Attention on Blackwell, head dim 128, causal: pipesim's tables are NVIDIA's cudnn-frontend runs of
+   April 2026 (cuDNN 9.22, GB200 / GB300, 2K-32K; B200 = GB200's at the MAMF ratio). Printed
+   against two earlier NVIDIA runs: the same repository's December 2025 cudnn_fe run (commit
+   b372d39, GB200 / GB300, batch 1 x 128 heads; its 512 and 1K rows are the tables' short end,
+   its 2K-16K rows are independent) and its October 2025 B200 run through PyTorch's cuDNN path
+   (commit bb37575, pyt_cudnn, cuDNN 9.13.1; never used: a slower path than Transformer Engine's).
 4. Mamba-2 SSD scan forward, H100 BF16 (pipesim/costs/mamba.py: four GEMMs per chunk on the curve
    plus the sequential state passing at the memory roof), against vllm-project/vllm PR #27299's
    microbenchmark (2025-10-25, one H100, granite-4.0-h-small's mixer: 128 heads of 64, 1 group,
@@ -129,6 +135,13 @@ FA3_KERNEL = {("fwd", False): (467, 565, 625, 638, 646, 648), ("fwd", True): (29
               ("bwd", False): (316, 424, 501, 542, 559, 561)}
 # pytorch/benchmark PR #2391 (2024), `run_benchmark.py triton --op flash_attention`, flash_v3 column
 TORCHBENCH_FA3_FWD = (430.3, 517.1, 565.5, 590.2, 614.2, 620.7)
+# 3c: NVIDIA/cudnn-frontend, causal BF16, head dim 128, (forward, backward) TFLOP/s at SEQ
+BLACKWELL_EARLIER = {
+    ("gb200", "cudnn_fe Dec 2025"): ((408, 329), (733, 527), (1069, 655), (1386, 1054), (1584, 1211), (1668, 1304)),
+    ("gb300", "cudnn_fe Dec 2025"): ((461, 330), (839, 522), (1312, 633), (1682, 1110), (1899, 1292), (1978, 1399)),
+    ("b200", "pyt_cudnn Oct 2025"): ((84.0, 134.2), (254.5, 308.5), (478.9, 371.5), (855.7, 701.3), (1171.3, 942.5),
+                                     (1332.4, 1074.8)),
+}
 
 
 def gemm_tflops(curve: dict, b: int, m: int, n: int, k: int, dtype: str = "bf16", hbm: float = H100_HBM) -> float:
@@ -253,6 +266,16 @@ def main() -> None:
             row = " ".join(f"{attention_tflops(h100, seq, causal, 'fwd', head_dim=d):>7.0f}"
                            for d in (64, 96, 128, 160, 192, 256))
             print(f"   {seq:>6} {str(causal):>6} {row}")
+    print()
+
+    print("3c. Attention on Blackwell, causal, head dim 128: pipesim (cuDNN 9.22 tables) vs earlier NVIDIA runs")
+    print(f"   {'GPU':>6} {'earlier run':>19} {'seq':>6} {'fwd':>6} {'pub':>6} {'err %':>6} {'bwd':>6} {'pub':>6} {'err %':>6}")
+    for (name, run), rows in BLACKWELL_EARLIER.items():
+        c = KERNEL_CURVES[name]
+        for seq, (fwd, bwd) in zip(SEQ, rows):
+            pf, pb = attention_tflops(c, seq, True, "fwd"), attention_tflops(c, seq, True, "bwd")
+            print(f"   {name:>6} {run:>19} {seq:>6} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
+                  f"{pb:>6.0f} {bwd:>6.0f} {100 * (pb / bwd - 1):>+6.0f}")
     print()
 
     print("4. Mamba-2 SSD scan forward on H100 (128 heads of 64, state 128, chunk 256), tokens/s, vs vLLM PR "

@@ -18,7 +18,10 @@ Fields:
                   brute-force shape search measured (the asymptote of the GEMM curve)
   attention       FlashAttention/cuDNN fused attention TFLOP/s by sequence length (head dim 128; the
                   head-dim 64 / 256 panels under "head_dim"):
-                  {"fwd": ..., "fwd_causal": ..., "bwd": ...}, each ((seq, TFLOP/s), ...)
+                  {"fwd": ..., "fwd_causal": ..., "bwd": ...}, each ((seq, TFLOP/s), ...), plus
+                  "bwd_causal" where the causal backward was measured and "head_dim_from" (the
+                  table whose head-dim panels a table measured at head dim 128 only borrows)
+  fa2             (Blackwell) (table, scale) of FlashAttention-2, PyTorch SDPA's flash backend
   attention_scale multiplies the attention table when it was measured on another GPU (documented
                   per entry); 1 for a table measured on this GPU
   attention_kernels  the fused-attention kernels with a published table on this GPU, by the name
@@ -28,6 +31,8 @@ Fields:
                   fraction of the burst rate the tables above were measured at (_SUSTAINED below)
 """
 from __future__ import annotations
+
+import math
 
 # Maximum Achievable Matmul FLOPS (mamf-finder.py, mean of 100 iterations after 50 warm-up, best
 # shape of a brute-force search): S. Bekman, "Machine Learning Engineering",
@@ -83,6 +88,90 @@ _H100_FA3["head_dim"] = {
     256: {"fwd": tuple(zip(_SEQ, (482, 639, 707, 736, 746, 756))),
           "fwd_causal": tuple(zip(_SEQ, (286, 427, 537, 612, 628, 642)))},
 }
+
+
+def interp_by_seq(table, seq: float) -> float:
+    """A kernel table's rate at `seq`: log-linear in the sequence length between its points, held
+    at its ends."""
+    pts = sorted(table)
+    if seq <= pts[0][0]:
+        return float(pts[0][1])
+    if seq >= pts[-1][0]:
+        return float(pts[-1][1])
+    for (s0, v0), (s1, v1) in zip(pts, pts[1:]):
+        if s0 <= seq <= s1:
+            return v0 + (math.log(seq / s0) / math.log(s1 / s0)) * (v1 - v0)
+    raise AssertionError("unreachable")
+
+
+def _with_non_causal(table: dict, ref: dict) -> dict:
+    """Non-causal rows where only causal ones were measured (every length, or those below the
+    first measured non-causal one): the causal rate times `ref`'s non-causal / causal forward
+    ratio at that length (for the backward too, as flash.py derives the other way)."""
+    def ratio(s):
+        return interp_by_seq(ref["fwd"], s) / interp_by_seq(ref["fwd_causal"], s)
+    out = dict(table)
+    for plain, causal in (("fwd", "fwd_causal"), ("bwd", "bwd_causal")):
+        measured = table.get(plain, ())
+        first = min((s for s, _ in measured), default=math.inf)
+        out[plain] = tuple(sorted(((s, v * ratio(s)) for s, v in table[causal] if s < first))) + tuple(measured)
+    return out
+
+
+# Fused attention on Blackwell, measured by NVIDIA with the cuDNN graph API that Transformer Engine
+# calls (cudnn_fe backend): NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/
+# llama3.1/{gb200,gb300}/llama3.1_20260424_*.csv (cuDNN 9.22.0, frontend 1.21.1, April 2026; BF16,
+# Llama 3.1 70B heads: 64 query / 8 KV, head dim 128, batch 2, non-deterministic backward, free
+# clocks). TFLOP/s by the FlashAttention convention (causal counted as half, backward 2.5x the
+# forward), so the tables read like the H100 ones above; the backward is measured causal too.
+# That run starts at 2K; the causal 512 and 1K points are the same repository's December 2025
+# cudnn_fe run (commit b372d39, batch 1 x 128 query heads, the same work per kernel; within 3 % of
+# the April forward at 2K-16K), and the non-causal ones there take the H100 cuDNN table's
+# non-causal / causal ratio (_with_non_causal).
+_SEQ_BW = (2048, 4096, 8192, 16384, 32768)
+_GB200_CUDNN = _with_non_causal({
+    "fwd": tuple(zip(_SEQ_BW, (1433, 1599, 1771, 1697, 1634))),
+    "fwd_causal": ((512, 408), (1024, 733)) + tuple(zip(_SEQ_BW, (1097, 1408, 1574, 1708, 1622))),
+    "bwd": tuple(zip(_SEQ_BW, (1124, 1350, 1404, 1374, 1262))),
+    "bwd_causal": ((512, 329), (1024, 527)) + tuple(zip(_SEQ_BW, (885, 1148, 1332, 1328, 1226))),
+    "head_dim_from": _H100_CUDNN,
+}, _H100_CUDNN)
+# GB300 (Blackwell Ultra: twice the exponential (SFU) rate of Blackwell, which the softmax needs):
+# 1.06-1.25x GB200's rates in the same run.
+_GB300_CUDNN = _with_non_causal({
+    "fwd": tuple(zip(_SEQ_BW, (1805, 1900, 2017, 2014, 1836))),
+    "fwd_causal": ((512, 461), (1024, 839)) + tuple(zip(_SEQ_BW, (1373, 1703, 1856, 1915, 1953))),
+    "bwd": tuple(zip(_SEQ_BW, (1213, 1429, 1531, 1536, 1427))),
+    "bwd_causal": ((512, 330), (1024, 522)) + tuple(zip(_SEQ_BW, (967, 1248, 1435, 1507, 1490))),
+    "head_dim_from": _H100_CUDNN,
+}, _H100_CUDNN)
+
+# cuDNN of 2026 on Hopper (`training.attention_kernel: cudnn-9.19`): NVIDIA/cudnn-frontend
+# benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/llama3.1_20260227_034703.csv
+# (cuDNN 9.19.1, H200 -- the H100 die and clocks at the same 700 W --, BF16, 64 query / 8 KV heads,
+# head dim 128, batch 1). 8-22 % faster than the 2024 cuDNN of the FlashAttention-3 paper's Fig. 5
+# (the default `cudnn` table, the software of the Hopper runs pipesim validates against), most in
+# the causal forward.
+_H100_CUDNN_2026 = {
+    "fwd": tuple(zip(_SEQ_BW, (633, 671, 691, 702, 693))),
+    "fwd_causal": tuple(zip(_SEQ_BW, (484, 591, 644, 673, 688))),
+    "bwd": tuple(zip(_SEQ_BW, (504, 560, 594, 612, 572))),
+    "bwd_causal": tuple(zip(_SEQ_BW, (370, 474, 541, 579, 581))),
+    "head_dim_from": _H100_CUDNN,
+}
+
+# FlashAttention-2 on Blackwell -- PyTorch SDPA's flash backend, which has no Blackwell tensor-core
+# (tcgen05) path and so runs at a quarter of cuDNN's rate there: NVIDIA/cudnn-frontend commit
+# bb37575 (Oct 2025), benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_
+# NVIDIA_B200.csv, backend pyt_flash_attention (NGC PyTorch 25.09, torch 2.9), B200, BF16, causal,
+# 128 query / 8 KV heads, head dim 128, batch 1. Only causal rows were measured: the non-causal
+# rows take the H100 FA2 table's non-causal / causal ratio at each length (the same kernel code).
+_SEQ_B200 = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+_B200_FA2 = _with_non_causal({
+    "fwd_causal": tuple(zip(_SEQ_B200, (74.6, 165.5, 242.4, 324.9, 373.4, 394.5, 403.7, 408.7, 411.0))),
+    "bwd_causal": tuple(zip(_SEQ_B200, (83.0, 107.7, 186.3, 256.4, 298.9, 320.0, 330.8, 335.4, 336.0))),
+    "head_dim_from": _H100_FA2,
+}, _H100_FA2)
 
 # FP8 GEMM at an LLM training shape on Hopper: DeepGEMM README, first release (deepseek-ai/DeepGEMM
 # commit a6d97a1, 2025-02-25), "Normal GEMMs for dense models", H800 SXM (the H100 SXM die and
@@ -168,41 +257,52 @@ KERNEL_CURVES: dict[str, dict] = {
     "h200": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1280, 4096, 12032)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1453.4),
                  attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED),
     # B200: 148 SMs (NVIDIA Blackwell architecture technical brief); MAMF BF16 1745.0, FP8
-    # 3432.5. No published per-sequence cuDNN table yet: the H100 cuDNN curve scaled by the BF16
-    # MAMF ratio 1745.0 / 794.5 (attention is tensor-core bound like the GEMMs).
+    # 3432.5. Attention: GB200's cuDNN table (the same die) scaled by the BF16 MAMF ratio
+    # 1745.0 / 1822.0 -- NVIDIA's B200 table was measured through PyTorch's cuDNN path, not the
+    # one Transformer Engine calls; FA2 measured on B200 (_B200_FA2).
     "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
-                 anchor=_B200_ANCHOR, attention=_H100_CUDNN, attention_scale=1745.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
+                 anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0, sustained=_BLACKWELL_SUSTAINED,
+                 fa2=(_B200_FA2, 1.0)),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
+    # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
     "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5),
-                  anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_H100_CUDNN, attention_scale=1822.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
+                  anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_GB200_CUDNN, attention_scale=1.0,
+                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0)),
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
-    # MAMF B300 SXM BF16 1769.0, FP8 3353.3.
+    # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
+    # by the BF16 MAMF ratio 1769.0 / 1822.0 (GB300's MAMF stand-in, below).
     "b300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3,
                                   fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
-                 anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_H100_CUDNN, attention_scale=1769.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
+                 anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1769.0 / 1822.0,
+                 sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1769.0 / 1745.0)),
     # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
     # GB200's (NVL72 datasheets: 2.5 / 5 PF per GPU for both), 11 % above the HGX B300's (2.25 / 4.5 PF
     # at 1.1 kW, presets/systems.py), so the measured GB200 MAMF stands in for BF16 and FP8 (and its
     # best shapes), on the B300's 160 SMs; FP4 is GB200's times Blackwell Ultra's 1.5x dense FP4.
+    # Attention: its own cuDNN table; FA2 as GB200's.
     "gb300": dict(persistent=True, sms=160, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=75 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5 * 1.5),
-                  anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_H100_CUDNN, attention_scale=1822.0 / 794.5, sustained=_BLACKWELL_SUSTAINED),
+                  anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1.0,
+                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0)),
 }
 
 # Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has
 # all three bars of the FlashAttention-3 paper's Fig. 5 (cuDNN, FlashAttention-2 -- the kernel
-# PyTorch's SDPA flash backend vendors -- and FlashAttention-3); Ampere and Volta FA2 only (FA3 and
-# the cuDNN table are Hopper measurements); Blackwell only the scaled cuDNN table (no FA2/FA3 rows).
+# PyTorch's SDPA flash backend vendors -- and FlashAttention-3) and the cuDNN of 2026; Ampere and Volta FA2 only (FA3 and
+# the cuDNN table are Hopper measurements); Blackwell cuDNN and FA2 (its `fa2` entry; FA3 has no
+# Blackwell kernel).
 def _attention_kernels(c: dict) -> dict:
     own = "fa2" if c["attention"] is _H100_FA2 else "cudnn"
     kernels = {own: (c["attention"], c["attention_scale"])}
     if c["attention"] is _H100_CUDNN and c["attention_scale"] == 1.0:     # measured on this GPU: Hopper
-        kernels.update(fa2=(_H100_FA2, 1.0), fa3=(_H100_FA3, 1.0))
+        kernels.update(fa2=(_H100_FA2, 1.0), fa3=(_H100_FA3, 1.0), **{"cudnn-9.19": (_H100_CUDNN_2026, 1.0)})
+    if "fa2" in c:
+        kernels["fa2"] = c["fa2"]
     return kernels
 
 
@@ -211,8 +311,8 @@ def _attention_kernels(c: dict) -> dict:
 # (deepseek-ai/FlashMLA, HEAD 9241ae3), "sparse MLA prefill": forward up to 640 TFLOP/s on H800
 # SXM5 (the H100 SXM die and clocks) and up to 1450 TFLOP/s on B200, FLOPs counted
 # 2·queries·topk·heads·(576 + 512) (its tests/lib.py), at 128 query heads. H200 (same die) takes
-# H800's; GB200, GB300 and B300 B200's scaled by the BF16 MAMF ratio, as their attention tables. No
-# backward rate is published (Megatron-Core runs cuDNN's sparse backward): the forward's times
+# H800's; GB200, GB300 and B300 B200's scaled by the BF16 MAMF ratio (no sparse table of their
+# own). No backward rate is published (Megatron-Core runs cuDNN's sparse backward): the forward's times
 # the dense cuDNN backward / forward ratio at 16K on H100 (Fig. 5 above, 516 / 595). No sparse
 # kernel runs before SM90: A100 and V100 have no entry.
 _SPARSE_BWD_RATIO = 516.0 / 595.0

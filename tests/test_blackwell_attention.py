@@ -1,0 +1,82 @@
+"""Fused attention on Blackwell from NVIDIA's measured cuDNN tables (cudnn-frontend benchmarks)
+instead of the H100 table scaled by the matmul ratio; FlashAttention-2 (PyTorch SDPA's flash
+backend) measured on B200 for torch-native stacks; the cuDNN of 2026 on Hopper as a named table."""
+import pytest
+
+import pipesim
+from pipesim.costs.flash import attention_tflops
+from pipesim.errors import ScenarioError
+from pipesim.presets.gpus import KERNEL_CURVES
+from pipesim.scenario.load import load_scenario
+
+
+def rate(gpu, seq, causal, phase, kernel="auto"):
+    return attention_tflops(KERNEL_CURVES[gpu], seq, causal, phase, kernel)
+
+
+def test_blackwell_cudnn_rates_are_nvidias_measurements():
+    # cudnn-frontend results/llama3.1/{gb200,gb300}/*.csv, cuDNN 9.22, BF16, batch 2, 64/8 heads
+    assert rate("gb200", 8192, True, "fwd") == pytest.approx(1574)
+    assert rate("gb200", 8192, False, "fwd") == pytest.approx(1771)
+    assert rate("gb300", 16384, True, "fwd") == pytest.approx(1915)
+    # the causal backward is the measured one (1332), not the non-causal backward times the
+    # forward's causal ratio (1404 x 1574 / 1771 = 1248)
+    assert rate("gb200", 8192, True, "bwd") == pytest.approx(1332)
+    assert rate("gb300", 4096, True, "bwd") == pytest.approx(1248)
+    # B200: GB200's table (same die) at the BF16 MAMF ratio; B300: GB300's
+    assert rate("b200", 8192, True, "fwd") == pytest.approx(1574 * 1745.0 / 1822.0)
+    assert rate("b300", 8192, True, "bwd") == pytest.approx(1435 * 1769.0 / 1822.0)
+
+
+def test_blackwell_ultra_attention_outpaces_blackwell_as_measured():
+    """GB300's doubled exponential rate shows in the softmax-bound kernel: 1.08-1.25x GB200 at
+    2K-32K in the same run (a matmul-ratio scaling of one table gave both the same rate)."""
+    for seq in (2048, 4096, 8192, 16384, 32768):
+        for phase in ("fwd", "bwd"):
+            assert 1.05 < rate("gb300", seq, True, phase) / rate("gb200", seq, True, phase) < 1.3
+
+
+def test_flash_attention_2_on_b200_is_the_measured_kernel():
+    # pyt_flash_attention on B200 (cudnn-frontend bb37575): 373.4 / 298.9 TFLOP/s at 8K causal
+    assert rate("b200", 8192, True, "fwd", "fa2") == pytest.approx(373.4)
+    assert rate("b200", 8192, True, "bwd", "fa2") == pytest.approx(298.9)
+    # non-causal from the H100 FA2 table's non-causal / causal ratio (370 / 333 at 8K)
+    assert rate("b200", 8192, False, "fwd", "fa2") == pytest.approx(373.4 * 370 / 333)
+    assert rate("gb200", 8192, True, "fwd", "fa2") == pytest.approx(373.4 * 1822.0 / 1745.0)
+
+
+def scenario(system="dgx-b200", **training):
+    tr = {"micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16", "attention": "flash"}
+    tr.update(training)
+    return load_scenario({"model": {"preset": "llama3-8b", "num_layers": 2, "seq_length": 8192},
+                          "system": {"preset": system, "num_nodes": 1},
+                          "parallel": {"tensor": 1, "pipeline": 1, "data": 8},
+                          "training": tr})
+
+
+def attention_fwd_seconds(s):
+    from pipesim.costs.layers import layer_ops
+    from pipesim.costs.stage import cost_model_for
+    attn = next(o for o in layer_ops(s) if o.name == "attention")
+    return cost_model_for(s).time(attn, "fwd").compute
+
+
+def test_a_torch_native_stack_on_blackwell_runs_sdpa_flash_attention_2():
+    """`attention_kernel: auto` with kernel_fusion eager is PyTorch SDPA's flash backend: on
+    Blackwell FlashAttention-2 at ~1/4 of cuDNN's rate, not cuDNN (which Blackwell alone had)."""
+    fused, eager = attention_fwd_seconds(scenario()), attention_fwd_seconds(scenario(kernel_fusion="eager"))
+    want = rate("b200", 8192, True, "fwd") / rate("b200", 8192, True, "fwd", "fa2")
+    assert eager / fused == pytest.approx(want, rel=1e-6) and want > 3.5
+    assert attention_fwd_seconds(scenario(attention_kernel="fa2")) == pytest.approx(eager)
+
+
+def test_hopper_cudnn_of_2026_is_a_named_table_and_the_default_stays():
+    assert rate("h100", 8192, True, "fwd") == pytest.approx(529)          # FA3 paper Fig. 5 cuDNN
+    assert rate("h100", 8192, True, "fwd", "cudnn-9.19") == pytest.approx(644)
+    assert rate("h100", 8192, True, "bwd", "cudnn-9.19") == pytest.approx(541)
+    s = scenario("dgx-h100")
+    assert attention_fwd_seconds(s) / attention_fwd_seconds(scenario("dgx-h100", attention_kernel="cudnn-9.19")) \
+        == pytest.approx(644 / 529, rel=1e-6)
+    with pytest.raises(ScenarioError) as err:           # no such table off Hopper: one line, the key
+        pipesim.simulate(scenario("dgx-b200", attention_kernel="cudnn-9.19"))
+    assert "attention_kernel" in str(err.value) and "\n" not in str(err.value)
