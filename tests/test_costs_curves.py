@@ -529,3 +529,21 @@ def test_a_matrix_peak_set_on_a_curve_gpu_scales_its_gemm_and_attention_rates():
     assert 0.5 * a < b < 0.8 * a                               # memory-bound ops and comm do not scale
     assert "scaled x 2.000" in rate_text(tensor_core_rate(fast.system.gpu, "bf16"))
     assert "scaled" not in rate_text(tensor_core_rate(base.system.gpu, "bf16"))
+
+
+def test_low_precision_gemms_at_the_sustained_rate_follow_transformer_engines_profiling_guide(monkeypatch):
+    """benchmarks/fp8_recipe_gemms.py: the twelve GEMMs of TE's 5B-layer guide, pre-quantized, on B300
+    (BF16, FP8, MXFP8, NVFP4: each pass within 10 %) and the FP8 / BF16 GEMM ratio on H200 (within 3 %)."""
+    import importlib.util
+    import pathlib
+    bench = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("fp8_recipe_gemms", bench / "fp8_recipe_gemms.py")
+    fr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fr)
+    for recipe, pub in fr.B300_PREQUANT.items():
+        for shapes, p in zip(fr.PASSES.values(), pub):
+            assert fr.gemm_ms("b300", recipe, shapes) == pytest.approx(p, rel=0.10), recipe
+    for shapes, b, f in zip(fr.PASSES.values(), fr.H200NVL_PREQUANT["bf16"], fr.H200NVL_PREQUANT["tensorwise"]):
+        ratio = fr.gemm_ms("h200", "bf16", shapes) / fr.gemm_ms("h200", "tensorwise", shapes)
+        assert ratio == pytest.approx(b / f, rel=0.03)
