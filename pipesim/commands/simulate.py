@@ -52,7 +52,8 @@ def summary(rep, scenario) -> str:
         f"{d['mode']} mode ({d['simulated_ranks']} simulated ranks)",
         f"training  {s.training.precision}"
         + (f" ({s.training.fp8_recipe})" if s.training.precision == "fp8" else "")
-        + ("" if s.model.arch == "cnn" else f", {s.training.attention} attention")
+        + ("" if s.model.arch == "cnn" else
+           f", {'FP8 ' if s.training.fp8_attention else ''}{s.training.attention} attention")
         + f", recompute {s.training.recompute}, ZeRO-{s.training.zero_stage}",
         "",
         f"step time           {d['step_time_s'] * 1e3:12.3f} ms",

@@ -18,10 +18,13 @@ from pipesim.presets.gpus import KERNEL_CURVES, interp_by_seq as _interp
 
 
 def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: str = "auto",
-                     head_dim: float = 128) -> float:
+                     head_dim: float = 128, dtype: str = "bf16") -> float:
     """Achieved TFLOP/s of the fused attention kernel on this GPU (`kernel`: a name of the curve's
-    `attention_kernels`, or "auto" for its default table) at `head_dim`."""
-    if kernel == "auto":
+    `attention_kernels`, or "auto" for its default table) at `head_dim`; `dtype` "fp8" / "mxfp8":
+    cuDNN's FP8 attention with per-tensor / MXFP8 scaling (the curve's `attention_fp8`)."""
+    if dtype != "bf16":
+        table, scale = curve["attention_fp8"][dtype]
+    elif kernel == "auto":
         table, scale = curve["attention"], curve["attention_scale"]
     else:
         table, scale = curve["attention_kernels"][kernel]

@@ -148,6 +148,42 @@ def cast_ops(ops: list[Op], recipe: str, curve: str | None = None) -> list[Op]:
     return out
 
 
+# FP8 attention (training.fp8_attention; Transformer Engine FusedAttnFunc with the FP8 backend,
+# transformer_engine/pytorch/attention/dot_product_attention/backends.py): Q, K and V are quantized
+# before the kernel (combine_and_quantize) and kept in FP8 for the backward; O is kept in FP8 under
+# delayed scaling, in BF16 under current scaling (NVTE_DPA_FP8CS_O_in_F16 defaults to 1) and MXFP8.
+# The kernel's FP8 output is a pass over O (quantize or dequantize: read one, write the other);
+# the backward quantizes dO and dequantizes dQ, dK, dV. Bytes per element of a quantize pass:
+# delayed 3 (read 2, write 1), current scaling 5 (an amax pass first), MXFP8 3 + 1/32 (E8M0 scale
+# per 32); of a dequantize pass 3.
+ATTENTION_CAST_BYTES = {"delayed": 3.0, "tensorwise": 5.0, "mxfp8": 3.0 + 1 / 32}
+ATTENTION_FP8_RECIPES = tuple(ATTENTION_CAST_BYTES)
+DEQUANT_BYTES = 3.0
+
+
+def fp8_attention(ops: list[Op], recipe: str, e: int) -> list[Op]:
+    """`ops` with every fused attention kernel run in FP8 (the GPU's FP8 attention table, per-tensor
+    or MXFP8 by recipe) and the layer's kept Q, K, V (and O under delayed scaling) stored in FP8;
+    the quantize / dequantize passes run serially with the kernel of the op that keeps them."""
+    kind = "mxfp8" if recipe == "mxfp8" else "fp8"
+    q_pass = ATTENTION_CAST_BYTES[recipe]
+    out = []
+    for op in ops:
+        if not op.flash:
+            out.append(op)
+            continue
+        op = replace(op, flash=op.flash[:4] + (kind,))
+        if op.attention_io:
+            qkv, o = op.attention_io
+            elem = 1.0 + (1 / 32 if recipe == "mxfp8" else 0.0)
+            kept_o = 1.0 if recipe == "delayed" else e
+            op = replace(op, saved_bytes=op.saved_bytes - (qkv + o) * e + qkv * elem + o * kept_o,
+                         serial_bytes_fwd=op.serial_bytes_fwd + qkv * q_pass + o * DEQUANT_BYTES,
+                         serial_bytes_bwd=op.serial_bytes_bwd + o * q_pass + qkv * DEQUANT_BYTES)
+        out.append(op)
+    return out
+
+
 def weight_cast_bytes(gemm_params: float, recipe: str, curve: str | None = None) -> float:
     """Per step: every FP8 weight re-cast after the optimizer update."""
     return gemm_params * cast_bytes(recipe, curve)

@@ -354,6 +354,7 @@ def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: boo
     qkvo = b * d * (2 * heads * q_len + 2 * kv * kv_len) * e
     lse = b * heads * q_len * FP32
     keep = b * sh.s * d * (2 * heads + 2 * kv) * e + b * heads * sh.s * FP32 if saved else 0.0
+    io = (b * sh.s * d * (heads + 2 * kv), b * sh.s * d * heads) if saved else ()
     shape = dict(batch=b, heads=int(heads), seq=q_len, head_dim=d, causal=causal, dtype=dtype)
     # Profiles hold square (seq x seq) attention only: a rectangular block is not looked up. The
     # published kernel tables are by sequence length; a block is read at its key length, the
@@ -363,7 +364,7 @@ def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: boo
               saved_bytes=keep, dgrad_fraction=1.0,
               measure_fwd=(("attention_fwd", shape),) if square else (),
               measure_bwd=(("attention_bwd", shape),) if square else (),
-              flash=(b * heads, kv_len, d, causal))
+              flash=(b * heads, kv_len, d, causal), attention_io=io)
 
 
 def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: int, share: float,
@@ -388,13 +389,13 @@ def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: 
     fwd = 4 * sh.b * heads * pairs * sh.d
     band = replace(full, name="attention_window", flops_fwd=share * fwd, flops_bwd=share * 2.5 * fwd,
                    bytes_fwd=share * full.bytes_fwd, bytes_bwd=share * full.bytes_bwd, saved_bytes=0.0,
-                   measure_fwd=(), measure_bwd=(), flash=(full.flash[0], w, sh.d, True))
+                   measure_fwd=(), measure_bwd=(), flash=(full.flash[0], w, sh.d, True), attention_io=())
     global_share = 1 - share
     ops = [replace(full, flops_fwd=global_share * full.flops_fwd, flops_bwd=global_share * full.flops_bwd,
                    bytes_fwd=global_share * full.bytes_fwd, bytes_bwd=global_share * full.bytes_bwd,
                    measure_fwd=(), measure_bwd=())] if global_share else []
     if not ops:     # every layer windowed: the band op keeps the layer's tensors
-        band = replace(band, saved_bytes=full.saved_bytes)
+        band = replace(band, saved_bytes=full.saved_bytes, attention_io=full.attention_io)
     return ops + [band]
 
 

@@ -44,6 +44,8 @@ class Op:
     serial_bytes_*: device-memory traffic of memory-bound kernels the op runs one after another
     with its main kernels (not under them): timed at the memory roof and added (the SSD scan's
     sequential state passing between its GEMM kernels).
+    attention_io: (Q + K + V elements, O elements) a fused attention kernel keeps for its backward,
+    on the op that keeps them (one per layer): what FP8 attention quantizes and stores in FP8.
     """
     name: str
     kind: str
@@ -68,3 +70,4 @@ class Op:
     matrices: tuple = field(default=(), compare=False)
     serial_bytes_fwd: float = 0.0
     serial_bytes_bwd: float = 0.0
+    attention_io: tuple = field(default=(), compare=False)

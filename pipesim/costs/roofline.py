@@ -29,10 +29,11 @@ from pipesim.presets.systems import curve_peaks
 from pipesim.scenario.system_config import GPUSpec, matrix_peak_of
 
 
-def tensor_core_rate(gpu: GPUSpec, precision: str) -> dict | None:
+def tensor_core_rate(gpu: GPUSpec, precision: str, fp8_attention: bool = False) -> dict | None:
     """What the report states about the tensor-core rate: the sustained / burst ratio applied to
-    the kernel curves (GEMMs at the precision's, fused attention at BF16's) and where it came
-    from (None when no curve applies: a flat `gpu.matmul_efficiency`, a custom GPU, a CPU)."""
+    the kernel curves (GEMMs at the precision's, fused attention at BF16's, or FP8's under
+    `training.fp8_attention`) and where it came from (None when no curve applies: a flat
+    `gpu.matmul_efficiency`, a custom GPU, a CPU)."""
     c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
     if c is None:
         return None
@@ -41,7 +42,8 @@ def tensor_core_rate(gpu: GPUSpec, precision: str) -> dict | None:
         r = {"sustained_ratio": gpu.sustained_ratio, "attention_ratio": gpu.sustained_ratio,
              "from": "gpu.sustained_ratio"}
     else:
-        r = {"sustained_ratio": sustained_ratio(c, dtype), "attention_ratio": sustained_ratio(c, "bf16"),
+        r = {"sustained_ratio": sustained_ratio(c, dtype),
+             "attention_ratio": sustained_ratio(c, "fp8" if fp8_attention else "bf16"),
              "from": f"kernel curve {gpu.kernel_curve}: sustained / burst matmul rate (presets/gpus.py)"}
     scale = peak_scale(gpu, dtype)
     if scale != 1.0:
@@ -125,9 +127,10 @@ class CostModel:
         if measured is not None:
             seconds, source = measured
         elif self.curve is not None and op.flash:
-            _, seq, head_dim, causal = op.flash
-            rate = attention_tflops(self.curve, seq, causal, phase, self.attention_kernel, head_dim) * \
-                self.curve_factor("bf16")
+            _, seq, head_dim, causal, *fp8 = op.flash          # fp8: ("fp8" | "mxfp8",) under FP8 attention
+            dtype = fp8[0] if fp8 else "bf16"
+            rate = attention_tflops(self.curve, seq, causal, phase, self.attention_kernel, head_dim, dtype) * \
+                self.curve_factor("fp8" if fp8 else "bf16")
             compute = flops / (rate * 1e12)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and op.fused_attention:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time
 from pipesim.costs.flash import attention_kernel_of
-from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_bf16, as_nvfp4, cast_ops, fp8_gemm_params, group_ops,
-                               low_precision_params, weight_copy_bytes)
+from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_bf16, as_nvfp4, cast_ops, fp8_attention, fp8_gemm_params,
+                               group_ops, low_precision_params, weight_copy_bytes)
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
@@ -289,6 +289,8 @@ def low_precision(s: Scenario, ops: list[Op]) -> list[Op]:
         ops = as_bf16(ops, tr.bf16_gemms, s.bytes_per_element)
     if tr.fp8_recipe == "nvfp4":
         ops = as_nvfp4(ops, group_ops(tr.mxfp8_gemms))
+    if tr.fp8_attention:
+        ops = fp8_attention(ops, tr.fp8_recipe, s.bytes_per_element)
     return ops + cast_ops(ops, tr.fp8_recipe, s.system.gpu.kernel_curve)
 
 

@@ -22,6 +22,7 @@ Fields:
                   "bwd_causal" where the causal backward was measured and "head_dim_from" (the
                   table whose head-dim panels a table measured at head dim 128 only borrows)
   fa2             (Blackwell) (table, scale) of FlashAttention-2, PyTorch SDPA's flash backend
+  attention_fp8   cuDNN's FP8 fused attention by scaling kind: {"fp8": (table, scale), "mxfp8": ...}
   attention_scale multiplies the attention table when it was measured on another GPU (documented
                   per entry); 1 for a table measured on this GPU
   attention_kernels  the fused-attention kernels with a published table on this GPU, by the name
@@ -146,6 +147,48 @@ _GB300_CUDNN = _with_non_causal({
     "head_dim_from": _H100_CUDNN,
 }, _H100_CUDNN)
 
+# FP8 fused attention (`training.fp8_attention`: Transformer Engine's FP8 DotProductAttention,
+# Megatron-Core --fp8-dot-product-attention): Q, K, V and, in the backward, dO in FP8, measured in
+# the same runs as the BF16 tables -- GB200 / GB300 with per-tensor ("fp8") and MXFP8 ("mxfp8")
+# scaling (cuDNN 9.22; the per-tensor tables' causal 512 / 1K points from the December 2025 run,
+# cudnn_fe_fp8), H200 per-tensor (cuDNN 9.19: its causal backward runs slower than BF16's from 8K
+# on, as measured). The MXFP8 and Hopper tables start at 2K (held below it).
+_GB200_CUDNN_FP8 = _with_non_causal({
+    "fwd": tuple(zip(_SEQ_BW, (1881, 2093, 2241, 2263, 2223))),
+    "fwd_causal": ((512, 466), (1024, 870)) + tuple(zip(_SEQ_BW, (1420, 1805, 2047, 2154, 2197))),
+    "bwd": tuple(zip(_SEQ_BW, (1214, 1577, 1772, 1836, 1825))),
+    "bwd_causal": ((512, 300), (1024, 551)) + tuple(zip(_SEQ_BW, (831, 1178, 1454, 1632, 1687))),
+    "head_dim_from": _H100_CUDNN,
+}, _H100_CUDNN)
+_GB200_CUDNN_MXFP8 = {
+    "fwd": tuple(zip(_SEQ_BW, (1754, 1944, 2080, 2103, 2070))),
+    "fwd_causal": tuple(zip(_SEQ_BW, (1330, 1685, 1902, 1999, 2046))),
+    "bwd": tuple(zip(_SEQ_BW, (1069, 1344, 1495, 1554, 1480))),
+    "bwd_causal": tuple(zip(_SEQ_BW, (745, 1054, 1287, 1436, 1425))),
+    "head_dim_from": _H100_CUDNN,
+}
+_GB300_CUDNN_FP8 = _with_non_causal({
+    "fwd": tuple(zip(_SEQ_BW, (2728, 2988, 3160, 3182, 3050))),
+    "fwd_causal": ((512, 564), (1024, 1090)) + tuple(zip(_SEQ_BW, (1954, 2532, 2897, 3054, 3108))),
+    "bwd": tuple(zip(_SEQ_BW, (1390, 1839, 2111, 2177, 2178))),
+    "bwd_causal": ((512, 310), (1024, 580)) + tuple(zip(_SEQ_BW, (944, 1396, 1781, 2035, 2128))),
+    "head_dim_from": _H100_CUDNN,
+}, _H100_CUDNN)
+_GB300_CUDNN_MXFP8 = {
+    "fwd": tuple(zip(_SEQ_BW, (2443, 2693, 2870, 2889, 2814))),
+    "fwd_causal": tuple(zip(_SEQ_BW, (1751, 2272, 2570, 2727, 2785))),
+    "bwd": tuple(zip(_SEQ_BW, (1164, 1469, 1636, 1689, 1654))),
+    "bwd_causal": tuple(zip(_SEQ_BW, (811, 1143, 1404, 1563, 1590))),
+    "head_dim_from": _H100_CUDNN,
+}
+_H100_CUDNN_FP8 = {
+    "fwd": tuple(zip(_SEQ_BW, (870, 973, 1023, 1055, 1062))),
+    "fwd_causal": tuple(zip(_SEQ_BW, (698, 854, 964, 1010, 1042))),
+    "bwd": tuple(zip(_SEQ_BW, (531, 602, 636, 659, 674))),
+    "bwd_causal": tuple(zip(_SEQ_BW, (393, 471, 430, 374, 370))),
+    "head_dim_from": _H100_CUDNN,
+}
+
 # cuDNN of 2026 on Hopper (`training.attention_kernel: cudnn-9.19`): NVIDIA/cudnn-frontend
 # benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/llama3.1_20260227_034703.csv
 # (cuDNN 9.19.1, H200 -- the H100 die and clocks at the same 700 W --, BF16, 64 query / 8 KV heads,
@@ -228,6 +271,12 @@ def _fp4_anchor(scale: float) -> tuple:
 # NVIDIA states its HPL Rpeak at, 1305 MHz against the 1410 MHz boost (G. Lockwood, "Peak FLOPS",
 # glennklockwood.com/garden/peak-FLOPS). V100: no measurement, 1.0.
 # Other dtypes take the BF16 ratio (the same clock; A100 runs FP8 as BF16).
+def _fp8_attention(fp8: dict, mxfp8: dict, scale: float) -> dict:
+    """A Blackwell GPU's FP8 attention tables by scaling kind (scale: its FP8 MAMF over that of the
+    GPU the tables were measured on)."""
+    return dict(fp8=(fp8, scale), mxfp8=(mxfp8, scale))
+
+
 _HOPPER_SUSTAINED = dict(bf16=708.5 / 841.9, fp8=1288.7 / 1491.9)
 _BLACKWELL_SUSTAINED = dict(bf16=1456.3 / 1770.9, fp8=2795.7 / 3435.2)
 _A100_SUSTAINED = dict(bf16=1305 / 1410)
@@ -249,13 +298,16 @@ KERNEL_CURVES: dict[str, dict] = {
                  attention=_H100_FA2, attention_scale=230.0 / 370.0, sustained=_A100_SUSTAINED),
     # H100 SXM5: 132 SMs (Hopper whitepaper Table 2). MAMF BF16 794.5, FP8 1402.6.
     "h100": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
-                 anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED),
+                 anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
+                 attention_fp8=dict(fp8=(_H100_CUDNN_FP8, 1.0))),
     # H800: the H100 SXM die (132 SMs, same tensor cores) with NVLink cut to 400 GB/s; same curves.
     "h800": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
-                 anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED),
+                 anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
+                 attention_fp8=dict(fp8=(_H100_CUDNN_FP8, 1.0))),
     # H200 SXM: the H100 die with HBM3e; MAMF table: BF16 "H200 is the same" as H100, FP8 1453.4.
     "h200": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1280, 4096, 12032)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1453.4),
-                 attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED),
+                 attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
+                 attention_fp8=dict(fp8=(_H100_CUDNN_FP8, 1.0))),
     # B200: 148 SMs (NVIDIA Blackwell architecture technical brief); MAMF BF16 1745.0, FP8
     # 3432.5. Attention: GB200's cuDNN table (the same die) scaled by the BF16 MAMF ratio
     # 1745.0 / 1822.0 -- NVIDIA's B200 table was measured through PyTorch's cuDNN path, not the
@@ -263,14 +315,15 @@ KERNEL_CURVES: dict[str, dict] = {
     "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
                  anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0, sustained=_BLACKWELL_SUSTAINED,
-                 fa2=(_B200_FA2, 1.0)),
+                 fa2=(_B200_FA2, 1.0), attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8, 3432.5 / 3615.6)),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
     "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_GB200_CUDNN, attention_scale=1.0,
-                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0)),
+                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
+                  attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8, 1.0)),
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
     # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
     # by the BF16 MAMF ratio 1769.0 / 1822.0 (GB300's MAMF stand-in, below).
@@ -278,7 +331,8 @@ KERNEL_CURVES: dict[str, dict] = {
                  mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3,
                                   fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
                  anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1769.0 / 1822.0,
-                 sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1769.0 / 1745.0)),
+                 sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1769.0 / 1745.0),
+                 attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8, 3353.3 / 3615.6)),
     # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
     # GB200's (NVL72 datasheets: 2.5 / 5 PF per GPU for both), 11 % above the HGX B300's (2.25 / 4.5 PF
     # at 1.1 kW, presets/systems.py), so the measured GB200 MAMF stands in for BF16 and FP8 (and its
@@ -288,7 +342,8 @@ KERNEL_CURVES: dict[str, dict] = {
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=75 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5 * 1.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1.0,
-                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0)),
+                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
+                  attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8, 1.0)),
 }
 
 # Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has

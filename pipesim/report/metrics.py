@@ -288,7 +288,7 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
                 sources[k] = sources.get(k, 0.0) + v
         data["cost_sources"] = sources
         from pipesim.costs.roofline import tensor_core_rate
-        rate = tensor_core_rate(s.system.gpu, s.training.precision)
+        rate = tensor_core_rate(s.system.gpu, s.training.precision, s.training.fp8_attention)
         if rate is not None:
             data["tensor_core_rate"] = rate
     if s.run.tokens is not None and data["tokens_per_s"] > 0:

@@ -49,6 +49,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if tr.precision == "fp8" and gpu.peak_fp8 is None:
         loader.fail("training.precision", f"fp8 needs FP8 tensor cores (Hopper, Ada, Blackwell; Transformer Engine "
                     f"requires compute capability 8.9); {gpu.name} has none: use bf16 or fp16")
+    _check_fp8_attention(s, loader)
     if tr.fp8_param_gather and tr.precision != "fp8":
         loader.fail("training.fp8_param_gather", f"FP8 parameter storage and all-gather need precision: fp8, "
                     f"got precision: {tr.precision}")
@@ -123,6 +124,34 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     check_dsa(s, loader)
     if s.costs.profile is not None and not Path(s.costs.profile).exists():
         loader.fail("costs.profile", f"profile not found: {s.costs.profile}")
+
+
+def _check_fp8_attention(s: Scenario, loader: Loader) -> None:
+    """FP8 attention is Transformer Engine's cuDNN FP8 kernel, under an FP8 recipe it supports, on a
+    GPU with a published FP8 attention table."""
+    from pipesim.costs.flash import attention_kernel_of
+    from pipesim.costs.fp8 import ATTENTION_FP8_RECIPES, BLACKWELL_CURVES
+    from pipesim.presets.gpus import KERNEL_CURVES
+    tr = s.training
+    if not tr.fp8_attention:
+        return
+    key = "training.fp8_attention"
+    if tr.precision != "fp8":
+        loader.fail(key, f"FP8 attention runs under FP8 training: needs precision: fp8, got {tr.precision}")
+    if tr.fp8_recipe not in ATTENTION_FP8_RECIPES:
+        loader.fail(key, f"Transformer Engine's FP8 attention takes fp8_recipe {', '.join(ATTENTION_FP8_RECIPES)}; "
+                         f"got {tr.fp8_recipe}")
+    if tr.attention == "eager" or attention_kernel_of(s) not in ("auto", "cudnn"):
+        loader.fail(key, f"FP8 attention is cuDNN's fused kernel (Transformer Engine): needs attention flash with "
+                         f"attention_kernel auto (kernel_fusion fused) or cudnn; got attention {tr.attention}, "
+                         f"attention_kernel {attention_kernel_of(s)}")
+    kind = "mxfp8" if tr.fp8_recipe == "mxfp8" else "fp8"
+    curve = KERNEL_CURVES.get(s.system.gpu.kernel_curve or "", {})
+    if kind == "mxfp8" and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
+        return                       # training.fp8_recipe's own error (Blackwell only) names the cause
+    if s.system.gpu.matmul_efficiency is None and kind not in curve.get("attention_fp8", {}):
+        loader.fail(key, f"no published {kind} attention table on {s.system.gpu.name} (kernel_curve "
+                         f"{s.system.gpu.kernel_curve!r}); known on Hopper (per-tensor) and Blackwell")
 
 
 def _check_router_groups(s: Scenario, loader: Loader) -> None:

@@ -419,6 +419,10 @@ class TrainingConfig:
         (), doc="fp8_recipe nvfp4: these GEMM groups run MXFP8 instead of NVFP4 (the same quantization configs)")
     bf16_mtp: bool = field(False, doc="precision fp8: the MTP blocks run in BF16 (Megatron-Core "
                                       "keep_mtp_spec_in_bf16)")
+    fp8_attention: bool = field(False, doc="precision fp8: fused attention in FP8 too (Transformer Engine's FP8 "
+                                          "DotProductAttention, Megatron-Core --fp8-dot-product-attention; per-tensor "
+                                          "scaling with fp8_recipe delayed / tensorwise, MXFP8 with mxfp8): cuDNN's FP8 "
+                                          "kernel tables, Q/K/V quantized and kept in FP8 (O too under delayed)")
     fp8_param_gather: bool = field(False, doc="precision fp8: keep the FP8-GEMM weights only in FP8 (no BF16 copy; "
                                              "fp32 masters in the optimizer) and all-gather them in FP8 (Megatron "
                                              "--fp8-param-gather, Transformer Engine fp8_model_init; NeMo 2.0 / "

@@ -1,0 +1,86 @@
+"""`training.fp8_attention`: Transformer Engine's FP8 fused attention, timed by cuDNN's measured FP8
+tables (cudnn-frontend: GB200 / GB300 per-tensor and MXFP8, H200 per-tensor), with Q/K/V (and O
+under delayed scaling) quantized and kept in FP8, and one-line errors where it cannot run."""
+import pytest
+
+import pipesim
+from pipesim.costs.flash import attention_tflops
+from pipesim.costs.fp8 import DEQUANT_BYTES
+from pipesim.costs.stage import cost_model_for, costed_layer_ops
+from pipesim.errors import ScenarioError
+from pipesim.presets.gpus import KERNEL_CURVES
+from pipesim.scenario.load import load_scenario
+
+
+def raw(system="gb200-nvl72", nodes=2, seq=65536, context=8, **training):
+    tr = {"micro_batch_size": 1, "global_batch_size": 8, "precision": "fp8", "attention": "flash",
+          "fp8_recipe": "tensorwise", "fp8_attention": True}
+    tr.update(training)
+    return {"model": {"preset": "llama3-8b", "num_layers": 4, "seq_length": seq},
+            "system": {"preset": system, "num_nodes": nodes},
+            "parallel": {"tensor": 1, "pipeline": 1, "context": context}, "training": tr}
+
+
+def keeper(s):
+    return next(o for o in costed_layer_ops(s) if o.flash and o.attention_io)
+
+
+def test_fp8_attention_rates_are_cudnns_measured_fp8_tables():
+    gb200, h100 = KERNEL_CURVES["gb200"], KERNEL_CURVES["h100"]
+    assert attention_tflops(gb200, 8192, True, "fwd", dtype="fp8") == pytest.approx(2047)
+    assert attention_tflops(gb200, 8192, True, "bwd", dtype="mxfp8") == pytest.approx(1287)
+    assert attention_tflops(KERNEL_CURVES["gb300"], 16384, False, "fwd", dtype="fp8") == pytest.approx(3182)
+    assert attention_tflops(KERNEL_CURVES["b200"], 8192, True, "fwd", dtype="fp8") == \
+        pytest.approx(2047 * 3432.5 / 3615.6)
+    # cuDNN 9.19's FP8 causal backward on Hopper is slower than its BF16 one from 8K on, as measured
+    assert attention_tflops(h100, 16384, True, "fwd", dtype="fp8") == pytest.approx(1010)
+    assert attention_tflops(h100, 16384, True, "bwd", dtype="fp8") == pytest.approx(374)
+    assert attention_tflops(h100, 16384, True, "bwd", dtype="fp8") < attention_tflops(h100, 16384, True, "bwd")
+
+
+@pytest.mark.parametrize("recipe, qkv_bytes, o_bytes", [("delayed", 1.0, 1.0), ("tensorwise", 1.0, 2.0),
+                                                         ("mxfp8", 1 + 1 / 32, 2.0)])
+def test_kept_tensors_and_quantize_passes_follow_transformer_engines_fp8_attention(recipe, qkv_bytes, o_bytes):
+    """TE FusedAttnFunc keeps Q, K, V in FP8 and O in FP8 only under delayed scaling (current
+    scaling and MXFP8 keep O in 16 bits); quantize Q, K, V and a pass over O forward, quantize dO
+    and dequantize dQ, dK, dV backward."""
+    bf16, fp8 = (load_scenario(raw(fp8_recipe=recipe, fp8_attention=on)) for on in (False, True))
+    a, b = keeper(bf16), keeper(fp8)
+    qkv, o = a.attention_io
+    assert b.flash[4] == ("mxfp8" if recipe == "mxfp8" else "fp8") and len(a.flash) == 4
+    assert a.saved_bytes - b.saved_bytes == pytest.approx((qkv + o) * 2 - qkv * qkv_bytes - o * o_bytes)
+    q_pass = {"delayed": 3.0, "tensorwise": 5.0, "mxfp8": 3 + 1 / 32}[recipe]
+    assert b.serial_bytes_fwd == pytest.approx(qkv * q_pass + o * DEQUANT_BYTES)
+    assert b.serial_bytes_bwd == pytest.approx(o * q_pass + qkv * DEQUANT_BYTES)
+    # one keeper per layer: the other context-parallel blocks run in FP8 without the passes
+    others = [x for x in costed_layer_ops(fp8) if x.flash and not x.attention_io]
+    assert others and all(x.flash[4] == b.flash[4] and x.serial_bytes_fwd == 0 for x in others)
+
+
+def test_the_attention_kernel_runs_at_the_fp8_rate_and_the_step_shortens_on_blackwell():
+    s = load_scenario(raw())
+    op, cm = keeper(s), cost_model_for(s)
+    t = cm.time(op, "fwd")
+    rate = attention_tflops(KERNEL_CURVES["gb200"], op.flash[1], op.flash[3], "fwd", dtype="fp8") * 1e12
+    assert t.compute == pytest.approx(op.flops_fwd / (rate * cm.curve_factor("fp8")))
+    off = pipesim.simulate(raw(fp8_attention=False))
+    on = pipesim.simulate(raw())
+    assert on.step_time_s < off.step_time_s
+    assert on.to_dict()["peak_memory_bytes"] < off.to_dict()["peak_memory_bytes"]
+
+
+@pytest.mark.parametrize("over, words", [
+    (dict(precision="bf16", fp8_recipe="delayed"), "needs precision: fp8"),
+    (dict(fp8_recipe="blockwise"), "takes fp8_recipe delayed, tensorwise, mxfp8"),
+    (dict(attention="eager"), "cuDNN's fused kernel"),
+    (dict(attention_kernel="fa2"), "cuDNN's fused kernel"),
+    (dict(kernel_fusion="eager"), "attention_kernel fa2"),
+])
+def test_fp8_attention_where_it_cannot_run_is_a_one_line_error_naming_the_key(over, words):
+    with pytest.raises(ScenarioError) as err:
+        pipesim.simulate(raw(**over))
+    msg = str(err.value)
+    assert "training.fp8_attention" in msg and words in msg and "\n" not in msg
+    # MXFP8 off Blackwell: the recipe's own error
+    with pytest.raises(ScenarioError, match="training.fp8_recipe: mxfp8 needs Blackwell"):
+        pipesim.simulate(raw("dgx-h100", 1, fp8_recipe="mxfp8"))
