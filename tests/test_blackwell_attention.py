@@ -80,3 +80,22 @@ def test_hopper_cudnn_of_2026_is_a_named_table_and_the_default_stays():
     with pytest.raises(ScenarioError) as err:           # no such table off Hopper: one line, the key
         pipesim.simulate(scenario("dgx-b200", attention_kernel="cudnn-9.19"))
     assert "attention_kernel" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_blackwell_head_dim_panels_are_nvidias_mla_and_d256_runs():
+    """On Blackwell a larger head dim runs faster per FLOP (Hopper's FA3-paper panels run the other
+    way): DeepSeek-V3's MLA (q/k 192, v 128 = 160 as pipesim counts it) and Qwen3.5's d256 measured
+    by NVIDIA on GB200; below 128 the Hopper panel's factor is borrowed."""
+    gb200 = KERNEL_CURVES["gb200"]
+    mla = lambda phase, causal=True: attention_tflops(gb200, 8192, causal, phase, head_dim=160)
+    assert mla("fwd") == pytest.approx(1585) and mla("bwd") == pytest.approx(1193)
+    assert mla("bwd", causal=False) == pytest.approx(1125)
+    assert attention_tflops(gb200, 8192, True, "fwd", head_dim=256) == pytest.approx(1708)
+    assert attention_tflops(gb200, 8192, True, "fwd", head_dim=256) > rate("gb200", 8192, True, "fwd")
+    h100 = KERNEL_CURVES["h100"]
+    assert attention_tflops(h100, 8192, True, "fwd", head_dim=256) < rate("h100", 8192, True, "fwd")
+    d64 = attention_tflops(h100, 8192, True, "fwd", head_dim=64) / rate("h100", 8192, True, "fwd")
+    assert attention_tflops(gb200, 8192, True, "fwd", head_dim=64) == pytest.approx(1574 * d64)
+    # below the panels' shortest length the factor is the one at it, not a panel held against a
+    # shorter base point
+    assert attention_tflops(gb200, 1024, True, "fwd", head_dim=160) == pytest.approx(733 * 1072 / 1097)

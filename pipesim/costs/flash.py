@@ -37,24 +37,41 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
         bwd = _interp(table["bwd"], seq)
         if causal:
             bwd *= _interp(table["fwd_causal"], seq) / _interp(table["fwd"], seq)
-    return scale * bwd * head_dim_factor(table, "fwd", seq, head_dim)
+    return scale * bwd * head_dim_factor(table, "bwd_causal" if causal else "bwd", seq, head_dim)
 
 
 def head_dim_factor(table: dict, key: str, seq: float, head_dim: float) -> float:
-    """Rate at `head_dim` over the rate at 128 (the main table), from the kernel's head-dim 64 and
-    256 panels (FlashAttention-3 paper, Fig. 5; H100 panels: a table measured at head dim 128 only
-    names the H100 table whose panels it borrows in `head_dim_from`), log-linear in the head dim
-    between them and held beyond; 1 for a table without them. The backward uses the forward
-    non-causal factor (no published backward panel per head dim is used)."""
-    table = table.get("head_dim_from", table)
-    panels = table.get("head_dim")
-    if not panels or head_dim == 128:
+    """Rate at `head_dim` over the rate at 128 (the main table): log-linear in the head dim between
+    the nearest measured dims, held beyond. The dims are the table's own head-dim panels (Blackwell:
+    NVIDIA's DeepSeek-V3 / Kimi MLA runs, q/k 192 and v 128 = 160 as pipesim counts MLA, and
+    Qwen3.5's 256; Hopper: the FlashAttention-3 paper's 64 and 256 panels, Fig. 5) and, for dims it
+    has none of, those of the table it names in `head_dim_from`. A panel without the phase asked for
+    gives its forward factor (the FA3 paper has no backward panel per head dim); each factor is
+    taken against its own table at a length inside the panel's range."""
+    if head_dim == 128:
         return 1.0
-    base = _interp(table[key], seq)
-    lo, hi = (64, 128) if head_dim < 128 else (128, 256)
-    rate = {128: base, **{d: _interp(p[key], seq) for d, p in panels.items()}}
-    w = min(max((math.log(head_dim) - math.log(lo)) / (math.log(hi) - math.log(lo)), 0.0), 1.0)
-    return (rate[lo] + w * (rate[hi] - rate[lo])) / base
+    factors = {128: 1.0, **_panel_factors(table, key, seq)}
+    dims = sorted(factors)
+    if head_dim <= dims[0] or head_dim >= dims[-1]:
+        return factors[dims[0] if head_dim <= dims[0] else dims[-1]]
+    lo = max(d for d in dims if d <= head_dim)
+    hi = min(d for d in dims if d > head_dim)
+    w = (math.log(head_dim) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return factors[lo] + w * (factors[hi] - factors[lo])
+
+
+def _panel_factors(table: dict | None, key: str, seq: float) -> dict:
+    out: dict = {}
+    while table is not None:
+        for d, panel in table.get("head_dim", {}).items():
+            k = next((k for k in (key, "fwd", "fwd_causal") if k in panel), None)
+            if d in out or k is None:
+                continue
+            lengths = [s for s, _ in panel[k]]
+            at = min(max(seq, min(lengths)), max(lengths))
+            out[d] = _interp(panel[k], at) / _interp(table[k], at)
+        table = table.get("head_dim_from")
+    return out
 
 
 def attention_kernel_of(s) -> str:

@@ -137,6 +137,18 @@ _GB200_CUDNN = _with_non_causal({
     "bwd_causal": ((512, 329), (1024, 527)) + tuple(zip(_SEQ_BW, (885, 1148, 1332, 1328, 1226))),
     "head_dim_from": _H100_CUDNN,
 }, _H100_CUDNN)
+# Head-dim panels of the same April 2026 runs (results/dsv3, results/qwen35): DeepSeek-V3's MLA
+# attention (128 heads, q/k 192, v 128 = head dim 160 as pipesim counts MLA, batch 2) and Qwen3.5's
+# (32 query / 2 KV heads of 256, batch 1, causal forward only). On Blackwell a larger head dim is
+# faster per FLOP (the exponentials per score are fixed: FlashAttention-4, arXiv 2603.05451, Sec. 1),
+# where Hopper's panels (FA3 paper) run the other way; head dims below 128 take Hopper's panel.
+_GB200_CUDNN["head_dim"] = {
+    160: {"fwd": tuple(zip(_SEQ_BW, (1492, 1666, 1759, 1812, 1584))),
+          "fwd_causal": tuple(zip(_SEQ_BW, (1072, 1406, 1585, 1678, 1743))),
+          "bwd": tuple(zip(_SEQ_BW, (1048, 1175, 1125, 1088, 1086))),
+          "bwd_causal": tuple(zip(_SEQ_BW, (846, 1057, 1193, 1134, 1076)))},
+    256: {"fwd_causal": tuple(zip(_SEQ_BW, (1126, 1441, 1708, 1804, 1734)))},
+}
 # GB300 (Blackwell Ultra: twice the exponential (SFU) rate of Blackwell, which the softmax needs):
 # 1.06-1.25x GB200's rates in the same run.
 _GB300_CUDNN = _with_non_causal({
@@ -146,40 +158,48 @@ _GB300_CUDNN = _with_non_causal({
     "bwd_causal": ((512, 330), (1024, 522)) + tuple(zip(_SEQ_BW, (967, 1248, 1435, 1507, 1490))),
     "head_dim_from": _H100_CUDNN,
 }, _H100_CUDNN)
+_GB300_CUDNN["head_dim"] = {
+    160: {"fwd": tuple(zip(_SEQ_BW, (1770, 1937, 2021, 2032, 1917))),
+          "fwd_causal": tuple(zip(_SEQ_BW, (1285, 1590, 1825, 1967, 1991))),
+          "bwd": tuple(zip(_SEQ_BW, (1117, 1267, 1301, 1254, 1246))),
+          "bwd_causal": tuple(zip(_SEQ_BW, (914, 1143, 1291, 1302, 1289)))},
+    256: {"fwd_causal": tuple(zip(_SEQ_BW, (1307, 1743, 1965, 2063, 2096)))},
+}
 
 # FP8 fused attention (`training.fp8_attention`: Transformer Engine's FP8 DotProductAttention,
 # Megatron-Core --fp8-dot-product-attention): Q, K, V and, in the backward, dO in FP8, measured in
 # the same runs as the BF16 tables -- GB200 / GB300 with per-tensor ("fp8") and MXFP8 ("mxfp8")
 # scaling (cuDNN 9.22; the per-tensor tables' causal 512 / 1K points from the December 2025 run,
 # cudnn_fe_fp8), H200 per-tensor (cuDNN 9.19: its causal backward runs slower than BF16's from 8K
-# on, as measured). The MXFP8 and Hopper tables start at 2K (held below it).
+# on, as measured). The MXFP8 and Hopper tables start at 2K (held below it). Head dims: the BF16
+# table's panels of the same GPU.
 _GB200_CUDNN_FP8 = _with_non_causal({
     "fwd": tuple(zip(_SEQ_BW, (1881, 2093, 2241, 2263, 2223))),
     "fwd_causal": ((512, 466), (1024, 870)) + tuple(zip(_SEQ_BW, (1420, 1805, 2047, 2154, 2197))),
     "bwd": tuple(zip(_SEQ_BW, (1214, 1577, 1772, 1836, 1825))),
     "bwd_causal": ((512, 300), (1024, 551)) + tuple(zip(_SEQ_BW, (831, 1178, 1454, 1632, 1687))),
-    "head_dim_from": _H100_CUDNN,
+    "head_dim_from": _GB200_CUDNN,
 }, _H100_CUDNN)
 _GB200_CUDNN_MXFP8 = {
     "fwd": tuple(zip(_SEQ_BW, (1754, 1944, 2080, 2103, 2070))),
     "fwd_causal": tuple(zip(_SEQ_BW, (1330, 1685, 1902, 1999, 2046))),
     "bwd": tuple(zip(_SEQ_BW, (1069, 1344, 1495, 1554, 1480))),
     "bwd_causal": tuple(zip(_SEQ_BW, (745, 1054, 1287, 1436, 1425))),
-    "head_dim_from": _H100_CUDNN,
+    "head_dim_from": _GB200_CUDNN,
 }
 _GB300_CUDNN_FP8 = _with_non_causal({
     "fwd": tuple(zip(_SEQ_BW, (2728, 2988, 3160, 3182, 3050))),
     "fwd_causal": ((512, 564), (1024, 1090)) + tuple(zip(_SEQ_BW, (1954, 2532, 2897, 3054, 3108))),
     "bwd": tuple(zip(_SEQ_BW, (1390, 1839, 2111, 2177, 2178))),
     "bwd_causal": ((512, 310), (1024, 580)) + tuple(zip(_SEQ_BW, (944, 1396, 1781, 2035, 2128))),
-    "head_dim_from": _H100_CUDNN,
+    "head_dim_from": _GB300_CUDNN,
 }, _H100_CUDNN)
 _GB300_CUDNN_MXFP8 = {
     "fwd": tuple(zip(_SEQ_BW, (2443, 2693, 2870, 2889, 2814))),
     "fwd_causal": tuple(zip(_SEQ_BW, (1751, 2272, 2570, 2727, 2785))),
     "bwd": tuple(zip(_SEQ_BW, (1164, 1469, 1636, 1689, 1654))),
     "bwd_causal": tuple(zip(_SEQ_BW, (811, 1143, 1404, 1563, 1590))),
-    "head_dim_from": _H100_CUDNN,
+    "head_dim_from": _GB300_CUDNN,
 }
 _H100_CUDNN_FP8 = {
     "fwd": tuple(zip(_SEQ_BW, (870, 973, 1023, 1055, 1062))),
