@@ -332,3 +332,27 @@ def test_search_refuses_an_unknown_schedule_name_up_front(capsys):
                  "--no-files"]) == 2
     captured = capsys.readouterr()
     assert "--schedules 1f1b,nope: unknown schedule 'nope'" in captured.err and captured.out == ""
+
+
+def test_a_16_bit_candidate_of_an_fp8_base_drops_the_fp8_recipes_choices_and_reproduces():
+    """--precisions bf16,fp8 on a base with FP8-only settings (FP8 attention and parameter gather,
+    BF16 end layers): the bf16 candidates load without them instead of all being impossible, and
+    the reproduce line of a bf16 layout turns them off."""
+    import pipesim
+    from pipesim.scenario.load import load_scenario
+    from pipesim.whatif.search import FP8_ONLY, reproduce_args
+    fp8 = {"model": {"preset": "llama3-8b", "num_layers": 4}, "system": {"preset": "dgx-h100"},
+           "training": {"micro_batch_size": 1, "global_batch_size": 16, "precision": "fp8", "attention": "flash",
+                        "fp8_attention": True, "fp8_param_gather": True, "bf16_layers_start": 1}}
+    space = SearchSpace(tensor=(1,), pipeline=(1,), micro_batch=(1,), recompute=("none",), zero=(1,),
+                        compression=(16,), extra={"training.precision": ("bf16", "fp8")})
+    cands = candidates(fp8, 8, space)
+    by = {c["training"]["precision"]: c for c in cands}
+    assert set(by) == {"bf16", "fp8"}
+    assert not set(FP8_ONLY) & set(by["bf16"]["training"]) and by["fp8"]["training"]["fp8_attention"]
+    s16 = load_scenario(by["bf16"])
+    args = [a.removeprefix("--set ") for a in reproduce_args(s16, fp8)]
+    assert {"training.precision=bf16", "training.fp8_attention=false", "training.fp8_param_gather=false",
+            "training.bf16_layers_start=0"} <= set(args)
+    again = load_scenario(fp8, args)
+    assert pipesim.simulate(again, trace=False).step_time_s == pytest.approx(pipesim.simulate(s16, trace=False).step_time_s)

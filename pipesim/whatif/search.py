@@ -150,6 +150,12 @@ def set_key(d: dict, dotted: str, value) -> dict:
     return {**d, section: dict(d.get(section) or {}, **{key: value})}
 
 
+# The FP8 / FP4 recipe's own choices (each refused without precision: fp8): a candidate the
+# precision axis (--precisions) makes 16-bit drops them instead of being impossible.
+FP8_ONLY = ("fp8_attention", "fp8_param_gather", "bf16_layers_start", "bf16_layers_end", "bf16_gemms",
+            "mxfp8_gemms", "bf16_mtp")
+
+
 def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[dict]:
     """Scenario dicts for every combination worth loading (cheap arithmetic filters only; the
     loader gives the reason for anything else)."""
@@ -219,6 +225,8 @@ def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[d
                     seen.add(key)
                 for key, value in values.items():
                     cand = set_key(cand, key, value)
+                if cand["training"].get("precision") != "fp8":     # a 16-bit candidate of an FP8 base
+                    cand = {**cand, "training": {k: v for k, v in cand["training"].items() if k not in FP8_ONLY}}
                 out.append(cand)
     return out
 
@@ -373,7 +381,7 @@ def reproduce_args(s, raw: dict) -> list[str]:
     from pipesim.scenario.load import scenario_to_dict
     have = scenario_to_dict(s)
     out = []
-    for key in REPRODUCE_KEYS:
+    for key in REPRODUCE_KEYS + tuple(f"training.{k}" for k in FP8_ONLY):
         section, name = key.split(".", 1)
         value = (have.get(section) or {}).get(name)
         if name == "layers_per_stage" and value is not None:
