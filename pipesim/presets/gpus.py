@@ -22,6 +22,7 @@ Fields:
                   "bwd_causal" where the causal backward was measured and "head_dim_from" (the
                   table whose head-dim panels a table measured at head dim 128 only borrows)
   fa2             (Blackwell) (table, scale) of FlashAttention-2, PyTorch SDPA's flash backend
+  sdpa_cudnn      (Blackwell) (table, scale) of cuDNN through PyTorch SDPA's cuDNN backend
   attention_fp8   cuDNN's FP8 fused attention by scaling kind: {"fp8": (table, scale), "mxfp8": ...}
   attention_scale multiplies the attention table when it was measured on another GPU (documented
                   per entry); 1 for a table measured on this GPU
@@ -223,13 +224,31 @@ _H100_CUDNN_2026 = {
     "head_dim_from": _H100_CUDNN,
 }
 
+_SEQ_B200 = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+# cuDNN through PyTorch SDPA's own cuDNN backend (`training.attention_kernel: sdpa-cudnn`, what a
+# PyTorch-native stack calls with SDPBackend.CUDNN_ATTENTION): NVIDIA/cudnn-frontend commit bb37575
+# (Oct 2025), artifacts/sdpa_bf16_benchmark_results_NVIDIA_{B200,GB300}.csv, backend pyt_cudnn
+# (NGC PyTorch 25.09, torch 2.9, cuDNN 9.13.1), BF16, causal, 128 query / 8 KV heads, head dim 128,
+# batch 1: 20-30 % below the graph API Transformer Engine calls at 4K-16K, more at shorter
+# lengths. Non-causal rows as for FA2 above, from the H100 cuDNN table's ratio. GB200 takes B200's
+# at the MAMF ratio, B300 GB300's; Hopper has no measurement of this path (the cudnn table).
+_B200_SDPA_CUDNN = _with_non_causal({
+    "fwd_causal": tuple(zip(_SEQ_B200, (84.0, 254.5, 478.9, 855.7, 1171.3, 1332.4, 1419.0, 1382.3, 1355.4))),
+    "bwd_causal": tuple(zip(_SEQ_B200, (134.2, 308.5, 371.5, 701.3, 942.5, 1074.8, 1108.7, 1073.1, 1047.8))),
+    "head_dim_from": _GB200_CUDNN,
+}, _H100_CUDNN)
+_GB300_SDPA_CUDNN = _with_non_causal({
+    "fwd_causal": tuple(zip(_SEQ_B200, (54.9, 224.2, 593.5, 1144.9, 1495.7, 1702.5, 1795.9, 1770.5, 1720.9))),
+    "bwd_causal": tuple(zip(_SEQ_B200, (95.3, 277.2, 487.3, 892.6, 1130.1, 1267.8, 1319.2, 1301.7, 1280.0))),
+    "head_dim_from": _GB300_CUDNN,
+}, _H100_CUDNN)
+
 # FlashAttention-2 on Blackwell -- PyTorch SDPA's flash backend, which has no Blackwell tensor-core
 # (tcgen05) path and so runs at a quarter of cuDNN's rate there: NVIDIA/cudnn-frontend commit
 # bb37575 (Oct 2025), benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_
 # NVIDIA_B200.csv, backend pyt_flash_attention (NGC PyTorch 25.09, torch 2.9), B200, BF16, causal,
 # 128 query / 8 KV heads, head dim 128, batch 1. Only causal rows were measured: the non-causal
 # rows take the H100 FA2 table's non-causal / causal ratio at each length (the same kernel code).
-_SEQ_B200 = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 _B200_FA2 = _with_non_causal({
     "fwd_causal": tuple(zip(_SEQ_B200, (74.6, 165.5, 242.4, 324.9, 373.4, 394.5, 403.7, 408.7, 411.0))),
     "bwd_causal": tuple(zip(_SEQ_B200, (83.0, 107.7, 186.3, 256.4, 298.9, 320.0, 330.8, 335.4, 336.0))),
@@ -335,7 +354,7 @@ KERNEL_CURVES: dict[str, dict] = {
     "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
                  anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0, sustained=_BLACKWELL_SUSTAINED,
-                 fa2=(_B200_FA2, 1.0), attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8, 3432.5 / 3615.6)),
+                 fa2=(_B200_FA2, 1.0), sdpa_cudnn=(_B200_SDPA_CUDNN, 1.0), attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8, 3432.5 / 3615.6)),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
     "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
@@ -343,6 +362,7 @@ KERNEL_CURVES: dict[str, dict] = {
                                    fp4=_B200_FP4 * 3615.6 / 3432.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_GB200_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
+                  sdpa_cudnn=(_B200_SDPA_CUDNN, 1822.0 / 1745.0),
                   attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8, 1.0)),
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
     # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
@@ -352,6 +372,7 @@ KERNEL_CURVES: dict[str, dict] = {
                                   fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
                  anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1769.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1769.0 / 1745.0),
+                 sdpa_cudnn=(_GB300_SDPA_CUDNN, 1769.0 / 1822.0),
                  attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8, 3353.3 / 3615.6)),
     # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
     # GB200's (NVL72 datasheets: 2.5 / 5 PF per GPU for both), 11 % above the HGX B300's (2.25 / 4.5 PF
@@ -363,6 +384,7 @@ KERNEL_CURVES: dict[str, dict] = {
                                    fp4=_B200_FP4 * 3615.6 / 3432.5 * 1.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
+                  sdpa_cudnn=(_GB300_SDPA_CUDNN, 1.0),
                   attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8, 1.0)),
 }
 
@@ -378,6 +400,8 @@ def _attention_kernels(c: dict) -> dict:
         kernels.update(fa2=(_H100_FA2, 1.0), fa3=(_H100_FA3, 1.0), **{"cudnn-9.19": (_H100_CUDNN_2026, 1.0)})
     if "fa2" in c:
         kernels["fa2"] = c["fa2"]
+    if kernels.get("cudnn"):                       # PyTorch SDPA's cuDNN path: measured on Blackwell
+        kernels["sdpa-cudnn"] = c.get("sdpa_cudnn", kernels["cudnn"])
     return kernels
 
 

@@ -55,6 +55,11 @@ LLAMA = {
                       ffn_hidden_size=14336, seq_length=8192, vocab_size=128256, reference_params=8_030_261_248),
     "llama3-70b": dict(_LLAMA, num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
                        ffn_hidden_size=28672, seq_length=8192, vocab_size=128256, reference_params=70_553_706_496),
+    # Llama 3.2 1B: meta-llama/Llama-3.2-1B config.json (16 layers, hidden 2048, intermediate 8192,
+    # 32 heads of 64, 8 KV heads, vocab 128,256, tie_word_embeddings true); 1,235,814,400 parameters.
+    "llama3.2-1b": dict(_LLAMA, num_layers=16, hidden_size=2048, num_attention_heads=32, num_kv_heads=8,
+                        ffn_hidden_size=8192, seq_length=8192, vocab_size=128256, tied_embeddings=True,
+                        reference_params=1_235_814_400),
 }
 
 _BERT = dict(activation="gelu", norm="layernorm", position="learned", tied_embeddings=True, bias=True,

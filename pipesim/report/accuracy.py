@@ -26,6 +26,7 @@ GENERATION = {"v100": "Volta", "a100": "Ampere", "h100": "Hopper", "h800": "Hopp
 # published runs of such models behave apart from Mixtral-like ones (8 experts), so they are a class.
 FINE_GRAINED_EXPERTS = 32
 STACK_FSDP2 = "PyTorch FSDP2"
+STACK_EAGER = "PyTorch eager"
 
 
 def class_of(s) -> tuple[str, str] | None:
@@ -41,9 +42,12 @@ def class_of(s) -> tuple[str, str] | None:
 
 def stack_of(s) -> str:
     """The training stack a scenario describes, as far as the published runs tell stacks apart:
-    PyTorch FSDP2 (ZeRO-3 with FSDP2's collectives: torchtitan, NeMo AutoModel) or "" (the others:
-    Megatron-Core / NeMo / Megatron-Bridge, DeepSpeed, Meta's Llama 3)."""
-    return STACK_FSDP2 if s.training.fsdp2 else ""
+    PyTorch FSDP2 (ZeRO-3 with FSDP2's collectives: torchtitan, NeMo AutoModel), other PyTorch-native
+    code with eager kernels (kernel_fusion eager: Hugging Face models, NVIDIA's SDPA benchmark) or ""
+    (the others: Megatron-Core / NeMo / Megatron-Bridge, DeepSpeed, Meta's Llama 3)."""
+    if s.training.fsdp2:
+        return STACK_FSDP2
+    return STACK_EAGER if s.training.kernel_fusion == "eager" else ""
 
 
 def size_of(s) -> float:

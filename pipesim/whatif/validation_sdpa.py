@@ -1,0 +1,38 @@
+"""Held-out family sdpa2025 (scenarios/validation/heldout.yaml): NVIDIA's single-GPU training
+benchmark of Hugging Face's Llama 3.2 1B under PyTorch SDPA's cuDNN and FlashAttention backends, on
+a B200 and an H200 (NVIDIA/cudnn-frontend benchmark/Llama-3.2-1B-Training, May 2025). Test only:
+nothing in pipesim is set from these rows. Metric: tokens/s per GPU (batch x sequence / iteration).
+
+Mapped as the script runs it (training_perf.py): the llama3.2-1b preset at the row's sequence length
+and batch, one GPU, BF16 throughout (torch.set_default_dtype: BF16 weights, no fp32 master copy),
+SGD, no dropout, Hugging Face's eager modeling code (kernel_fusion eager: unfused RMSNorm, rotary,
+SiLU-and-multiply), the loss as transformers 4.35 computes it (logits upcast to fp32, then
+F.cross_entropy: cross_entropy torch), and the backend the row names: CUDNN_ATTENTION -> sdpa-cudnn
+(PyTorch SDPA's own cuDNN path), FLASH_ATTENTION -> fa2 (the FlashAttention-2 PyTorch vendors).
+The clocks were locked (B200 1665 MHz, H200 1500 MHz); both lie above the clock a dense load holds
+at these GPUs' power limits (B200 1339 MHz, H200 1465 MHz: the MSMF runs of presets/gpus.py), so
+the kernels run at the power-limited sustained rate pipesim uses anyway, and no clock is set.
+"""
+from __future__ import annotations
+
+from pipesim.errors import ScenarioError
+
+SDPA_SYSTEMS = {"B200": "dgx-b200", "H200": "dgx-h200"}
+SDPA_KERNELS = {"CUDNN_ATTENTION": "sdpa-cudnn", "FLASH_ATTENTION": "fa2"}
+
+
+def sdpa_scenario(case) -> dict:
+    c, cid = case.raw, case.id
+    gpu, backend = c["hardware"]["gpu"], c["training"]["sdpa_backend"]
+    if gpu not in SDPA_SYSTEMS:
+        raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: {', '.join(SDPA_SYSTEMS)}")
+    if backend not in SDPA_KERNELS:
+        raise ScenarioError(f"{cid}: training.sdpa_backend {backend!r} has no kernel table; known: "
+                            f"{', '.join(SDPA_KERNELS)}")
+    batch = int(c["parallel"]["batch"])
+    return {"model": {"preset": "llama3.2-1b", "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False},
+            "system": {"preset": SDPA_SYSTEMS[gpu], "num_nodes": 1, "gpus_per_node": 1},
+            "parallel": {"tensor": 1, "pipeline": 1, "data": 1},
+            "training": {"micro_batch_size": batch, "global_batch_size": batch, "precision": "bf16",
+                         "optimizer": "sgd", "zero_stage": 0, "kernel_fusion": "eager", "attention": "flash",
+                         "attention_kernel": SDPA_KERNELS[backend], "cross_entropy": "torch"}}
