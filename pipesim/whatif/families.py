@@ -27,6 +27,14 @@ from pipesim.errors import ScenarioError
 MCORE_MICRO_BATCH = 1
 
 
+def mapped(table, value, case_id: str, key: str, what: str = "is not mapped"):
+    """A converter's lookup: table[value], or a one-line error naming the case, the key, the value
+    and the known ones."""
+    if value not in table:
+        raise ScenarioError(f"{case_id}: {key} {value!r} {what}; known: {', '.join(table)}")
+    return table[value]
+
+
 def megatron_p2p_sync(virtual_stages: int, code_year: int) -> bool:
     """Whether Megatron's pipeline P2P is batched and blocking (training.p2p_sync). Megatron-LM's
     2021-22 code sends and receives through one batch_isend_irecv per exchange, waits on it and

@@ -15,7 +15,7 @@ the kernels run at the power-limited sustained rate pipesim uses anyway, and no 
 """
 from __future__ import annotations
 
-from pipesim.errors import ScenarioError
+from pipesim.whatif.families import mapped
 
 SDPA_SYSTEMS = {"B200": "dgx-b200", "H200": "dgx-h200"}
 SDPA_KERNELS = {"CUDNN_ATTENTION": "sdpa-cudnn", "FLASH_ATTENTION": "fa2"}
@@ -23,16 +23,12 @@ SDPA_KERNELS = {"CUDNN_ATTENTION": "sdpa-cudnn", "FLASH_ATTENTION": "fa2"}
 
 def sdpa_scenario(case) -> dict:
     c, cid = case.raw, case.id
-    gpu, backend = c["hardware"]["gpu"], c["training"]["sdpa_backend"]
-    if gpu not in SDPA_SYSTEMS:
-        raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: {', '.join(SDPA_SYSTEMS)}")
-    if backend not in SDPA_KERNELS:
-        raise ScenarioError(f"{cid}: training.sdpa_backend {backend!r} has no kernel table; known: "
-                            f"{', '.join(SDPA_KERNELS)}")
+    system = mapped(SDPA_SYSTEMS, c["hardware"]["gpu"], cid, "hardware.gpu", "has no system preset")
+    kernel = mapped(SDPA_KERNELS, c["training"]["sdpa_backend"], cid, "training.sdpa_backend", "has no kernel table")
     batch = int(c["parallel"]["batch"])
     return {"model": {"preset": "llama3.2-1b", "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False},
-            "system": {"preset": SDPA_SYSTEMS[gpu], "num_nodes": 1, "gpus_per_node": 1},
+            "system": {"preset": system, "num_nodes": 1, "gpus_per_node": 1},
             "parallel": {"tensor": 1, "pipeline": 1, "data": 1},
             "training": {"micro_batch_size": batch, "global_batch_size": batch, "precision": "bf16",
                          "optimizer": "sgd", "zero_stage": 0, "kernel_fusion": "eager", "attention": "flash",
-                         "attention_kernel": SDPA_KERNELS[backend], "cross_entropy": "torch"}}
+                         "attention_kernel": kernel, "cross_entropy": "torch"}}

@@ -29,6 +29,7 @@ nodes of 8 with 400 Gb/s per GPU, as stated: the dgx-h200 preset.
 from __future__ import annotations
 
 from pipesim.errors import ScenarioError
+from pipesim.whatif.families import mapped
 
 TITAN_MODELS = ("llama3-8b", "llama3-70b", "llama2-13b", "llama2-70b")
 # Published GPU -> system preset (pipesim/presets/systems.py)
@@ -41,23 +42,19 @@ TITAN_AC = {"no": ("none", None), "full": ("full", None), "selective layer": ("f
 
 def titan_scenario(case) -> dict:
     c, cid = case.raw, case.id
-    name, ac = c["model"]["name"], c["training"]["activation_checkpointing"]
-    if name not in TITAN_MODELS:
-        raise ScenarioError(f"{cid}: model.name {name!r} has no preset; known: {', '.join(TITAN_MODELS)}")
-    if ac not in TITAN_AC:
-        raise ScenarioError(f"{cid}: skipped: activation checkpointing {ac!r} has no "
-                            f"pipesim equivalent; known: {', '.join(TITAN_AC)}")
-    gpu, tr_raw = c["hardware"]["gpu"], c["training"]
-    if gpu not in TITAN_SYSTEMS:
-        raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: {', '.join(TITAN_SYSTEMS)}")
+    name = c["model"]["name"]
+    mapped(dict.fromkeys(TITAN_MODELS), name, cid, "model.name", "has no preset")
+    recompute, every = mapped(TITAN_AC, c["training"]["activation_checkpointing"], cid,
+                              "skipped: activation checkpointing", "has no pipesim equivalent")
+    tr_raw = c["training"]
+    system = mapped(TITAN_SYSTEMS, c["hardware"]["gpu"], cid, "hardware.gpu", "has no system preset")
     float8 = tr_raw.get("float8")
-    if float8 is not None and float8 not in TITAN_FLOAT8:
-        raise ScenarioError(f"{cid}: training.float8 {float8!r} is not mapped; known: {', '.join(TITAN_FLOAT8)}")
+    if float8 is not None:
+        mapped(dict.fromkeys(TITAN_FLOAT8), float8, cid, "training.float8")
     n, fsdp, local = int(c["hardware"]["num_gpus"]), int(c["parallel"]["fsdp"]), int(c["parallel"]["local_batch"])
     if fsdp != n or n % 8:
         raise ScenarioError(f"{cid}: parallel.fsdp {fsdp} over {n} GPUs: only FSDP over every GPU of whole "
                             f"8-GPU nodes is mapped")
-    recompute, every = TITAN_AC[ac]
     compiled = bool(tr_raw.get("compile"))
     training = {"micro_batch_size": local, "global_batch_size": local * n, "schedule": "1f1b",
                 "recompute": recompute, "precision": "bf16", "attention": "flash",
@@ -73,6 +70,6 @@ def titan_scenario(case) -> dict:
         from pipesim.presets.models import MODELS
         training["recompute_num_layers"] = int(MODELS[name]["num_layers"]) // every
     return {"model": {"preset": name, "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False},
-            "system": {"preset": TITAN_SYSTEMS[gpu], "num_nodes": n // 8},
+            "system": {"preset": system, "num_nodes": n // 8},
             "parallel": {"tensor": 1, "pipeline": 1, "data": n},
             "training": training}
