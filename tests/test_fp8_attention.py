@@ -84,3 +84,22 @@ def test_fp8_attention_where_it_cannot_run_is_a_one_line_error_naming_the_key(ov
     # MXFP8 off Blackwell: the recipe's own error
     with pytest.raises(ScenarioError, match="training.fp8_recipe: mxfp8 needs Blackwell"):
         pipesim.simulate(raw("dgx-h100", 1, fp8_recipe="mxfp8"))
+
+
+@pytest.mark.parametrize("mode", ["ring", "allgather"])
+def test_per_tensor_fp8_attention_sends_k_and_v_in_fp8_across_context_parallel_ranks(mode):
+    """Transformer Engine's context-parallel paths move K and V as FP8 bytes under delayed / current
+    scaling (uint8) and as 16 bits under MXFP8; dK and dV stay 16-bit."""
+    from pipesim.costs.context import context_comm
+    comm = {}
+    for recipe, on in (("tensorwise", False), ("tensorwise", True), ("mxfp8", True)):
+        s = load_scenario(raw(fp8_recipe=recipe, fp8_attention=on)) if mode == "ring" else \
+            load_scenario({**raw(fp8_recipe=recipe, fp8_attention=on),
+                           "parallel": {"tensor": 1, "pipeline": 1, "context": 8, "context_mode": "allgather"}})
+        comm[recipe, on] = context_comm(s, cost_model_for(s), costed_layer_ops(s))
+    bf16, fp8, mx = comm["tensorwise", False], comm["tensorwise", True], comm["mxfp8", True]
+    assert fp8.bytes_fwd == pytest.approx(bf16.bytes_fwd / 2) and mx.bytes_fwd == pytest.approx(bf16.bytes_fwd)
+    # backward: K/V again (FP8) with dK/dV (16-bit); the ring returns the last dK/dV alone
+    cp = 8
+    share = ((cp - 1) * 1.5 + 1) / (2 * (cp - 1) + 1) if mode == "ring" else 0.75
+    assert fp8.bytes_bwd == pytest.approx(bf16.bytes_bwd * share)

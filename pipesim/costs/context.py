@@ -148,8 +148,12 @@ def context_comm(s: Scenario, cost_model, ops: list[Op]) -> ContextComm:
     hb = head_bytes(s, sh)
     a2a, cp = s.parallel.context_levels
     # K and V of the local tokens; under a2a+p2p a ring block is the same size (S/ring tokens of
-    # 1/a2a of the heads)
-    local = sh.b * sh.s * (hb.k + hb.v)
+    # 1/a2a of the heads). `grads`: their gradients, dK and dV, in 16 bits; under FP8 attention with
+    # per-tensor scaling K and V travel as their FP8 bytes (Transformer Engine context_parallel.py:
+    # "FP8DS/CS attention: q, k, v: torch.uint8" in the P2P and all-gather paths; MXFP8 moves 16 bits)
+    grads = sh.b * sh.s * (hb.k + hb.v)
+    tr = s.training
+    local = grads / sh.e if tr.fp8_attention and tr.fp8_recipe in ("delayed", "tensorwise") else grads
     a2a_s, a2a_bytes = all_to_all_comm(s, sh, hb) if a2a > 1 else (0.0, 0.0)
     # the all-to-all's receive buffer: Q, K, V (forward), and dO with them (backward)
     a2a_buf = sh.b * sh.s * (hb.q + hb.k + hb.v) if a2a > 1 else 0.0
@@ -158,12 +162,12 @@ def context_comm(s: Scenario, cost_model, ops: list[Op]) -> ContextComm:
                            buffer_fwd=a2a_buf, buffer_bwd=a2a_buf + sh.b * sh.s * hb.o)
     group = placement(s, "cp_ring" if a2a > 1 else "cp")
     if s.parallel.context_mode == "allgather":
-        full = local * cp
+        full, full_grads = local * cp, grads * cp
         ag = collective_time("all_gather", full, group, s.parallel.collective)
-        rs = collective_time("reduce_scatter", full, group, s.parallel.collective)
-        share = (cp - 1) / cp * full
-        return ContextComm(fwd_exposed=ag, bwd_exposed=ag + rs, bytes_fwd=share, bytes_bwd=2 * share,
-                           buffer_fwd=full, buffer_bwd=2 * full)
+        rs = collective_time("reduce_scatter", full_grads, group, s.parallel.collective)
+        share = (cp - 1) / cp
+        return ContextComm(fwd_exposed=ag, bwd_exposed=ag + rs, bytes_fwd=share * full,
+                           bytes_bwd=share * (full + full_grads), buffer_fwd=full, buffer_bwd=full + full_grads)
     link = group.bottleneck
     hop = p2p_time(local, link)                 # one K/V block to the next rank
     fwd = [cost_model.time(o, "fwd").seconds for o in blocks]
@@ -172,11 +176,13 @@ def context_comm(s: Scenario, cost_model, ops: list[Op]) -> ContextComm:
     f_total = sum(max(t, hop if i < cp - 1 else 0.0) for i, t in enumerate(fwd))
     # backward: K/V for the next step and the dK/dV of this one travel together (2 blocks);
     # the dK/dV of the last step returns to its owner after the loop, exposed
-    hop2 = p2p_time(2 * local, link)
-    b_total = sum(max(t, hop2 if i < cp - 1 else 0.0) for i, t in enumerate(bwd)) + hop
+    hop2 = p2p_time(local + grads, link)
+    last = p2p_time(grads, link)
+    b_total = sum(max(t, hop2 if i < cp - 1 else 0.0) for i, t in enumerate(bwd)) + last
     f_exposed, b_exposed = f_total - sum(fwd), b_total - sum(bwd)
     return ContextComm(fwd_exposed=f_exposed + a2a_s, bwd_exposed=b_exposed + a2a_s,
-                       fwd_hidden=(cp - 1) * hop - f_exposed, bwd_hidden=(cp - 1) * hop2 + hop - b_exposed,
-                       bytes_fwd=(cp - 1) * local + a2a_bytes, bytes_bwd=(2 * (cp - 1) + 1) * local + a2a_bytes,
+                       fwd_hidden=(cp - 1) * hop - f_exposed, bwd_hidden=(cp - 1) * hop2 + last - b_exposed,
+                       bytes_fwd=(cp - 1) * local + a2a_bytes,
+                       bytes_bwd=(cp - 1) * (local + grads) + grads + a2a_bytes,
                        # a block being sent and the next one received; in the backward also dK/dV
-                       buffer_fwd=2 * local + a2a_buf, buffer_bwd=4 * local + a2a_buf)
+                       buffer_fwd=2 * local + a2a_buf, buffer_bwd=2 * (local + grads) + a2a_buf)
