@@ -99,3 +99,14 @@ def test_blackwell_head_dim_panels_are_nvidias_mla_and_d256_runs():
     # below the panels' shortest length the factor is the one at it, not a panel held against a
     # shorter base point
     assert attention_tflops(gb200, 1024, True, "fwd", head_dim=160) == pytest.approx(733 * 1072 / 1097)
+
+
+def test_the_head_dim_64_backward_is_the_fa3_papers_backward_panel():
+    """FA3 paper Fig. 6, head dim 64, H100, non-causal backward: cuDNN 432, FA2 287, FA3 472 TFLOP/s
+    at 8K (the forward's head-dim factor would give 356 / 277 / 429); a causal backward takes the
+    non-causal backward's factor."""
+    h100 = KERNEL_CURVES["h100"]
+    for kernel, want in (("auto", 432), ("fa2", 287), ("fa3", 472)):
+        assert attention_tflops(h100, 8192, False, "bwd", kernel, head_dim=64) == pytest.approx(want)
+    causal128 = attention_tflops(h100, 8192, True, "bwd")
+    assert attention_tflops(h100, 8192, True, "bwd", head_dim=64) == pytest.approx(causal128 * 432 / 518)

@@ -46,8 +46,9 @@ def head_dim_factor(table: dict, key: str, seq: float, head_dim: float) -> float
     NVIDIA's DeepSeek-V3 / Kimi MLA runs, q/k 192 and v 128 = 160 as pipesim counts MLA, and
     Qwen3.5's 256; Hopper: the FlashAttention-3 paper's 64 and 256 panels, Fig. 5) and, for dims it
     has none of, those of the table it names in `head_dim_from`. A panel without the phase asked for
-    gives its forward factor (the FA3 paper has no backward panel per head dim); each factor is
-    taken against its own table at a length inside the panel's range."""
+    gives the nearest it has: a causal backward the non-causal backward's factor (the FA3 paper's
+    head-dim-64 backward panel is non-causal), then the forward's (it has no backward panel at 256);
+    each factor is taken against its own table at a length inside the panel's range."""
     if head_dim == 128:
         return 1.0
     factors = {128: 1.0, **_panel_factors(table, key, seq)}
@@ -64,7 +65,7 @@ def _panel_factors(table: dict | None, key: str, seq: float) -> dict:
     out: dict = {}
     while table is not None:
         for d, panel in table.get("head_dim", {}).items():
-            k = next((k for k in (key, "fwd", "fwd_causal") if k in panel), None)
+            k = next((k for k in (key, "bwd" if key == "bwd_causal" else key, "fwd", "fwd_causal") if k in panel), None)
             if d in out or k is None:
                 continue
             lengths = [s for s, _ in panel[k]]

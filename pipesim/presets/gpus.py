@@ -70,23 +70,27 @@ _H100_FA3 = {
 }
 
 # The same figure's head-dim-64 and head-dim-256 panels (forward, non-causal and causal; TFLOP/s
-# at seq 512 .. 16k as labelled on the bars; H100 80GB SXM5, BF16). No backward panel per head
-# dim is used: pipesim/costs/flash.py takes the backward's head-dim factor from the forward's.
+# at seq 512 .. 16k as labelled on the bars; H100 80GB SXM5, BF16) and the paper's backward panel at
+# head dim 64 (Fig. 6, non-causal; no backward panel at 256: pipesim/costs/flash.py takes the
+# forward's factor there).
 _H100_CUDNN["head_dim"] = {
     64: {"fwd": tuple(zip(_SEQ, (335, 373, 395, 408, 412, 413))),
-         "fwd_causal": tuple(zip(_SEQ, (225, 288, 334, 363, 379, 388)))},
+         "fwd_causal": tuple(zip(_SEQ, (225, 288, 334, 363, 379, 388))),
+         "bwd": tuple(zip(_SEQ, (266, 348, 395, 417, 432, 433)))},
     256: {"fwd": tuple(zip(_SEQ, (470, 546, 580, 581, 580, 581))),
           "fwd_causal": tuple(zip(_SEQ, (308, 391, 450, 483, 497, 509)))},
 }
 _H100_FA2["head_dim"] = {
     64: {"fwd": tuple(zip(_SEQ, (282, 306, 318, 321, 322, 324))),
-         "fwd_causal": tuple(zip(_SEQ, (180, 229, 262, 284, 295, 299)))},
+         "fwd_causal": tuple(zip(_SEQ, (180, 229, 262, 284, 295, 299))),
+         "bwd": tuple(zip(_SEQ, (198, 238, 264, 279, 287, 291)))},
     256: {"fwd": tuple(zip(_SEQ, (275, 313, 321, 323, 324, 326))),
           "fwd_causal": tuple(zip(_SEQ, (208, 251, 278, 293, 297, 298)))},
 }
 _H100_FA3["head_dim"] = {
     64: {"fwd": tuple(zip(_SEQ, (333, 392, 460, 476, 496, 497))),
-         "fwd_causal": tuple(zip(_SEQ, (197, 265, 371, 420, 460, 473)))},
+         "fwd_causal": tuple(zip(_SEQ, (197, 265, 371, 420, 460, 473))),
+         "bwd": tuple(zip(_SEQ, (272, 363, 422, 453, 472, 474)))},
     256: {"fwd": tuple(zip(_SEQ, (482, 639, 707, 736, 746, 756))),
           "fwd_causal": tuple(zip(_SEQ, (286, 427, 537, 612, 628, 642)))},
 }
