@@ -83,7 +83,7 @@ def attention_kernel_of(s) -> str:
     cuDNN only when asked for), i.e. the FlashAttention-2 table where the GPU has one. That is
     the order of the published torch-stack runs (torch <= 2.10); from 2.11 the wheels' bundled
     cuDNN passes the version gate of aten's check_prefer_cudnn_attention (cuDNN > 9.15, sm90 /
-    sm100) and SDPA prefers cuDNN there: such a run sets `attention_kernel: cudnn`."""
+    sm100) and SDPA prefers cuDNN there: such a run sets `attention_kernel: sdpa-cudnn`."""
     tr = s.training
     curve = s.system.gpu.kernel_curve
     if tr.attention_kernel != "auto" or tr.kernel_fusion != "eager" or curve is None:

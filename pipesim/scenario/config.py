@@ -366,7 +366,7 @@ class TrainingConfig:
         "auto", doc="fused attention's kernel table (attention: flash): auto = what the stack runs: Transformer "
                     "Engine's choice (cuDNN on Hopper/Blackwell, FlashAttention-2 before) with kernel_fusion fused, "
                     "PyTorch SDPA's FlashAttention-2 with kernel_fusion eager (SDPA's order up to torch 2.10; from "
-                    "2.11 its bundled cuDNN >= 9.15 makes it prefer cuDNN on Hopper/Blackwell: set cudnn); fa2 = "
+                    "2.11 its bundled cuDNN >= 9.15 makes it prefer cuDNN on Hopper/Blackwell: set sdpa-cudnn); fa2 = "
                     "PyTorch SDPA's flash "
                     "backend; fa3 = FlashAttention-3 (Hopper); cudnn-9.19 = the cuDNN of 2026 on Hopper "
                     "(8-22 % faster than the 2024 one `cudnn` is on Hopper); sdpa-cudnn = cuDNN through "
