@@ -34,10 +34,11 @@ class Op:
     selective recompute does not keep (the s x s score tensors).
     measure_*: profile lookups (op key, shape) that replace the roofline when measured.
     gemms_*: the GEMMs the op runs, (batch, M, N, K, dtype), timed by the GEMM curve
-    (pipesim/costs/gemm.py); flash: (batch·heads, seq, head_dim, causal) of a fused attention,
-    timed by the attention table (pipesim/costs/flash.py); fused_attention: (kernel, useful share, ...)
-    of a fused kernel with its own published rate (CostModel.fused_rate: "sparse_mla", "scores"),
-    the share being the FLOPs the kernel does that the op counts (padding).
+    (pipesim/costs/gemm.py); flash: (batch·heads, seq, head_dim, causal[, "fp8" | "mxfp8" under FP8
+    attention]) of a fused attention, timed by the attention table (pipesim/costs/flash.py);
+    fused_attention: (kernel, useful share, ...) of a fused kernel with its own published rate
+    (CostModel.fused_rate: "sparse_mla", "scores"), the share being the FLOPs the kernel does that
+    the op counts (padding).
     matrices: the op's weight matrices as a matrix optimizer (Muon) sees them, (count, rows,
     cols, row_div, col_div): `count` matrices of full rows x cols (out x in features), split over
     row_div x col_div tensor-parallel ranks.

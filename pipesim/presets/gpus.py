@@ -357,8 +357,9 @@ KERNEL_CURVES: dict[str, dict] = {
     # one Transformer Engine calls; FA2 measured on B200 (_B200_FA2).
     "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
-                 anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0, sustained=_BLACKWELL_SUSTAINED,
-                 fa2=(_B200_FA2, 1.0), sdpa_cudnn=(_B200_SDPA_CUDNN, 1.0), attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8, 3432.5 / 3615.6)),
+                 anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0,
+                 sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1.0), sdpa_cudnn=(_B200_SDPA_CUDNN, 1.0),
+                 attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8, 3432.5 / 3615.6)),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
     "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
@@ -374,7 +375,8 @@ KERNEL_CURVES: dict[str, dict] = {
     "b300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3,
                                   fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
-                 anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1769.0 / 1822.0,
+                 anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_GB300_CUDNN,
+                 attention_scale=1769.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1769.0 / 1745.0),
                  sdpa_cudnn=(_GB300_SDPA_CUDNN, 1769.0 / 1822.0),
                  attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8, 3353.3 / 3615.6)),
