@@ -49,7 +49,7 @@ def scenario(system="dgx-b200", **training):
     tr = {"micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16", "attention": "flash"}
     tr.update(training)
     return load_scenario({"model": {"preset": "llama3-8b", "num_layers": 2, "seq_length": 8192},
-                          "system": {"preset": system, "num_nodes": 1},
+                          "system": {"preset": system, "num_nodes": 2 if system.endswith("nvl72") else 1},
                           "parallel": {"tensor": 1, "pipeline": 1, "data": 8},
                           "training": tr})
 
@@ -110,3 +110,21 @@ def test_the_head_dim_64_backward_is_the_fa3_papers_backward_panel():
         assert attention_tflops(h100, 8192, False, "bwd", kernel, head_dim=64) == pytest.approx(want)
     causal128 = attention_tflops(h100, 8192, True, "bwd")
     assert attention_tflops(h100, 8192, True, "bwd", head_dim=64) == pytest.approx(causal128 * 432 / 518)
+
+
+def test_the_report_names_the_attention_table_it_used():
+    """Beside a prediction the report says which measurement the fused-attention rates are, and
+    the scale a GPU without its own table applies (issue 13: every cost says where it came from)."""
+    def table(system="dgx-b200", **training):
+        d = pipesim.simulate(scenario(system, **training)).to_dict()
+        return d["tensor_core_rate"]["attention_table"]
+    assert table() == ("cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB200, 2026-04), x 0.958 "
+                       "(this GPU's matmul rate over the table GPU's)")
+    assert table("gb200-nvl72") == "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"
+    assert "FlashAttention-2 via PyTorch SDPA" in table(kernel_fusion="eager")
+    assert "cuDNN 9.13 via PyTorch SDPA" in table(attention_kernel="sdpa-cudnn")
+    assert table("dgx-h100") == "cuDNN, FlashAttention-3 paper Fig. 5 (H100, 2024)"
+    assert "cuDNN 9.19 FP8" in table("dgx-h100", precision="fp8", fp8_attention=True)
+    from pipesim.commands.simulate import summary
+    s = scenario("gb200-nvl72")
+    assert "attention table     cuDNN 9.22" in summary(pipesim.simulate(s), s)

@@ -22,12 +22,7 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
     """Achieved TFLOP/s of the fused attention kernel on this GPU (`kernel`: a name of the curve's
     `attention_kernels`, or "auto" for its default table) at `head_dim`; `dtype` "fp8" / "mxfp8":
     cuDNN's FP8 attention with per-tensor / MXFP8 scaling (the curve's `attention_fp8`)."""
-    if dtype != "bf16":
-        table, scale = curve["attention_fp8"][dtype]
-    elif kernel == "auto":
-        table, scale = curve["attention"], curve["attention_scale"]
-    else:
-        table, scale = curve["attention_kernels"][kernel]
+    table, scale = attention_table(curve, kernel, dtype)
     if phase == "fwd":
         key = "fwd_causal" if causal else "fwd"
         return scale * _interp(table[key], seq) * head_dim_factor(table, key, seq, head_dim)
@@ -38,6 +33,24 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
         if causal:
             bwd *= _interp(table["fwd_causal"], seq) / _interp(table["fwd"], seq)
     return scale * bwd * head_dim_factor(table, "bwd_causal" if causal else "bwd", seq, head_dim)
+
+
+def attention_table(curve: dict, kernel: str = "auto", dtype: str = "bf16") -> tuple[dict, float]:
+    """(table, scale) of the fused-attention kernel `kernel` ("auto": the curve's default) in
+    `dtype` ("bf16", or cuDNN's "fp8" / "mxfp8")."""
+    if dtype != "bf16":
+        return curve["attention_fp8"][dtype]
+    if kernel == "auto":
+        return curve["attention"], curve["attention_scale"]
+    return curve["attention_kernels"][kernel]
+
+
+def attention_source(curve: dict, kernel: str = "auto", dtype: str = "bf16") -> str:
+    """Where the attention rates come from, for the report: the table's measurement and, for a GPU
+    that borrows another's table, the scale applied."""
+    table, scale = attention_table(curve, kernel, dtype)
+    label = table.get("source", "published kernel table")
+    return label if scale == 1.0 else f"{label}, x {scale:.3f} (this GPU's matmul rate over the table GPU's)"
 
 
 def head_dim_factor(table: dict, key: str, seq: float, head_dim: float) -> float:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipesim.costs.flash import attention_tflops
+from pipesim.costs.flash import attention_source, attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
 from pipesim.costs.ops import Op
 from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor, sustained_ratio
@@ -29,11 +29,13 @@ from pipesim.presets.systems import curve_peaks
 from pipesim.scenario.system_config import GPUSpec, matrix_peak_of
 
 
-def tensor_core_rate(gpu: GPUSpec, precision: str, fp8_attention: bool = False) -> dict | None:
+def tensor_core_rate(gpu: GPUSpec, precision: str, fp8_attention: bool = False,
+                     attention_kernel: str = "auto", fp8_recipe: str = "") -> dict | None:
     """What the report states about the tensor-core rate: the sustained / burst ratio applied to
     the kernel curves (GEMMs at the precision's, fused attention at BF16's, or FP8's under
-    `training.fp8_attention`) and where it came from (None when no curve applies: a flat
-    `gpu.matmul_efficiency`, a custom GPU, a CPU)."""
+    `training.fp8_attention`), where it came from, and which measurement the fused-attention
+    rates are (`attention_table`; None when no curve applies: a flat `gpu.matmul_efficiency`, a
+    custom GPU, a CPU)."""
     c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
     if c is None:
         return None
@@ -48,6 +50,9 @@ def tensor_core_rate(gpu: GPUSpec, precision: str, fp8_attention: bool = False) 
     scale = peak_scale(gpu, dtype)
     if scale != 1.0:
         r["peak_scale"] = scale
+    attn = ("mxfp8" if fp8_recipe == "mxfp8" else "fp8") if fp8_attention else "bf16"
+    if attention_kernel in c["attention_kernels"] or attention_kernel == "auto":
+        r["attention_table"] = attention_source(c, attention_kernel, attn)
     return r
 
 

@@ -314,6 +314,25 @@ def _fp4_anchor(scale: float) -> tuple:
 # NVIDIA states its HPL Rpeak at, 1305 MHz against the 1410 MHz boost (G. Lockwood, "Peak FLOPS",
 # glennklockwood.com/garden/peak-FLOPS). V100: no measurement, 1.0.
 # Other dtypes take the BF16 ratio (the same clock; A100 runs FP8 as BF16).
+# What each attention table is, as the report names it beside a prediction ("source").
+for _table, _label in ((_H100_CUDNN, "cuDNN, FlashAttention-3 paper Fig. 5 (H100, 2024)"),
+                       (_H100_FA2, "FlashAttention-2, FlashAttention-3 paper Fig. 5 (H100)"),
+                       (_H100_FA3, "FlashAttention-3, FlashAttention-3 paper Fig. 5 (H100)"),
+                       (_H100_CUDNN_2026, "cuDNN 9.19, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
+                       (_H100_CUDNN_FP8, "cuDNN 9.19 FP8, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
+                       (_GB200_CUDNN, "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
+                       (_GB300_CUDNN, "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
+                       (_GB200_CUDNN_FP8, "cuDNN 9.22 FP8, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
+                       (_GB300_CUDNN_FP8, "cuDNN 9.22 FP8, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
+                       (_GB200_CUDNN_MXFP8, "cuDNN 9.22 MXFP8, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
+                       (_GB300_CUDNN_MXFP8, "cuDNN 9.22 MXFP8, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
+                       (_B200_FA2, "FlashAttention-2 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
+                       (_B200_SDPA_CUDNN, "cuDNN 9.13 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
+                       (_GB300_SDPA_CUDNN, "cuDNN 9.13 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (GB300, "
+                                           "2025-10)")):
+    _table["source"] = _label
+
+
 def _fp8_attention(fp8: dict, mxfp8: dict, scale: float) -> dict:
     """A Blackwell GPU's FP8 attention tables by scaling kind (scale: its FP8 MAMF over that of the
     GPU the tables were measured on)."""

@@ -288,7 +288,9 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
                 sources[k] = sources.get(k, 0.0) + v
         data["cost_sources"] = sources
         from pipesim.costs.roofline import tensor_core_rate
-        rate = tensor_core_rate(s.system.gpu, s.training.precision, s.training.fp8_attention)
+        from pipesim.costs.flash import attention_kernel_of
+        rate = tensor_core_rate(s.system.gpu, s.training.precision, s.training.fp8_attention,
+                                attention_kernel_of(s), s.training.fp8_recipe)
         if rate is not None:
             data["tensor_core_rate"] = rate
     if s.run.tokens is not None and data["tokens_per_s"] > 0:
