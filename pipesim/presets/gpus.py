@@ -309,7 +309,9 @@ def _fp4_anchor(scale: float) -> tuple:
 #   B200 SXM (1000 W): BF16 MAMF 1770.9 @ 1965 MHz, MSMF 1456.3 @ 1339 MHz (9472x8192x20480);
 #                      FP8 MAMF 3435.2, MSMF 2795.7 @ 1331 MHz (9472x8192x16384)
 # H100 and H800 are the H200's die at the same 700 W. GB200 and B300/GB300 have no MSMF row: the
-# B200 ratio is used (their higher power limits may let them sustain more; unmeasured).
+# B200 ratio is used (their higher power limits may let them sustain more; unmeasured). For B300 a
+# check: Transformer Engine's GEMM profiling guide times 100 back-to-back GEMMs of a 5B layer on a
+# B300 at 1.50 PF/s BF16, the MAMF (1769) times B200's ratio within 3 % (benchmarks/fp8_recipe_gemms.py).
 # A100 has no MSMF row either: its sustained clock under a dense power-limited load is the one
 # NVIDIA states its HPL Rpeak at, 1305 MHz against the 1410 MHz boost (G. Lockwood, "Peak FLOPS",
 # glennklockwood.com/garden/peak-FLOPS). V100: no measurement, 1.0.
