@@ -28,8 +28,8 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
 3c. Attention on Blackwell, head dim 128, causal: pipesim's tables are NVIDIA's cudnn-frontend runs of
    April 2026 (cuDNN 9.22, GB200 / GB300, 2K-32K; B200 = GB200's at the MAMF ratio). Printed
    against two earlier NVIDIA runs: the same repository's December 2025 cudnn_fe run (commit
-   b372d39, GB200 / GB300, batch 1 x 128 heads; its 512 and 1K rows are the tables' short end,
-   its 2K-16K rows are independent) and its October 2025 B200 run through PyTorch's cuDNN path
+   b372d39, GB200 / GB300, batch 1 x 128 heads, BF16 and per-tensor FP8; its 512 and 1K rows are
+   the tables' short end, its 2K-16K rows are independent) and its October 2025 B200 run through PyTorch's cuDNN path
    (commit bb37575, pyt_cudnn, cuDNN 9.13.1; never used: a slower path than Transformer Engine's).
 4. Mamba-2 SSD scan forward, H100 BF16 (pipesim/costs/mamba.py: four GEMMs per chunk on the curve
    plus the sequential state passing at the memory roof), against vllm-project/vllm PR #27299's
@@ -141,6 +141,11 @@ BLACKWELL_EARLIER = {
     ("gb300", "cudnn_fe Dec 2025"): ((461, 330), (839, 522), (1312, 633), (1682, 1110), (1899, 1292), (1978, 1399)),
     ("b200", "pyt_cudnn Oct 2025"): ((84.0, 134.2), (254.5, 308.5), (478.9, 371.5), (855.7, 701.3), (1171.3, 942.5),
                                      (1332.4, 1074.8)),
+}
+# the same December 2025 run's per-tensor FP8 rows (cudnn_fe_fp8), against the FP8 tables
+BLACKWELL_EARLIER_FP8 = {
+    ("gb200", "cudnn_fe_fp8 Dec 2025"): ((466, 300), (870, 551), (1321, 672), (1661, 1088), (1893, 1261), (2033, 1370)),
+    ("gb300", "cudnn_fe_fp8 Dec 2025"): ((564, 310), (1090, 580), (1707, 693), (2194, 1177), (2565, 1390), (2809, 1534)),
 }
 
 
@@ -270,10 +275,13 @@ def main() -> None:
 
     print("3c. Attention on Blackwell, causal, head dim 128: pipesim (cuDNN 9.22 tables) vs earlier NVIDIA runs")
     print(f"   {'GPU':>6} {'earlier run':>19} {'seq':>6} {'fwd':>6} {'pub':>6} {'err %':>6} {'bwd':>6} {'pub':>6} {'err %':>6}")
-    for (name, run), rows in BLACKWELL_EARLIER.items():
+    runs = [(k, v, "bf16") for k, v in BLACKWELL_EARLIER.items()] + \
+        [(k, v, "fp8") for k, v in BLACKWELL_EARLIER_FP8.items()]
+    for (name, run), rows, dtype in runs:
         c = KERNEL_CURVES[name]
         for seq, (fwd, bwd) in zip(SEQ, rows):
-            pf, pb = attention_tflops(c, seq, True, "fwd"), attention_tflops(c, seq, True, "bwd")
+            pf = attention_tflops(c, seq, True, "fwd", dtype=dtype)
+            pb = attention_tflops(c, seq, True, "bwd", dtype=dtype)
             print(f"   {name:>6} {run:>19} {seq:>6} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
                   f"{pb:>6.0f} {bwd:>6.0f} {100 * (pb / bwd - 1):>+6.0f}")
     print()
