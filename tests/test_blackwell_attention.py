@@ -84,12 +84,15 @@ def test_hopper_cudnn_of_2026_is_a_named_table_and_the_default_stays():
 
 def test_blackwell_head_dim_panels_are_nvidias_mla_and_d256_runs():
     """On Blackwell a larger head dim runs faster per FLOP (Hopper's FA3-paper panels run the other
-    way): DeepSeek-V3's MLA (q/k 192, v 128 = 160 as pipesim counts it) and Qwen3.5's d256 measured
-    by NVIDIA on GB200; below 128 the Hopper panel's factor is borrowed."""
+    way): Qwen3.5's d256 measured by NVIDIA on GB200, and for MLA attention only its own run
+    (DeepSeek-V3: q/k 192, v 128, 160 as pipesim counts it); below 128 the Hopper panel's factor is
+    borrowed."""
     gb200 = KERNEL_CURVES["gb200"]
-    mla = lambda phase, causal=True: attention_tflops(gb200, 8192, causal, phase, head_dim=160)
+    mla = lambda phase, causal=True: attention_tflops(gb200, 8192, causal, phase, head_dim=("mla", 160))
     assert mla("fwd") == pytest.approx(1585) and mla("bwd") == pytest.approx(1193)
     assert mla("bwd", causal=False) == pytest.approx(1125)
+    # a dense head dim of 160 interpolates the dims instead (128 and 256)
+    assert attention_tflops(gb200, 8192, True, "bwd", head_dim=160) > mla("bwd")
     assert attention_tflops(gb200, 8192, True, "fwd", head_dim=256) == pytest.approx(1708)
     assert attention_tflops(gb200, 8192, True, "fwd", head_dim=256) > rate("gb200", 8192, True, "fwd")
     h100 = KERNEL_CURVES["h100"]
@@ -98,7 +101,27 @@ def test_blackwell_head_dim_panels_are_nvidias_mla_and_d256_runs():
     assert attention_tflops(gb200, 8192, True, "fwd", head_dim=64) == pytest.approx(1574 * d64)
     # below the panels' shortest length the factor is the one at it, not a panel held against a
     # shorter base point
-    assert attention_tflops(gb200, 1024, True, "fwd", head_dim=160) == pytest.approx(733 * 1072 / 1097)
+    assert attention_tflops(gb200, 1024, True, "fwd", head_dim=("mla", 160)) == pytest.approx(733 * 1072 / 1097)
+
+
+def test_mla_on_hopper_reads_nvidias_deepseek_v3_run_and_dense_dims_do_not():
+    """NVIDIA's H200 run of DeepSeek-V3's attention (cuDNN 9.19): causal backward 442 against the
+    same run's 541 at head dim 128 (0.817); the 2024 default table borrows that factor for MLA ops,
+    while a dense head dim of 160 or 192 keeps the FA3 paper's 128 / 256 interpolation."""
+    from pipesim.costs.layers import layer_ops
+    h100 = KERNEL_CURVES["h100"]
+    assert attention_tflops(h100, 8192, True, "bwd", head_dim=("mla", 160)) == \
+        pytest.approx(attention_tflops(h100, 8192, True, "bwd") * 442 / 541)
+    assert attention_tflops(h100, 8192, True, "fwd", head_dim=("mla", 160)) == \
+        pytest.approx(attention_tflops(h100, 8192, True, "fwd") * 643 / 644)
+    dense = attention_tflops(h100, 8192, True, "bwd", head_dim=192) / attention_tflops(h100, 8192, True, "bwd")
+    assert 0.97 < dense < 1.0
+    s = load_scenario({"model": {"preset": "deepseek-v3", "num_layers": 4, "seq_length": 4096},
+                       "system": {"preset": "dgx-h100", "num_nodes": 1},
+                       "parallel": {"tensor": 1, "pipeline": 1, "data": 8},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 8, "attention": "flash"}})
+    att = next(o for o in layer_ops(s) if o.flash)
+    assert att.flash[2] == ("mla", (192 + 128) / 2)
 
 
 def test_the_head_dim_64_backward_is_the_fa3_papers_backward_panel():

@@ -81,7 +81,8 @@ def context_attention_ops(s: Scenario, sh: Shapes, heads: float, kv: float, dtyp
     split: list[tuple[int, int, bool]] = []
     for q, k, cz in blocks:
         split += [(q, k - q, False), (q, q, True)] if cz and q < k else [(q, k, cz)]
-    return [flash_attention(sh, heads, kv, dtype, cz, q_len=q, kv_len=k, name=f"{PREFIX}{i}", saved=i == 0)
+    mla = s.model.attention_variant == "mla"
+    return [flash_attention(sh, heads, kv, dtype, cz, q_len=q, kv_len=k, name=f"{PREFIX}{i}", saved=i == 0, mla=mla)
             for i, (q, k, cz) in enumerate(split)]
 
 

@@ -53,18 +53,31 @@ def attention_source(curve: dict, kernel: str = "auto", dtype: str = "bf16") -> 
     return label if scale == 1.0 else f"{label}, x {scale:.3f} (this GPU's matmul rate over the table GPU's)"
 
 
-def head_dim_factor(table: dict, key: str, seq: float, head_dim: float) -> float:
+def head_dim_factor(table: dict, key: str, seq: float, head_dim) -> float:
     """Rate at `head_dim` over the rate at 128 (the main table): log-linear in the head dim between
-    the nearest measured dims, held beyond. The dims are the table's own head-dim panels (Blackwell:
-    NVIDIA's DeepSeek-V3 / Kimi MLA runs, q/k 192 and v 128 = 160 as pipesim counts MLA, and
-    Qwen3.5's 256; Hopper: the FlashAttention-3 paper's 64 and 256 panels, Fig. 5) and, for dims it
-    has none of, those of the table it names in `head_dim_from`. A panel without the phase asked for
-    gives the nearest it has: a causal backward the non-causal backward's factor (the FA3 paper's
-    head-dim-64 backward panel is non-causal), then the forward's (it has no backward panel at 256);
-    each factor is taken against its own table at a length inside the panel's range."""
+    the nearest measured dims, held beyond. The dims are the table's own head-dim panels (Hopper:
+    the FlashAttention-3 paper's 64 and 256 panels, Fig. 5 / 6; Blackwell: Qwen3.5's 256 in NVIDIA's
+    runs) and, for dims it has none of, those of the table it names in `head_dim_from`. MLA
+    attention (`head_dim` ("mla", d), q/k and v of different widths) reads NVIDIA's DeepSeek-V3 runs
+    (the table's or a borrowed `mla` panel), its own shape, where one exists, else the dims at d. A
+    panel without the phase asked for gives the nearest it has (_PANEL_FALLBACK: a causal backward
+    the non-causal backward's factor - the FA3 paper's head-dim-64 backward panel is non-causal -,
+    then the forward's: it has no backward panel at 256); each factor is taken against its own
+    table at a length inside the panel's range."""
+    if isinstance(head_dim, tuple):
+        mla = next((_factor(t, t["mla"], key, seq) for t in _chain(table) if "mla" in t), None)
+        if mla is not None:
+            return mla
+        head_dim = head_dim[1]
     if head_dim == 128:
         return 1.0
-    factors = {128: 1.0, **_panel_factors(table, key, seq)}
+    factors = {128: 1.0}
+    for t in _chain(table):
+        for d, panel in t.get("head_dim", {}).items():
+            if d not in factors:
+                f = _factor(t, panel, key, seq)
+                if f is not None:
+                    factors[d] = f
     dims = sorted(factors)
     if head_dim <= dims[0] or head_dim >= dims[-1]:
         return factors[dims[0] if head_dim <= dims[0] else dims[-1]]
@@ -74,18 +87,30 @@ def head_dim_factor(table: dict, key: str, seq: float, head_dim: float) -> float
     return factors[lo] + w * (factors[hi] - factors[lo])
 
 
-def _panel_factors(table: dict | None, key: str, seq: float) -> dict:
-    out: dict = {}
-    while table is not None:
-        for d, panel in table.get("head_dim", {}).items():
-            k = next((k for k in (key, "bwd" if key == "bwd_causal" else key, "fwd", "fwd_causal") if k in panel), None)
-            if d in out or k is None:
-                continue
-            lengths = [s for s, _ in panel[k]]
-            at = min(max(seq, min(lengths)), max(lengths))
-            out[d] = _interp(panel[k], at) / _interp(table[k], at)
+# The phase a head-dim panel without the asked one is read at, nearest first.
+_PANEL_FALLBACK = {"fwd": ("fwd", "fwd_causal"), "fwd_causal": ("fwd_causal", "fwd"),
+                   "bwd": ("bwd", "bwd_causal", "fwd", "fwd_causal"),
+                   "bwd_causal": ("bwd_causal", "bwd", "fwd", "fwd_causal")}
+
+
+def _chain(table: dict | None):
+    """The table and those it borrows head-dim panels from (tables may borrow from each other)."""
+    seen: set = set()
+    while table is not None and id(table) not in seen:
+        seen.add(id(table))
+        yield table
         table = table.get("head_dim_from")
-    return out
+
+
+def _factor(table: dict, panel: dict, key: str, seq: float) -> float | None:
+    """A panel's rate over its own table's, at the phase nearest `key` it has and a length inside
+    its range; None for a panel without any phase."""
+    k = next((k for k in _PANEL_FALLBACK[key] if k in panel), None)
+    if k is None:
+        return None
+    lengths = [s for s, _ in panel[k]]
+    at = min(max(seq, min(lengths)), max(lengths))
+    return _interp(panel[k], at) / _interp(table[k], at)
 
 
 def attention_kernel_of(s) -> str:

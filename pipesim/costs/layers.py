@@ -339,14 +339,16 @@ def high_precision(precision: str) -> str:
 
 def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: bool,
                     q_len: int | None = None, kv_len: int | None = None, name: str = "attention",
-                    saved: bool = True) -> Op:
+                    saved: bool = True, mla: bool = False) -> Op:
     """Fused attention (Dao et al. 2022, "FlashAttention", Sec. 3.1 and Thm. 2): forward = the two
     matmuls (4 b a s^2 d FLOPs); backward recomputes the scores and runs four matmuls
     (2.5x forward); only Q, K, V, the output and the fp32 log-sum-exp are kept. Causal masking
     skips half the blocks. `q_len` x `kv_len` (default s x s) is one block of a context-parallel
     attention; a causal block with q_len < kv_len is bottom-right aligned (the queries are the
     last q_len positions), so it computes q·kv - q^2/2 scores. `saved`: whether this block keeps
-    the layer's Q, K, V, O and log-sum-exp (one block per layer does)."""
+    the layer's Q, K, V, O and log-sum-exp (one block per layer does). `mla`: multi-head latent
+    attention (q/k and v of different widths, `sh.d` their mean), timed by its own measured
+    head-dim panel (costs/flash.py head_dim_factor)."""
     b, d, e = sh.b, sh.d, sh.e
     q_len, kv_len = q_len or sh.s, kv_len or sh.s
     pairs = q_len * kv_len - (q_len * q_len / 2 if causal else 0.0)
@@ -364,7 +366,7 @@ def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: boo
               saved_bytes=keep, dgrad_fraction=1.0,
               measure_fwd=(("attention_fwd", shape),) if square else (),
               measure_bwd=(("attention_bwd", shape),) if square else (),
-              flash=(b * heads, kv_len, d, causal), attention_io=io)
+              flash=(b * heads, kv_len, ("mla", d) if mla else d, causal), attention_io=io)
 
 
 def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: int, share: float,

@@ -84,7 +84,7 @@ def mla_attention_ops(s: Scenario, sh: Shapes) -> list[Op]:
         from pipesim.costs.context import context_attention_ops
         ops += context_attention_ops(s, core, heads, heads, dtype)
     else:
-        ops.append(flash_attention(core, heads, heads, dtype, m.causal))
+        ops.append(flash_attention(core, heads, heads, dtype, m.causal, mla=True))
     # its BF16 input is the kernel's kept output O (pipesim.costs.layers: held once)
     ops.append(proj if dtype == "fp8" else replace(proj, saved_bytes=0.0))
     return ops

@@ -142,18 +142,17 @@ _GB200_CUDNN = _with_non_causal({
     "bwd_causal": ((512, 329), (1024, 527)) + tuple(zip(_SEQ_BW, (885, 1148, 1332, 1328, 1226))),
     "head_dim_from": _H100_CUDNN,
 }, _H100_CUDNN)
-# Head-dim panels of the same April 2026 runs (results/dsv3, results/qwen35): DeepSeek-V3's MLA
-# attention (128 heads, q/k 192, v 128 = head dim 160 as pipesim counts MLA, batch 2) and Qwen3.5's
-# (32 query / 2 KV heads of 256, batch 1, causal forward only). On Blackwell a larger head dim is
-# faster per FLOP (the exponentials per score are fixed: FlashAttention-4, arXiv 2603.05451, Sec. 1),
-# where Hopper's panels (FA3 paper) run the other way; head dims below 128 take Hopper's panel.
-_GB200_CUDNN["head_dim"] = {
-    160: {"fwd": tuple(zip(_SEQ_BW, (1492, 1666, 1759, 1812, 1584))),
-          "fwd_causal": tuple(zip(_SEQ_BW, (1072, 1406, 1585, 1678, 1743))),
-          "bwd": tuple(zip(_SEQ_BW, (1048, 1175, 1125, 1088, 1086))),
-          "bwd_causal": tuple(zip(_SEQ_BW, (846, 1057, 1193, 1134, 1076)))},
-    256: {"fwd_causal": tuple(zip(_SEQ_BW, (1126, 1441, 1708, 1804, 1734)))},
-}
+# Head-dim panels of the same April 2026 runs (results/qwen35, results/dsv3): Qwen3.5's attention
+# (32 query / 2 KV heads of 256, batch 1, causal forward only) and, for MLA attention only
+# (flash.py head_dim_factor), DeepSeek-V3's (128 heads, q/k 192, v 128, batch 2). On Blackwell a
+# larger head dim is faster per FLOP (the exponentials per score are fixed: FlashAttention-4, arXiv
+# 2603.05451, Sec. 1), where Hopper's panels (FA3 paper) run the other way; head dims below 128
+# take Hopper's panel.
+_GB200_CUDNN["head_dim"] = {256: {"fwd_causal": tuple(zip(_SEQ_BW, (1126, 1441, 1708, 1804, 1734)))}}
+_GB200_CUDNN["mla"] = {"fwd": tuple(zip(_SEQ_BW, (1492, 1666, 1759, 1812, 1584))),
+                       "fwd_causal": tuple(zip(_SEQ_BW, (1072, 1406, 1585, 1678, 1743))),
+                       "bwd": tuple(zip(_SEQ_BW, (1048, 1175, 1125, 1088, 1086))),
+                       "bwd_causal": tuple(zip(_SEQ_BW, (846, 1057, 1193, 1134, 1076)))}
 # GB300 (Blackwell Ultra: twice the exponential (SFU) rate of Blackwell, which the softmax needs):
 # 1.06-1.25x GB200's rates in the same run.
 _GB300_CUDNN = _with_non_causal({
@@ -163,13 +162,11 @@ _GB300_CUDNN = _with_non_causal({
     "bwd_causal": ((512, 330), (1024, 522)) + tuple(zip(_SEQ_BW, (967, 1248, 1435, 1507, 1490))),
     "head_dim_from": _H100_CUDNN,
 }, _H100_CUDNN)
-_GB300_CUDNN["head_dim"] = {
-    160: {"fwd": tuple(zip(_SEQ_BW, (1770, 1937, 2021, 2032, 1917))),
-          "fwd_causal": tuple(zip(_SEQ_BW, (1285, 1590, 1825, 1967, 1991))),
-          "bwd": tuple(zip(_SEQ_BW, (1117, 1267, 1301, 1254, 1246))),
-          "bwd_causal": tuple(zip(_SEQ_BW, (914, 1143, 1291, 1302, 1289)))},
-    256: {"fwd_causal": tuple(zip(_SEQ_BW, (1307, 1743, 1965, 2063, 2096)))},
-}
+_GB300_CUDNN["head_dim"] = {256: {"fwd_causal": tuple(zip(_SEQ_BW, (1307, 1743, 1965, 2063, 2096)))}}
+_GB300_CUDNN["mla"] = {"fwd": tuple(zip(_SEQ_BW, (1770, 1937, 2021, 2032, 1917))),
+                       "fwd_causal": tuple(zip(_SEQ_BW, (1285, 1590, 1825, 1967, 1991))),
+                       "bwd": tuple(zip(_SEQ_BW, (1117, 1267, 1301, 1254, 1246))),
+                       "bwd_causal": tuple(zip(_SEQ_BW, (914, 1143, 1291, 1302, 1289)))}
 
 # FP8 fused attention (`training.fp8_attention`: Transformer Engine's FP8 DotProductAttention,
 # Megatron-Core --fp8-dot-product-attention): Q, K, V and, in the backward, dO in FP8, measured in
@@ -227,6 +224,13 @@ _H100_CUDNN_2026 = {
     "bwd_causal": tuple(zip(_SEQ_BW, (370, 474, 541, 579, 581))),
     "head_dim_from": _H100_CUDNN,
 }
+# MLA on Hopper, the same run (results/h200_919_only_cudnn/dsv3_20260227_034744.csv: DeepSeek-V3's
+# 128 heads, q/k 192, v 128; causal, 2K-8K; the longer rows failed): forward at the head-dim-128
+# rate, backward 0.82-0.95 of it. The 2024 default table borrows this panel, as a factor against
+# this run's head-dim-128 rates.
+_H100_CUDNN_2026["mla"] = {"fwd_causal": ((2048, 522), (4096, 599), (8192, 643)),
+                           "bwd_causal": ((2048, 352), (4096, 404), (8192, 442))}
+_H100_CUDNN["head_dim_from"] = _H100_CUDNN_2026
 
 _SEQ_B200 = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 # cuDNN through PyTorch SDPA's own cuDNN backend (`training.attention_kernel: sdpa-cudnn`, what a
