@@ -21,36 +21,46 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
                      head_dim: float = 128, dtype: str = "bf16") -> float:
     """Achieved TFLOP/s of the fused attention kernel on this GPU (`kernel`: a name of the curve's
     `attention_kernels`, or "auto" for its default table) at `head_dim`; `dtype` "fp8" / "mxfp8":
-    cuDNN's FP8 attention with per-tensor / MXFP8 scaling (the curve's `attention_fp8`)."""
-    table, scale = attention_table(curve, kernel, dtype)
-    if phase == "fwd":
-        key = "fwd_causal" if causal else "fwd"
-        return scale * _interp(table[key], seq) * head_dim_factor(table, key, seq, head_dim)
-    if causal and "bwd_causal" in table:
-        bwd = _interp(table["bwd_causal"], seq)
-    else:
-        bwd = _interp(table["bwd"], seq)
-        if causal:
-            bwd *= _interp(table["fwd_causal"], seq) / _interp(table["fwd"], seq)
-    return scale * bwd * head_dim_factor(table, "bwd_causal" if causal else "bwd", seq, head_dim)
-
-
-def attention_table(curve: dict, kernel: str = "auto", dtype: str = "bf16") -> tuple[dict, float]:
-    """(table, scale) of the fused-attention kernel `kernel` ("auto": the curve's default) in
-    `dtype` ("bf16", or cuDNN's "fp8" / "mxfp8")."""
+    cuDNN's FP8 attention with per-tensor / MXFP8 scaling, as its speed-up over BF16 measured in
+    the same run (the curve's `attention_fp8` table over its `bf16_ref`) applied to the BF16 rate,
+    so that FP8 and BF16 attention are compared at one software version."""
+    table, scale = attention_table(curve, kernel)
+    rate = scale * _table_rate(table, seq, causal, phase) * head_dim_factor(
+        table, ("fwd" if phase == "fwd" else "bwd") + ("_causal" if causal else ""), seq, head_dim)
     if dtype != "bf16":
-        return curve["attention_fp8"][dtype]
+        fp8 = curve["attention_fp8"][dtype]
+        rate *= _table_rate(fp8, seq, causal, phase) / _table_rate(fp8["bf16_ref"], seq, causal, phase)
+    return rate
+
+
+def _table_rate(table: dict, seq: float, causal: bool, phase: str) -> float:
+    """A table's head-dim-128 rate: the causal backward measured where it was, else the non-causal
+    backward times the forward's causal / non-causal ratio."""
+    if phase == "fwd":
+        return _interp(table["fwd_causal" if causal else "fwd"], seq)
+    if causal and "bwd_causal" in table:
+        return _interp(table["bwd_causal"], seq)
+    bwd = _interp(table["bwd"], seq)
+    return bwd * _interp(table["fwd_causal"], seq) / _interp(table["fwd"], seq) if causal else bwd
+
+
+def attention_table(curve: dict, kernel: str = "auto") -> tuple[dict, float]:
+    """(table, scale) of the fused-attention kernel `kernel` ("auto": the curve's default)."""
     if kernel == "auto":
         return curve["attention"], curve["attention_scale"]
     return curve["attention_kernels"][kernel]
 
 
 def attention_source(curve: dict, kernel: str = "auto", dtype: str = "bf16") -> str:
-    """Where the attention rates come from, for the report: the table's measurement and, for a GPU
-    that borrows another's table, the scale applied."""
-    table, scale = attention_table(curve, kernel, dtype)
+    """Where the attention rates come from, for the report: the table's measurement, for a GPU
+    that borrows another's table the scale applied, and under FP8 the run its speed-up is from."""
+    table, scale = attention_table(curve, kernel)
     label = table.get("source", "published kernel table")
-    return label if scale == 1.0 else f"{label}, x {scale:.3f} (this GPU's matmul rate over the table GPU's)"
+    if scale != 1.0:
+        label += f", x {scale:.3f} (this GPU's matmul rate over the table GPU's)"
+    if dtype != "bf16":
+        label += f"; FP8 at the FP8 / BF16 ratio of {curve['attention_fp8'][dtype].get('source', 'a published run')}"
+    return label
 
 
 def head_dim_factor(table: dict, key: str, seq: float, head_dim) -> float:

@@ -231,6 +231,10 @@ _H100_CUDNN_2026 = {
 _H100_CUDNN_2026["mla"] = {"fwd_causal": ((2048, 522), (4096, 599), (8192, 643)),
                            "bwd_causal": ((2048, 352), (4096, 404), (8192, 442))}
 _H100_CUDNN["head_dim_from"] = _H100_CUDNN_2026
+for _fp8, _ref in ((_GB200_CUDNN_FP8, _GB200_CUDNN), (_GB200_CUDNN_MXFP8, _GB200_CUDNN),
+                   (_GB300_CUDNN_FP8, _GB300_CUDNN), (_GB300_CUDNN_MXFP8, _GB300_CUDNN),
+                   (_H100_CUDNN_FP8, _H100_CUDNN_2026)):
+    _fp8["bf16_ref"] = _ref        # the BF16 rates of the same run: FP8 is applied as its speed-up
 
 _SEQ_B200 = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 # cuDNN through PyTorch SDPA's own cuDNN backend (`training.attention_kernel: sdpa-cudnn`, what a
@@ -339,10 +343,10 @@ for _table, _label in ((_H100_CUDNN, "cuDNN, FlashAttention-3 paper Fig. 5 (H100
     _table["source"] = _label
 
 
-def _fp8_attention(fp8: dict, mxfp8: dict, scale: float) -> dict:
-    """A Blackwell GPU's FP8 attention tables by scaling kind (scale: its FP8 MAMF over that of the
-    GPU the tables were measured on)."""
-    return dict(fp8=(fp8, scale), mxfp8=(mxfp8, scale))
+def _fp8_attention(fp8: dict, mxfp8: dict) -> dict:
+    """A Blackwell GPU's FP8 attention tables by scaling kind (pipesim/costs/flash.py applies each
+    as its speed-up over the BF16 table of the same run, `bf16_ref`)."""
+    return dict(fp8=fp8, mxfp8=mxfp8)
 
 
 _HOPPER_SUSTAINED = dict(bf16=708.5 / 841.9, fp8=1288.7 / 1491.9)
@@ -367,15 +371,15 @@ KERNEL_CURVES: dict[str, dict] = {
     # H100 SXM5: 132 SMs (Hopper whitepaper Table 2). MAMF BF16 794.5, FP8 1402.6.
     "h100": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
                  anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
-                 attention_fp8=dict(fp8=(_H100_CUDNN_FP8, 1.0))),
+                 attention_fp8=dict(fp8=_H100_CUDNN_FP8)),
     # H800: the H100 SXM die (132 SMs, same tensor cores) with NVLink cut to 400 GB/s; same curves.
     "h800": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
                  anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
-                 attention_fp8=dict(fp8=(_H100_CUDNN_FP8, 1.0))),
+                 attention_fp8=dict(fp8=_H100_CUDNN_FP8)),
     # H200 SXM: the H100 die with HBM3e; MAMF table: BF16 "H200 is the same" as H100, FP8 1453.4.
     "h200": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1280, 4096, 12032)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1453.4),
                  attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
-                 attention_fp8=dict(fp8=(_H100_CUDNN_FP8, 1.0))),
+                 attention_fp8=dict(fp8=_H100_CUDNN_FP8)),
     # B200: 148 SMs (NVIDIA Blackwell architecture technical brief); MAMF BF16 1745.0, FP8
     # 3432.5. Attention: GB200's cuDNN table (the same die) scaled by the BF16 MAMF ratio
     # 1745.0 / 1822.0 -- NVIDIA's B200 table was measured through PyTorch's cuDNN path, not the
@@ -384,7 +388,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
                  anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1.0), sdpa_cudnn=(_B200_SDPA_CUDNN, 1.0),
-                 attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8, 3432.5 / 3615.6)),
+                 attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8)),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
     "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
@@ -393,7 +397,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_GB200_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(_B200_SDPA_CUDNN, 1822.0 / 1745.0),
-                  attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8, 1.0)),
+                  attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8)),
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
     # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
     # by the BF16 MAMF ratio 1769.0 / 1822.0 (GB300's MAMF stand-in, below).
@@ -404,7 +408,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  attention_scale=1769.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1769.0 / 1745.0),
                  sdpa_cudnn=(_GB300_SDPA_CUDNN, 1769.0 / 1822.0),
-                 attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8, 3353.3 / 3615.6)),
+                 attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8)),
     # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
     # GB200's (NVL72 datasheets: 2.5 / 5 PF per GPU for both), 11 % above the HGX B300's (2.25 / 4.5 PF
     # at 1.1 kW, presets/systems.py), so the measured GB200 MAMF stands in for BF16 and FP8 (and its
@@ -416,7 +420,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(_GB300_SDPA_CUDNN, 1.0),
-                  attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8, 1.0)),
+                  attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8)),
 }
 
 # Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has

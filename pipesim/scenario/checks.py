@@ -141,10 +141,10 @@ def _check_fp8_attention(s: Scenario, loader: Loader) -> None:
     if tr.fp8_recipe not in ATTENTION_FP8_RECIPES:
         loader.fail(key, f"Transformer Engine's FP8 attention takes fp8_recipe {', '.join(ATTENTION_FP8_RECIPES)}; "
                          f"got {tr.fp8_recipe}")
-    if tr.attention == "eager" or attention_kernel_of(s) not in ("auto", "cudnn"):
-        loader.fail(key, f"FP8 attention is cuDNN's fused kernel (Transformer Engine): needs attention flash with "
-                         f"attention_kernel auto (kernel_fusion fused) or cudnn; got attention {tr.attention}, "
-                         f"attention_kernel {attention_kernel_of(s)}")
+    if tr.attention == "eager" or attention_kernel_of(s) not in ("auto", "cudnn", "cudnn-9.19"):
+        loader.fail(key, f"FP8 attention is cuDNN's fused kernel (Transformer Engine): needs attention flash "
+                         f"with attention_kernel auto (kernel_fusion fused), cudnn or cudnn-9.19; got attention "
+                         f"{tr.attention}, attention_kernel {attention_kernel_of(s)}")
     kind = "mxfp8" if tr.fp8_recipe == "mxfp8" else "fp8"
     curve = KERNEL_CURVES.get(s.system.gpu.kernel_curve or "", {})
     if kind == "mxfp8" and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
