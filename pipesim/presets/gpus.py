@@ -267,6 +267,24 @@ _B200_FA2 = _with_non_causal({
     "head_dim_from": _H100_FA2,
 }, _H100_FA2)
 
+# What each attention table is, as the report names it beside a prediction ("source").
+for _table, _label in ((_H100_CUDNN, "cuDNN, FlashAttention-3 paper Fig. 5 (H100, 2024)"),
+                       (_H100_FA2, "FlashAttention-2, FlashAttention-3 paper Fig. 5 (H100)"),
+                       (_H100_FA3, "FlashAttention-3, FlashAttention-3 paper Fig. 5 (H100)"),
+                       (_H100_CUDNN_2026, "cuDNN 9.19, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
+                       (_H100_CUDNN_FP8, "cuDNN 9.19 FP8, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
+                       (_GB200_CUDNN, "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
+                       (_GB300_CUDNN, "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
+                       (_GB200_CUDNN_FP8, "cuDNN 9.22 FP8, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
+                       (_GB300_CUDNN_FP8, "cuDNN 9.22 FP8, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
+                       (_GB200_CUDNN_MXFP8, "cuDNN 9.22 MXFP8, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
+                       (_GB300_CUDNN_MXFP8, "cuDNN 9.22 MXFP8, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
+                       (_B200_FA2, "FlashAttention-2 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
+                       (_B200_SDPA_CUDNN, "cuDNN 9.13 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
+                       (_GB300_SDPA_CUDNN, "cuDNN 9.13 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (GB300, "
+                                           "2025-10)")):
+    _table["source"] = _label
+
 # FP8 GEMM at an LLM training shape on Hopper: DeepGEMM README, first release (deepseek-ai/DeepGEMM
 # commit a6d97a1, 2025-02-25), "Normal GEMMs for dense models", H800 SXM (the H100 SXM die and
 # clocks, NVLink cut) with NVCC 12.8: M=4096, N=7168, K=16384 at 1358 TFLOP/s. The same table's
@@ -324,31 +342,6 @@ def _fp4_anchor(scale: float) -> tuple:
 # NVIDIA states its HPL Rpeak at, 1305 MHz against the 1410 MHz boost (G. Lockwood, "Peak FLOPS",
 # glennklockwood.com/garden/peak-FLOPS). V100: no measurement, 1.0.
 # Other dtypes take the BF16 ratio (the same clock; A100 runs FP8 as BF16).
-# What each attention table is, as the report names it beside a prediction ("source").
-for _table, _label in ((_H100_CUDNN, "cuDNN, FlashAttention-3 paper Fig. 5 (H100, 2024)"),
-                       (_H100_FA2, "FlashAttention-2, FlashAttention-3 paper Fig. 5 (H100)"),
-                       (_H100_FA3, "FlashAttention-3, FlashAttention-3 paper Fig. 5 (H100)"),
-                       (_H100_CUDNN_2026, "cuDNN 9.19, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
-                       (_H100_CUDNN_FP8, "cuDNN 9.19 FP8, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
-                       (_GB200_CUDNN, "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
-                       (_GB300_CUDNN, "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
-                       (_GB200_CUDNN_FP8, "cuDNN 9.22 FP8, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
-                       (_GB300_CUDNN_FP8, "cuDNN 9.22 FP8, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
-                       (_GB200_CUDNN_MXFP8, "cuDNN 9.22 MXFP8, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
-                       (_GB300_CUDNN_MXFP8, "cuDNN 9.22 MXFP8, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
-                       (_B200_FA2, "FlashAttention-2 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
-                       (_B200_SDPA_CUDNN, "cuDNN 9.13 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
-                       (_GB300_SDPA_CUDNN, "cuDNN 9.13 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (GB300, "
-                                           "2025-10)")):
-    _table["source"] = _label
-
-
-def _fp8_attention(fp8: dict, mxfp8: dict) -> dict:
-    """A Blackwell GPU's FP8 attention tables by scaling kind (pipesim/costs/flash.py applies each
-    as its speed-up over the BF16 table of the same run, `bf16_ref`)."""
-    return dict(fp8=fp8, mxfp8=mxfp8)
-
-
 _HOPPER_SUSTAINED = dict(bf16=708.5 / 841.9, fp8=1288.7 / 1491.9)
 _BLACKWELL_SUSTAINED = dict(bf16=1456.3 / 1770.9, fp8=2795.7 / 3435.2)
 _A100_SUSTAINED = dict(bf16=1305 / 1410)
@@ -388,7 +381,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
                  anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1.0), sdpa_cudnn=(_B200_SDPA_CUDNN, 1.0),
-                 attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8)),
+                 attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8)),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
     "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
@@ -397,7 +390,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_GB200_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(_B200_SDPA_CUDNN, 1822.0 / 1745.0),
-                  attention_fp8=_fp8_attention(_GB200_CUDNN_FP8, _GB200_CUDNN_MXFP8)),
+                  attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8)),
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
     # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
     # by the BF16 MAMF ratio 1769.0 / 1822.0 (GB300's MAMF stand-in, below).
@@ -408,7 +401,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  attention_scale=1769.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1769.0 / 1745.0),
                  sdpa_cudnn=(_GB300_SDPA_CUDNN, 1769.0 / 1822.0),
-                 attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8)),
+                 attention_fp8=dict(fp8=_GB300_CUDNN_FP8, mxfp8=_GB300_CUDNN_MXFP8)),
     # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
     # GB200's (NVL72 datasheets: 2.5 / 5 PF per GPU for both), 11 % above the HGX B300's (2.25 / 4.5 PF
     # at 1.1 kW, presets/systems.py), so the measured GB200 MAMF stands in for BF16 and FP8 (and its
@@ -420,7 +413,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(_GB300_SDPA_CUDNN, 1.0),
-                  attention_fp8=_fp8_attention(_GB300_CUDNN_FP8, _GB300_CUDNN_MXFP8)),
+                  attention_fp8=dict(fp8=_GB300_CUDNN_FP8, mxfp8=_GB300_CUDNN_MXFP8)),
 }
 
 # Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has
