@@ -7,7 +7,8 @@ Layout: NeMo 24.07's Llama 3 70B recipe without context parallelism (tp 4, pp 4,
 micro-batch 1, global batch 128, seq 8192), sequence parallelism, TP overlap, distributed
 optimizer, fp32 gradient reduction, delayed scaling. Published FP8 training gains over BF16 on
 H100 are 1.2-1.5x (the range issue 13 asks pipesim to land in).
-Then the same layout on 64 B200 (8 DGX B200): BF16, MXFP8 and NVFP4 (FP4 GEMMs) step times.
+Then the same with FP8 attention (training.fp8_attention), and the layout on 64 B200 (8 DGX B200):
+BF16, MXFP8 and NVFP4 (FP4 GEMMs) step times.
 """
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ BASE = {"model": {"preset": "llama3-70b", "dropout": False},
                      "overlap_param_gather": True, "overlap_tp_comm": True, "grad_reduce_in_fp32": True}}
 
 
-def breakdown(precision: str, recipe: str = "delayed", system: str = "dgx-h100") -> tuple[float, dict]:
+def breakdown(precision: str, recipe: str = "delayed", system: str = "dgx-h100",
+              fp8_attention: bool = False) -> tuple[float, dict]:
     sc = copy.deepcopy(BASE)
     sc["system"]["preset"] = system
-    sc["training"].update(precision=precision, fp8_recipe=recipe)
+    sc["training"].update(precision=precision, fp8_recipe=recipe, fp8_attention=fp8_attention)
     r = pipesim.simulate(sc).to_dict()
     rank = r["ranks"][0]
     m, p = r["num_microbatches"], BASE["parallel"]["pipeline"]
@@ -50,6 +52,9 @@ def main() -> None:
     for name in sorted(set(bf16) | set(fp8), key=lambda n: -max(bf16.get(n, 0), fp8.get(n, 0))):
         b, f = bf16.get(name, 0.0), fp8.get(name, 0.0)
         print(f"  {name:34s} {b:8.3f} {f:8.3f} {b - f:+8.3f}")
+    t_attn, _ = breakdown("fp8", fp8_attention=True)
+    print(f"\n  with FP8 attention too (training.fp8_attention, cuDNN 9.19's FP8 / BF16 ratio): FP8 {t_attn:.3f} s, "
+          f"speed-up {tb / t_attn:.2f}x")
     steps = {name: breakdown(prec, recipe, "dgx-b200")[0]
              for name, prec, recipe in (("BF16", "bf16", "delayed"), ("MXFP8", "fp8", "mxfp8"), ("NVFP4", "fp8", "nvfp4"))}
     print("\nLlama 3 70B, 64 B200: " + ", ".join(f"{k} {v:.3f} s ({steps['BF16'] / v:.2f}x)" for k, v in steps.items())
