@@ -37,6 +37,11 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
    state 128, chunk 256), its "Original" column = mamba_ssm's Triton kernels, tokens/s. At burst
    rate (a kernel benchmark). Its 1k and 2k rows take the same 0.29 ms, a fixed cost of the
    serving wrapper rather than of the kernels, and are shown but not in the mean.
+5. Norm kernels at the memory roof: pipesim costs a fused RMSNorm at its minimal bytes (4 per element
+   forward, 6 backward) at 0.85 of the HBM peak (presets/systems.py memory_efficiency); NVIDIA's
+   cudnn-frontend norm runs (benchmark/norms/results/{h200,gb200,gb300}/all_models_2026022*.csv,
+   RMSNorm at Llama 3 8B / 70B / 405B shapes, BF16) count the same bytes, so their GB/s compare
+   directly: cuDNN's kernel and torch.compile's (Inductor's) generated one.
 """
 from __future__ import annotations
 
@@ -135,6 +140,16 @@ FA3_KERNEL = {("fwd", False): (467, 565, 625, 638, 646, 648), ("fwd", True): (29
               ("bwd", False): (316, 424, 501, 542, 559, 561)}
 # pytorch/benchmark PR #2391 (2024), `run_benchmark.py triton --op flash_attention`, flash_v3 column
 TORCHBENCH_FA3_FWD = (430.3, 517.1, 565.5, 590.2, 614.2, 620.7)
+# 5: RMSNorm (forward, backward) GB/s by backend at (N, C) = (16384, 4096), (8192, 8192), (4096, 16384)
+NORMS_HBM = {"H200": 4.8e12, "GB200": 8.0e12, "GB300": 8.0e12}
+NORMS = {
+    ("H200", "cudnn"): ((3708, 3801), (3771, 3526), (3845, 3420)),
+    ("H200", "torch.compile"): ((3523, 1704), (4176, 1703), (4007, 2276)),
+    ("GB200", "cudnn"): ((6425, 6187), (5997, 5200), (6120, 4787)),
+    ("GB200", "torch.compile"): ((4644, 2597), (6040, 2465), (6201, 3177)),
+    ("GB300", "cudnn"): ((6460, 6134), (5963, 5467), (6079, 4897)),
+    ("GB300", "torch.compile"): ((4696, 2702), (6097, 2516), (6238, 3227)),
+}
 # 3c: NVIDIA/cudnn-frontend, causal BF16, head dim 128, (forward, backward) TFLOP/s at SEQ
 BLACKWELL_EARLIER = {
     ("gb200", "cudnn_fe Dec 2025"): ((408, 329), (733, 527), (1069, 655), (1386, 1054), (1584, 1211), (1668, 1304)),
@@ -300,6 +315,13 @@ def main() -> None:
     print(f"   mean |error| {statistics.mean(abs(e) for e in errs):.1f} %, mean {statistics.mean(errs):+.1f} % "
           f"({len(errs)} rows above {SSD_FLOOR_TOKENS} tokens)")
 
+    print("5. RMSNorm at the memory roof: measured GB/s as a fraction of the HBM peak, against pipesim's "
+          f"{MEMORY_EFFICIENCY:.2f}")
+    print(f"   {'GPU':>6} {'kernel':>14} {'N x C':>12} {'fwd':>6} {'bwd':>6}")
+    for (gpu, kernel), rows in NORMS.items():
+        for shape, (fwd, bwd) in zip(("16384x4096", "8192x8192", "4096x16384"), rows):
+            hbm = NORMS_HBM[gpu] / 1e9
+            print(f"   {gpu:>6} {kernel:>14} {shape:>12} {fwd / hbm:>6.2f} {bwd / hbm:>6.2f}")
 
 if __name__ == "__main__":
     main()
