@@ -315,6 +315,7 @@ def main() -> None:
     print(f"   mean |error| {statistics.mean(abs(e) for e in errs):.1f} %, mean {statistics.mean(errs):+.1f} % "
           f"({len(errs)} rows above {SSD_FLOOR_TOKENS} tokens)")
 
+    print()
     print("5. RMSNorm at the memory roof: measured GB/s as a fraction of the HBM peak, against pipesim's "
           f"{MEMORY_EFFICIENCY:.2f}")
     print(f"   {'GPU':>6} {'kernel':>14} {'N x C':>12} {'fwd':>6} {'bwd':>6}")
