@@ -67,7 +67,7 @@ def summary(rep, scenario) -> str:
     if "tensor_core_rate" in d:
         from pipesim.costs.roofline import rate_text
         lines.append(f"kernel rates        {rate_text(d['tensor_core_rate'])}")
-        if "attention_table" in d["tensor_core_rate"] and s.model.arch != "cnn" and s.training.attention == "flash":
+        if "attention_table" in d["tensor_core_rate"]:
             lines.append(f"attention table     {d['tensor_core_rate']['attention_table']}")
     if "accuracy" in d:
         from pipesim.report.accuracy import accuracy_text

@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipesim.costs.collectives import collective_time, p2p_time
+from pipesim.costs.fp8 import attention_dtype
 from pipesim.costs.layers import Shapes, flash_attention
 from pipesim.costs.ops import Op
 from pipesim.scenario.config import Scenario
@@ -153,8 +154,7 @@ def context_comm(s: Scenario, cost_model, ops: list[Op]) -> ContextComm:
     # per-tensor scaling K and V travel as their FP8 bytes (Transformer Engine context_parallel.py:
     # "FP8DS/CS attention: q, k, v: torch.uint8" in the P2P and all-gather paths; MXFP8 moves 16 bits)
     grads = sh.b * sh.s * (hb.k + hb.v)
-    tr = s.training
-    local = grads / sh.e if tr.fp8_attention and tr.fp8_recipe in ("delayed", "tensorwise") else grads
+    local = grads / sh.e if attention_dtype(s.training) == "fp8" else grads
     a2a_s, a2a_bytes = all_to_all_comm(s, sh, hb) if a2a > 1 else (0.0, 0.0)
     # the all-to-all's receive buffer: Q, K, V (forward), and dO with them (backward)
     a2a_buf = sh.b * sh.s * (hb.q + hb.k + hb.v) if a2a > 1 else 0.0

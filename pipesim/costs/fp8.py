@@ -161,11 +161,19 @@ ATTENTION_FP8_RECIPES = tuple(ATTENTION_CAST_BYTES)
 DEQUANT_BYTES = 3.0
 
 
-def fp8_attention(ops: list[Op], recipe: str, e: int) -> list[Op]:
+def attention_dtype(training) -> str:
+    """What the fused attention runs in: "bf16", or under `training.fp8_attention` cuDNN's FP8
+    kernel with MXFP8 ("mxfp8") or per-tensor ("fp8") scaling."""
+    if not training.fp8_attention:
+        return "bf16"
+    return "mxfp8" if training.fp8_recipe == "mxfp8" else "fp8"
+
+
+def fp8_attention(ops: list[Op], training, e: int) -> list[Op]:
     """`ops` with every fused attention kernel run in FP8 (the GPU's FP8 attention table, per-tensor
     or MXFP8 by recipe) and the layer's kept Q, K, V (and O under delayed scaling) stored in FP8;
     the quantize / dequantize passes run serially with the kernel of the op that keeps them."""
-    kind = "mxfp8" if recipe == "mxfp8" else "fp8"
+    recipe, kind = training.fp8_recipe, attention_dtype(training)
     q_pass = ATTENTION_CAST_BYTES[recipe]
     out = []
     for op in ops:
@@ -223,3 +231,23 @@ def gathered_bytes_per_param(elem: float, fp8_share: float, low: float = 1.0) ->
     """All-gather bytes per parameter when a share `fp8_share` of them is stored at `low` bytes
     (1 for FP8, stored_bytes for NVFP4)."""
     return elem * (1 - fp8_share) + low * fp8_share
+
+
+def low_precision(s, ops: list[Op]) -> list[Op]:
+    """`ops` under the scenario's FP8 / NVFP4 recipe: FP4 GEMMs for nvfp4, FP8 attention, and the
+    casts."""
+    tr = s.training
+    if tr.precision != "fp8":
+        return ops
+    if tr.fp8_recipe in ("mxfp8", "nvfp4") and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
+        from pipesim.errors import ScenarioError
+        raise ScenarioError(f"{s.source}: training.fp8_recipe: {tr.fp8_recipe} needs Blackwell tensor cores "
+                            f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
+                            f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
+    if tr.bf16_gemms:
+        ops = as_bf16(ops, tr.bf16_gemms, s.bytes_per_element)
+    if tr.fp8_recipe == "nvfp4":
+        ops = as_nvfp4(ops, group_ops(tr.mxfp8_gemms))
+    if tr.fp8_attention:
+        ops = fp8_attention(ops, tr, s.bytes_per_element)
+    return ops + cast_ops(ops, tr.fp8_recipe, s.system.gpu.kernel_curve)

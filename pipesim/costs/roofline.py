@@ -29,13 +29,13 @@ from pipesim.presets.systems import curve_peaks
 from pipesim.scenario.system_config import GPUSpec, matrix_peak_of
 
 
-def tensor_core_rate(gpu: GPUSpec, precision: str, fp8_attention: bool = False,
-                     attention_kernel: str = "auto", fp8_recipe: str = "") -> dict | None:
+def tensor_core_rate(gpu: GPUSpec, precision: str, attention: str = "bf16",
+                     attention_kernel: str | None = None) -> dict | None:
     """What the report states about the tensor-core rate: the sustained / burst ratio applied to
-    the kernel curves (GEMMs at the precision's, fused attention at BF16's, or FP8's under
-    `training.fp8_attention`), where it came from, and which measurement the fused-attention
-    rates are (`attention_table`; None when no curve applies: a flat `gpu.matmul_efficiency`, a
-    custom GPU, a CPU)."""
+    the kernel curves (GEMMs at the precision's, fused attention at `attention`'s: costs/fp8.py
+    attention_dtype), where it came from, and, given the fused-attention kernel, which measurement
+    its rates are (`attention_table`). None when no curve applies: a flat `gpu.matmul_efficiency`,
+    a custom GPU, a CPU."""
     c = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
     if c is None:
         return None
@@ -45,14 +45,13 @@ def tensor_core_rate(gpu: GPUSpec, precision: str, fp8_attention: bool = False,
              "from": "gpu.sustained_ratio"}
     else:
         r = {"sustained_ratio": sustained_ratio(c, dtype),
-             "attention_ratio": sustained_ratio(c, "fp8" if fp8_attention else "bf16"),
+             "attention_ratio": sustained_ratio(c, "bf16" if attention == "bf16" else "fp8"),
              "from": f"kernel curve {gpu.kernel_curve}: sustained / burst matmul rate (presets/gpus.py)"}
     scale = peak_scale(gpu, dtype)
     if scale != 1.0:
         r["peak_scale"] = scale
-    attn = ("mxfp8" if fp8_recipe == "mxfp8" else "fp8") if fp8_attention else "bf16"
     if attention_kernel in c["attention_kernels"] or attention_kernel == "auto":
-        r["attention_table"] = attention_source(c, attention_kernel, attn)
+        r["attention_table"] = attention_source(c, attention_kernel, attention)
     return r
 
 

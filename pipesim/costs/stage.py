@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 from pipesim.costs.collectives import collective_time
 from pipesim.costs.flash import attention_kernel_of
-from pipesim.costs.fp8 import (BLACKWELL_CURVES, as_bf16, as_nvfp4, cast_ops, fp8_attention, fp8_gemm_params,
-                               group_ops, low_precision_params, weight_copy_bytes)
+from pipesim.costs.fp8 import fp8_gemm_params, low_precision, low_precision_params, weight_copy_bytes
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
@@ -273,25 +272,6 @@ def costed_mtp_ops(s: Scenario) -> list[Op]:
     if s.training.bf16_mtp and s.training.precision == "fp8":
         return mtp_ops(bf16_variant(s))
     return low_precision(s, mtp_ops(s))
-
-
-def low_precision(s: Scenario, ops: list[Op]) -> list[Op]:
-    """`ops` under the scenario's FP8 / NVFP4 recipe: FP4 GEMMs for nvfp4, and the casts."""
-    tr = s.training
-    if tr.precision != "fp8":
-        return ops
-    if tr.fp8_recipe in ("mxfp8", "nvfp4") and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
-        from pipesim.errors import ScenarioError
-        raise ScenarioError(f"{s.source}: training.fp8_recipe: {tr.fp8_recipe} needs Blackwell tensor cores "
-                            f"(kernel_curve {', '.join(BLACKWELL_CURVES)}); {s.system.gpu.name} has "
-                            f"kernel_curve {s.system.gpu.kernel_curve!r} -- use tensorwise, delayed or blockwise")
-    if tr.bf16_gemms:
-        ops = as_bf16(ops, tr.bf16_gemms, s.bytes_per_element)
-    if tr.fp8_recipe == "nvfp4":
-        ops = as_nvfp4(ops, group_ops(tr.mxfp8_gemms))
-    if tr.fp8_attention:
-        ops = fp8_attention(ops, tr.fp8_recipe, s.bytes_per_element)
-    return ops + cast_ops(ops, tr.fp8_recipe, s.system.gpu.kernel_curve)
 
 
 def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:

@@ -134,7 +134,7 @@ def _metrics(d: dict, s) -> str:
     if "tensor_core_rate" in d:
         from pipesim.costs.roofline import rate_text
         rows.append(("kernel rates", rate_text(d["tensor_core_rate"])))
-        if "attention_table" in d["tensor_core_rate"] and s.model.arch != "cnn" and s.training.attention == "flash":
+        if "attention_table" in d["tensor_core_rate"]:
             rows.append(("attention table", d["tensor_core_rate"]["attention_table"]))
     if "accuracy" in d:
         from pipesim.report.accuracy import accuracy_text

@@ -289,8 +289,10 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
         data["cost_sources"] = sources
         from pipesim.costs.roofline import tensor_core_rate
         from pipesim.costs.flash import attention_kernel_of
-        rate = tensor_core_rate(s.system.gpu, s.training.precision, s.training.fp8_attention,
-                                attention_kernel_of(s), s.training.fp8_recipe)
+        from pipesim.costs.fp8 import attention_dtype
+        fused = s.model.arch != "cnn" and s.training.attention == "flash"
+        rate = tensor_core_rate(s.system.gpu, s.training.precision, attention_dtype(s.training),
+                                attention_kernel_of(s) if fused else None)
         if rate is not None:
             data["tensor_core_rate"] = rate
     if s.run.tokens is not None and data["tokens_per_s"] > 0:

@@ -130,7 +130,7 @@ def _check_fp8_attention(s: Scenario, loader: Loader) -> None:
     """FP8 attention is Transformer Engine's cuDNN FP8 kernel, under an FP8 recipe it supports, on a
     GPU with a published FP8 attention table."""
     from pipesim.costs.flash import attention_kernel_of
-    from pipesim.costs.fp8 import ATTENTION_FP8_RECIPES, BLACKWELL_CURVES
+    from pipesim.costs.fp8 import ATTENTION_FP8_RECIPES, BLACKWELL_CURVES, attention_dtype
     from pipesim.presets.gpus import KERNEL_CURVES
     tr = s.training
     if not tr.fp8_attention:
@@ -141,14 +141,15 @@ def _check_fp8_attention(s: Scenario, loader: Loader) -> None:
     if tr.fp8_recipe not in ATTENTION_FP8_RECIPES:
         loader.fail(key, f"Transformer Engine's FP8 attention takes fp8_recipe {', '.join(ATTENTION_FP8_RECIPES)}; "
                          f"got {tr.fp8_recipe}")
-    if tr.attention == "eager" or attention_kernel_of(s) not in ("auto", "cudnn", "cudnn-9.19"):
+    kernel = attention_kernel_of(s)
+    if tr.attention == "eager" or kernel not in ("auto", "cudnn", "cudnn-9.19"):
         loader.fail(key, f"FP8 attention is cuDNN's fused kernel (Transformer Engine): needs attention flash "
                          f"with attention_kernel auto (kernel_fusion fused), cudnn or cudnn-9.19; got attention "
-                         f"{tr.attention}, attention_kernel {attention_kernel_of(s)}")
-    kind = "mxfp8" if tr.fp8_recipe == "mxfp8" else "fp8"
-    curve = KERNEL_CURVES.get(s.system.gpu.kernel_curve or "", {})
+                         f"{tr.attention}, attention_kernel {kernel}")
+    kind = attention_dtype(tr)
     if kind == "mxfp8" and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
         return                       # training.fp8_recipe's own error (Blackwell only) names the cause
+    curve = KERNEL_CURVES.get(s.system.gpu.kernel_curve or "", {})
     if s.system.gpu.matmul_efficiency is None and kind not in curve.get("attention_fp8", {}):
         loader.fail(key, f"no published {kind} attention table on {s.system.gpu.name} (kernel_curve "
                          f"{s.system.gpu.kernel_curve!r}); known on Hopper (per-tensor) and Blackwell")
