@@ -42,7 +42,9 @@ def test_te_kernel_shortens_the_last_stage_and_frees_its_softmax():
 
 
 def test_megatron_bridge_rows_use_transformer_engines_kernel():
-    rows = [c for c in load_cases() if c.suite in ("bridge2511", "bridge2604")]
+    from pipesim.whatif.validation_bridge import BRIDGE_NO_PRESET
+    rows = [c for c in load_cases() if c.suite in ("bridge2511", "bridge2604", "bridge2606", "bridge2608")
+            and c.raw["model"]["name"] not in BRIDGE_NO_PRESET]
     assert rows and {case_scenario(c)["training"]["cross_entropy"] for c in rows} == {"te"}
 
 

@@ -1,4 +1,7 @@
-"""bridge2511 held-out family: the converter maps the published rows as stated (no simulation)."""
+"""The Megatron-Bridge held-out families (bridge2511, bridge2604, bridge2606, bridge2608): the converter
+maps the published rows as stated (no simulation)."""
+import re
+
 import pytest
 
 from pipesim.errors import ScenarioError
@@ -93,3 +96,67 @@ def test_2604_rows_take_their_release_configs_settings():
     assert (fsdp["zero_stage"], fsdp["zero3_collectives"], fsdp["offload_activation_layers"]) == (3, "layer", 20)
     plain = case_scenario(cases["bridge2604-gb300-gpt-oss-120b-bf16"])["training"]  # the config sets nothing more
     assert plain["moe_dispatcher"] == "alltoall" and plain["recompute"] == "none"
+
+
+def test_the_2606_and_2608_tables_load_convert_or_are_skipped_with_their_reason():
+    from pipesim import load_scenario
+    from pipesim.whatif.validation_bridge import BRIDGE_NO_PRESET
+    every = [c.id for c in load_cases()]
+    assert len(every) == len(set(every))                             # ids unique across all families
+    for suite, rows, skipped in (("bridge2606", 31, set()),
+                                 ("bridge2608", 18, {"DeepSeekV4 Flash", "Nemotron_3_5_Lightning", "Nemotron_3_Ultra"})):
+        cases = [c for c in load_cases() if c.suite == suite]
+        assert len(cases) == rows                                    # every pre-training row of the tables
+        seen = set()
+        for c in cases:
+            name = c.raw["model"]["name"]
+            if name in BRIDGE_NO_PRESET:
+                with pytest.raises(ScenarioError, match=re.escape(f"{c.id}: skipped: {BRIDGE_NO_PRESET[name]}")):
+                    case_scenario(c)
+                seen.add(name)
+            else:
+                s = load_scenario(case_scenario(c))
+                assert s.num_gpus == c.raw["hardware"]["num_gpus"] and s.training.global_batch_size == \
+                    c.raw["parallel"]["global_batch"], c.id
+        assert seen == skipped
+    two = {c.id: c for c in load_cases() if c.suite == "bridge2606"}   # two GB300 DeepSeekV3 rows: GBS 4096, 15360
+    assert two["bridge2606-gb300-deepseekv3-mxfp8-gbs15360"].target == 6422.0
+    assert case_scenario(two["bridge2606-gb300-deepseekv3-mxfp8"])["training"]["global_batch_size"] == 4096
+
+
+def test_validate_lists_the_rows_without_a_preset_as_skipped():
+    from pipesim.whatif.validation import run_suite
+    res = run_suite(["bridge2608"], evaluator=lambda s, mode: {"step_time_s": 1.0, "oom": False})["bridge2608"]
+    notes = {r.case.id: r.note for r in res if r.error_pct is None}
+    assert set(notes) == {"bridge2608-gb300-deepseekv4-flash-mxfp8", "bridge2608-gb200-deepseekv4-flash-mxfp8",
+                          "bridge2608-gb200-nemotron-3-5-lightning-mxfp8", "bridge2608-gb300-nemotron-3-ultra-mxfp8",
+                          "bridge2608-gb200-nemotron-3-ultra-mxfp8"}
+    assert "compressed sparse attention" in notes["bridge2608-gb300-deepseekv4-flash-mxfp8"]
+
+
+def test_2606_and_2608_rows_take_their_release_configs_settings():
+    from pipesim.whatif import validation_bridge_2606, validation_bridge_2608
+    cases = {c.id: c for c in load_cases() if c.suite in ("bridge2606", "bridge2608")}
+    for prefix, rows in (("bridge2606-", validation_bridge_2606.ROWS), ("bridge2608-", validation_bridge_2608.ROWS)):
+        assert all(prefix + row in cases for row in rows)              # every entry names a published row
+    ds = case_scenario(cases["bridge2606-gb200-deepseekv3-mxfp8"])["training"]   # ..._GB200_FP8_MX_V2 (v0.5.1)
+    assert (ds["moe_dispatcher"], ds["moe_a2a_overlap"], ds["moe_shared_expert_overlap"]) == ("deepep", True, False)
+    assert ds["recompute"] == "selective" and ds["recompute_modules"] == ["mla_up_proj"]
+    gbs = case_scenario(cases["bridge2606-gb300-deepseekv3-mxfp8-gbs15360"])["training"]   # ..._GB300_FP8_MX_GBS15360
+    assert (gbs["moe_dispatcher"], gbs["moe_a2a_overlap"], gbs["recompute"]) == ("deepep", True, "none")
+    b300 = case_scenario(cases["bridge2606-b300-deepseekv3-mxfp8"])["training"]   # no v0.5.1 config has its layout
+    assert b300["moe_dispatcher"] == "alltoall" and b300["recompute"] == "none"
+    sup = case_scenario(cases["bridge2606-b300-nemotron-3-super-nvfp4"])["training"]
+    assert sup["recompute_modules"] == ["moe_act", "layernorm"] and sup["fp8_param_gather"] is False
+    # the release's NVFP4 precision config gathers FP4 weights, as v0.4.2's
+    assert case_scenario(cases["bridge2606-gb300-llama3.1-405b-nvfp4"])["training"]["fp8_param_gather"] is True
+    qwen = case_scenario(cases["bridge2608-gb300-qwen3-235b-a22b-mxfp8"])["training"]   # perf_recipes (v0.6.0)
+    assert (qwen["moe_dispatcher"], qwen["moe_a2a_overlap"]) == ("deepep", True)
+    nano = case_scenario(cases["bridge2608-gb300-nemotron-3-nano-mxfp8"])["training"]
+    assert nano["moe_dispatcher"] == "deepep" and not nano.get("moe_a2a_overlap")
+
+
+def test_the_26x_families_are_held_out_and_count_tokens():
+    from pipesim.whatif.validation import HELD_OUT, METRIC, SUITES
+    for suite in ("bridge2606", "bridge2608"):
+        assert suite in HELD_OUT and METRIC[suite] == "tokens" and SUITES[suite] == (suite + "-", None)

@@ -40,6 +40,8 @@ SUITES = {
     "korthikanti22": ("rac22-", None),       # held out: pipesim/whatif/validation_heldout.py
     "bridge2511": ("bridge2511-", None),     # held out: pipesim/whatif/validation_bridge.py
     "bridge2604": ("bridge2604-", None),     # held out: the same converter, the 26.04.01 tables
+    "bridge2606": ("bridge2606-", None),     # held out: the same converter, the 26.06 tables
+    "bridge2608": ("bridge2608-", None),     # held out: the same converter, the 26.08 tables
     "titan2024": ("titan2024-", None),       # held out: pipesim/whatif/validation_titan.py
     "automodel": ("automodel-", None),       # held out: pipesim/whatif/validation_automodel.py
     "titan2025": ("titan2025-", None),       # held out: pipesim/whatif/validation_titan.py
@@ -48,7 +50,7 @@ SUITES = {
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
 METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
-          "bridge2604": "tokens",
+          "bridge2604": "tokens", "bridge2606": "tokens", "bridge2608": "tokens",
           "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens", "sdpa2025": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
@@ -130,7 +132,7 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite == "korthikanti22":
         from pipesim.whatif.validation_heldout import rac22_scenario
         return rac22_scenario(case)
-    if case.suite in ("bridge2511", "bridge2604"):
+    if case.suite in ("bridge2511", "bridge2604", "bridge2606", "bridge2608"):
         from pipesim.whatif.validation_bridge import bridge_scenario
         return bridge_scenario(case)
     if case.suite in ("titan2024", "titan2025"):
@@ -354,7 +356,8 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
-HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "titan2024", "automodel", "titan2025", "sdpa2025")
+HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "titan2024", "automodel",
+            "titan2025", "sdpa2025")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:

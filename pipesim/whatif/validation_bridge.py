@@ -37,11 +37,15 @@ token distribution is force-balanced and dropless -> moe_routing balanced; dispa
 and expert TP 1 (not stated).
 DeepSeek-V3 "w/ MTP" -> model.mtp_layers 1 (the depth DeepSeek-V3 was trained with, arXiv
 2412.19437 Sec. 2.2), the MTP block on the last pipeline stage as Megatron-Core places it.
+The 26.04.01, 26.06 and 26.08 tables (bridge2604, bridge2606, bridge2608) use this converter too,
+with their releases' per-row settings (BRIDGE_FAMILY_ROWS: validation_bridge_2604.py, _2606.py,
+_2608.py).
 """
 from __future__ import annotations
 
 from pipesim.errors import ScenarioError
 from pipesim.scenario.stage_split import embedding_loss_split
+from pipesim.whatif import validation_bridge_2604, validation_bridge_2606, validation_bridge_2608
 from pipesim.whatif.families import megatron_bucket_MB, megatron_p2p_sync
 
 # Published system names -> (pipesim system preset, GPUs per preset node: pipesim/presets/systems.py).
@@ -56,7 +60,11 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1
                  # 26.x tables: "DeepSeekV3" without an MTP label, mapped without MTP (not stated)
                  "DeepSeekV3": "deepseek-v3"}
 # Published models pipesim has no preset for, with the reason (validate lists them as skipped).
-BRIDGE_NO_PRESET: dict = {}
+BRIDGE_NO_PRESET = {
+    "DeepSeekV4 Flash": "no preset: DeepSeek-V4's compressed sparse attention and hyper-connections are not modelled",
+    "Nemotron_3_5_Lightning": "no pipesim preset for Nemotron 3.5 Lightning (30B-A3B: Nemotron 3 Nano's "
+                              "recipe with two MTP passes)",
+    "Nemotron_3_Ultra": "no pipesim preset for Nemotron 3 Ultra (550B-A55B LatentMoE)"}
 # Published (model, precision) pairs whose recipe pipesim cannot express, with the reason.
 BRIDGE_NOT_EXPRESSIBLE: dict = {}
 # Model keys of a published model's recipe: Nemotron 3 Super trains with two MTP passes through one
@@ -102,6 +110,10 @@ BRIDGE_ROW_SETTINGS = {
     # GPT_OSS_120B_B200_BF16_BASE_CONFIG
     "bridge2511-b200-gpt-oss-120b-bf16": dict(recompute="selective", recompute_modules=["layernorm", "moe_act"]),
 }
+# Per-row settings of the 26.x families, from each release's performance configs (the modules name
+# the config beside each row); NVFP4 rows store and gather FP4 weights in all three releases.
+BRIDGE_FAMILY_ROWS = {"bridge2604-": validation_bridge_2604.ROWS, "bridge2606-": validation_bridge_2606.ROWS,
+                      "bridge2608-": validation_bridge_2608.ROWS}
 # Published precision -> (training.precision, training.fp8_recipe).
 # The 26.x tables write FP8 (current scaling, Megatron-Bridge's fp8_cs default) and MXFP8.
 BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "FP8-MX": ("fp8", "mxfp8"),
@@ -159,7 +171,6 @@ def bridge_scenario(case) -> dict:
         training.update(moe_routing="balanced", moe_dispatcher="alltoall")
     training.update(BRIDGE_MODEL_SETTINGS.get(name, {}))
     training.update(BRIDGE_ROW_SETTINGS.get(cid, {}))
-    from pipesim.whatif.validation_bridge_2604 import row_settings
     training.update(row_settings(cid))
     training.update(BRIDGE_PRECISION_RECIPES.get((name, c.get("precision")), {}))
     if ep > 1 and _preset_key(BRIDGE_MODELS[name], "num_shared_experts"):
@@ -169,6 +180,15 @@ def bridge_scenario(case) -> dict:
         training["moe_shared_expert_overlap"] = (training["moe_dispatcher"] == "alltoall"
                                                  and not training.get("moe_a2a_overlap"))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
+
+
+def row_settings(case_id: str) -> dict:
+    """The training keys of a 26.x row's release config (empty for other families and rows)."""
+    prefix = next((p for p in BRIDGE_FAMILY_ROWS if case_id.startswith(p)), None)
+    if prefix is None:
+        return {}
+    row = BRIDGE_FAMILY_ROWS[prefix].get(case_id[len(prefix):], {})
+    return {**(validation_bridge_2604.NVFP4_ROW if case_id.endswith("-nvfp4") else {}), **row}
 
 
 def _preset_layers(preset: str) -> int:

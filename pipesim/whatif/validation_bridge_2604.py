@@ -14,7 +14,8 @@ Mapped (pipesim/whatif/validation_bridge.py applies them over the family's defau
   default FSDP unit is the transformer layer: megatron/core/distributed/fsdp/mcore_fsdp_adapter.py,
   fsdp_unit_modules = [TransformerLayer, MoETransformerLayer, MambaLayer]).
 Not mapped: CUDA graphs (host time pipesim does not model), pipeline layouts, environment
-variables. Rows without an entry run the family defaults.
+variables. Rows without an entry run the family defaults. `_recipe` and NVFP4_ROW map the 26.06 and
+26.08 releases' configs too (validation_bridge_2606.py, validation_bridge_2608.py).
 """
 from __future__ import annotations
 
@@ -108,13 +109,5 @@ ROWS = {
 
 # The release's NVFP4 precision config stores and gathers the FP4-GEMM weights in NVFP4
 # (v0.4.2 src/megatron/bridge/training/mixed_precision.py bf16_with_nvfp4_mixed: fp4_param_gather =
-# True; at v0.2.0, the 25.11 tables' tag, it did not exist).
+# True; at v0.2.0, the 25.11 tables' tag, it did not exist; v0.5.1 and v0.6.0 set it as v0.4.2).
 NVFP4_ROW = dict(fp8_param_gather=True)
-
-
-def row_settings(case_id: str) -> dict:
-    """The training keys of a bridge2604 row's release config (empty for other families)."""
-    prefix = "bridge2604-"
-    if not case_id.startswith(prefix):
-        return {}
-    return {**(NVFP4_ROW if case_id.endswith("-nvfp4") else {}), **ROWS.get(case_id[len(prefix):], {})}

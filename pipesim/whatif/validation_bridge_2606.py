@@ -1,0 +1,83 @@
+"""Per-row settings of the bridge2606 held-out family (the Megatron-Bridge 26.06 tables), from the
+release's own performance configs: github:NVIDIA-NeMo/Megatron-Bridge tag v0.5.1 (5cb3444c,
+2026-07-20, the tag whose docs/performance-summary.md holds the 26.06 tables), scripts/performance/
+configs/*/*_workload_base_configs.py and *_llm_pretrain.py. 30 of the 31 rows have a config there
+whose layout (GPUs, global and micro batch, TP, PP, VP, CP, EP) is the table's; the comment names
+it. The DGX-B300 DeepSeekV3 row (MBS 2, no VP) has none (DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2
+runs MBS 1 with VP 2) and runs the family defaults, as do the rows whose config sets nothing mapped.
+Test only.
+
+Mapped as bridge2604's (validation_bridge_2604.py `_recipe`): HybridEP / DeepEP dispatch, A2A
+overlap, recompute modules (activation offloading and Megatron-FSDP: no row's config sets them).
+Precision: v0.5.1's precision configs (src/megatron/bridge/training/mixed_precision.py, scripts/
+performance/utils/precision.py) are v0.4.2's: FP8 and MXFP8 keep and gather FP8 weights,
+bf16_with_nvfp4_mixed sets fp4_param_gather (the NVFP4 rows as bridge2604's NVFP4_ROW), Nemotron 3
+Super's NVFP4 recipe turns it off (BRIDGE_PRECISION_RECIPES); only the check that an MXFP8
+parameter gather reuses the gradient buffer is gone.
+Not mapped, new at v0.5.1 (no key in `_recipe`):
+- cutedsl_fused_grouped_mlp (Transformer Engine's op fuser with the CuTe-DSL fused grouped MLP),
+  in every DeepSeek-V3, GPT-OSS and Qwen3 MXFP8 config here but B300 GPT-OSS's;
+- fp8_dot_product_attention (FP8 attention), in the same configs but GB200 DeepSeek-V3's;
+- full-iteration CUDA graphs in those configs, with the dropless MoE padded to a fixed per-expert
+  capacity for the capture (*_llm_pretrain.py set_full_iter_cg_configs:
+  moe_pad_experts_for_cuda_graph_inference, moe_expert_rank_capacity_factor 1.5, moe_paged_stash);
+- fp8_output_proj with MXFP8 (deepseek_llm_pretrain.py on GB300 / GB200 / B300, gpt_oss_llm_pretrain.py
+  on GB300 / GB200).
+Not mapped, as for bridge2604: CUDA graphs, pipeline layouts, environment variables, and Llama 3.1
+405B NVFP4's TP-overlap off (with, on GB200, parameter-gather overlap off: llama31_llm_pretrain.py).
+"""
+from __future__ import annotations
+
+from pipesim.whatif.validation_bridge_2604 import _recipe
+
+# row id (without the "bridge2606-" prefix) -> training keys; the v0.5.1 config beside each.
+# The Llama 3.1 405B configs set nothing mapped: LLAMA31_405B_PRETRAIN_CONFIG_{GB300,GB200}_
+# {FP8_CS,FP8_MX,NVFP4}_V2 and _H100_FP8_CS_V2 (use_megatron_fsdp False, CUDA graphs).
+ROWS = {
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (recompute_modules [])
+    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True),
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_GBS15360 (the V2 config with GBS 15360)
+    "gb300-deepseekv3-mxfp8-gbs15360": _recipe(deepep=True, a2a=True),
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2
+    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj']),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
+    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (recompute_modules [])
+    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_B300_FP8_MX_V2
+    "b300-gpt-oss-120b-mxfp8": _recipe(deepep=True),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1
+    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1
+    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1
+    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1
+    "h100-qwen3-30b-a3b-fp8": _recipe(deepep=True),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
+    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2
+    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True),
+    # KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX
+    "gb300-kimi-k2-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1
+    "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB200_FP8_MX_V1
+    "gb200-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B300_FP8_MX_V1
+    "b300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1
+    "h100-nemotron-3-nano-fp8": _recipe(deepep=True, modules=['moe', 'layernorm', 'core_attn', 'moe_act']),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB300_FP8_MX_V1
+    "gb300-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB300_NVFP4_V1
+    "gb300-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB200_FP8_MX_V1
+    "gb200-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB200_NVFP4_V1
+    "gb200-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_FP8_MX_V1
+    "b300-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_NVFP4_V1 (recompute moe_act, layernorm)
+    "b300-nemotron-3-super-nvfp4": _recipe(deepep=True, modules=['moe_act', 'layernorm']),
+}
