@@ -154,6 +154,12 @@ def test_2606_and_2608_rows_take_their_release_configs_settings():
     assert (qwen["moe_dispatcher"], qwen["moe_a2a_overlap"]) == ("deepep", True)
     nano = case_scenario(cases["bridge2608-gb300-nemotron-3-nano-mxfp8"])["training"]
     assert nano["moe_dispatcher"] == "deepep" and not nano.get("moe_a2a_overlap")
+    # FP8 attention as each recipe sets fp8_dot_product_attention: the Qwen3 / GB300 DeepSeek-V3
+    # MXFP8 recipes do, GB200 DeepSeek-V3's (and every 26.04.01 row's config) does not
+    assert qwen["fp8_attention"] is True
+    assert case_scenario(cases["bridge2608-gb300-deepseekv3-mxfp8"])["training"]["fp8_attention"] is True
+    assert not case_scenario(cases["bridge2608-gb200-deepseekv3-mxfp8"])["training"].get("fp8_attention")
+    assert not ds.get("fp8_attention") and not nano.get("fp8_attention")
 
 
 def test_the_26x_families_are_held_out_and_count_tokens():

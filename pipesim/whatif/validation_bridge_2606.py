@@ -8,7 +8,9 @@ runs MBS 1 with VP 2) and runs the family defaults, as do the rows whose config 
 Test only.
 
 Mapped as bridge2604's (validation_bridge_2604.py `_recipe`): HybridEP / DeepEP dispatch, A2A
-overlap, recompute modules (activation offloading and Megatron-FSDP: no row's config sets them).
+overlap, recompute modules (activation offloading and Megatron-FSDP: no row's config sets them),
+and FP8 attention (fp8_dot_product_attention=True: the DeepSeek-V3 GB300 / B300 FP8_MX_V1 configs
+the V2 ones extend, GPT-OSS GB300 / GB200 FP8_MX_V2, every Qwen3 FP8_MX config of a row here).
 Precision: v0.5.1's precision configs (src/megatron/bridge/training/mixed_precision.py, scripts/
 performance/utils/precision.py) are v0.4.2's: FP8 and MXFP8 keep and gather FP8 weights,
 bf16_with_nvfp4_mixed sets fp4_param_gather (the NVFP4 rows as bridge2604's NVFP4_ROW), Nemotron 3
@@ -17,7 +19,6 @@ parameter gather reuses the gradient buffer is gone.
 Not mapped, new at v0.5.1 (no key in `_recipe`):
 - cutedsl_fused_grouped_mlp (Transformer Engine's op fuser with the CuTe-DSL fused grouped MLP),
   in every DeepSeek-V3, GPT-OSS and Qwen3 MXFP8 config here but B300 GPT-OSS's;
-- fp8_dot_product_attention (FP8 attention), in the same configs but GB200 DeepSeek-V3's;
 - full-iteration CUDA graphs in those configs, with the dropless MoE padded to a fixed per-expert
   capacity for the capture (*_llm_pretrain.py set_full_iter_cg_configs:
   moe_pad_experts_for_cuda_graph_inference, moe_expert_rank_capacity_factor 1.5, moe_paged_stash);
@@ -35,29 +36,29 @@ from pipesim.whatif.validation_bridge_2604 import _recipe
 # {FP8_CS,FP8_MX,NVFP4}_V2 and _H100_FP8_CS_V2 (use_megatron_fsdp False, CUDA graphs).
 ROWS = {
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (recompute_modules [])
-    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True),
+    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_GBS15360 (the V2 config with GBS 15360)
-    "gb300-deepseekv3-mxfp8-gbs15360": _recipe(deepep=True, a2a=True),
+    "gb300-deepseekv3-mxfp8-gbs15360": _recipe(deepep=True, a2a=True, fp8_attention=True),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2
     "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj']),
     # GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True),
+    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
     # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (recompute_modules [])
-    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True),
+    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
     # GPT_OSS_120B_PRETRAIN_CONFIG_B300_FP8_MX_V2
     "b300-gpt-oss-120b-mxfp8": _recipe(deepep=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1
-    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True),
+    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1
-    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True),
+    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1
-    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True),
+    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1
     "h100-qwen3-30b-a3b-fp8": _recipe(deepep=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True),
+    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2
-    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True),
+    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
     # KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX
     "gb300-kimi-k2-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1
