@@ -93,11 +93,20 @@ def pair_time(f_dur: float, f_a2a: float, f_moe: float, b_dur: float, b_a2a: flo
     return two_streams(work, dict(F_att=fa, F_moe=fm, B_att=ba, B_dg=bm, B_wg=bm))
 
 
-def pair_cost(f: Cost, b: Cost) -> Cost:
-    """The fused step's cost: durations as above, memory deltas of both, TP time of both."""
+def pair_cost(f: Cost, b: Cost, layers: int = 1) -> Cost:
+    """The fused step's cost: durations as above, memory deltas of both, TP time of both.
+    Megatron-Core runs the pair layer by layer, the forward's layer i beside the backward's layer
+    L-1-i (TransformerModelChunkSchedulePlan.run: "Phase 1: forward_layer[0] + backward_layer[3]"),
+    so the forward's activations grow as the backward's shrink: at the step's start the forward
+    holds one of its chunk's `layers` layers, the rest is allocated when it ends, after the
+    backward's release (the same net change; the peak one layer above the held micro-batches, not
+    a whole micro-batch)."""
     cf, cb = f.dur - f.a2a, b.dur - b.a2a
     dur = pair_time(f.dur, f.a2a, f.moe_block, b.dur, b.a2a, b.moe_block, b.moe_wgrad, f.overlap_slow, b.overlap_slow)
-    c = Cost(dur, f.tp + b.tp, mem0=f.mem0 + b.mem0, mem1=f.mem1 + b.mem1, cp=f.cp + b.cp)
+    first = 1.0 / max(1, layers)
+    f_start = tuple((cat, delta * first) for cat, delta in f.mem0)
+    f_rest = tuple((cat, delta - d0) for (cat, delta), (_, d0) in zip(f.mem0, f_start))
+    c = Cost(dur, f.tp + b.tp, mem0=f_start + b.mem0, mem1=b.mem1 + f_rest + f.mem1, cp=f.cp + b.cp)
     c.a2a = f.a2a + b.a2a
     c.a2a_exposed = dur - (cf + cb)
     return c
@@ -108,10 +117,12 @@ def _pair_step(f: Step, b: Step, key: int) -> Step:
                 True, f.gather or b.gather)
 
 
-def pair_row(row: tuple, table: list) -> tuple[tuple, list]:
+def pair_row(row: tuple, table: list, layers: dict | None = None) -> tuple[tuple, list]:
     """Fuse F->B/I pairs (and B/I->F pairs with no receive between them) of a rank's lowered
     plan; returns the new row and its cost table (the original table plus one entry per distinct
-    fused pair of stages)."""
+    fused pair of stages). `layers`: Transformer layers per stage (model chunk), for the pair's
+    layer-by-layer memory (pair_cost)."""
+    layers = layers or {}
     out, table, keys = [], list(table), {}
     n = len(row)
 
@@ -148,7 +159,7 @@ def pair_row(row: tuple, table: list) -> tuple[tuple, list]:
         pk = (f.key, bw.key)
         if pk not in keys:
             keys[pk] = len(table)
-            table.append(pair_cost(table[f.key], table[bw.key]))
+            table.append(pair_cost(table[f.key], table[bw.key], layers.get(f.stage, 1)))
         mid = row[i + 1:j]
         out += [x for x in mid if x.kind.startswith("RECV")]
         out.append(_pair_step(f, bw, keys[pk]))

@@ -520,7 +520,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
                 cache[key] = (steps[pp], cost_table(pp, speed))
                 if tr.moe_a2a_overlap:
                     from pipesim.sim.a2a_overlap import pair_row
-                    cache[key] = pair_row(*cache[key])
+                    cache[key] = pair_row(*cache[key], layers={c.stage: c.layers for c in costs})
             row, table = cache[key]
             gid = len(gangs)
             gang_at[(dp, pp)] = gid
