@@ -135,3 +135,24 @@ def test_layers_per_stage_auto_is_megatrons_embedding_and_loss_aware_split():
         (15, 16, 16, 14)
     with pytest.raises(ScenarioError, match=r"parallel\.layers_per_stage: auto: .* 64 chunks"):
         load_scenario(raw, ["parallel.virtual_stages=8"])
+
+
+def test_layers_per_stage_takes_megatrons_layout_string():
+    """--pipeline-model-parallel-layout as Megatron-Core writes it (pipeline_parallel_layer_layout.py):
+    Megatron-Bridge's DeepSeek-V3 layout on 16 chunks leaves one layer and the MTP block last."""
+    from pipesim.scenario.stage_split import layout_split, unroll_layout
+    assert unroll_layout("Ettt|(tt|)*2,m|L") == ["Ettt", "tt", "tt", "m", "L"]      # Megatron's docstring form
+    assert layout_split("Et*8|(t*8|)*6t*5mL", 61, 1, 8) == [8] * 7 + [5]
+    raw = {"model": {"preset": "gpt2-medium", "num_layers": 61, "mtp_layers": 1},
+           "system": {"preset": "dgx-h100", "num_nodes": 2},
+           "parallel": {"pipeline": 8, "virtual_stages": 2, "layers_per_stage": "Et*4|(t*4|)*14tmL"},
+           "training": {"micro_batch_size": 1, "global_batch_size": 16, "schedule": "interleaved"}}
+    assert load_scenario(raw).parallel.layers_per_stage == (4,) * 15 + (1,)
+    for layout, says in [("Et*4|(t*4|)*14tL", "0 MTP blocks"), ("Et*4|(t*4|)*13tmL", "15 chunks"),
+                         ("t*4|E(t*4|)*14tmL", "embedding"), ("Et*4|(t*4|)*14tm", "loss"),
+                         ("Et*4|(t*4|)*14t|mL", "17 chunks"), ("Et*4|(t*5|)*14tmL", "75 layers"),
+                         ("Ex*4|(t*4|)*14tmL", "not Megatron layout symbols"), ("E(t*9|)*99999999mL", "unrolls")]:
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(dict(raw, parallel=dict(raw["parallel"], layers_per_stage=layout)))
+        msg = str(err.value)
+        assert "\n" not in msg and "parallel.layers_per_stage: layout" in msg and says in msg, msg

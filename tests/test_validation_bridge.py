@@ -50,6 +50,21 @@ def test_deepseek_with_mtp_maps_to_one_mtp_depth():
     assert case_scenario(_cases()["bridge2511-gb200-deepseekv3-bf16"])["model"]["mtp_layers"] == 0
 
 
+def test_26x_deepseek_trains_with_mtp_in_the_releases_pipeline_layout():
+    """The 26.x tables write plain "DeepSeekV3"; the recipe under every release's config trains one MTP
+    depth and lays the pipeline out as the recipe's map (or the config's pp_layout) says: the last
+    chunk holds 1 layer, the MTP block and the loss (the even split gave it 2 layers beside them)."""
+    from pipesim.scenario.load import load_scenario
+    cases = {c.id: c for c in load_cases()}
+    for cid, chunks in [("bridge2608-gb300-deepseekv3-mxfp8", 16), ("bridge2606-gb200-deepseekv3-mxfp8", 16),
+                        ("bridge2604-b300-deepseekv3-mxfp8", 8)]:
+        sc = case_scenario(cases[cid])
+        assert sc["model"]["mtp_layers"] == 1
+        lps = load_scenario(sc).parallel.layers_per_stage
+        assert len(lps) == chunks and sum(lps) == 61
+        assert (lps[0], lps[-1]) == ((4, 1) if chunks == 16 else (8, 5))
+
+
 def test_rows_whose_script_layout_matches_take_its_recompute_dispatch_and_overlap():
     cases = _cases()
     ds = case_scenario(cases["bridge2511-gb200-deepseekv3-bf16"])["training"]

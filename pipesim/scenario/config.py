@@ -265,7 +265,8 @@ class ParallelConfig:
     rank_order: str = field("tp-dp-pp", doc="rank mapping, innermost first (Megatron: tp-dp-pp)")
     layers_per_stage: Optional[tuple[int, ...]] = field(None, doc="uneven layers per (virtual) stage, or auto: "
                                                         "Megatron's split counting the embedding and the loss as "
-                                                        "a layer each (scenario/stage_split.py)")
+                                                        "a layer each, or a Megatron layout string such as "
+                                                        "\"Et*4|(t*4|)*14tmL\" (scenario/stage_split.py)")
     collective: Literal["ring", "tree", "hierarchical", "auto"] = field("auto", doc="collective algorithm")
     context: int = field(1, doc="context-parallel size CP: the sequence is split over CP GPUs (ring attention)")
     context_mode: Literal["ring", "allgather", "a2a", "a2a+p2p"] = field(

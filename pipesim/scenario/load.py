@@ -15,7 +15,7 @@ from pipesim.scenario.config import CostsConfig, ModelConfig, ParallelConfig, Sc
 from pipesim.scenario.run_config import RunConfig
 from pipesim.scenario.safe_yaml import load_text
 from pipesim.scenario.schema import Loader, merge
-from pipesim.scenario.stage_split import embedding_loss_split
+from pipesim.scenario.stage_split import embedding_loss_split, layout_split
 from pipesim.scenario.system_config import SystemConfig
 
 SECTIONS = {"model": ModelConfig, "system": SystemConfig, "parallel": ParallelConfig,
@@ -138,12 +138,19 @@ def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
 
 def _auto_split(section, model, loader: Loader):
     """`parallel.layers_per_stage: auto`: Megatron-Core's --account-for-embedding/loss-in-pipeline-
-    split over pipeline x virtual_stages chunks (pipesim/scenario/stage_split.py)."""
-    if not isinstance(section, dict) or section.get("layers_per_stage") != "auto":
+    split over pipeline x virtual_stages chunks; a Megatron layout string (--pipeline-model-parallel-
+    layout, e.g. "Et*4|(t*4|)*14tmL"): its layers per chunk (pipesim/scenario/stage_split.py)."""
+    given = section.get("layers_per_stage") if isinstance(section, dict) else None
+    if not isinstance(given, str):
         return section
     p, v = section.get("pipeline", 1), section.get("virtual_stages", 1)
     if not (isinstance(p, int) and isinstance(v, int) and p >= 1 and v >= 1):
         return dict(section, layers_per_stage=None)        # the loader names the bad size
+    if given != "auto":
+        try:
+            return dict(section, layers_per_stage=layout_split(given, model.num_layers, model.mtp_layers, p * v))
+        except ValueError as exc:
+            loader.fail("parallel.layers_per_stage", f"layout {given[:60]!r}: {exc}")
     split = embedding_loss_split(model.num_layers, p * v)
     if not split:
         loader.fail("parallel.layers_per_stage", f"auto: num_layers({model.num_layers}) + the embedding and the "

@@ -57,7 +57,7 @@ BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1
                  "DeepSeekV3 (w/o MTP)": "deepseek-v3", "DeepSeekV3 (w/ MTP)": "deepseek-v3",
                  "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
                  "Kimi_K2": "kimi-k2", "Nemotron_3_Nano": "nemotron-3-nano", "Nemotron_3_Super": "nemotron-3-super",
-                 # 26.x tables: "DeepSeekV3" without an MTP label, mapped without MTP (not stated)
+                 # 26.x tables: "DeepSeekV3" without an MTP label, trained with one (BRIDGE_MTP)
                  "DeepSeekV3": "deepseek-v3"}
 # Published models pipesim has no preset for, with the reason (validate lists them as skipped).
 BRIDGE_NO_PRESET = {
@@ -89,8 +89,23 @@ BRIDGE_MODEL_SETTINGS = {"Kimi_K2": dict(optimizer="muon"), "DeepSeekV3": _BF16_
 BRIDGE_PRECISION_RECIPES = {("Nemotron_3_Super", "NVFP4"): dict(
     bf16_layers_end=14, bf16_gemms=["attention", "moe_latent"], mxfp8_gemms=["ssm_out_proj"],
     fp8_param_gather=False)}
-# Multi-token prediction depth of the published model names that train with it.
-BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1}
+# Multi-token prediction depth of the published model names that train with it. The 26.x tables'
+# plain "DeepSeekV3" trains with one too: the recipe every release's DeepSeek-V3 performance config
+# builds on sets it (recipes/deepseek/deepseek_v3.py deepseek_v3_pretrain_config: mtp_num_layers =
+# 1, at v0.4.2, v0.5.1 and v0.6.0), no performance config turns it off (scripts/performance at
+# v0.4.2 / v0.5.1, perf_recipes/deepseek at v0.6.0), and v0.6.0's GB300 recipe writes its block into
+# the pipeline layout ("Et*4|(t*4|)*14tmL": the "m" beside the loss).
+BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1, "DeepSeekV3": 1}
+# DeepSeek-V3's pipeline layouts in the 26.x releases, by (pipeline, virtual stages), as Megatron
+# layout strings (parallel.layers_per_stage): the recipe's own map, which every DeepSeek-V3
+# performance config applies when it names no layout (recipes/deepseek/deepseek_v3.py
+# set_deepseek_v3_pipeline_model_parallel_layout, v0.4.2 to v0.6.0: (4, 4) and (8, 2) = the
+# embedding and 4 layers, 14 chunks of 4, then 1 layer with the MTP block and the loss; (8, 1) = 8
+# per chunk and 5 in the last), and the one the PP 2 x VP 8 configs name (pp_layout, v0.4.2 and
+# v0.5.1 scripts/performance/configs/deepseek/deepseek_workload_base_configs.py GB300 V1, v0.6.0
+# perf_recipes/deepseek/gb300/deepseek_v3.py).
+DEEPSEEK_V3_LAYOUTS = {(2, 8): "Et*4|(t*4|)*14tmL", (4, 4): "Et*4|(t*4|)*14tmL", (8, 2): "Et*4|(t*4|)*14tmL",
+                       (8, 1): "Et*8|(t*8|)*6t*5mL"}
 # Per-row settings of the release's performance scripts (Megatron-Bridge tag v0.2.0,
 # scripts/performance/configs/*/workload_base_configs.py), mapped for the rows whose layout there
 # (GPUs, TP, PP, VP, EP, micro-batch, global batch) is the table's: the other rows' configs at that
@@ -152,7 +167,9 @@ def bridge_scenario(case) -> dict:
     precision, recipe = BRIDGE_PRECISIONS[c["precision"]]
     parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp}
     layers = _preset_layers(BRIDGE_MODELS[name])
-    if layers % (pp * vp):
+    if name == "DeepSeekV3" and (pp, vp) in DEEPSEEK_V3_LAYOUTS:
+        parallel["layers_per_stage"] = DEEPSEEK_V3_LAYOUTS[(pp, vp)]
+    elif layers % (pp * vp):
         parallel["layers_per_stage"] = embedding_loss_split(layers, pp * vp)
     if cp > 1:
         parallel.update(context=cp, context_mode="ring")
