@@ -143,6 +143,9 @@ def test_layers_per_stage_takes_megatrons_layout_string():
     from pipesim.scenario.stage_split import layout_split, unroll_layout
     assert unroll_layout("Ettt|(tt|)*2,m|L") == ["Ettt", "tt", "tt", "m", "L"]      # Megatron's docstring form
     assert layout_split("Et*8|(t*8|)*6t*5mL", 61, 1, 8) == [8] * 7 + [5]
+    assert layout_split("Et*4|(t*4|)*14tL", 61, 0, 16) == [4] * 15 + [1]              # Kimi K2's, no MTP
+    with pytest.raises(ValueError, match="MTP"):
+        layout_split("Et*4|(t*4|)*14mtL", 61, 1, 16)                                 # MTP before a layer
     raw = {"model": {"preset": "gpt2-medium", "num_layers": 61, "mtp_layers": 1},
            "system": {"preset": "dgx-h100", "num_nodes": 2},
            "parallel": {"pipeline": 8, "virtual_stages": 2, "layers_per_stage": "Et*4|(t*4|)*14tmL"},

@@ -63,6 +63,8 @@ def test_26x_deepseek_trains_with_mtp_in_the_releases_pipeline_layout():
         lps = load_scenario(sc).parallel.layers_per_stage
         assert len(lps) == chunks and sum(lps) == 61
         assert (lps[0], lps[-1]) == ((4, 1) if chunks == 16 else (8, 5))
+    kimi = case_scenario(cases["bridge2606-gb300-kimi-k2-mxfp8"])            # its recipe's map, no MTP
+    assert kimi["model"]["mtp_layers"] == 0 and load_scenario(kimi).parallel.layers_per_stage == (4,) * 15 + (1,)
 
 
 def test_rows_whose_script_layout_matches_take_its_recompute_dispatch_and_overlap():

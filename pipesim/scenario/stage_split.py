@@ -70,7 +70,8 @@ def layout_split(text: str, num_layers: int, mtp_layers: int, chunks: int) -> li
         raise ValueError("the loss (L) must close the last chunk, once")
     if flat.count("t") != num_layers:
         raise ValueError(f"{flat.count('t')} layers (t) ≠ num_layers({num_layers})")
-    if flat.count("m") != mtp_layers or any("m" in p for p in parts[:-1]) or "t" in parts[-1].split("m", 1)[-1]:
+    last = parts[-1]
+    if flat.count("m") != mtp_layers or any("m" in p for p in parts[:-1]) or ("m" in last and "t" in last[last.index("m"):]):
         raise ValueError(f"{flat.count('m')} MTP blocks (m) ≠ mtp_layers({mtp_layers}), or not after the last layer "
                          f"of the last chunk, where pipesim places them")
     return [p.count("t") for p in parts]

@@ -96,16 +96,20 @@ BRIDGE_PRECISION_RECIPES = {("Nemotron_3_Super", "NVFP4"): dict(
 # v0.4.2 / v0.5.1, perf_recipes/deepseek at v0.6.0), and v0.6.0's GB300 recipe writes its block into
 # the pipeline layout ("Et*4|(t*4|)*14tmL": the "m" beside the loss).
 BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1, "DeepSeekV3": 1}
-# DeepSeek-V3's pipeline layouts in the 26.x releases, by (pipeline, virtual stages), as Megatron
-# layout strings (parallel.layers_per_stage): the recipe's own map, which every DeepSeek-V3
-# performance config applies when it names no layout (recipes/deepseek/deepseek_v3.py
-# set_deepseek_v3_pipeline_model_parallel_layout, v0.4.2 to v0.6.0: (4, 4) and (8, 2) = the
-# embedding and 4 layers, 14 chunks of 4, then 1 layer with the MTP block and the loss; (8, 1) = 8
-# per chunk and 5 in the last), and the one the PP 2 x VP 8 configs name (pp_layout, v0.4.2 and
-# v0.5.1 scripts/performance/configs/deepseek/deepseek_workload_base_configs.py GB300 V1, v0.6.0
-# perf_recipes/deepseek/gb300/deepseek_v3.py).
-DEEPSEEK_V3_LAYOUTS = {(2, 8): "Et*4|(t*4|)*14tmL", (4, 4): "Et*4|(t*4|)*14tmL", (8, 2): "Et*4|(t*4|)*14tmL",
-                       (8, 1): "Et*8|(t*8|)*6t*5mL"}
+# Pipeline layouts of the 26.x releases, by model and (pipeline, virtual stages), as Megatron layout
+# strings (parallel.layers_per_stage); models without an entry take Megatron's embedding- and
+# loss-aware split (Qwen3's recipes set account_for_embedding/loss_in_pipeline_split). DeepSeek-V3:
+# the recipe's own map, which every DeepSeek-V3 performance config applies when it names no layout
+# (recipes/deepseek/deepseek_v3.py set_deepseek_v3_pipeline_model_parallel_layout, v0.4.2 to
+# v0.6.0: (4, 4) and (8, 2) = the embedding and 4 layers, 14 chunks of 4, then 1 layer with the MTP
+# block and the loss; (8, 1) = 8 per chunk and 5 in the last), and the one the PP 2 x VP 8 configs
+# name (pp_layout, v0.4.2 and v0.5.1 scripts/performance/configs/deepseek/
+# deepseek_workload_base_configs.py GB300 V1, v0.6.0 perf_recipes/deepseek/gb300/deepseek_v3.py).
+# Kimi K2 (61 layers, no MTP): recipes/kimi/kimi_k2.py _get_kimi_k2_pipeline_layout, which the GB300
+# configs (no pp_layout) apply, v0.4.2 and v0.5.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py.
+_DS_16 = "Et*4|(t*4|)*14tmL"
+BRIDGE_LAYOUTS = {"DeepSeekV3": {(2, 8): _DS_16, (4, 4): _DS_16, (8, 2): _DS_16, (8, 1): "Et*8|(t*8|)*6t*5mL"},
+                  "Kimi_K2": {(4, 4): "Et*4|(t*4|)*14tL"}}
 # Per-row settings of the release's performance scripts (Megatron-Bridge tag v0.2.0,
 # scripts/performance/configs/*/workload_base_configs.py), mapped for the rows whose layout there
 # (GPUs, TP, PP, VP, EP, micro-batch, global batch) is the table's: the other rows' configs at that
@@ -167,8 +171,9 @@ def bridge_scenario(case) -> dict:
     precision, recipe = BRIDGE_PRECISIONS[c["precision"]]
     parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp}
     layers = _preset_layers(BRIDGE_MODELS[name])
-    if name == "DeepSeekV3" and (pp, vp) in DEEPSEEK_V3_LAYOUTS:
-        parallel["layers_per_stage"] = DEEPSEEK_V3_LAYOUTS[(pp, vp)]
+    layout = BRIDGE_LAYOUTS.get(name, {}).get((pp, vp))
+    if layout:
+        parallel["layers_per_stage"] = layout
     elif layers % (pp * vp):
         parallel["layers_per_stage"] = embedding_loss_split(layers, pp * vp)
     if cp > 1:
