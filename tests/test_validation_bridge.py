@@ -63,6 +63,8 @@ def test_26x_deepseek_trains_with_mtp_in_the_releases_pipeline_layout():
         lps = load_scenario(sc).parallel.layers_per_stage
         assert len(lps) == chunks and sum(lps) == 61
         assert (lps[0], lps[-1]) == ((4, 1) if chunks == 16 else (8, 5))
+    for cid, last in [("bridge2511-b200-deepseekv3-mtp-mx", "tmL"), ("bridge2511-gb200-deepseekv3-bf16", "tL")]:
+        assert case_scenario(cases[cid])["parallel"]["layers_per_stage"] == "Et*4|(t*4|)*14" + last   # v0.2.0's map
     kimi = case_scenario(cases["bridge2606-gb300-kimi-k2-mxfp8"])            # its recipe's map, no MTP
     assert kimi["model"]["mtp_layers"] == 0 and load_scenario(kimi).parallel.layers_per_stage == (4,) * 15 + (1,)
 

@@ -107,8 +107,12 @@ BRIDGE_MTP = {"DeepSeekV3 (w/ MTP)": 1, "DeepSeekV3": 1}
 # deepseek_workload_base_configs.py GB300 V1, v0.6.0 perf_recipes/deepseek/gb300/deepseek_v3.py).
 # Kimi K2 (61 layers, no MTP): recipes/kimi/kimi_k2.py _get_kimi_k2_pipeline_layout, which the GB300
 # configs (no pp_layout) apply, v0.4.2 and v0.5.1 scripts/performance/configs/kimi/kimi_llm_pretrain.py.
+# The 25.11 DeepSeek-V3 rows: the same map in v0.2.0's recipe (recipes/deepseek/deepseek_v3.py,
+# applied by its model config for these sizes), with the MTP block where the row trains one.
 _DS_16 = "Et*4|(t*4|)*14tmL"
 BRIDGE_LAYOUTS = {"DeepSeekV3": {(2, 8): _DS_16, (4, 4): _DS_16, (8, 2): _DS_16, (8, 1): "Et*8|(t*8|)*6t*5mL"},
+                  "DeepSeekV3 (w/ MTP)": {(16, 1): _DS_16},
+                  "DeepSeekV3 (w/o MTP)": {(4, 4): "Et*4|(t*4|)*14tL"},
                   "Kimi_K2": {(4, 4): "Et*4|(t*4|)*14tL"}}
 # Per-row settings of the release's performance scripts (Megatron-Bridge tag v0.2.0,
 # scripts/performance/configs/*/workload_base_configs.py), mapped for the rows whose layout there
