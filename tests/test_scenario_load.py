@@ -159,3 +159,32 @@ def test_layers_per_stage_takes_megatrons_layout_string():
             load_scenario(dict(raw, parallel=dict(raw["parallel"], layers_per_stage=layout)))
         msg = str(err.value)
         assert "\n" not in msg and "parallel.layers_per_stage: layout" in msg and says in msg, msg
+
+
+def test_a_layout_written_from_any_split_reads_back_as_that_split():
+    """Round trip through Megatron's layout syntax, repeats included: any split of the layers over
+    chunks, written with x*n runs and a (...)*n group for equal neighbours, parses back to itself."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pipesim.scenario.stage_split import layout_split
+
+    def write(split: list[int], mtp: int) -> str:
+        chunks = [("t*%d" % n if n > 1 else "t" * n) for n in split]
+        chunks[0] = "E" + chunks[0]
+        chunks[-1] += "m" * mtp + "L"
+        body, i = [], 0
+        while i < len(chunks):                      # runs of equal inner chunks as one (...)*n group
+            j = i
+            while 0 < i and j + 1 < len(chunks) - 1 and chunks[j + 1] == chunks[i]:
+                j += 1
+            body.append(f"({chunks[i]}|)*{j - i + 1}" if j > i else chunks[i] + "|")
+            i = j + 1
+        return "".join(body).rstrip("|")
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.integers(0, 9), min_size=1, max_size=24), st.integers(0, 2))
+    def check(split, mtp):
+        text = write(split, mtp)
+        assert layout_split(text, sum(split), mtp, len(split)) == split, text
+    check()
