@@ -67,6 +67,7 @@ def test_26x_deepseek_trains_with_mtp_in_the_releases_pipeline_layout():
         assert case_scenario(cases[cid])["parallel"]["layers_per_stage"] == "Et*4|(t*4|)*14" + last   # v0.2.0's map
     kimi = case_scenario(cases["bridge2606-gb300-kimi-k2-mxfp8"])            # its recipe's map, no MTP
     assert kimi["model"]["mtp_layers"] == 0 and load_scenario(kimi).parallel.layers_per_stage == (4,) * 15 + (1,)
+    assert kimi["training"]["fp8_param_gather"] is False       # Muon + MXFP8: the configs turn it off
 
 
 def test_rows_whose_script_layout_matches_take_its_recompute_dispatch_and_overlap():

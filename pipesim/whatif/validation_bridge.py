@@ -86,9 +86,13 @@ BRIDGE_MODEL_SETTINGS = {"Kimi_K2": dict(optimizer="muon"), "DeepSeekV3": _BF16_
 # its FP4 parameter gather "disabled until MCore PR 4358 lands", scripts/performance/configs/
 # nemotronh/nemotron_3_llm_pretrain.py) and quantize by module (te_quant.cfg there): attention
 # qkv / proj and the latent projections in BF16, the Mamba out_proj in MXFP8, the rest NVFP4.
+# Kimi K2 trains with Muon, whose layer-wise distributed optimizer cannot gather MXFP8 weights: its
+# performance configs turn the FP8 parameter gather off for Muon + MXFP8 (v0.4.2 and v0.5.1
+# scripts/performance/configs/kimi/kimi_llm_pretrain.py set_kimi_k2_common_configs).
 BRIDGE_PRECISION_RECIPES = {("Nemotron_3_Super", "NVFP4"): dict(
     bf16_layers_end=14, bf16_gemms=["attention", "moe_latent"], mxfp8_gemms=["ssm_out_proj"],
-    fp8_param_gather=False)}
+    fp8_param_gather=False),
+    ("Kimi_K2", "MXFP8"): dict(fp8_param_gather=False)}
 # Multi-token prediction depth of the published model names that train with it. The 26.x tables'
 # plain "DeepSeekV3" trains with one too: the recipe every release's DeepSeek-V3 performance config
 # builds on sets it (recipes/deepseek/deepseek_v3.py deepseek_v3_pretrain_config: mtp_num_layers =
