@@ -72,6 +72,30 @@ def test_fsdp2_runs_are_summed_apart_from_the_other_stacks(tmp_path):
     assert c["runs"] == 1 and c["class"] == "Hopper, dense (other stacks: none published on this one)"
 
 
+def test_full_iteration_cuda_graph_runs_are_a_stack_of_their_own(tmp_path):
+    """Megatron-Bridge's 26.06 / 26.08 MoE rows replayed as one CUDA graph sit within about +20 %;
+    the same models with the host launching kernels at +50 % and more: a scenario that states its
+    graphs gets the graphed runs, one that does not the others."""
+    from pipesim.report.accuracy import STACK_GRAPHS, stack_of
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"cases": [
+        dict(_row("eager-host", "bridge2604", "Hopper", 70.0, kind="fine-grained MoE"), stack=""),
+        dict(_row("graphed", "bridge2606", "Hopper", 19.0, kind="fine-grained MoE"), stack=STACK_GRAPHS)]}))
+    plain = _s("qwen3-30b-a3b", expert=8)
+    graphed = load_scenario({"model": {"preset": "qwen3-30b-a3b", "seq_length": 4096},
+                             "system": {"preset": "dgx-h100", "num_nodes": 2}, "parallel": {"data": 16, "expert": 8},
+                             "training": {"micro_batch_size": 1, "global_batch_size": 64,
+                                          "cuda_graphs": "full_iteration"}})
+    assert (stack_of(plain), stack_of(graphed)) == ("", STACK_GRAPHS)
+    assert accuracy_of(plain, path)["nearest"] == "eager-host"
+    a = accuracy_of(graphed, path)
+    assert (a["runs"], a["nearest"], a["class"]) == (1, "graphed", "Hopper, fine-grained MoE, " + STACK_GRAPHS)
+    from pipesim.whatif.validation import case_scenario, load_cases
+    cases = {c.id: c for c in load_cases()}
+    assert case_scenario(cases["bridge2608-gb300-qwen3-30b-a3b-mxfp8"])["training"]["cuda_graphs"] == "full_iteration"
+    assert "cuda_graphs" not in case_scenario(cases["bridge2608-gb300-nemotron-3-nano-mxfp8"])["training"]
+
+
 def test_an_unreadable_snapshot_leaves_the_report_without_accuracy(tmp_path):
     for i, text in enumerate(("not json", "[]", '{"cases": 3}', '{"cases": [{"id": 1}]}')):
         path = tmp_path / f"bad{i}.json"          # (rows are cached per path)

@@ -58,6 +58,9 @@ def test_host_exposure_is_a_real_term():
     assert stage_costs(moe(ep=1))[0].moe_host_fwd == 0.0
     # the term is inside the forward and the MoE block time
     assert c.moe_block_fwd >= c.moe_host_fwd
+    # a step replayed as one CUDA graph synchronises with no host (a capture admits none)
+    graphed = stage_costs(moe(training={"cuda_graphs": "full_iteration"}))[0]
+    assert graphed.moe_host_fwd == 0.0 and graphed.forward == pytest.approx(c.forward - c.moe_host_fwd)
 
 
 def test_held_sms_and_two_stream_pair():

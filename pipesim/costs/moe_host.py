@@ -20,6 +20,10 @@ h = the preset's kernel launch cost (`gpu.kernel_launch_us`, CUDA C++ Best Pract
 PyTorch's eager per-op dispatch on the host (TORCH_OP_HOST_S below). Only the forward syncs: the
 backward reuses the counts the forward saved. Megatron's Python around the ops (router aux loss,
 dispatcher bookkeeping, module hooks) is not in pipesim's op list and so not counted here.
+Under full-iteration CUDA graphs (training.cuda_graphs) there is no such sync: a graph capture
+admits no host synchronisation, which is why Megatron-Bridge's full-iteration recipes pair it with
+fixed per-rank receive buffers (moe_expert_rank_capacity_factor) and paged stashing (Megatron-Core
+transformer/moe/paged_stash.py), and the host launches nothing during the step.
 """
 from __future__ import annotations
 
@@ -78,7 +82,7 @@ def host_exposed_fwd(s, cm, ops: list[Op], a2a_fwd: float) -> float:
     """Exposed host seconds per MoE layer forward (0 for synchronous hosts, which already pay
     every launch in the cost model, and without expert parallelism: no counts to sync)."""
     gpu = s.system.gpu
-    if not gpu.launch_overlaps or s.parallel.expert <= 1:
+    if not gpu.launch_overlaps or s.parallel.expert <= 1 or s.training.cuda_graphs == "full_iteration":
         return 0.0
     local = s.model.num_experts // s.parallel.expert
     seq = post_sync_sequence(ops, [cm.time(o, "fwd").seconds for o in ops], local, a2a_fwd / 2, a2a_fwd / 2)

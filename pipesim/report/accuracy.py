@@ -27,6 +27,7 @@ GENERATION = {"v100": "Volta", "a100": "Ampere", "h100": "Hopper", "h800": "Hopp
 FINE_GRAINED_EXPERTS = 32
 STACK_FSDP2 = "PyTorch FSDP2"
 STACK_EAGER = "PyTorch eager"
+STACK_GRAPHS = "full-iteration CUDA graphs"
 
 
 def class_of(s) -> tuple[str, str] | None:
@@ -43,11 +44,16 @@ def class_of(s) -> tuple[str, str] | None:
 def stack_of(s) -> str:
     """The training stack a scenario describes, as far as the published runs tell stacks apart:
     PyTorch FSDP2 (ZeRO-3 with FSDP2's collectives: torchtitan, NeMo AutoModel), other PyTorch-native
-    code with eager kernels (kernel_fusion eager: Hugging Face models, NVIDIA's SDPA benchmark) or ""
-    (the others: Megatron-Core / NeMo / Megatron-Bridge, DeepSpeed, Meta's Llama 3)."""
+    code with eager kernels (kernel_fusion eager: Hugging Face models, NVIDIA's SDPA benchmark), a step
+    replayed as one CUDA graph (training.cuda_graphs: Megatron-Bridge's 26.06 / 26.08 MXFP8 MoE
+    recipes, whose host-side time the graph removes: their MoE rows are within about +20 % where the
+    same models' rows with the host launching kernels are +50 to +130 %, docs/WHATIF.md) or "" (the
+    others: Megatron-Core / NeMo / Megatron-Bridge, DeepSpeed, Meta's Llama 3)."""
     if s.training.fsdp2:
         return STACK_FSDP2
-    return STACK_EAGER if s.training.kernel_fusion == "eager" else ""
+    if s.training.kernel_fusion == "eager":
+        return STACK_EAGER
+    return STACK_GRAPHS if s.training.cuda_graphs == "full_iteration" else ""
 
 
 def size_of(s) -> float:

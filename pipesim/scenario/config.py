@@ -400,6 +400,11 @@ class TrainingConfig:
                                                           "all-to-all or a DeepEP-like fused kernel")
     moe_a2a_overlap: bool = field(False, doc="hide one micro-batch's all-to-all under the paired "
                                              "micro-batch's compute (1F1B A2A overlap, DualPipeV)")
+    cuda_graphs: Literal["none", "full_iteration"] = field(
+        "none", doc="full_iteration: the whole step replayed as one CUDA graph (Megatron-Core "
+                    "cuda_graph_impl full_iteration): no host launches and no host synchronisation, so an MoE "
+                    "dispatcher exposes no host time (costs/moe_host.py); none: every kernel launched by the "
+                    "host (graphs of some modules only count as none). The report's accuracy band follows it")
     moe_shared_expert_overlap: bool = field(False, doc="run the shared experts on a second stream under the "
                                                        "layer's own dispatch and combine (Megatron-Core "
                                                        "--moe-shared-expert-overlap; NeMo AutoModel always)")

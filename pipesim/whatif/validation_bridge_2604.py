@@ -10,21 +10,25 @@ Mapped (pipesim/whatif/validation_bridge.py applies them over the family's defau
 - moe_a2a_overlap -> training.moe_a2a_overlap;
 - recompute_modules -> recompute selective with those modules (Megatron-Core recompute_modules);
 - cpu_offloading_num_layers -> training.offload_activation_layers;
+- cuda_graph_impl full_iteration -> training.cuda_graphs full_iteration (no v0.4.2 config of a
+  26.04.01 MoE row sets it; modules-only graphs count as none);
 - fp8_dot_product_attention -> training.fp8_attention (Transformer Engine's FP8 attention; no
   v0.4.2 config of a 26.04.01 row sets it: the 26.06 / 26.08 families use it);
 - use_megatron_fsdp -> ZeRO-3 with one gather and reduce-scatter per layer (Megatron-FSDP's
   default FSDP unit is the transformer layer: megatron/core/distributed/fsdp/mcore_fsdp_adapter.py,
   fsdp_unit_modules = [TransformerLayer, MoETransformerLayer, MambaLayer]).
-Not mapped: CUDA graphs (host time pipesim does not model), pipeline layouts, environment
-variables. Rows without an entry run the family defaults. `_recipe` and NVFP4_ROW map the 26.06 and
+Not mapped: CUDA graphs of some modules only (host time pipesim does not model), pipeline layouts,
+environment variables. Rows without an entry run the family defaults. `_recipe` and NVFP4_ROW map the 26.06 and
 26.08 releases' configs too (validation_bridge_2606.py, validation_bridge_2608.py).
 """
 from __future__ import annotations
 
 
 def _recipe(deepep: bool = False, a2a: bool = False, modules=None, offload: int = 0,
-            megatron_fsdp: bool = False, fp8_attention: bool = False) -> dict:
+            megatron_fsdp: bool = False, fp8_attention: bool = False, full_graph: bool = False) -> dict:
     out = {}
+    if full_graph:
+        out["cuda_graphs"] = "full_iteration"
     if fp8_attention:
         out["fp8_attention"] = True
     if deepep:

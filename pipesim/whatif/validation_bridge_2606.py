@@ -9,8 +9,11 @@ Test only.
 
 Mapped as bridge2604's (validation_bridge_2604.py `_recipe`): HybridEP / DeepEP dispatch, A2A
 overlap, recompute modules (activation offloading and Megatron-FSDP: no row's config sets them),
-and FP8 attention (fp8_dot_product_attention=True: the DeepSeek-V3 GB300 / B300 FP8_MX_V1 configs
-the V2 ones extend, GPT-OSS GB300 / GB200 FP8_MX_V2, every Qwen3 FP8_MX config of a row here).
+FP8 attention (fp8_dot_product_attention=True: the DeepSeek-V3 GB300 / B300 FP8_MX_V1 configs the
+V2 ones extend, GPT-OSS GB300 / GB200 FP8_MX_V2, every Qwen3 FP8_MX config of a row here), and
+full-iteration CUDA graphs (cuda_graph_impl "full_iteration" in the DeepSeek-V3, GPT-OSS and Qwen3
+FP8_MX configs here but B300 GPT-OSS's; *_llm_pretrain.py set_full_iter_cg_configs adds paged
+stashing and a fixed per-expert capacity, 1.5x the mean, for the capture: sizing, not computed).
 Precision: v0.5.1's precision configs (src/megatron/bridge/training/mixed_precision.py, scripts/
 performance/utils/precision.py) are v0.4.2's: FP8 and MXFP8 keep and gather FP8 weights,
 bf16_with_nvfp4_mixed sets fp4_param_gather (the NVFP4 rows as bridge2604's NVFP4_ROW), Nemotron 3
@@ -19,12 +22,9 @@ parameter gather reuses the gradient buffer is gone.
 Not mapped, new at v0.5.1 (no key in `_recipe`):
 - cutedsl_fused_grouped_mlp (Transformer Engine's op fuser with the CuTe-DSL fused grouped MLP),
   in every DeepSeek-V3, GPT-OSS and Qwen3 MXFP8 config here but B300 GPT-OSS's;
-- full-iteration CUDA graphs in those configs, with the dropless MoE padded to a fixed per-expert
-  capacity for the capture (*_llm_pretrain.py set_full_iter_cg_configs:
-  moe_pad_experts_for_cuda_graph_inference, moe_expert_rank_capacity_factor 1.5, moe_paged_stash);
 - fp8_output_proj with MXFP8 (deepseek_llm_pretrain.py on GB300 / GB200 / B300, gpt_oss_llm_pretrain.py
   on GB300 / GB200).
-Not mapped, as for bridge2604: CUDA graphs, pipeline layouts, environment variables, and Llama 3.1
+Not mapped, as for bridge2604: CUDA graphs of some modules only, environment variables, and Llama 3.1
 405B NVFP4's TP-overlap off (with, on GB200, parameter-gather overlap off: llama31_llm_pretrain.py).
 """
 from __future__ import annotations
@@ -36,29 +36,29 @@ from pipesim.whatif.validation_bridge_2604 import _recipe
 # {FP8_CS,FP8_MX,NVFP4}_V2 and _H100_FP8_CS_V2 (use_megatron_fsdp False, CUDA graphs).
 ROWS = {
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (recompute_modules [])
-    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_GBS15360 (the V2 config with GBS 15360)
-    "gb300-deepseekv3-mxfp8-gbs15360": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb300-deepseekv3-mxfp8-gbs15360": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2
-    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj']),
+    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj'], full_graph=True),
     # GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (recompute_modules [])
-    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # GPT_OSS_120B_PRETRAIN_CONFIG_B300_FP8_MX_V2
     "b300-gpt-oss-120b-mxfp8": _recipe(deepep=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1
-    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1
-    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1
-    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1
     "h100-qwen3-30b-a3b-fp8": _recipe(deepep=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2
-    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX
     "gb300-kimi-k2-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1

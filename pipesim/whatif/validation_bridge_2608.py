@@ -10,7 +10,10 @@ Mapped as bridge2604's (validation_bridge_2604.py `_recipe`): HybridEP / DeepEP 
 overlap (comm_overlap.overlap_moe_expert_parallel_comm), recompute modules (no modelled row's
 recipe offloads activations or uses Megatron-FSDP), and FP8 attention (mixed_precision.
 fp8_dot_product_attention: qwen/common.py _enable_hybridep_full_iteration_mxfp8, gpt_oss/common.py
-_apply_gpt_oss_120b_full_iter_fp8mx_configs, GB300 DeepSeek-V3's recipe; not GB200's).
+_apply_gpt_oss_120b_full_iter_fp8mx_configs, GB300 DeepSeek-V3's recipe; not GB200's), and
+full-iteration CUDA graphs (the same helpers and deepseek/common.py
+_enable_deepseek_full_iteration_mxfp8, GB200 DeepSeek-V3's too: every DeepSeek-V3, GPT-OSS and Qwen3
+row here; with paged stashing and a fixed per-expert capacity for the capture: sizing, not computed).
 Precision: perf_recipes/_common.py `_perf_precision` takes v0.4.2's precision configs
 (src/megatron/bridge/training/mixed_precision.py: MXFP8 keeps and gathers FP8 weights,
 bf16_with_nvfp4_mixed sets fp4_param_gather, the NVFP4 rows as bridge2604's NVFP4_ROW); Nemotron 3
@@ -20,11 +23,8 @@ is gone.
 Not mapped (no key in `_recipe`), as in bridge2606 (validation_bridge_2606.py):
 - the CuTe-DSL fused grouped MLP (use_transformer_engine_op_fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP)
   in the DeepSeek-V3, GPT-OSS and Qwen3 MXFP8 recipes;
-- full-iteration CUDA graphs in those recipes, with the dropless MoE padded to a fixed per-expert
-  capacity for the capture (moe_pad_experts_for_cuda_graph_inference, moe_expert_rank_capacity_factor
-  1.5, moe_paged_stash);
 - fp8_output_proj in the DeepSeek-V3 and GPT-OSS MXFP8 recipes;
-- CUDA graphs, pipeline layouts and environment variables, as for bridge2604.
+- CUDA graphs of some modules only, and environment variables, as for bridge2604.
 """
 from __future__ import annotations
 
@@ -38,21 +38,21 @@ from pipesim.whatif.validation_bridge_2604 import _recipe
 # (Megatron-FSDP sharded within each 64-GPU NVLink domain, recompute and offload of the expert MLP).
 ROWS = {
     # deepseek/gb300/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb300_fp8mx_config (recompute_modules [])
-    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # deepseek/gb200/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb200_fp8mx_config
-    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj']),
+    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj'], full_graph=True),
     # gpt_oss/gb300/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config
-    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # gpt_oss/gb200/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config (recompute_modules [] last)
-    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # qwen/gb300/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config
-    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # qwen/gb200/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config
-    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # qwen/gb300/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config
-    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # qwen/gb200/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config
-    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True),
+    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # nemotronh/gb300/nemotronh.py nemotron_3_nano_pretrain_8gpu_gb300_fp8mx_config
     "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
     # nemotronh/gb300/nemotronh.py nemotron_3_super_pretrain_64gpu_gb300_fp8mx_config
