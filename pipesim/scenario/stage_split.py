@@ -27,11 +27,9 @@ def embedding_loss_split(layers: int, chunks: int) -> list[int]:
 # symbol, "(...)*n" a group, commas cosmetic. E.g. DeepSeek-V3 on 16 chunks, Megatron-Bridge's
 # "Et*4|(t*4|)*14tmL": 4 layers in each of the first 15 chunks, 1 and the MTP block in the last.
 LAYOUT_SYMBOLS = "EtmL"
+MAX_LAYOUT_SYMBOLS = 100_000      # far above any model's layers; bounds what a typo can unroll to
 _GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
 _REPEAT = re.compile(r"(.)\*(\d+)")
-
-
-MAX_LAYOUT_SYMBOLS = 100_000      # far above any model's layers; bounds what a typo can unroll to
 
 
 def _times(match) -> str:
@@ -71,7 +69,8 @@ def layout_split(text: str, num_layers: int, mtp_layers: int, chunks: int) -> li
     if flat.count("t") != num_layers:
         raise ValueError(f"{flat.count('t')} layers (t) ≠ num_layers({num_layers})")
     last = parts[-1]
-    if flat.count("m") != mtp_layers or any("m" in p for p in parts[:-1]) or ("m" in last and "t" in last[last.index("m"):]):
+    mtp_misplaced = any("m" in p for p in parts[:-1]) or ("m" in last and "t" in last[last.index("m"):])
+    if flat.count("m") != mtp_layers or mtp_misplaced:
         raise ValueError(f"{flat.count('m')} MTP blocks (m) ≠ mtp_layers({mtp_layers}), or not after the last layer "
                          f"of the last chunk, where pipesim places them")
     return [p.count("t") for p in parts]
