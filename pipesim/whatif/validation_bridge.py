@@ -30,7 +30,8 @@ recompute, no dropout, ring context parallelism. Layers that do not split evenly
 pipeline·virtual chunks are placed as Megatron's account_for_embedding/loss_in_pipeline_split
 does: layers+2 slots split as evenly as possible (the remainder to the first chunks), the first
 and last chunk giving a slot to the embedding and the head (as llama3-405b in
-pipesim/whatif/validation_cp.py). A GB200 run is one NVLink domain of the largest multiple of 4
+pipesim/whatif/validation_cp.py), unless the release's recipe names the layout (DeepSeek-V3, Kimi
+K2: BRIDGE_LAYOUTS, as Megatron layout strings). A GB200 run is one NVLink domain of the largest multiple of 4
 GPUs <= 72 dividing the run (64 for 64 and 256 GPUs: NVL72 racks with 16 of their 18 trays in
 use), since 72 divides none of the published GPU counts. MoE: the table's footnote says the
 token distribution is force-balanced and dropless -> moe_routing balanced; dispatcher alltoall
