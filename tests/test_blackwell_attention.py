@@ -151,3 +151,37 @@ def test_the_report_names_the_attention_table_it_used():
     from pipesim.commands.simulate import summary
     s = scenario("gb200-nvl72")
     assert "attention table     cuDNN 9.22" in summary(pipesim.simulate(s), s)
+
+
+def test_sliding_window_attention_is_nvidias_gpt_oss_run_on_blackwell():
+    """cudnn-frontend results/gpt_oss/{gb200,gb300} (cuDNN 9.22): a 128-key causal band at head dim 64
+    runs at 150-200 TFLOP/s in BF16, and in FP8 / MXFP8 its backward skips nothing outside the band
+    (its time grows as s²). Other windows and head dims keep the full table's rate."""
+    from pipesim.costs.flash import window_tflops
+    gb200, gb300, b200 = (KERNEL_CURVES[g] for g in ("gb200", "gb300", "b200"))
+    assert window_tflops(gb200, 128, 64, 4096, "fwd") == pytest.approx(161)
+    assert window_tflops(gb300, 128, 64, 8192, "bwd", dtype="mxfp8") == pytest.approx(26)
+    assert window_tflops(b200, 128, 64, 4096, "bwd") == pytest.approx(182 * 1745.0 / 1822.0)
+    assert window_tflops(gb200, 1024, 64, 4096, "fwd") is None           # not the measured window
+    assert window_tflops(gb200, 128, 128, 4096, "fwd") is None           # nor head dim
+    assert window_tflops(gb200, 128, 64, 4096, "fwd", kernel="fa2") is None
+    assert window_tflops(KERNEL_CURVES["h100"], 128, 64, 4096, "fwd") is None
+
+    from pipesim.costs import stage_costs
+
+    def band_bwd(seq, **training):
+        s = load_scenario({"model": {"preset": "gpt-oss-120b", "seq_length": seq},
+                           "system": {"preset": "gb200-nvl72", "num_nodes": 16, "nvlink_domain": 64},
+                           "parallel": {"data": 64, "expert": 64},
+                           "training": {"micro_batch_size": 4, "global_batch_size": 256, "precision": "fp8",
+                                        "fp8_recipe": "mxfp8", **training}})
+        from pipesim.costs.fp8 import low_precision
+        from pipesim.costs.layers import layer_ops
+        from pipesim.costs.stage import cost_model_for
+        band = next(o for o in low_precision(s, layer_ops(s)) if o.name == "attention_window")
+        assert stage_costs(s)           # the scenario costs end to end
+        return cost_model_for(s).time(band, "bwd").seconds
+    # measured MXFP8 / BF16 backward: 2.080 / 0.465 ms at 4K, 7.427 / 0.911 ms at 8K (GB200)
+    r4 = band_bwd(4096, fp8_attention=True) / band_bwd(4096)
+    r8 = band_bwd(8192, fp8_attention=True) / band_bwd(8192)
+    assert r4 == pytest.approx(2.080 / 0.465, rel=0.05) and r8 == pytest.approx(7.427 / 0.911, rel=0.05)

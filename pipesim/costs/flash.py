@@ -33,6 +33,19 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
     return rate
 
 
+def window_tflops(curve: dict, window: int, head_dim: float, seq: float, phase: str, kernel: str = "auto",
+                  dtype: str = "bf16") -> float | None:
+    """Measured TFLOP/s (counted on the band) of cuDNN's causal sliding-window attention over `seq`
+    tokens, where the GPU has a measurement at this window and head dim (`attention_window`:
+    presets/gpus.py), scaled as the GPU's attention table; None elsewhere (other windows, head dims,
+    kernels than the default cuDNN): the full table's rate at the window length then applies."""
+    table = curve.get("attention_window")
+    if (table is None or kernel not in ("auto", "cudnn") or dtype not in table
+            or (window, head_dim) != (table["window"], table["head_dim"])):
+        return None
+    return curve["attention_scale"] * _interp(table[dtype]["fwd" if phase == "fwd" else "bwd"], seq)
+
+
 def _table_rate(table: dict, seq: float, causal: bool, phase: str) -> float:
     """A table's head-dim-128 rate: the causal backward measured where it was, else the non-causal
     backward times the forward's causal / non-causal ratio."""

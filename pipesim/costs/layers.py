@@ -379,8 +379,9 @@ def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: 
     layer costs the layer average: a sliding-window query sees min(i + 1, w) keys, s·w - w²/2
     pairs in all; a chunked one the keys of its chunk before it, w²/2 per whole chunk. Either runs
     at the rate the kernel table gives a key length of w (the inner loop each query tile runs;
-    below the table's shortest length, its rate there). Q, K, V, O and the log-sum-exp are kept as
-    by full attention (on the first op)."""
+    below the table's shortest length, its rate there), or, for a sliding window a GPU's window
+    kernels were measured at, at that measurement by sequence length (flash.window_tflops). Q, K,
+    V, O and the log-sum-exp are kept as by full attention (on the first op)."""
     full = flash_attention(sh, heads, kv, dtype, True)
     w = min(window, sh.s)
     if kind == "chunked":
@@ -391,7 +392,8 @@ def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: 
     fwd = 4 * sh.b * heads * pairs * sh.d
     band = replace(full, name="attention_window", flops_fwd=share * fwd, flops_bwd=share * 2.5 * fwd,
                    bytes_fwd=share * full.bytes_fwd, bytes_bwd=share * full.bytes_bwd, saved_bytes=0.0,
-                   measure_fwd=(), measure_bwd=(), flash=(full.flash[0], w, sh.d, True), attention_io=())
+                   measure_fwd=(), measure_bwd=(), flash=(full.flash[0], w, sh.d, True), attention_io=(),
+                   window_seq=sh.s if kind == "sliding" else 0.0)
     global_share = 1 - share
     ops = [replace(full, flops_fwd=global_share * full.flops_fwd, flops_bwd=global_share * full.flops_bwd,
                    bytes_fwd=global_share * full.bytes_fwd, bytes_bwd=global_share * full.bytes_bwd,

@@ -47,6 +47,8 @@ class Op:
     sequential state passing between its GEMM kernels).
     attention_io: (Q + K + V elements, O elements) a fused attention kernel keeps for its backward,
     on the op that keeps them (one per layer): what FP8 attention quantizes and stores in FP8.
+    window_seq: the sequence length a sliding-window attention band (flash's seq = the window)
+    runs over, for the GPUs with measured window kernels (flash.window_tflops).
     """
     name: str
     kind: str
@@ -72,3 +74,4 @@ class Op:
     serial_bytes_fwd: float = 0.0
     serial_bytes_bwd: float = 0.0
     attention_io: tuple = field(default=(), compare=False)
+    window_seq: float = 0.0

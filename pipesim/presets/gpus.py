@@ -24,6 +24,8 @@ Fields:
   fa2             (Blackwell) (table, scale) of FlashAttention-2, PyTorch SDPA's flash backend
   sdpa_cudnn      (Blackwell) (table, scale) of cuDNN through PyTorch SDPA's cuDNN backend
   attention_fp8   cuDNN's FP8 fused attention by scaling kind: {"fp8": (table, scale), "mxfp8": ...}
+  attention_window cuDNN's sliding-window attention measured at one window and head dim (flash.py
+                  window_tflops), scaled as the attention table
   attention_scale multiplies the attention table when it was measured on another GPU (documented
                   per entry); 1 for a table measured on this GPU
   attention_kernels  the fused-attention kernels with a published table on this GPU, by the name
@@ -211,6 +213,34 @@ _H100_CUDNN_FP8 = {
     "head_dim_from": _H100_CUDNN,
 }
 
+# Sliding-window attention (`attention_window`: the band op of a model with window layers, flash.py
+# window_tflops): NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/gpt_oss/{gb200,
+# gb300}/gpt_oss_2026042*.csv (commit fb682ce, cuDNN 9.22, April 2026): gpt-oss's attention shape,
+# a causal band of 128 keys ("top_left" with sliding_window_size 128), head dim 64, batch 2 x 128
+# heads, non-deterministic backward; TFLOP/s counted on the band, 4·b·h·(s·w - w²/2)·d forward and
+# 2.5x that backward (the same count as pipesim's band op; checked against the runs' times). BF16
+# runs at 150-200 TFLOP/s, far below the full-attention tables (a 128-key band is too short to keep
+# the tensor cores fed). In FP8 and MXFP8 the backward does not skip the blocks outside the band: its
+# time grows as s² (1.73 ms at 4K, 6.18 ms at 8K, 90 ms at 32K on GB200, against BF16's 0.47, 0.91
+# and 3.69), so its band-counted rate falls as 1 / s. Other windows and head dims keep the full
+# table's rate at the window length.
+def _window_table(source: str, **rates) -> dict:
+    return {"window": 128, "head_dim": 64, "source": source,
+            **{kind: {"fwd": tuple(zip(_SEQ_BW, fwd)), "bwd": tuple(zip(_SEQ_BW, bwd))}
+               for kind, (fwd, bwd) in rates.items()}}
+
+
+_GB200_CUDNN_WINDOW = _window_table(
+    "cuDNN 9.22, NVIDIA cudnn-frontend gpt_oss benchmark (GB200, 2026-04)",
+    bf16=((153, 161, 165, 167, 104), (176, 182, 187, 188, 186)),
+    fp8=((165, 173, 177, 179, 179), (78, 49, 28, 15, 8)),
+    mxfp8=((153, 161, 164, 166, 168), (65, 41, 23, 12, 6)))
+_GB300_CUDNN_WINDOW = _window_table(
+    "cuDNN 9.22, NVIDIA cudnn-frontend gpt_oss benchmark (GB300, 2026-04)",
+    bf16=((160, 167, 172, 173, 108), (184, 191, 198, 200, 199)),
+    fp8=((193, 203, 208, 211, 212), (89, 57, 33, 18, 9)),
+    mxfp8=((182, 194, 200, 203, 204), (72, 45, 26, 14, 7)))
+
 # cuDNN of 2026 on Hopper (`training.attention_kernel: cudnn-9.19`): NVIDIA/cudnn-frontend
 # benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/llama3.1_20260227_034703.csv
 # (cuDNN 9.19.1, H200 -- the H100 die and clocks at the same 700 W --, BF16, 64 query / 8 KV heads,
@@ -381,7 +411,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
                  anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1.0), sdpa_cudnn=(_B200_SDPA_CUDNN, 1.0),
-                 attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8)),
+                 attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8), attention_window=_GB200_CUDNN_WINDOW),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
     "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
@@ -390,7 +420,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_GB200_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(_B200_SDPA_CUDNN, 1822.0 / 1745.0),
-                  attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8)),
+                  attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8), attention_window=_GB200_CUDNN_WINDOW),
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
     # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
     # by the BF16 MAMF ratio 1769.0 / 1822.0 (GB300's MAMF stand-in, below).
@@ -401,7 +431,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  attention_scale=1769.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1769.0 / 1745.0),
                  sdpa_cudnn=(_GB300_SDPA_CUDNN, 1769.0 / 1822.0),
-                 attention_fp8=dict(fp8=_GB300_CUDNN_FP8, mxfp8=_GB300_CUDNN_MXFP8)),
+                 attention_fp8=dict(fp8=_GB300_CUDNN_FP8, mxfp8=_GB300_CUDNN_MXFP8), attention_window=_GB300_CUDNN_WINDOW),
     # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
     # GB200's (NVL72 datasheets: 2.5 / 5 PF per GPU for both), 11 % above the HGX B300's (2.25 / 4.5 PF
     # at 1.1 kW, presets/systems.py), so the measured GB200 MAMF stands in for BF16 and FP8 (and its
@@ -413,7 +443,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(_GB300_SDPA_CUDNN, 1.0),
-                  attention_fp8=dict(fp8=_GB300_CUDNN_FP8, mxfp8=_GB300_CUDNN_MXFP8)),
+                  attention_fp8=dict(fp8=_GB300_CUDNN_FP8, mxfp8=_GB300_CUDNN_MXFP8), attention_window=_GB300_CUDNN_WINDOW),
 }
 
 # Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has
