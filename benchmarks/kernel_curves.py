@@ -157,6 +157,15 @@ BLACKWELL_EARLIER = {
     ("b200", "pyt_cudnn Oct 2025"): ((84.0, 134.2), (254.5, 308.5), (478.9, 371.5), (855.7, 701.3), (1171.3, 942.5),
                                      (1332.4, 1074.8)),
 }
+# 3d: sliding-window attention, NVIDIA/cudnn-frontend gpt_oss runs (head dim 64, causal band): H200,
+# cuDNN 9.19, window 1024, 64 / 8 heads (results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv,
+# df73764) -- not used by pipesim, a test of its generic rule (the full table at key length w) --
+# and GB200, cuDNN 9.22, window 128 (results/gpt_oss/gb200, fb682ce), which pipesim now uses
+# because the generic rule misses it. (seq, forward, backward) TFLOP/s counted on the band.
+WINDOW_RUNS = {
+    ("h200", 1024): ((2048, 310, 264), (4096, 336, 289), (8192, 349, 300), (16384, 355, 303), (32768, 358, 299)),
+    ("gb200", 128): ((2048, 153, 176), (4096, 161, 182), (8192, 165, 187), (16384, 167, 188), (32768, 104, 186)),
+}
 # the same December 2025 run's per-tensor FP8 rows (cudnn_fe_fp8), against the FP8 tables
 BLACKWELL_EARLIER_FP8 = {
     ("gb200", "cudnn_fe_fp8 Dec 2025"): ((466, 300), (870, 551), (1321, 672), (1661, 1088), (1893, 1261), (2033, 1370)),
@@ -299,6 +308,20 @@ def main() -> None:
             pb = attention_tflops(c, seq, True, "bwd", dtype=dtype)
             print(f"   {name:>6} {run:>19} {seq:>6} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
                   f"{pb:>6.0f} {bwd:>6.0f} {100 * (pb / bwd - 1):>+6.0f}")
+    print()
+
+    print("3d. Sliding-window attention, head dim 64: NVIDIA's gpt_oss runs vs pipesim's generic rule (the full")
+    print("    table at key length w; the default table and, on Hopper, the cuDNN 9.19 table of the same software)")
+    print(f"   {'GPU':>6} {'window':>6} {'seq':>6} {'fwd':>5} {'rule':>5} {'9.19':>5} {'bwd':>5} {'rule':>5} {'9.19':>5}")
+    for (name, w), rows in WINDOW_RUNS.items():
+        c = KERNEL_CURVES[name]
+        rule = [attention_tflops(c, w, True, p, "auto", 64) for p in ("fwd", "bwd")]
+        named = [attention_tflops(c, w, True, p, "cudnn-9.19", 64) if name == "h200" else float("nan")
+                 for p in ("fwd", "bwd")]
+        for seq, fwd, bwd in rows:
+            print(f"   {name:>6} {w:>6} {seq:>6} {fwd:>5} {rule[0]:>5.0f} {named[0]:>5.0f} {bwd:>5} {rule[1]:>5.0f} "
+                  f"{named[1]:>5.0f}")
+    print("   (GB200's window-128 rows are pipesim's rates now: presets/gpus.py _GB200_CUDNN_WINDOW)")
     print()
 
     print("4. Mamba-2 SSD scan forward on H100 (128 heads of 64, state 128, chunk 256), tokens/s, vs vLLM PR "
