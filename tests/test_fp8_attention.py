@@ -44,6 +44,19 @@ def test_fp8_attention_rates_are_cudnns_measured_fp8_speed_ups():
     assert attention_tflops(h100, 16384, True, "fwd", "cudnn-9.19", dtype="fp8") == pytest.approx(1010)
 
 
+def test_mla_takes_its_own_measured_fp8_speed_up():
+    """cudnn-frontend results/dsv3 (DeepSeek-V3's MLA shape, cuDNN 9.22): FP8 gains more on MLA than at
+    head dim 128, and an MLA op takes those panels' FP8 / BF16 ratio (at 4K causal on GB200: forward
+    1406 -> 2095 per-tensor, backward 1057 -> 1364 MXFP8; head dim 128 keeps 1805 and 1054)."""
+    c = KERNEL_CURVES["gb200"]
+    assert attention_tflops(c, 4096, True, "fwd", head_dim=("mla", 192), dtype="fp8") == pytest.approx(2095)
+    assert attention_tflops(c, 4096, True, "bwd", head_dim=("mla", 192), dtype="mxfp8") == pytest.approx(1364)
+    assert attention_tflops(c, 4096, True, "fwd", dtype="fp8") == pytest.approx(1805)
+    assert attention_tflops(c, 4096, True, "bwd", dtype="mxfp8") == pytest.approx(1054)
+    assert attention_tflops(KERNEL_CURVES["gb300"], 8192, True, "bwd", head_dim=("mla", 192),
+                            dtype="fp8") == pytest.approx(2310)
+
+
 @pytest.mark.parametrize("recipe, qkv_bytes, o_bytes", [("delayed", 1.0, 1.0), ("tensorwise", 1.0, 2.0),
                                                          ("mxfp8", 1 + 1 / 32, 2.0)])
 def test_kept_tensors_and_quantize_passes_follow_transformer_engines_fp8_attention(recipe, qkv_bytes, o_bytes):

@@ -22,14 +22,18 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
     """Achieved TFLOP/s of the fused attention kernel on this GPU (`kernel`: a name of the curve's
     `attention_kernels`, or "auto" for its default table) at `head_dim`; `dtype` "fp8" / "mxfp8":
     cuDNN's FP8 attention with per-tensor / MXFP8 scaling, as its speed-up over BF16 measured in
-    the same run (the curve's `attention_fp8` table over its `bf16_ref`) applied to the BF16 rate,
-    so that FP8 and BF16 attention are compared at one software version."""
+    the same run (the curve's `attention_fp8` table over its `bf16_ref`; MLA's panels of both for
+    an MLA op) applied to the BF16 rate, so that FP8 and BF16 attention are compared at one
+    software version."""
     table, scale = attention_table(curve, kernel)
     rate = scale * _table_rate(table, seq, causal, phase) * head_dim_factor(
         table, ("fwd" if phase == "fwd" else "bwd") + ("_causal" if causal else ""), seq, head_dim)
     if dtype != "bf16":
         fp8 = curve["attention_fp8"][dtype]
-        rate *= _table_rate(fp8, seq, causal, phase) / _table_rate(fp8["bf16_ref"], seq, causal, phase)
+        ref = fp8["bf16_ref"]
+        if isinstance(head_dim, tuple) and "mla" in fp8 and "mla" in ref:     # MLA's own FP8 speed-up
+            fp8, ref = fp8["mla"], ref["mla"]
+        rate *= _table_rate(fp8, seq, causal, phase) / _table_rate(ref, seq, causal, phase)
     return rate
 
 

@@ -261,6 +261,23 @@ _H100_CUDNN_2026 = {
 _H100_CUDNN_2026["mla"] = {"fwd_causal": ((2048, 522), (4096, 599), (8192, 643)),
                            "bwd_causal": ((2048, 352), (4096, 404), (8192, 442))}
 _H100_CUDNN["head_dim_from"] = _H100_CUDNN_2026
+# MLA in FP8 (the same April 2026 runs, results/dsv3/{gb200,gb300}: DeepSeek-V3's 128 heads, q/k
+# 192, v 128, batch 2, non-deterministic backward): FP8 gains more on MLA than at head dim 128 (GB200
+# causal backward at 4K: per-tensor 1.60x, MXFP8 1.29x BF16's, against 1.03x and 0.92x for Llama's
+# heads), so an MLA op takes the FP8 / BF16 ratio of these panels (flash.attention_tflops).
+def _mla_panel(fwd, fwd_causal, bwd, bwd_causal) -> dict:
+    return {k: tuple(zip(_SEQ_BW, v)) for k, v in
+            (("fwd", fwd), ("fwd_causal", fwd_causal), ("bwd", bwd), ("bwd_causal", bwd_causal))}
+
+
+_GB200_CUDNN_FP8["mla"] = _mla_panel((2175, 2518, 2582, 2590, 2340), (1659, 2095, 2397, 2486, 2447),
+                                     (1807, 2071, 2122, 1989, 1932), (1312, 1692, 1959, 1968, 1857))
+_GB200_CUDNN_MXFP8["mla"] = _mla_panel((2018, 2316, 2408, 2492, 2162), (1535, 1925, 2219, 2355, 2329),
+                                       (1504, 1675, 1680, 1638, 1561), (1047, 1364, 1494, 1552, 1532))
+_GB300_CUDNN_FP8["mla"] = _mla_panel((3058, 3304, 3400, 3438, 3362), (2290, 2788, 3128, 3305, 3364),
+                                     (2099, 2406, 2509, 2579, 2466), (1511, 1982, 2310, 2459, 2406))
+_GB300_CUDNN_MXFP8["mla"] = _mla_panel((2758, 3015, 3108, 3117, 3063), (2069, 2517, 2829, 2998, 2959),
+                                       (1665, 1921, 2027, 2007, 1948), (1158, 1522, 1780, 1844, 1863))
 for _fp8, _ref in ((_GB200_CUDNN_FP8, _GB200_CUDNN), (_GB200_CUDNN_MXFP8, _GB200_CUDNN),
                    (_GB300_CUDNN_FP8, _GB300_CUDNN), (_GB300_CUDNN_MXFP8, _GB300_CUDNN),
                    (_H100_CUDNN_FP8, _H100_CUDNN_2026)):
