@@ -437,7 +437,8 @@ def head_ops(s: Scenario) -> list[Op]:
         from pipesim.costs.eager import eager_ops
         ops = eager_ops(ops, gated=False, rmsnorm=m.norm == "rmsnorm")
     head = matmul("lm_head", T, sh.h, sh.v, sh, "column", saved_input=tok * sh.h * e,
-                  dtype=high_precision(s.training.precision), bias=False)
+                  dtype="fp8" if s.training.fp8_lm_head and s.training.precision == "fp8"
+                  else high_precision(s.training.precision), bias=False)
     shares_embedding = m.tied_embeddings and s.parallel.pipeline == 1
     if shares_embedding:
         head = replace(head, params=0.0)

@@ -296,7 +296,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         ring_fwd, ring_bwd = ring_seconds(s, cm, layer)
         copy_fwd, copy_bwd = copy_fwd + ring_fwd, copy_bwd + ring_bwd
     tr = s.training
-    emb, head = embedding_ops(s), head_ops(s)
+    emb, head = embedding_ops(s), low_precision(s, head_ops(s))     # an FP8 LM head (fp8_lm_head) casts too
     mtp = costed_mtp_ops(s) * s.model.mtp_layers if s.model.mtp_layers else []     # the last stage's MTP
     cpc = context_comm(s, cm, layer)
     from pipesim.costs.mamba import cp_all_to_all
@@ -378,7 +378,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             - dup * sum(o.params for o in mtp[:len(mtp) // max(1, s.model.mtp_layers)])
         # CP ranks hold the same weights: gradients reduce, and ZeRO shards, over data x context
         dp_cp = s.parallel.data * s.parallel.context
-        fp8_params = sum(n * low_precision_params(d.ops) for d, n in zip(dense, w_by_kind))
+        fp8_params = sum(n * low_precision_params(d.ops) for d, n in zip(dense, w_by_kind)) + \
+            (low_precision_params(head) if last else 0.0)
         # of them, FP8 GEMMs inside an NVFP4 run (training.mxfp8_gemms): MXFP8 copies and casts
         mx_params = sum(n * fp8_gemm_params(d.ops) for d, n in zip(dense, w_by_kind)) if tr.mxfp8_gemms else 0.0
         # the chunk's first n_rc dense layers (kind by kind), then its MoE layers, recompute

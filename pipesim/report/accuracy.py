@@ -46,7 +46,7 @@ def stack_of(s) -> str:
     PyTorch FSDP2 (ZeRO-3 with FSDP2's collectives: torchtitan, NeMo AutoModel), other PyTorch-native
     code with eager kernels (kernel_fusion eager: Hugging Face models, NVIDIA's SDPA benchmark), a step
     replayed as one CUDA graph (training.cuda_graphs: Megatron-Bridge's 26.06 / 26.08 MXFP8 MoE
-    recipes, whose host-side time the graph removes: their MoE rows average +19 % where the same
+    recipes, whose host-side time the graph removes: their MoE rows average +22 % where the same
     models' rows with the host launching kernels average +66 %, docs/WHATIF.md) or "" (the
     others: Megatron-Core / NeMo / Megatron-Bridge, DeepSpeed, Meta's Llama 3)."""
     if s.training.fsdp2:

@@ -431,6 +431,9 @@ class TrainingConfig:
                                           "DotProductAttention, Megatron-Core --fp8-dot-product-attention; per-tensor "
                                           "scaling with fp8_recipe delayed / tensorwise, MXFP8 with mxfp8): cuDNN's FP8 "
                                           "kernel tables, Q/K/V quantized and kept in FP8 (O too under delayed)")
+    fp8_lm_head: bool = field(False, doc="fp8_recipe mxfp8: the output layer (LM head, the MTP depths' too) in "
+                                        "MXFP8 like the layers' GEMMs, with its casts and weight copy (Megatron-Core "
+                                        "fp8_output_proj: TELMHeadColumnParallelLinear; BF16 otherwise)")
     fp8_param_gather: bool = field(False, doc="precision fp8: keep the FP8-GEMM weights only in FP8 (no BF16 copy; "
                                              "fp32 masters in the optimizer) and all-gather them in FP8 (Megatron "
                                              "--fp8-param-gather, Transformer Engine fp8_model_init; NeMo 2.0 / "

@@ -12,6 +12,7 @@ Mapped (pipesim/whatif/validation_bridge.py applies them over the family's defau
 - cpu_offloading_num_layers -> training.offload_activation_layers;
 - cuda_graph_impl full_iteration -> training.cuda_graphs full_iteration (no v0.4.2 config of a
   26.04.01 MoE row sets it; modules-only graphs count as none);
+- fp8_output_proj -> training.fp8_lm_head (the MXFP8 output layer; new at v0.5.1);
 - fp8_dot_product_attention -> training.fp8_attention (Transformer Engine's FP8 attention; no
   v0.4.2 config of a 26.04.01 row sets it: the 26.06 / 26.08 families use it);
 - use_megatron_fsdp -> ZeRO-3 with one gather and reduce-scatter per layer (Megatron-FSDP's
@@ -25,8 +26,11 @@ from __future__ import annotations
 
 
 def _recipe(deepep: bool = False, a2a: bool = False, modules=None, offload: int = 0,
-            megatron_fsdp: bool = False, fp8_attention: bool = False, full_graph: bool = False) -> dict:
+            megatron_fsdp: bool = False, fp8_attention: bool = False, full_graph: bool = False,
+            fp8_lm_head: bool = False) -> dict:
     out = {}
+    if fp8_lm_head:
+        out["fp8_lm_head"] = True
     if full_graph:
         out["cuda_graphs"] = "full_iteration"
     if fp8_attention:

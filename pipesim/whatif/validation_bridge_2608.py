@@ -13,7 +13,9 @@ fp8_dot_product_attention: qwen/common.py _enable_hybridep_full_iteration_mxfp8,
 _apply_gpt_oss_120b_full_iter_fp8mx_configs, GB300 DeepSeek-V3's recipe; not GB200's), and
 full-iteration CUDA graphs (the same helpers and deepseek/common.py
 _enable_deepseek_full_iteration_mxfp8, GB200 DeepSeek-V3's too: every DeepSeek-V3, GPT-OSS and Qwen3
-row here; with paged stashing and a fixed per-expert capacity for the capture: sizing, not computed).
+row here; with paged stashing and a fixed per-expert capacity for the capture: sizing, not computed),
+and the MXFP8 output layer (fp8_output_proj -> training.fp8_lm_head: deepseek/common.py
+_enable_deepseek_full_iteration_mxfp8 on GB300 and GB200, gpt_oss/common.py).
 Precision: perf_recipes/_common.py `_perf_precision` takes v0.4.2's precision configs
 (src/megatron/bridge/training/mixed_precision.py: MXFP8 keeps and gathers FP8 weights,
 bf16_with_nvfp4_mixed sets fp4_param_gather, the NVFP4 rows as bridge2604's NVFP4_ROW); Nemotron 3
@@ -23,7 +25,6 @@ is gone.
 Not mapped (no key in `_recipe`), as in bridge2606 (validation_bridge_2606.py):
 - the CuTe-DSL fused grouped MLP (use_transformer_engine_op_fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP)
   in the DeepSeek-V3, GPT-OSS and Qwen3 MXFP8 recipes;
-- fp8_output_proj in the DeepSeek-V3 and GPT-OSS MXFP8 recipes;
 - CUDA graphs of some modules only, and environment variables, as for bridge2604.
 """
 from __future__ import annotations
@@ -38,13 +39,14 @@ from pipesim.whatif.validation_bridge_2604 import _recipe
 # (Megatron-FSDP sharded within each 64-GPU NVLink domain, recompute and offload of the expert MLP).
 ROWS = {
     # deepseek/gb300/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb300_fp8mx_config (recompute_modules [])
-    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True, fp8_lm_head=True),
     # deepseek/gb200/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb200_fp8mx_config
-    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj'], full_graph=True),
+    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj'], full_graph=True,
+                                      fp8_lm_head=True),
     # gpt_oss/gb300/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config
-    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True, fp8_lm_head=True),
     # gpt_oss/gb200/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config (recompute_modules [] last)
-    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True, fp8_lm_head=True),
     # qwen/gb300/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config
     "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
     # qwen/gb200/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config
