@@ -356,3 +356,15 @@ def test_a_16_bit_candidate_of_an_fp8_base_drops_the_fp8_recipes_choices_and_rep
             "training.bf16_layers_start=0"} <= set(args)
     again = load_scenario(fp8, args)
     assert pipesim.simulate(again, trace=False).step_time_s == pytest.approx(pipesim.simulate(s16, trace=False).step_time_s)
+
+
+def test_a_16_bit_candidate_drops_the_mxfp8_lm_head_too():
+    from pipesim.scenario.load import load_scenario
+    base = {"model": {"preset": "llama3-8b", "num_layers": 4}, "system": {"preset": "dgx-b200"},
+            "training": {"micro_batch_size": 1, "global_batch_size": 16, "precision": "fp8", "fp8_recipe": "mxfp8",
+                         "attention": "flash", "fp8_lm_head": True}}
+    space = SearchSpace(tensor=(1,), pipeline=(1,), micro_batch=(1,), recompute=("none",), zero=(1,),
+                        compression=(16,), extra={"training.precision": ("bf16", "fp8")})
+    by = {c["training"]["precision"]: c for c in candidates(base, 8, space)}
+    assert "fp8_lm_head" not in by["bf16"]["training"] and by["fp8"]["training"]["fp8_lm_head"]
+    assert load_scenario(by["bf16"]).training.precision == "bf16"

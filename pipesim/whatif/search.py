@@ -152,8 +152,8 @@ def set_key(d: dict, dotted: str, value) -> dict:
 
 # The FP8 / FP4 recipe's own choices (each refused without precision: fp8): a candidate the
 # precision axis (--precisions) makes 16-bit drops them instead of being impossible.
-FP8_ONLY = ("fp8_attention", "fp8_param_gather", "bf16_layers_start", "bf16_layers_end", "bf16_gemms",
-            "mxfp8_gemms", "bf16_mtp")
+FP8_ONLY = ("fp8_attention", "fp8_lm_head", "fp8_param_gather", "bf16_layers_start", "bf16_layers_end",
+            "bf16_gemms", "mxfp8_gemms", "bf16_mtp")
 
 
 def candidates(raw: dict, gpus: int, space: SearchSpace | None = None) -> list[dict]:
