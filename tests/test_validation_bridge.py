@@ -164,8 +164,8 @@ def test_2606_and_2608_rows_take_their_release_configs_settings():
     assert ds["recompute"] == "selective" and ds["recompute_modules"] == ["mla_up_proj"]
     gbs = case_scenario(cases["bridge2606-gb300-deepseekv3-mxfp8-gbs15360"])["training"]   # ..._GB300_FP8_MX_GBS15360
     assert (gbs["moe_dispatcher"], gbs["moe_a2a_overlap"], gbs["recompute"]) == ("deepep", True, "none")
-    b300 = case_scenario(cases["bridge2606-b300-deepseekv3-mxfp8"])["training"]   # no v0.5.1 config has its layout
-    assert b300["moe_dispatcher"] == "alltoall" and b300["recompute"] == "none"
+    b300 = case_scenario(cases["bridge2606-b300-deepseekv3-mxfp8"])["training"]   # its layout's v0.5.0 config
+    assert b300["moe_dispatcher"] == "deepep" and b300["recompute_modules"] == ["mla_up_proj"]
     sup = case_scenario(cases["bridge2606-b300-nemotron-3-super-nvfp4"])["training"]
     assert sup["recompute_modules"] == ["moe_act", "layernorm"] and sup["fp8_param_gather"] is False
     # the release's NVFP4 precision config gathers FP4 weights, as v0.4.2's

@@ -4,8 +4,9 @@ release's own performance configs: github:NVIDIA-NeMo/Megatron-Bridge tag v0.5.1
 configs/*/*_workload_base_configs.py and *_llm_pretrain.py. 30 of the 31 rows have a config there
 whose layout (GPUs, global and micro batch, TP, PP, VP, CP, EP) is the table's; the comment names
 it. The DGX-B300 DeepSeekV3 row (MBS 2, no VP) has none (DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2
-runs MBS 1 with VP 2) and runs the family defaults but for the MXFP8 output layer the B300 function
-sets for every MXFP8 run, as do the rows whose config sets nothing mapped. Test only.
+runs MBS 1 with VP 2 there) and takes the config of its layout at v0.5.0, the tag before (whose
+26.06 table did not have the row yet); rows whose config sets nothing mapped run the family
+defaults. Test only.
 
 Mapped as bridge2604's (validation_bridge_2604.py `_recipe`): HybridEP / DeepEP dispatch, A2A
 overlap, recompute modules (activation offloading and Megatron-FSDP: no row's config sets them),
@@ -15,7 +16,7 @@ full-iteration CUDA graphs (cuda_graph_impl "full_iteration" in the DeepSeek-V3,
 FP8_MX configs here but B300 GPT-OSS's; *_llm_pretrain.py set_full_iter_cg_configs adds paged
 stashing and a fixed per-expert capacity, 1.5x the mean, for the capture: sizing, not computed),
 and the MXFP8 output layer (fp8_output_proj -> training.fp8_lm_head: deepseek_llm_pretrain.py's
-GB300 / GB200 / B300 and gpt_oss_llm_pretrain.py's GB300 / GB200 functions, for MXFP8).
+GB300 / GB200 and gpt_oss_llm_pretrain.py's GB300 / GB200 functions, for MXFP8).
 Precision: v0.5.1's precision configs (src/megatron/bridge/training/mixed_precision.py, scripts/
 performance/utils/precision.py) are v0.4.2's: FP8 and MXFP8 keep and gather FP8 weights,
 bf16_with_nvfp4_mixed sets fp4_param_gather (the NVFP4 rows as bridge2604's NVFP4_ROW), Nemotron 3
@@ -44,8 +45,11 @@ ROWS = {
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2
     "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj'], full_graph=True,
                                       fp8_lm_head=True),
-    # no config of its layout; deepseek_v3_pretrain_config_b300 sets fp8_output_proj for every MXFP8 run
-    "b300-deepseekv3-mxfp8": _recipe(fp8_lm_head=True),
+    # no v0.5.1 config of its layout: v0.5.0's DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2 (= B300_V2: MBS 2,
+    # PP 8, HybridEP, recompute mla_up_proj, graphs of attention / router), which commit 78540b2
+    # ("Update DSV3 B300 perf recipe", 2026-06-29) replaced before v0.5.1; v0.5.0's B300 function sets
+    # no fp8_output_proj (only v0.5.1's does)
+    "b300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
     # GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
     "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True,
                                         fp8_lm_head=True),
