@@ -18,13 +18,18 @@ from pipesim.presets.gpus import KERNEL_CURVES, interp_by_seq as _interp
 
 
 def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: str = "auto",
-                     head_dim: float = 128, dtype: str = "bf16") -> float:
+                     head_dim: float = 128, dtype: str = "bf16", window_seq: float = 0.0) -> float:
     """Achieved TFLOP/s of the fused attention kernel on this GPU (`kernel`: a name of the curve's
     `attention_kernels`, or "auto" for its default table) at `head_dim`; `dtype` "fp8" / "mxfp8":
     cuDNN's FP8 attention with per-tensor / MXFP8 scaling, as its speed-up over BF16 measured in
     the same run (the curve's `attention_fp8` table over its `bf16_ref`; MLA's panels of both for
     an MLA op) applied to the BF16 rate, so that FP8 and BF16 attention are compared at one
-    software version."""
+    software version. `window_seq`: a sliding-window band of `seq` keys over that many tokens, at
+    the GPU's measured window kernels where it has them (window_tflops)."""
+    if window_seq:
+        measured = window_tflops(curve, seq, head_dim, window_seq, phase, kernel, dtype)
+        if measured is not None:
+            return measured
     table, scale = attention_table(curve, kernel)
     rate = scale * _table_rate(table, seq, causal, phase) * head_dim_factor(
         table, ("fwd" if phase == "fwd" else "bwd") + ("_causal" if causal else ""), seq, head_dim)

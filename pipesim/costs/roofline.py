@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipesim.costs.flash import attention_source, attention_tflops, window_tflops
+from pipesim.costs.flash import attention_source, attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
 from pipesim.costs.ops import Op
 from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor, sustained_ratio
@@ -133,11 +133,8 @@ class CostModel:
         elif self.curve is not None and op.flash:
             _, seq, head_dim, causal, *fp8 = op.flash          # fp8: ("fp8" | "mxfp8",) under FP8 attention
             dtype = fp8[0] if fp8 else "bf16"
-            rate = window_tflops(self.curve, seq, head_dim, op.window_seq, phase, self.attention_kernel, dtype) \
-                if op.window_seq else None
-            if rate is None:
-                rate = attention_tflops(self.curve, seq, causal, phase, self.attention_kernel, head_dim, dtype)
-            rate *= self.curve_factor("fp8" if fp8 else "bf16")
+            rate = attention_tflops(self.curve, seq, causal, phase, self.attention_kernel, head_dim, dtype,
+                                    op.window_seq) * self.curve_factor("fp8" if fp8 else "bf16")
             compute = flops / (rate * 1e12)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and op.fused_attention:

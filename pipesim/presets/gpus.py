@@ -137,6 +137,13 @@ def _with_non_causal(table: dict, ref: dict) -> dict:
 # the April forward at 2K-16K), and the non-causal ones there take the H100 cuDNN table's
 # non-causal / causal ratio (_with_non_causal).
 _SEQ_BW = (2048, 4096, 8192, 16384, 32768)
+
+
+def _seq_panel(fwd, fwd_causal, bwd, bwd_causal, **extra) -> dict:
+    """A kernel table measured at _SEQ_BW: TFLOP/s per phase, in that order of lengths."""
+    return {k: tuple(zip(_SEQ_BW, v)) for k, v in
+            (("fwd", fwd), ("fwd_causal", fwd_causal), ("bwd", bwd), ("bwd_causal", bwd_causal))} | extra
+
 _GB200_CUDNN = _with_non_causal({
     "fwd": tuple(zip(_SEQ_BW, (1433, 1599, 1771, 1697, 1634))),
     "fwd_causal": ((512, 408), (1024, 733)) + tuple(zip(_SEQ_BW, (1097, 1408, 1574, 1708, 1622))),
@@ -151,10 +158,8 @@ _GB200_CUDNN = _with_non_causal({
 # 2603.05451, Sec. 1), where Hopper's panels (FA3 paper) run the other way; head dims below 128
 # take Hopper's panel.
 _GB200_CUDNN["head_dim"] = {256: {"fwd_causal": tuple(zip(_SEQ_BW, (1126, 1441, 1708, 1804, 1734)))}}
-_GB200_CUDNN["mla"] = {"fwd": tuple(zip(_SEQ_BW, (1492, 1666, 1759, 1812, 1584))),
-                       "fwd_causal": tuple(zip(_SEQ_BW, (1072, 1406, 1585, 1678, 1743))),
-                       "bwd": tuple(zip(_SEQ_BW, (1048, 1175, 1125, 1088, 1086))),
-                       "bwd_causal": tuple(zip(_SEQ_BW, (846, 1057, 1193, 1134, 1076)))}
+_GB200_CUDNN["mla"] = _seq_panel((1492, 1666, 1759, 1812, 1584), (1072, 1406, 1585, 1678, 1743),
+                                 (1048, 1175, 1125, 1088, 1086), (846, 1057, 1193, 1134, 1076))
 # GB300 (Blackwell Ultra: twice the exponential (SFU) rate of Blackwell, which the softmax needs):
 # 1.06-1.25x GB200's rates in the same run.
 _GB300_CUDNN = _with_non_causal({
@@ -165,10 +170,8 @@ _GB300_CUDNN = _with_non_causal({
     "head_dim_from": _H100_CUDNN,
 }, _H100_CUDNN)
 _GB300_CUDNN["head_dim"] = {256: {"fwd_causal": tuple(zip(_SEQ_BW, (1307, 1743, 1965, 2063, 2096)))}}
-_GB300_CUDNN["mla"] = {"fwd": tuple(zip(_SEQ_BW, (1770, 1937, 2021, 2032, 1917))),
-                       "fwd_causal": tuple(zip(_SEQ_BW, (1285, 1590, 1825, 1967, 1991))),
-                       "bwd": tuple(zip(_SEQ_BW, (1117, 1267, 1301, 1254, 1246))),
-                       "bwd_causal": tuple(zip(_SEQ_BW, (914, 1143, 1291, 1302, 1289)))}
+_GB300_CUDNN["mla"] = _seq_panel((1770, 1937, 2021, 2032, 1917), (1285, 1590, 1825, 1967, 1991),
+                                 (1117, 1267, 1301, 1254, 1246), (914, 1143, 1291, 1302, 1289))
 
 # FP8 fused attention (`training.fp8_attention`: Transformer Engine's FP8 DotProductAttention,
 # Megatron-Core --fp8-dot-product-attention): Q, K, V and, in the backward, dO in FP8, measured in
@@ -184,13 +187,9 @@ _GB200_CUDNN_FP8 = _with_non_causal({
     "bwd_causal": ((512, 300), (1024, 551)) + tuple(zip(_SEQ_BW, (831, 1178, 1454, 1632, 1687))),
     "head_dim_from": _GB200_CUDNN,
 }, _H100_CUDNN)
-_GB200_CUDNN_MXFP8 = {
-    "fwd": tuple(zip(_SEQ_BW, (1754, 1944, 2080, 2103, 2070))),
-    "fwd_causal": tuple(zip(_SEQ_BW, (1330, 1685, 1902, 1999, 2046))),
-    "bwd": tuple(zip(_SEQ_BW, (1069, 1344, 1495, 1554, 1480))),
-    "bwd_causal": tuple(zip(_SEQ_BW, (745, 1054, 1287, 1436, 1425))),
-    "head_dim_from": _GB200_CUDNN,
-}
+_GB200_CUDNN_MXFP8 = _seq_panel((1754, 1944, 2080, 2103, 2070), (1330, 1685, 1902, 1999, 2046),
+                                (1069, 1344, 1495, 1554, 1480), (745, 1054, 1287, 1436, 1425),
+                                head_dim_from=_GB200_CUDNN)
 _GB300_CUDNN_FP8 = _with_non_causal({
     "fwd": tuple(zip(_SEQ_BW, (2728, 2988, 3160, 3182, 3050))),
     "fwd_causal": ((512, 564), (1024, 1090)) + tuple(zip(_SEQ_BW, (1954, 2532, 2897, 3054, 3108))),
@@ -198,20 +197,11 @@ _GB300_CUDNN_FP8 = _with_non_causal({
     "bwd_causal": ((512, 310), (1024, 580)) + tuple(zip(_SEQ_BW, (944, 1396, 1781, 2035, 2128))),
     "head_dim_from": _GB300_CUDNN,
 }, _H100_CUDNN)
-_GB300_CUDNN_MXFP8 = {
-    "fwd": tuple(zip(_SEQ_BW, (2443, 2693, 2870, 2889, 2814))),
-    "fwd_causal": tuple(zip(_SEQ_BW, (1751, 2272, 2570, 2727, 2785))),
-    "bwd": tuple(zip(_SEQ_BW, (1164, 1469, 1636, 1689, 1654))),
-    "bwd_causal": tuple(zip(_SEQ_BW, (811, 1143, 1404, 1563, 1590))),
-    "head_dim_from": _GB300_CUDNN,
-}
-_H100_CUDNN_FP8 = {
-    "fwd": tuple(zip(_SEQ_BW, (870, 973, 1023, 1055, 1062))),
-    "fwd_causal": tuple(zip(_SEQ_BW, (698, 854, 964, 1010, 1042))),
-    "bwd": tuple(zip(_SEQ_BW, (531, 602, 636, 659, 674))),
-    "bwd_causal": tuple(zip(_SEQ_BW, (393, 471, 430, 374, 370))),
-    "head_dim_from": _H100_CUDNN,
-}
+_GB300_CUDNN_MXFP8 = _seq_panel((2443, 2693, 2870, 2889, 2814), (1751, 2272, 2570, 2727, 2785),
+                                (1164, 1469, 1636, 1689, 1654), (811, 1143, 1404, 1563, 1590),
+                                head_dim_from=_GB300_CUDNN)
+_H100_CUDNN_FP8 = _seq_panel((870, 973, 1023, 1055, 1062), (698, 854, 964, 1010, 1042),
+                             (531, 602, 636, 659, 674), (393, 471, 430, 374, 370), head_dim_from=_H100_CUDNN)
 
 # Sliding-window attention (`attention_window`: the band op of a model with window layers, flash.py
 # window_tflops): NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/gpt_oss/{gb200,
@@ -247,13 +237,8 @@ _GB300_CUDNN_WINDOW = _window_table(
 # head dim 128, batch 1). 8-22 % faster than the 2024 cuDNN of the FlashAttention-3 paper's Fig. 5
 # (the default `cudnn` table, the software of the Hopper runs pipesim validates against), most in
 # the causal forward.
-_H100_CUDNN_2026 = {
-    "fwd": tuple(zip(_SEQ_BW, (633, 671, 691, 702, 693))),
-    "fwd_causal": tuple(zip(_SEQ_BW, (484, 591, 644, 673, 688))),
-    "bwd": tuple(zip(_SEQ_BW, (504, 560, 594, 612, 572))),
-    "bwd_causal": tuple(zip(_SEQ_BW, (370, 474, 541, 579, 581))),
-    "head_dim_from": _H100_CUDNN,
-}
+_H100_CUDNN_2026 = _seq_panel((633, 671, 691, 702, 693), (484, 591, 644, 673, 688),
+                              (504, 560, 594, 612, 572), (370, 474, 541, 579, 581), head_dim_from=_H100_CUDNN)
 # MLA on Hopper, the same run (results/h200_919_only_cudnn/dsv3_20260227_034744.csv: DeepSeek-V3's
 # 128 heads, q/k 192, v 128; causal, 2K-8K; the longer rows failed): forward at the head-dim-128
 # rate, backward 0.82-0.95 of it. The 2024 default table borrows this panel, as a factor against
@@ -265,18 +250,13 @@ _H100_CUDNN["head_dim_from"] = _H100_CUDNN_2026
 # 192, v 128, batch 2, non-deterministic backward): FP8 gains more on MLA than at head dim 128 (GB200
 # causal backward at 4K: per-tensor 1.60x, MXFP8 1.29x BF16's, against 1.03x and 0.92x for Llama's
 # heads), so an MLA op takes the FP8 / BF16 ratio of these panels (flash.attention_tflops).
-def _mla_panel(fwd, fwd_causal, bwd, bwd_causal) -> dict:
-    return {k: tuple(zip(_SEQ_BW, v)) for k, v in
-            (("fwd", fwd), ("fwd_causal", fwd_causal), ("bwd", bwd), ("bwd_causal", bwd_causal))}
-
-
-_GB200_CUDNN_FP8["mla"] = _mla_panel((2175, 2518, 2582, 2590, 2340), (1659, 2095, 2397, 2486, 2447),
+_GB200_CUDNN_FP8["mla"] = _seq_panel((2175, 2518, 2582, 2590, 2340), (1659, 2095, 2397, 2486, 2447),
                                      (1807, 2071, 2122, 1989, 1932), (1312, 1692, 1959, 1968, 1857))
-_GB200_CUDNN_MXFP8["mla"] = _mla_panel((2018, 2316, 2408, 2492, 2162), (1535, 1925, 2219, 2355, 2329),
+_GB200_CUDNN_MXFP8["mla"] = _seq_panel((2018, 2316, 2408, 2492, 2162), (1535, 1925, 2219, 2355, 2329),
                                        (1504, 1675, 1680, 1638, 1561), (1047, 1364, 1494, 1552, 1532))
-_GB300_CUDNN_FP8["mla"] = _mla_panel((3058, 3304, 3400, 3438, 3362), (2290, 2788, 3128, 3305, 3364),
+_GB300_CUDNN_FP8["mla"] = _seq_panel((3058, 3304, 3400, 3438, 3362), (2290, 2788, 3128, 3305, 3364),
                                      (2099, 2406, 2509, 2579, 2466), (1511, 1982, 2310, 2459, 2406))
-_GB300_CUDNN_MXFP8["mla"] = _mla_panel((2758, 3015, 3108, 3117, 3063), (2069, 2517, 2829, 2998, 2959),
+_GB300_CUDNN_MXFP8["mla"] = _seq_panel((2758, 3015, 3108, 3117, 3063), (2069, 2517, 2829, 2998, 2959),
                                        (1665, 1921, 2027, 2007, 1948), (1158, 1522, 1780, 1844, 1863))
 for _fp8, _ref in ((_GB200_CUDNN_FP8, _GB200_CUDNN), (_GB200_CUDNN_MXFP8, _GB200_CUDNN),
                    (_GB300_CUDNN_FP8, _GB300_CUDNN), (_GB300_CUDNN_MXFP8, _GB300_CUDNN),

@@ -50,12 +50,11 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("training.precision", f"fp8 needs FP8 tensor cores (Hopper, Ada, Blackwell; Transformer Engine "
                     f"requires compute capability 8.9); {gpu.name} has none: use bf16 or fp16")
     _check_fp8_attention(s, loader)
-    if s.training.fp8_lm_head and (s.training.precision, s.training.fp8_recipe) != ("fp8", "mxfp8"):
+    if tr.fp8_lm_head and (tr.precision, tr.fp8_recipe) != ("fp8", "mxfp8"):
         # Megatron-Core runs the MXFP8 output layer only under the MXFP8 recipe
         # (megatron/core/fp8_utils.py is_mxfp8_output_proj_active); elsewhere the flag does nothing
         loader.fail("training.fp8_lm_head", f"the FP8 output layer is Megatron-Core's MXFP8 one: needs precision "
-                                            f"fp8 with fp8_recipe mxfp8, got {s.training.precision} / "
-                                            f"{s.training.fp8_recipe}")
+                                            f"fp8 with fp8_recipe mxfp8, got {tr.precision} / {tr.fp8_recipe}")
     if tr.fp8_param_gather and tr.precision != "fp8":
         loader.fail("training.fp8_param_gather", f"FP8 parameter storage and all-gather need precision: fp8, "
                     f"got precision: {tr.precision}")
