@@ -150,3 +150,21 @@ def test_fp8_expert_gemms_keep_their_inputs_in_fp8_like_dense_linears():
     assert fp8["expert_fc2"] == pytest.approx(bf16["expert_fc2"] / 2)
     assert fp8["expert_act"] == bf16["expert_act"]
     assert fp8["qkv"] == pytest.approx(bf16["qkv"] / 2)      # the dense rule it now matches
+
+
+def test_fp8_expert_casts_quantize_every_local_experts_rows():
+    """The cast before an FP8 grouped expert GEMM quantizes the whole permuted input (all local
+    experts' rows: Transformer Engine's GroupedLinear split-quantizes it in one pass), and the
+    backward's cast the whole output gradient; 16 experts on EP 8 leave 2 local experts, 5 on 1
+    leave 5 (a round of 4 and a rest of 1)."""
+    from pipesim.costs.fp8 import cast_bytes, cast_ops
+    for experts, ep in ((16, 8), (5, 1)):
+        ops = {o.name: o for o in layer_ops(moe(experts, ep, training={"precision": "fp8", "fp8_recipe": "mxfp8"}), True)}
+        casts = {o.name: o for o in cast_ops(list(ops.values()), "mxfp8")}
+        for name in ("expert_fc1", "expert_fc2"):
+            op, cast = ops[name], casts[f"{name}_fp8_cast"]
+            rows = sum(b * m for b, m, *_ in op.gemms_fwd)
+            (n, k), = {g[2:4] for g in op.gemms_fwd}       # every expert GEMM has one shape
+            assert rows == pytest.approx(op.flops_fwd / (2 * n * k))      # all local experts' rows
+            assert cast.bytes_fwd == pytest.approx(rows * k * cast_bytes("mxfp8", None))
+            assert cast.bytes_bwd == pytest.approx(rows * n * cast_bytes("mxfp8", None))

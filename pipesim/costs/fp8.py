@@ -137,14 +137,17 @@ def low_precision_params(ops: list[Op]) -> float:
 
 
 def cast_ops(ops: list[Op], recipe: str, curve: str | None = None) -> list[Op]:
-    """One cast op per FP8 GEMM op: forward casts X (M x K), backward casts dY (M x N)."""
+    """One cast op per FP8 GEMM op: forward casts X (M x K), backward casts dY (M x N), of every
+    forward GEMM the op runs (batch x M rows each: a grouped expert op casts all its experts' rows,
+    as Transformer Engine's GroupedLinear quantizes the whole permuted input in one split-quantize)."""
     out = []
     for op in ops:
         if not op.gemms_fwd or op.gemms_fwd[0][4] not in LOW_PRECISION:
             continue
         per = cast_bytes(op_recipe(op, recipe), curve)
-        _, m, n, k, _ = op.gemms_fwd[0]
-        out.append(Op(f"{op.name}_fp8_cast", "vector", m * k, m * n, m * k * per, m * n * per))
+        x = sum(b * m * k for b, m, n, k, *_ in op.gemms_fwd)
+        dy = sum(b * m * n for b, m, n, k, *_ in op.gemms_fwd)
+        out.append(Op(f"{op.name}_fp8_cast", "vector", x, dy, x * per, dy * per))
     return out
 
 
