@@ -282,9 +282,10 @@ def test_gb200_nvl72_simulates_with_one_nvlink_domain_across_trays():
     assert b200.step_time_s > 0
 
 
-def one_line_error(raw) -> str:
+def one_line_error(raw, simulate: bool = False) -> str:
+    """The ScenarioError of loading `raw` (or, `simulate`, of costing it), checked one line."""
     with pytest.raises(ScenarioError) as err:
-        load_scenario(raw)
+        pipesim.simulate(load_scenario(raw)) if simulate else load_scenario(raw)
     msg = str(err.value)
     assert "\n" not in msg
     return msg
@@ -314,9 +315,26 @@ def test_bad_values_get_one_line_errors_naming_the_key():
     ok = load_scenario(base(system={"preset": "gb200-nvl72", "num_nodes": 20, "nvlink_domain": 40},
                             training={"global_batch_size": 10}))
     assert ok.system.island == 40
-    with pytest.raises(ScenarioError) as err:     # MXFP8 needs Blackwell: found when costing
-        pipesim.simulate(load_scenario(base(training={"precision": "fp8", "fp8_recipe": "mxfp8"})))
-    assert "fp8_recipe" in str(err.value) and "\n" not in str(err.value)
+    # MXFP8 needs Blackwell: found when costing
+    assert "fp8_recipe" in one_line_error(base(training={"precision": "fp8", "fp8_recipe": "mxfp8"}), simulate=True)
+
+
+def test_a_slower_memory_slows_curve_gemms_and_never_raises():
+    """The curve's tensor rate is calibrated on the memory its GEMMs were measured with (the
+    preset GPU's); a scenario's own HBM bandwidth moves the tile epilogues from there. A GB300
+    given 100 GB/s used to fail the calibration with a traceback (pipesim validate --diagnose
+    sweeps memory_efficiency that low); the step now only slows as the memory does."""
+    from pipesim.costs.stage import cost_model_for
+    raw = base(system={"preset": "gb300-nvl72", "num_nodes": 2})
+    def gemm(hbm=None):
+        r = dict(raw, system={**raw["system"], **({"gpu": {"hbm_bandwidth_GBps": hbm}} if hbm else {})})
+        return cost_model_for(load_scenario(r)).gemm_time(1, 4096, 9728, 2048, "bf16")
+    times = [gemm(h) for h in (None, 8000, 4000, 1000, 100)]
+    assert times[0] == times[1]                               # the preset's own bandwidth: unchanged
+    assert all(b > a for a, b in zip(times[1:], times[2:]))  # slower memory, slower GEMM, no error
+    # a GPU no preset defines has no measured memory to calibrate on: too slow a one is refused
+    msg = one_line_error(base(system={"gpu": {"name": "custom-h100", "hbm_bandwidth_GBps": 10}}), simulate=True)
+    assert "system.gpu.hbm_bandwidth_GBps" in msg and "kernel curve 'h100'" in msg
 
 
 def test_resnet50_with_default_attention_simulates():

@@ -25,7 +25,7 @@ from pipesim.costs.flash import attention_source, attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
 from pipesim.costs.ops import Op
 from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor, sustained_ratio
-from pipesim.presets.systems import curve_peaks
+from pipesim.presets.systems import curve_peaks, preset_store_bandwidth
 from pipesim.scenario.system_config import GPUSpec, matrix_peak_of
 
 
@@ -110,6 +110,9 @@ class CostModel:
         self._matmul_rate = gpu.matrix_peak(precision) * flat
         self._vector_rate = gpu.vector_peak(precision) * gpu.vector_efficiency
         self._mem_rate = gpu.hbm_bandwidth * gpu.memory_efficiency
+        # the memory the GPU's curve GEMMs were timed with (a scenario's own bandwidth or efficiency
+        # moves the tile epilogues, not the tensor rate the curve was calibrated to)
+        self._anchor_mem_rate = preset_store_bandwidth(gpu.name) or self._mem_rate
         self._fitted = False
         if profile is not None:
             achieved = profile.achieved("matmul")
@@ -181,9 +184,16 @@ class CostModel:
         dt = dtype if dtype in c["mamf_tflops"] else "bf16"
         shape, anchor = gemm_anchor(c, dt)
         out = out_bytes_of(dt, self.grad_bytes if role == "wgrad" else 0)
-        compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
-                                    fill_rate(c), shape, c["persistent"],
-                                    self._mem_rate, anchor, out) / self.curve_factor(dt)
+        try:
+            compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
+                                        fill_rate(c), shape, c["persistent"], self._mem_rate, anchor, out,
+                                        self._anchor_mem_rate) / self.curve_factor(dt)
+        except ValueError as err:        # a GPU no preset defines, with too slow a memory for its curve
+            from pipesim.errors import ScenarioError
+            raise ScenarioError(f"system.gpu.hbm_bandwidth_GBps: {self.gpu.hbm_bandwidth / 1e9:g} GB/s (x memory_efficiency "
+                                f"{self.gpu.memory_efficiency:g}) cannot store the output tiles of kernel curve "
+                                f"{self.gpu.kernel_curve!r} at its measured rate ({err}); give a bandwidth near "
+                                f"the curve's GPU or drop system.gpu.kernel_curve") from None
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)
 
     def sustained(self, dtype: str) -> float:

@@ -170,6 +170,19 @@ for _name, _kw in _NODE_KW.items():
 
 
 @lru_cache(maxsize=None)
+def preset_store_bandwidth(gpu_name: str) -> float | None:
+    """Achievable HBM bytes/s (datasheet bandwidth x memory efficiency) of the preset GPU called
+    `gpu_name`, None for a GPU no preset defines: the memory its kernel curve's GEMMs were timed
+    with, which sets the curve's per-SM tensor rate (costs/gemm.py) whatever bandwidth a scenario
+    then gives the GPU (a slower memory slows the GEMMs' tile epilogues, not the tensor cores)."""
+    for system in SYSTEMS.values():
+        gpu = system["gpu"]
+        if gpu["name"] == gpu_name:
+            return gpu["hbm_bandwidth_GBps"] * 1e9 * gpu.get("memory_efficiency", _EFF["memory_efficiency"])
+    return None
+
+
+@lru_cache(maxsize=None)
 def curve_peaks(curve_name: str) -> dict | None:
     """Dense matrix peaks, FLOP/s by dtype, of the datasheet GPU a kernel curve was measured on (the
     GPU of the system presets naming that curve, which agree): a curve's rates scale by a
