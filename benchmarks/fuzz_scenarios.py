@@ -5,7 +5,8 @@ Every bundled scenario (scenarios/**/*.yaml that loads as a scenario) is copied 
 tree (so relative preset files and schedule CSVs still resolve), then mutated N times in all: a
 value replaced by a hostile one (wrong types, {} / [] for a preset, floats where integers go,
 1e30, 1e-9, NaN, huge integers), a key deleted or invented, a whole section replaced, a hostile
-`--set` override, or a text-level mutation (truncation, deep nesting, an anchor bomb, a 5,000-digit
+`--set` override, a valid but far-off number (a number of the file scaled by 1e-3 .. 1e3, or a
+preset's hardware figure set to an extreme: a 10 GB/s HBM, a 1000 us launch), or a text-level mutation (truncation, deep nesting, an anchor bomb, a 5,000-digit
 integer, stray bytes). Each mutant runs `pipesim simulate FILE --no-files` (one in five also with
 `--json`) in-process inside a worker process with an address-space limit and a timeout.
 
@@ -44,6 +45,14 @@ HOSTILE = [{}, [], None, True, False, "", "abc", "80GB", 0, -1, 1.5, 0.5, 1e30, 
 SET_VALUES = ["1e-9", "1e30", "1.0e+30", "{}", "[]", "x", "", "-3", "0", "100000", "2.5", ".nan", "[4, 4]",
               "{preset: {}}", "9" * 5000, "null", "true"]
 KNOWN_SECTIONS = ("model", "system", "parallel", "training", "costs")
+# valid but far-off numbers: a number of the file scaled, or a preset's hardware figure set, to
+# reach the cost model's corners (a GEMM curve on a slow memory, a link 1000x slower ...)
+SCALES = [1e-3, 0.01, 0.1, 0.5, 2, 10, 100, 1000]
+HARDWARE = {"system.gpu.hbm_bandwidth_GBps": [10, 100, 1000, 100000], "system.gpu.memory_efficiency": [0.01, 0.1],
+            "system.gpu.peak_tflops_bf16": [1, 10, 100000], "system.gpu.peak_tflops_fp16": [1, 100000],
+            "system.gpu.kernel_launch_us": [0, 1000], "system.gpu.memory_GiB": [1, 10000],
+            "system.intra_node.bandwidth_GBps": [0.1, 10, 100000], "system.inter_node.bandwidth_GBps": [0.01, 1, 10000],
+            "system.inter_node.latency_us": [0, 10000], "system.gpu.sustained_ratio": [0.01, 1.0]}
 NO_FILES = ["--no-files"]
 # "FILE: section.key...: what" or "FILE: unknown: unknown section", a line number, or the --set key
 NAMED = re.compile(r": (model|system|parallel|training|costs|run)\b.*?: |memory_GiB is |: \S.*?: unknown section"
@@ -74,6 +83,16 @@ def paths_in(tree, prefix=()):
         for i, v in enumerate(tree[:4]):
             yield prefix + (i,)
             yield from paths_in(v, prefix + (i,))
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def set_path(tree, path, value, delete=False):
@@ -142,7 +161,20 @@ def make_cases(n: int, rng: random.Random, scratch: Path, files: list[Path]):
             value = rng.choice(SET_VALUES)
             extra = ["--set", f"{'.'.join(map(str, path))}={value}"]
             desc = f"--set {'.'.join(map(str, path))}={value[:30]}"
-        if op <= 7:
+        elif op == 8:
+            numbers = [p for p in paths_in(raw) if _is_number(_get(raw, p))]
+            if numbers and rng.randrange(2):
+                path = rng.choice(numbers)
+                old, factor = _get(raw, path), rng.choice(SCALES)
+                value = max(1, round(old * factor)) if isinstance(old, int) else old * factor
+                set_path(raw, path, value)
+                desc = f"{'.'.join(map(str, path))} x {factor:g} = {value}"
+            else:
+                key = rng.choice(sorted(HARDWARE))
+                value = rng.choice(HARDWARE[key])
+                extra = ["--set", f"{key}={value}"]
+                desc = f"--set {key}={value}"
+        if op <= 8:
             try:
                 text = yaml.safe_dump(raw, sort_keys=False)
             except (yaml.YAMLError, RecursionError, ValueError):
