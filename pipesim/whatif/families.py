@@ -86,8 +86,15 @@ def mcore_scenario(case) -> dict:
 # Settings NeMo's 24.07 performance recipes use (stated in the summary or its recipes): FP8 with
 # Transformer Engine delayed scaling (fp8_hybrid, amax history), sequence parallelism with TP,
 # TP communication overlap, the distributed optimizer with overlapped grad reduce and param
-# gather and fp32 gradient reduction (Megatron-Core's default for bf16 parameters), flash (cuDNN)
-# attention, no recompute.
+# gather and fp32 gradient reduction, flash (cuDNN) attention, no recompute. The fp32 reduction
+# is what the NeMo 2.0 recipes of the summary's own commit set (NVIDIA/NeMo 8e3d65dcfe,
+# nemo/collections/llm/recipes/llama3_70b.py: VP 5 and CP 2 as in the table's Llama 3 rows; its
+# bf16_mixed() precision plugin, recipes/precision/mixed_precision.py, sets grad_reduce_in_fp32
+# on Megatron-Core's distributed optimizer); the other models have no recipe there. The NeMo 1.0
+# launcher's H100 example scripts of tag 24.07 (NVIDIA/NeMo-Framework-Launcher
+# examples/training/{gpt,llama}/h100/*.sh) run Apex's distributed_fused_adam with
+# grad_sync_dtype=bf16 instead, but at other layouts (GPT-3 175B VP 12, not the table's 6), so they
+# are not taken as the rows' source.
 _GPT3 = dict(activation="gelu", norm="layernorm", position="learned", tied_embeddings=True, bias=True,
              dropout=True, vocab_size=50304)
 _NEMOTRON = dict(activation="relu", norm="layernorm", position="rotary", tied_embeddings=False, bias=False,
