@@ -111,8 +111,10 @@ class CostModel:
         self._vector_rate = gpu.vector_peak(precision) * gpu.vector_efficiency
         self._mem_rate = gpu.hbm_bandwidth * gpu.memory_efficiency
         # the memory the GPU's curve GEMMs were timed with (a scenario's own bandwidth or efficiency
-        # moves the tile epilogues, not the tensor rate the curve was calibrated to)
-        self._anchor_mem_rate = preset_store_bandwidth(gpu.name) or self._mem_rate
+        # moves the tile epilogues, not the tensor rate the curve was calibrated to; every curve
+        # is a preset GPU's, so the calibration always meets its anchor)
+        self._anchor_mem_rate = (preset_store_bandwidth(gpu.name, gpu.kernel_curve) if gpu.kernel_curve else None) \
+            or self._mem_rate
         self._fitted = False
         if profile is not None:
             achieved = profile.achieved("matmul")
@@ -184,16 +186,9 @@ class CostModel:
         dt = dtype if dtype in c["mamf_tflops"] else "bf16"
         shape, anchor = gemm_anchor(c, dt)
         out = out_bytes_of(dt, self.grad_bytes if role == "wgrad" else 0)
-        try:
-            compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
-                                        fill_rate(c), shape, c["persistent"], self._mem_rate, anchor, out,
-                                        self._anchor_mem_rate) / self.curve_factor(dt)
-        except ValueError as err:        # a GPU no preset defines, with too slow a memory for its curve
-            from pipesim.errors import ScenarioError
-            raise ScenarioError(f"system.gpu.hbm_bandwidth_GBps: {self.gpu.hbm_bandwidth / 1e9:g} GB/s (x memory_efficiency "
-                                f"{self.gpu.memory_efficiency:g}) cannot store the output tiles of kernel curve "
-                                f"{self.gpu.kernel_curve!r} at its measured rate ({err}); give a bandwidth near "
-                                f"the curve's GPU or drop system.gpu.kernel_curve") from None
+        compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
+                                    fill_rate(c), shape, c["persistent"], self._mem_rate, anchor, out,
+                                    self._anchor_mem_rate) / self.curve_factor(dt)
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)
 
     def sustained(self, dtype: str) -> float:

@@ -170,15 +170,15 @@ for _name, _kw in _NODE_KW.items():
 
 
 @lru_cache(maxsize=None)
-def preset_store_bandwidth(gpu_name: str) -> float | None:
-    """Achievable HBM bytes/s (datasheet bandwidth x memory efficiency) of the preset GPU called
-    `gpu_name`, None for a GPU no preset defines: the memory its kernel curve's GEMMs were timed
-    with, which sets the curve's per-SM tensor rate (costs/gemm.py) whatever bandwidth a scenario
-    then gives the GPU (a slower memory slows the GEMMs' tile epilogues, not the tensor cores)."""
-    for system in SYSTEMS.values():
-        gpu = system["gpu"]
-        if gpu["name"] == gpu_name:
-            return gpu["hbm_bandwidth_GBps"] * 1e9 * gpu.get("memory_efficiency", _EFF["memory_efficiency"])
+def preset_store_bandwidth(gpu_name: str, curve_name: str) -> float | None:
+    """Achievable HBM bytes/s (datasheet bandwidth x memory efficiency) of the memory kernel curve
+    `curve_name` was measured with: the preset GPU called `gpu_name` when it has that curve (A100
+    40 / 80 GB share one), else a preset GPU that has it; None for a curve no preset names. It
+    sets the curve's per-SM tensor rate (costs/gemm.py) whatever bandwidth a scenario then gives
+    the GPU (a slower memory slows the GEMMs' tile epilogues, not the tensor cores)."""
+    gpus = [s["gpu"] for s in SYSTEMS.values() if s["gpu"].get("kernel_curve") == curve_name]
+    for gpu in sorted(gpus, key=lambda g: g["name"] != gpu_name):
+        return gpu["hbm_bandwidth_GBps"] * 1e9 * gpu.get("memory_efficiency", _EFF["memory_efficiency"])
     return None
 
 
