@@ -102,3 +102,18 @@ def test_calibrated_tiny_scenario_gives_measured_stage_costs(tmp_path):
     assert all(c.sources.get("measured", 0) > 0 for c in measured)
     assert all("measured" not in c.sources for c in roofline)
     assert [c.forward for c in measured] != [c.forward for c in roofline]
+
+
+def test_calibrate_scenario_takes_set_overrides(tmp_path, capsys):
+    """`calibrate --scenario S --set K=V` measures the shapes of the overridden scenario (as every
+    command reading a scenario takes --set); --set without --scenario is a one-line error."""
+    from pipesim import load_scenario
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--device", "cpu", "--quick", "--no-comm", "--scenario", str(TINY),
+                 "--set", "model.seq_length=24", "--out", str(out)]) == 0
+    capsys.readouterr()
+    tiny = load_scenario(TINY, ["model.seq_length=24"])
+    rows = {m["shape"].get("rows") for m in json.loads(out.read_text())["measurements"] if m["op"] == "layer_norm_fwd"}
+    assert tiny.training.micro_batch_size * 24 in rows
+    assert main(["calibrate", "--device", "cpu", "--set", "model.seq_length=24", "--out", str(out)]) == 2
+    assert "needs --scenario" in capsys.readouterr().err

@@ -144,3 +144,40 @@ def test_systems_take_a_system_preset_file_beside_the_presets(tmp_path, capsys):
     rows = {line.split()[0]: float(line.split()[2]) for line in table.splitlines()[2:4]}
     assert set(rows) == {"my-h100.yaml", "dgx-h100"}
     assert rows["my-h100.yaml"] > rows["dgx-h100"]          # the slower sustained rate, the longer step
+
+
+def test_search_and_sweep_take_set_overrides_and_refuse_a_malformed_base(tmp_path, capsys):
+    """`--set` on search and sweep (as on simulate): the search runs on the overridden scenario and
+    its reproduce line carries the override; a base whose section is malformed gets the loader's
+    one-line error naming the file and the key (it was a TypeError / ValueError traceback)."""
+    import json
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    args = [a if a != "analytic" else "sim" for a in ARGS]
+    assert main(["search", str(path), *args, "--set", "model.seq_length=2048"]) == 0
+    out = capsys.readouterr().out
+    line = next(x.strip() for x in out.splitlines() if x.strip().startswith("pipesim simulate"))
+    assert line.split()[3:5] == ["--set", "model.seq_length=2048"]
+    best = float(re.search(r"step ([\d.]+) s", out).group(1))
+    argv = ["simulate", str(path), "--no-files", "--no-why", "--json", str(tmp_path / "r.json")]
+    for s in line.split("--set ")[1:]:
+        argv += ["--set", s.strip()]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "r.json").read_text())["step_time_s"] == pytest.approx(best, abs=6e-4)   # printed to 1 ms
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("training.micro_batch_size: [1]\n")
+    rows = tmp_path / "rows.csv"
+    steps = []
+    for seq in (1024, 2048):
+        assert main(["sweep", str(path), "--grid", str(grid), "--no-files", "--no-progress", "--jobs", "1",
+                     "--out", str(rows), "--set", f"model.seq_length={seq}"]) == 0
+        capsys.readouterr()
+        import csv
+        steps.append(float(next(csv.DictReader(rows.open()))["step_time_s"]))
+    assert steps[1] > 1.1 * steps[0]              # twice the tokens per step: the override is applied
+    for section, value in (("training", "80GB"), ("system", float("nan"))):
+        path.write_text(yaml.safe_dump(dict(BASE, **{section: value})))
+        assert main(["search", str(path), *ARGS]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"pipesim search: error: {path}: {section}: expected") and "\n" not in err

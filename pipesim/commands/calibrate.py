@@ -50,6 +50,8 @@ def add_arguments(parser) -> None:
                         help="device to measure (default: cuda when available, else cpu)")
     parser.add_argument("--scenario", default=None,
                         help="measure the op shapes this scenario needs (default: a standard grid)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --scenario: override one of its keys, e.g. --set model.seq_length=2048 (repeatable)")
     parser.add_argument("--grid", action="store_true",
                         help="with --scenario: also measure the default grid of shapes")
     parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
@@ -78,6 +80,8 @@ def run(args) -> int:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         except ImportError:
             device = "cpu"
+    if args.overrides and not args.scenario:
+        raise ProfileError(f"--set {args.overrides[0]}: needs --scenario (the standard grid reads no scenario)")
     if args.nproc is not None:
         return _run_in_ranks(args, device)
     scenario = None
@@ -86,7 +90,7 @@ def run(args) -> int:
             from pipesim import load_scenario
         except ImportError:
             raise ProfileError("--scenario needs pipesim.load_scenario, which this build lacks") from None
-        scenario = load_scenario(args.scenario)
+        scenario = load_scenario(args.scenario, args.overrides)
     profile = calibrate(device, scenario=scenario, quick=args.quick, threads=args.threads,
                         comm=not args.no_comm, progress=ProgressBar(), grid=args.grid)
     try:
@@ -115,7 +119,7 @@ def _run_in_ranks(args, device: str) -> int:
     from pipesim.emulator import emulate
     from pipesim.emulator.rank_calibration import DEFAULT_BUDGET_S
     budget = DEFAULT_BUDGET_S / (2 if args.quick else 1)
-    res = emulate(args.scenario, nproc=args.nproc, steps=0, warmup=0, threads=args.threads, nice=args.nice,
+    res = emulate(args.scenario, overrides=args.overrides, nproc=args.nproc, steps=0, warmup=0, threads=args.threads, nice=args.nice,
                   pin=True, calibrate={"budget_s": budget})
     profile = res.get("profile")
     if profile is None:

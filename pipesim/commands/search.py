@@ -3,6 +3,7 @@ GPU memory, explained; with several GPU counts or systems, the best of each side
 scenario's `run`: days, goodput, GPU-hours, and cost and energy, of each)."""
 from __future__ import annotations
 
+import shlex
 import time
 
 from pipesim.errors import ScenarioError
@@ -33,6 +34,8 @@ def _names(text: str, flag: str, known: tuple) -> tuple:
 def add_arguments(p) -> None:
     from pipesim.whatif.cluster import add_ray_argument
     p.add_argument("scenario", help="scenario YAML (its model, system type and training settings are kept)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key before the search, e.g. --set model.seq_length=131072 (repeatable)")
     p.add_argument("--gpus", required=True, help="GPUs to lay the model out on; several, e.g. 512,1024,2048, "
                                                  "search each and compare their best layouts")
     p.add_argument("--systems", help="system presets to search the model on, each with an optional price per "
@@ -76,6 +79,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from pipesim.scenario.load import load_scenario
     from pipesim.whatif.analytic import analytic_report
     from pipesim.whatif.evaluate import simulate_report
     from pipesim.whatif.hardware import on_system, parse_systems
@@ -84,7 +88,10 @@ def run(args) -> int:
 
     if args.finalists < 1:
         raise ScenarioError(f"--finalists {args.finalists}: expected at least 1")
-    raw, _ = read_base(args.scenario)
+    # the scenario must load as written (its model, system and training are kept, its layout is
+    # searched): a malformed section gets the loader's one-line error, not the search's traceback
+    load_scenario(args.scenario, args.overrides)
+    raw, _ = read_base(args.scenario, args.overrides)
     space = SearchSpace()
     if args.tensor:
         space.tensor = _ints(args.tensor, "--tensor")
@@ -227,7 +234,8 @@ def _search_one(args, raw, space, evaluator, gpus: int, csv_name: str = "search.
     if dropped:
         print(f"  (to reproduce: the scenario with its system section reduced to the preset {system_label(system)} "
               f"and its pods)")
-    print(f"  pipesim simulate {args.scenario} " + " ".join(on + reproduce_args(res.best["scenario"], raw)))
+    given = [f"--set {shlex.quote(o)}" for o in args.overrides]     # the search's own, then the layout's
+    print(f"  pipesim simulate {args.scenario} " + " ".join(given + on + reproduce_args(res.best["scenario"], raw)))
     if not args.no_files:
         from pipesim.report.folder import default_dir, make_dir
         from pipesim.whatif.table import write_csv

@@ -12,6 +12,8 @@ def add_arguments(p) -> None:
     from pipesim.whatif.cluster import add_ray_argument
     p.add_argument("scenario", help="base scenario YAML")
     p.add_argument("--grid", required=True, help="grid YAML: scenario keys -> lists or ranges")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the base scenario, e.g. --set model.seq_length=32768 (repeatable)")
     p.add_argument("--out", help="write one CSV row per configuration")
     p.add_argument("--plot", help="write the heatmap / Pareto / bubble PNG")
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per CPU)")
@@ -47,7 +49,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     result = run_sweep(args.scenario, args.grid, evaluator=evaluator, mode=args.mode, jobs=args.jobs,
                        progress=bar, screen=args.engine == "sim" and not args.no_screen,
-                       use_ray=args.ray is not None, ray_address=args.ray or None)
+                       use_ray=args.ray is not None, ray_address=args.ray or None, overrides=args.overrides)
     elapsed = time.perf_counter() - t0
     rows, swept = result.rows, result.grid.columns
     counts = count_status(rows)

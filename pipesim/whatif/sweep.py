@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from pipesim.scenario.file_paths import rebase
 from pipesim.whatif.evaluate import evaluate_all, simulate_report
@@ -17,21 +17,27 @@ class SweepResult:
     memory_limit: float | None     # GPU memory of the base scenario (bytes), for the plots
 
 
-def read_base(path_or_dict) -> tuple[dict, str]:
-    from pipesim.scenario.load import read_yaml
+def read_base(path_or_dict, overrides: Iterable[str] = ()) -> tuple[dict, str]:
+    """The scenario as a raw mapping, with `--set KEY=VALUE` overrides applied after its own
+    relative paths were rebased (an override's path is from the working directory, as for
+    `pipesim simulate`)."""
+    from pipesim.scenario.load import apply_override, read_yaml
     if isinstance(path_or_dict, dict):
-        return dict(path_or_dict), "<dict>"
-    path = Path(path_or_dict)
-    raw = read_yaml(path)
-    # relative paths inside the scenario (preset files, hf_config, schedule CSV, profile) stay
-    # relative to its folder
-    return rebase(raw, path.parent), str(path)
+        raw, source = dict(path_or_dict), "<dict>"
+    else:
+        path = Path(path_or_dict)
+        # relative paths inside the scenario (preset files, hf_config, schedule CSV, profile) stay
+        # relative to its folder
+        raw, source = rebase(read_yaml(path), path.parent), str(path)
+    for text in overrides:
+        raw = apply_override(raw, text)
+    return raw, source
 
 
 def run_sweep(scenario, grid, evaluator: Callable = simulate_report, mode: str = "representative",
               jobs: int = 1, progress=None, screen: bool = False, use_ray: bool = False,
-              ray_address: str | None = None) -> SweepResult:
-    raw, source = read_base(scenario)
+              ray_address: str | None = None, overrides: Iterable[str] = ()) -> SweepResult:
+    raw, source = read_base(scenario, overrides)
     grid = grid if isinstance(grid, Grid) else read_grid(grid)
     items = prepare(raw, grid, source)
     rows = evaluate_all(items, evaluator=evaluator, mode=mode, jobs=jobs, progress=progress, screen=screen,
