@@ -130,8 +130,24 @@ def text_mutation(rng: random.Random, text: str) -> tuple[str, str]:
     return "indented", text.replace("\n", "\n" + " " * rng.randrange(1, 4), 1)
 
 
-def make_cases(n: int, rng: random.Random, scratch: Path, files: list[Path]):
+# how each command runs a mutant (a small, fast instance of it): `search` on 8 GPUs with the
+# closed-form engine and one finalist, `sweep` over a one-row grid
+COMMANDS = {
+    "simulate": lambda f, grid: ["simulate", f] + NO_FILES,
+    "estimate": lambda f, grid: ["estimate", f, "--wide"],
+    "search": lambda f, grid: ["search", f, "--gpus", "8", "--pipeline", "1", "--micro-batch", "1", "--finalists",
+                               "1", "--engine", "analytic", "--jobs", "1", "--no-progress"] + NO_FILES,
+    "sweep": lambda f, grid: ["sweep", f, "--grid", grid, "--engine", "analytic", "--jobs", "1", "--no-progress"]
+                             + NO_FILES,
+}
+# a search or sweep that finds nothing feasible says so on stdout and exits 1: an answer, not a defect
+NOTHING_FITS = ("no layout fits", "no layout is possible", "no layout to try", "no feasible configuration")
+
+
+def make_cases(n: int, rng: random.Random, scratch: Path, files: list[Path], command: str = "simulate"):
     """(description, argv) pairs; mutant files are written under scratch/ beside their original."""
+    grid = scratch / "_fuzz_grid.yaml"
+    grid.write_text("training.micro_batch_size: [1]\n")
     cases = []
     for i in range(n):
         src = files[i % len(files)]
@@ -183,8 +199,8 @@ def make_cases(n: int, rng: random.Random, scratch: Path, files: list[Path]):
             desc, text = text_mutation(rng, text)
         dst = scratch / src.parent / f"_fuzz{i}.yaml"
         dst.write_text(text)
-        argv = ["simulate", str(dst)] + NO_FILES + extra
-        if rng.randrange(5) == 0:
+        argv = COMMANDS[command](str(dst), str(grid)) + extra
+        if command == "simulate" and rng.randrange(5) == 0:
             argv += ["--json", str(scratch / f"_fuzz{i}.json")]
         cases.append((f"{src}: {desc}", argv))
     return cases
@@ -193,15 +209,16 @@ def make_cases(n: int, rng: random.Random, scratch: Path, files: list[Path]):
 def run_one(argv) -> tuple[str, str]:
     """(outcome, detail) of one CLI call in this process."""
     from pipesim.cli import main
-    err = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = main(argv)
     except BaseException as exc:        # noqa: BLE001 - anything escaping main is what we count
         import traceback
         return "traceback", "".join(traceback.format_exception_only(type(exc), exc)).strip()[:300]
     text = err.getvalue().strip()
-    if rc == 0:
+    last = (out.getvalue().strip().splitlines() or [""])[-1]
+    if rc == 0 or (rc == 1 and last.startswith(NOTHING_FITS)):
         return "accepted", ""
     lines = text.splitlines()
     if rc == 2 and len(lines) == 1:
@@ -280,6 +297,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=30.0,
                     help="CPU seconds before a case counts as a hang (or 10x that in wall time)")
     ap.add_argument("--show", type=int, default=5, help="examples printed per defect kind")
+    ap.add_argument("--command", choices=sorted(COMMANDS), default="simulate",
+                    help="the command each mutant is run through (default simulate)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     files = seeds()
@@ -288,14 +307,15 @@ def main() -> int:
         scratch = Path(tmp)
         shutil.copytree(ROOT / "scenarios", scratch / "scenarios")
         shutil.copytree(ROOT / "traces", scratch / "traces")
-        cases = make_cases(args.cases, rng, scratch, files)
+        cases = make_cases(args.cases, rng, scratch, files, args.command)
         results = run_pool(cases, args.jobs, args.timeout)
     counts: dict = {}
     examples: dict = {}
     for (desc, _), (outcome, detail) in zip(cases, results):
         counts[outcome] = counts.get(outcome, 0) + 1
         examples.setdefault(outcome, []).append(f"{desc}\n      -> {detail}")
-    print(f"{len(cases)} mutants of {len(files)} bundled scenarios, seed {args.seed}, {args.jobs} workers, "
+    print(f"{len(cases)} mutants of {len(files)} bundled scenarios through `pipesim {args.command}`, seed {args.seed}, "
+          f"{args.jobs} workers, "
           f"{time.perf_counter() - t0:.0f} s")
     for k in ("clean", "accepted", "unnamed", "traceback", "hang"):
         print(f"  {k:10s} {counts.get(k, 0):5d}")
