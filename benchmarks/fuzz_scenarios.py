@@ -1,14 +1,17 @@
 """Mutation fuzzer over the bundled scenarios: `python benchmarks/fuzz_scenarios.py [--cases N]
-[--seed S] [--jobs J] [--timeout T] [--show K]`
+[--seed S] [--jobs J] [--timeout T] [--show K] [--command simulate|estimate|search|sweep]`
 
 Every bundled scenario (scenarios/**/*.yaml that loads as a scenario) is copied into a scratch
 tree (so relative preset files and schedule CSVs still resolve), then mutated N times in all: a
 value replaced by a hostile one (wrong types, {} / [] for a preset, floats where integers go,
 1e30, 1e-9, NaN, huge integers), a key deleted or invented, a whole section replaced, a hostile
 `--set` override, a valid but far-off number (a number of the file scaled by 1e-3 .. 1e3, or a
-preset's hardware figure set to an extreme: a 10 GB/s HBM, a 1000 us launch), or a text-level mutation (truncation, deep nesting, an anchor bomb, a 5,000-digit
-integer, stray bytes). Each mutant runs `pipesim simulate FILE --no-files` (one in five also with
-`--json`) in-process inside a worker process with an address-space limit and a timeout.
+preset's hardware figure set to an extreme: a 10 GB/s HBM, a 1000 us launch), or a text-level
+mutation (truncation, deep nesting, an anchor bomb, a 5,000-digit integer, stray bytes). Each
+mutant runs `pipesim simulate FILE --no-files` (one in five also with `--json`) in-process inside a
+worker process with an address-space limit and a timeout; `--command estimate|search|sweep` runs
+the mutants through that command instead (a small search on 8 GPUs, a one-row sweep; their
+"nothing fits" answer, exit 1, counts as accepted).
 
 Prints the counts:
   clean      exit 2 with one line naming a key path (model.x, training.y ...) or a line/column
