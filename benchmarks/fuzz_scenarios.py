@@ -1,5 +1,5 @@
 """Mutation fuzzer over the bundled scenarios: `python benchmarks/fuzz_scenarios.py [--cases N]
-[--seed S] [--jobs J] [--timeout T] [--show K] [--command simulate|estimate|search|sweep]`
+[--seed S] [--jobs J] [--timeout T] [--show K] [--command simulate|estimate|search|sweep|partition]`
 
 Every bundled scenario (scenarios/**/*.yaml that loads as a scenario) is copied into a scratch
 tree (so relative preset files and schedule CSVs still resolve), then mutated N times in all: a
@@ -9,7 +9,7 @@ value replaced by a hostile one (wrong types, {} / [] for a preset, floats where
 preset's hardware figure set to an extreme: a 10 GB/s HBM, a 1000 us launch), or a text-level
 mutation (truncation, deep nesting, an anchor bomb, a 5,000-digit integer, stray bytes). Each
 mutant runs `pipesim simulate FILE --no-files` (one in five also with `--json`) in-process inside a
-worker process with an address-space limit and a timeout; `--command estimate|search|sweep` runs
+worker process with an address-space limit and a timeout; `--command estimate|search|sweep|partition` runs
 the mutants through that command instead (a small search on 8 GPUs, a one-row sweep; their
 "nothing fits" answer, exit 1, counts as accepted).
 
@@ -58,8 +58,9 @@ HARDWARE = {"system.gpu.hbm_bandwidth_GBps": [10, 100, 1000, 100000], "system.gp
             "system.inter_node.latency_us": [0, 10000], "system.gpu.sustained_ratio": [0.01, 1.0]}
 NO_FILES = ["--no-files"]
 # "FILE: section.key...: what" or "FILE: unknown: unknown section", a line number, or the --set key
+# (a command-line option the message names counts too: `partition`'s "pick ... fewer --stages")
 NAMED = re.compile(r": (model|system|parallel|training|costs|run)\b.*?: |memory_GiB is |: \S.*?: unknown section"
-                   r"|line \d+|--set \S+: ")
+                   r"|line \d+|--set \S+: |--[a-z][a-z-]+\b")
 
 
 def seeds() -> list[Path]:
@@ -142,6 +143,7 @@ COMMANDS = {
                                "1", "--engine", "analytic", "--jobs", "1", "--no-progress"] + NO_FILES,
     "sweep": lambda f, grid: ["sweep", f, "--grid", grid, "--engine", "analytic", "--jobs", "1", "--no-progress"]
                              + NO_FILES,
+    "partition": lambda f, grid: ["partition", f, "--stages", "2"],
 }
 # a search or sweep that finds nothing feasible says so on stdout and exits 1: an answer, not a defect
 NOTHING_FITS = ("no layout fits", "no layout is possible", "no layout to try", "no feasible configuration")

@@ -60,6 +60,8 @@ def test_module_source(capsys):
     (["resnet50", "--stages", "2", "--microbatches", "0"], "--microbatches must be at least 1"),
     (["resnet50", "--stages", "2", "--gpu-speed", "1=0"], "speed factors must be positive"),
     (["resnet50", "--stages", "2", "--real", "--device", "tpu"], "expected cpu or cuda"),
+    # the relaxed one-stage reload divided by the file's tensor size (ZeroDivisionError before)
+    ([GPT2, "--stages", "2", "--set", "parallel.tensor=0"], "parallel.tensor: 0 is out of range"),
 ])
 def test_errors_are_one_line(argv, needle, capsys):
     assert main(["partition", *argv]) == 2

@@ -102,6 +102,8 @@ def load_for_partition(path: str, overrides) -> tuple:
                                   "system")
             tensor = (raw.get("parallel") or {}).get("tensor", 1)
             micro = (raw.get("training") or {}).get("micro_batch_size", 1)
+            if not (isinstance(tensor, int) and isinstance(micro, int)) or tensor < 1:
+                raise first          # the relaxed layout needs them valid: the file's own error says why
             relaxed = raw
             for text in ("parallel.pipeline=1", "parallel.virtual_stages=1", "parallel.layers_per_stage=null",
                          "parallel.data=null", f"training.global_batch_size={micro * max(1, system.num_gpus // tensor)}"):
