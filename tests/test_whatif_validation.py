@@ -213,3 +213,23 @@ def test_llama3_fsdp_reduces_and_gathers_once_per_layer(cases):
     layers = [c for c in stage_costs(s) if c.layers == 1]
     assert len(layers) == 126
     assert {gradient_buckets(s.training, c) for c in layers} == {1}
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("foo: 1\n", "expected a list of cases"),
+    ("- 3\n", "entry 1: expected a mapping"),
+    ("- id: sc21-t1-x\n  kind: training_throughput\n", "sc21-t1-x: measured.tflops_per_gpu: expected a positive number"),
+    ("- id: sc21-t1-x\n  kind: training_throughput\n  measured: {tflops_per_gpu: abc}\n", "got 'abc'"),
+    ("- id: x\n  kind: training_throughput\n", "no training_throughput case of a family asked for"),
+    ("- [1, 2\n", "YAML syntax error at line 2"),
+    ("- id: moezoo-qwen3-235b-x\n  kind: training_throughput\n  measured: 5\n", "moezoo-qwen3-235b-x: measured"),
+])
+def test_a_malformed_cases_file_is_a_one_line_error(tmp_path, capsys, text, needle):
+    """`pipesim validate --cases FILE`: a bad entry used to be a KeyError traceback, an unknown
+    family an all-nan summary."""
+    from pipesim.cli import main
+    path = tmp_path / "cases.yaml"
+    path.write_text(text)
+    assert main(["validate", "--cases", str(path), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err and str(path) in err

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from pipesim.errors import ScenarioError
+
 
 def add_arguments(p) -> None:
     from pipesim.whatif.validation import SUITES
@@ -82,6 +84,10 @@ def run(args) -> int:
         evaluator = lambda s, mode: zero3(s, mode) if s.training.zero_stage >= 3 else plain(s, mode)  # noqa: E731
     custom = args.engine != "sim" or args.zero3_alpha_us is not None
     results = _run_with_progress(run_suite, suites or None, None if not custom else evaluator, args)
+    if args.cases and not any(results.values()):
+        from pipesim.whatif.validation import SUITES
+        raise ScenarioError(f"{args.cases}: no training_throughput case of a family asked for (an id starts with "
+                            f"the family's prefix: {', '.join(prefix for prefix, _ in SUITES.values())})")
     print(f"engine: {args.engine}; GPU efficiencies: {args.efficiency} (kernel curves at the sustained, "
           f"power-limited tensor-core rate: docs/COSTS.md)\n")
     print(format_results(results))

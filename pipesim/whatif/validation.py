@@ -93,22 +93,42 @@ def load_cases(path=None) -> list[Case]:
     return _load_file(Path(path))
 
 
-def _load_file(path: Path) -> list[Case]:
+def read_cases(path) -> list[dict]:
+    """The entries of a published-cases file (every suite reads it through here): a list of
+    mappings, or a one-line error naming the file (and the line of a YAML error, or the entry)."""
+    from pipesim.scenario.safe_yaml import load_text
+    path = Path(path)
     if not path.is_file():
         raise ScenarioError(f"{path}: validation file not found")
-    data = yaml.safe_load(path.read_text())
+    data = load_text(path.read_text(), str(path))
     if not isinstance(data, list):
         raise ScenarioError(f"{path}: expected a list of cases")
+    for i, c in enumerate(data):
+        if not isinstance(c, dict):
+            raise ScenarioError(f"{path}: entry {i + 1}: expected a mapping (id, kind, source, model, parallel, "
+                                f"hardware, measured), got {type(c).__name__}")
+    return data
+
+
+def _load_file(path: Path) -> list[Case]:
+    """The training-throughput cases of a published-cases file whose id starts with a suite's
+    prefix (other kinds of entry, e.g. NCCL bus bandwidths, are read by their own suites); a
+    malformed entry is a one-line error naming the file, the entry and the key."""
     out = []
-    for c in data:
-        if not isinstance(c, dict) or c.get("kind") != "training_throughput":
+    for c in read_cases(path):
+        if c.get("kind") != "training_throughput":
             continue
-        suite = next((name for name, (prefix, _) in SUITES.items() if str(c.get("id", "")).startswith(prefix)), None)
+        cid = str(c.get("id", ""))
+        suite = next((name for name, (prefix, _) in SUITES.items() if cid.startswith(prefix)), None)
         if suite is None:
             continue
-        src = c.get("source", {})
+        src = c.get("source") if isinstance(c.get("source"), dict) else {}
         key = {"tokens": "tokens_per_s_per_gpu", "model": "model_tflops_per_gpu"}.get(METRIC.get(suite), "tflops_per_gpu")
-        out.append(Case(id=c["id"], suite=suite, target=float(c["measured"][key]),
+        value = (c.get("measured") or {}).get(key) if isinstance(c.get("measured"), (dict, type(None))) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ScenarioError(f"{path}: {cid}: measured.{key}: expected a positive number (the {suite} "
+                                f"suite's metric), got {value!r}")
+        out.append(Case(id=cid, suite=suite, target=float(value),
                         source=f"{src.get('ref', '')}, {src.get('where', '')}".strip(", "), raw=c))
     return out
 
@@ -364,6 +384,8 @@ def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:
     """Every family on one line: cases run, MAPE, max, mean signed error and its bar."""
     lines = ["summary", f"  {'family':16s} {'cases':>7s} {'MAPE %':>7s} {'max %':>7s} {'bias %':>7s}  bar"]
     for suite, results in by_suite.items():
+        if not results:            # a cases file (--cases) without this family
+            continue
         m, mx, bias = mape(results), max_error(results), mean_signed(results)
         want = bar_status(suite, results) or ("held out (tests only)" if suite in HELD_OUT else "no bar")
         if suite == "llama3-405b":
@@ -548,13 +570,11 @@ def collective_results(path=None) -> list[dict]:
     from pipesim.costs.collectives import collective_time
     from pipesim.costs.topology import placement
     from pipesim.scenario.load import load_scenario
-    path = Path(path or DEFAULT_FILE)
-    data = yaml.safe_load(path.read_text())
     out = []
-    for c in data:
-        if not isinstance(c, dict) or c.get("kind") != "collective_bandwidth":
+    for c in read_cases(path or DEFAULT_FILE):
+        if c.get("kind") != "collective_bandwidth":
             continue
-        spec = NCCL_CASES.get(c["id"])
+        spec = NCCL_CASES.get(c.get("id"))
         if spec is None:
             out.append({"id": c["id"], "note": "not converted: no system preset for " +
                         str(c.get("hardware", {}).get("description", "?"))})

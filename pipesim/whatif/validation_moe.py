@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
-
-import yaml
 
 from pipesim.errors import PipesimError, ScenarioError
 
@@ -60,12 +57,16 @@ class MoEResult:
 
 
 def load_moe_cases(path=None) -> list[dict]:
-    from pipesim.whatif.validation import DEFAULT_FILE
-    path = Path(path or DEFAULT_FILE)
-    if not path.is_file():
-        raise ScenarioError(f"{path}: validation file not found")
-    data = yaml.safe_load(path.read_text()) or []
-    return [c for c in data if isinstance(c, dict) and str(c.get("id", "")).startswith(PREFIX)]
+    from pipesim.whatif.validation import DEFAULT_FILE, read_cases
+    cases = [c for c in read_cases(path or DEFAULT_FILE) if str(c.get("id", "")).startswith(PREFIX)]
+    for c in cases:
+        measured = c.get("measured")
+        step = measured.get("iteration_time_s") if isinstance(measured, dict) else None
+        if not isinstance(measured, dict) or (step is not None and (isinstance(step, bool) or not isinstance(
+                step, (int, float)) or not step > 0)):
+            raise ScenarioError(f"{path or DEFAULT_FILE}: {c['id']}: measured: expected a mapping with "
+                                f"iteration_time_s (s) or the TFLOP/s columns, got {measured!r}")
+    return cases
 
 
 def is_tflops_case(case: dict) -> bool:
