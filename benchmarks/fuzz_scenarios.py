@@ -1,5 +1,5 @@
 """Mutation fuzzer over the bundled scenarios: `python benchmarks/fuzz_scenarios.py [--cases N]
-[--seed S] [--jobs J] [--timeout T] [--show K] [--command simulate|estimate|search|sweep|partition]`
+[--seed S] [--jobs J] [--timeout T] [--show K] [--command COMMAND]`
 
 Every bundled scenario (scenarios/**/*.yaml that loads as a scenario) is copied into a scratch
 tree (so relative preset files and schedule CSVs still resolve), then mutated N times in all: a
@@ -9,8 +9,8 @@ value replaced by a hostile one (wrong types, {} / [] for a preset, floats where
 preset's hardware figure set to an extreme: a 10 GB/s HBM, a 1000 us launch), or a text-level
 mutation (truncation, deep nesting, an anchor bomb, a 5,000-digit integer, stray bytes). Each
 mutant runs `pipesim simulate FILE --no-files` (one in five also with `--json`) in-process inside a
-worker process with an address-space limit and a timeout; `--command estimate|search|sweep|partition` runs
-the mutants through that command instead (a small search on 8 GPUs, a one-row sweep; their
+worker process with an address-space limit and a timeout; `--command` runs the mutants through
+estimate, search (a small one on 8 GPUs), sweep (a one-row grid) or partition instead (their
 "nothing fits" answer, exit 1, counts as accepted).
 
 Prints the counts:

@@ -119,8 +119,8 @@ def _run_in_ranks(args, device: str) -> int:
     from pipesim.emulator import emulate
     from pipesim.emulator.rank_calibration import DEFAULT_BUDGET_S
     budget = DEFAULT_BUDGET_S / (2 if args.quick else 1)
-    res = emulate(args.scenario, overrides=args.overrides, nproc=args.nproc, steps=0, warmup=0, threads=args.threads, nice=args.nice,
-                  pin=True, calibrate={"budget_s": budget})
+    res = emulate(args.scenario, overrides=args.overrides, nproc=args.nproc, steps=0, warmup=0, threads=args.threads,
+                  nice=args.nice, pin=True, calibrate={"budget_s": budget})
     profile = res.get("profile")
     if profile is None:
         raise ProfileError(f"the ranks wrote no calibration (see {res.get('run_dir')})")
