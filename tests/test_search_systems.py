@@ -181,3 +181,7 @@ def test_search_and_sweep_take_set_overrides_and_refuse_a_malformed_base(tmp_pat
         assert main(["search", str(path), *ARGS]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"pipesim search: error: {path}: {section}: expected") and "\n" not in err
+        # a sweep merged its grid into the string, and every row read `training.preset: unknown key`
+        assert main(["sweep", str(path), "--grid", str(grid), "--no-files", "--no-progress", "--jobs", "1"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"pipesim sweep: error: {path}: {section}: expected a mapping") and "\n" not in err

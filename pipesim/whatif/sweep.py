@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from pipesim.errors import ScenarioError
 from pipesim.scenario.file_paths import rebase
 from pipesim.whatif.evaluate import evaluate_all, simulate_report
 from pipesim.whatif.grid import Grid, prepare, read_grid
@@ -31,7 +32,20 @@ def read_base(path_or_dict, overrides: Iterable[str] = ()) -> tuple[dict, str]:
         raw, source = rebase(read_yaml(path), path.parent), str(path)
     for text in overrides:
         raw = apply_override(raw, text)
+    _check_sections(raw, source)
     return raw, source
+
+
+def _check_sections(raw: dict, source: str) -> None:
+    """Each section a mapping (model and system may name a preset): the grid merges its keys into
+    them, which would otherwise turn `training: 80GB` into a `training.preset` key of every row."""
+    from pipesim.scenario.load import SECTIONS
+    from pipesim.scenario.schema import _describe
+    for name, value in raw.items():
+        named = name in ("model", "system")          # `model: llama3-8b`, `system: dgx-h100`
+        if name in SECTIONS and not isinstance(value, (dict, type(None))) and not (named and isinstance(value, str)):
+            what = "a mapping or a preset name" if named else "a mapping"
+            raise ScenarioError(f"{source}: {name}: expected {what}, got {_describe(value)}")
 
 
 def run_sweep(scenario, grid, evaluator: Callable = simulate_report, mode: str = "representative",
