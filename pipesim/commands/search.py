@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from pathlib import Path
 
 from pipesim.errors import ScenarioError
 from pipesim.whatif.hardware import label as system_label
@@ -79,7 +80,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from pipesim.scenario.load import load_scenario
+    from pipesim.scenario.load import read_sections
     from pipesim.whatif.analytic import analytic_report
     from pipesim.whatif.evaluate import simulate_report
     from pipesim.whatif.hardware import on_system, parse_systems
@@ -88,10 +89,10 @@ def run(args) -> int:
 
     if args.finalists < 1:
         raise ScenarioError(f"--finalists {args.finalists}: expected at least 1")
-    # the scenario must load as written (its model, system and training are kept, its layout is
-    # searched): a malformed section gets the loader's one-line error, not the search's traceback
-    load_scenario(args.scenario, args.overrides)
-    raw, _ = read_base(args.scenario, args.overrides)
+    raw, source = read_base(args.scenario, args.overrides)
+    # what the search keeps (model, system, training) read as the loader reads it: a malformed key
+    # is its one-line error, not the search's traceback; the layout need not load as written
+    read_sections(raw, source, Path("."))
     space = SearchSpace()
     if args.tensor:
         space.tensor = _ints(args.tensor, "--tensor")

@@ -111,7 +111,11 @@ def apply_override(raw: dict, text: str) -> dict:
     return merge(raw, update)
 
 
-def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
+def read_sections(raw: dict, source: str, base: Path) -> tuple:
+    """(loader, model, system, training, costs, run): the sections a scenario keeps whatever its
+    layout, each read as the loader reads it (unknown or missing sections, wrong types and values
+    out of range are one-line errors naming the key). `pipesim search`, which replaces the layout,
+    checks its base with this alone."""
     loader = Loader(source, LIMITS)
     unknown = [k for k in raw if k not in SECTIONS]
     if unknown:
@@ -121,15 +125,19 @@ def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
             loader.fail(name, f"missing section (a scenario needs {', '.join(REQUIRED)})")
     model = loader.build(ModelConfig, resolve_model(raw["model"], loader, base), "model")
     system = loader.build(SystemConfig, resolve_preset(raw["system"], SYSTEMS, "system", loader, base), "system")
-    parallel = loader.build(ParallelConfig, _auto_split(raw.get("parallel") or {}, model, loader), "parallel")
     training = loader.build(TrainingConfig, raw["training"], "training")
     training = (_fused_latent_attention(training, raw["training"], model, loader) if model.is_mla
                 else _default_attention(training, system))
     costs = loader.build(CostsConfig, raw.get("costs") or {}, "costs")
-    parallel = resolve_data(parallel, system, loader)
-    training = resolve_paths(training, base)
     costs = dataclasses.replace(costs, profile=_resolve(costs.profile, base))
     run = loader.build(RunConfig, raw.get("run") or {}, "run")
+    return loader, model, system, resolve_paths(training, base), costs, run
+
+
+def build_scenario(raw: dict, source: str, base: Path) -> Scenario:
+    loader, model, system, training, costs, run = read_sections(raw, source, base)
+    parallel = loader.build(ParallelConfig, _auto_split(raw.get("parallel") or {}, model, loader), "parallel")
+    parallel = resolve_data(parallel, system, loader)
     scenario = Scenario(model=model, system=system, parallel=parallel, training=training, costs=costs,
                         run=run, source=source)
     check_scenario(scenario, loader)
