@@ -110,6 +110,10 @@ def read_cases(path) -> list[dict]:
     return data
 
 
+def positive_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
 def _load_file(path: Path) -> list[Case]:
     """The training-throughput cases of a published-cases file whose id starts with a suite's
     prefix (other kinds of entry, e.g. NCCL bus bandwidths, are read by their own suites); a
@@ -124,8 +128,9 @@ def _load_file(path: Path) -> list[Case]:
             continue
         src = c.get("source") if isinstance(c.get("source"), dict) else {}
         key = {"tokens": "tokens_per_s_per_gpu", "model": "model_tflops_per_gpu"}.get(METRIC.get(suite), "tflops_per_gpu")
-        value = (c.get("measured") or {}).get(key) if isinstance(c.get("measured"), (dict, type(None))) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        measured = c.get("measured")
+        value = measured.get(key) if isinstance(measured, dict) else None
+        if not positive_number(value):
             raise ScenarioError(f"{path}: {cid}: measured.{key}: expected a positive number (the {suite} "
                                 f"suite's metric), got {value!r}")
         out.append(Case(id=cid, suite=suite, target=float(value),

@@ -57,13 +57,12 @@ class MoEResult:
 
 
 def load_moe_cases(path=None) -> list[dict]:
-    from pipesim.whatif.validation import DEFAULT_FILE, read_cases
+    from pipesim.whatif.validation import DEFAULT_FILE, positive_number, read_cases
     cases = [c for c in read_cases(path or DEFAULT_FILE) if str(c.get("id", "")).startswith(PREFIX)]
     for c in cases:
         measured = c.get("measured")
         step = measured.get("iteration_time_s") if isinstance(measured, dict) else None
-        if not isinstance(measured, dict) or (step is not None and (isinstance(step, bool) or not isinstance(
-                step, (int, float)) or not step > 0)):
+        if not isinstance(measured, dict) or not (step is None or positive_number(step)):
             raise ScenarioError(f"{path or DEFAULT_FILE}: {c['id']}: measured: expected a mapping with "
                                 f"iteration_time_s (s) or the TFLOP/s columns, got {measured!r}")
     return cases
