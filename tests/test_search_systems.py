@@ -150,6 +150,7 @@ def test_search_and_sweep_take_set_overrides_and_refuse_a_malformed_base(tmp_pat
     """`--set` on search and sweep (as on simulate): the search runs on the overridden scenario and
     its reproduce line carries the override; a base whose section is malformed gets the loader's
     one-line error naming the file and the key (it was a TypeError / ValueError traceback)."""
+    import csv
     import json
     path = tmp_path / "base.yaml"
     path.write_text(yaml.safe_dump(BASE))
@@ -173,7 +174,6 @@ def test_search_and_sweep_take_set_overrides_and_refuse_a_malformed_base(tmp_pat
         assert main(["sweep", str(path), "--grid", str(grid), "--no-files", "--no-progress", "--jobs", "1",
                      "--out", str(rows), "--set", f"model.seq_length={seq}"]) == 0
         capsys.readouterr()
-        import csv
         steps.append(float(next(csv.DictReader(rows.open()))["step_time_s"]))
     assert steps[1] > 1.1 * steps[0]              # twice the tokens per step: the override is applied
     for section, value in (("training", "80GB"), ("system", float("nan"))):
