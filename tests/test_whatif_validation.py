@@ -131,7 +131,7 @@ def test_zero3_latency_term_by_hand(cases):
 def test_nccl_bus_bandwidth_is_the_effective_link():
     """A ring all-reduce's bus bandwidth at a large message is the per-GPU link bandwidth times
     its efficiency: A800 NVLink 200 GB/s per direction x 0.8 = 160 GB/s (the maintainer's figure)."""
-    from pipesim.whatif.validation import collective_results
+    from pipesim.whatif.validation_nccl import collective_results
     rows = {r["id"]: r for r in collective_results()}
     a800 = rows["nccl-a800-guidance"]
     assert a800["pred_GBps"] == pytest.approx(160, rel=0.002) and a800["measured_GBps"] == 160

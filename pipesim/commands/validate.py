@@ -65,7 +65,7 @@ def run(args) -> int:
         if args.suites and not suites and not seeds and not want_nccl:
             return 0
     if want_nccl:
-        from pipesim.whatif.validation import collective_results, format_collectives
+        from pipesim.whatif.validation_nccl import collective_results, format_collectives
         print(format_collectives(collective_results(args.cases)) + "\n")
         if args.suites and not suites and not seeds:
             return 0

@@ -177,9 +177,8 @@ def preset_store_bandwidth(gpu_name: str, curve_name: str) -> float | None:
     sets the curve's per-SM tensor rate (costs/gemm.py) whatever bandwidth a scenario then gives
     the GPU (a slower memory slows the GEMMs' tile epilogues, not the tensor cores)."""
     gpus = [s["gpu"] for s in SYSTEMS.values() if s["gpu"].get("kernel_curve") == curve_name]
-    for gpu in sorted(gpus, key=lambda g: g["name"] != gpu_name):
-        return gpu["hbm_bandwidth_GBps"] * 1e9 * gpu.get("memory_efficiency", _EFF["memory_efficiency"])
-    return None
+    gpu = min(gpus, key=lambda g: g["name"] != gpu_name, default=None)      # its own name first
+    return gpu["hbm_bandwidth_GBps"] * 1e9 * gpu.get("memory_efficiency", _EFF["memory_efficiency"]) if gpu else None
 
 
 @lru_cache(maxsize=None)
