@@ -121,3 +121,17 @@ def test_latent_attention_with_tensor_and_pipeline_parallel(tmp_path, layout):
         "model.attention_variant=mla", "model.kv_lora_rank=16", "model.qk_rope_head_dim=8",
         "model.qk_nope_head_dim=16", "model.v_head_dim=16", "model.position=rotary", "model.norm=rmsnorm",
         "model.bias=false", "training.attention=flash", "parallel.tensor=2"] + layout)
+
+
+def test_sent_tensors_are_held_by_the_schedule_window_not_the_step(tmp_path):
+    """A sent activation is kept only until a later message from its receiver proves it arrived:
+    under 1F1B the messages held per peer stay at the warm-up depth whatever the micro-batch count
+    (holding every send to the step's end grew with it: 50,000 micro-batches stalled)."""
+    peak = {}
+    for m in (4, 16):
+        s = prepare(TINY, [f"training.global_batch_size={2 * m}"])
+        result = emulate(s, steps=1, warmup=0, run_dir=str(tmp_path / str(m)), timeout=60)
+        held = [e["args"]["held"] for e in result["events"] if e["kind"] in ("SEND_F", "SEND_B")]
+        assert len(held) == 2 * m
+        peak[m] = max(held)
+    assert peak[4] == peak[16] <= 2

@@ -5,8 +5,12 @@ graph); B runs the full backward; I runs the backward with weight gradients defe
 (layers.WeightGradStore) and W runs them; SEND/RECV move real tensors with isend/irecv, each
 message tagged by (stage, micro-batch, direction) so gloo matches them whatever the posting
 order. RECVs are posted ahead of use (a window of RECV_AHEAD) so transfers overlap compute; a
-RECV event is the wait. Data-parallel gradients are all-reduced in buckets of grad_bucket_MB,
-launched asynchronously after a stage's last backward when overlap_grad_reduce is set.
+RECV event is the wait. A sent tensor is held until its message is known to be received: when a
+message arrives from a peer that the peer sent after the receive of ours (plan positions), so
+memory stays bounded by the schedule's own window while no send is ever waited on before its
+receiver reached it (waiting on a send early deadlocks the looped / V schedules). Data-parallel
+gradients are all-reduced in buckets of grad_bucket_MB, launched asynchronously after a stage's
+last backward when overlap_grad_reduce is set.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+
+from pipesim.emulator.memory import TRIM_EVERY_ACTIONS, release_free_heap
 
 RECV_AHEAD = 2
 
@@ -54,6 +60,24 @@ class Runtime:
         return c.total, c.by_category()
 
 
+def message_positions(plan, pp: int) -> tuple[dict, dict]:
+    """For rank row `pp` of a lowered plan: (send action -> index of its RECV in the receiver's
+    row, RECV action -> index of its SEND in the sender's row). A rank runs its row in order, so
+    when it executes row index j every RECV it has before j has been received."""
+    index = [{(a.kind, a.stage, a.microbatch): i for i, a in enumerate(row) if a.is_comm} for row in plan.ranks]
+    to_recv, from_send = {}, {}
+    for a in plan.ranks[pp]:
+        if a.kind in ("SEND_F", "SEND_B"):
+            back = a.kind == "SEND_B"
+            peer = a.stage - 1 if back else a.stage + 1
+            to_recv[a] = index[plan.rank_of(peer)][("RECV_B" if back else "RECV_F", peer, a.microbatch)]
+        elif a.kind in ("RECV_F", "RECV_B"):
+            back = a.kind == "RECV_B"
+            peer = a.stage + 1 if back else a.stage - 1
+            from_send[a] = index[plan.rank_of(peer)][("SEND_B" if back else "SEND_F", peer, a.microbatch)]
+    return to_recv, from_send
+
+
 def _tag(stage: int, mb: int, backward: bool, part: int, num_stages: int) -> int:
     """A message's gloo tag: receiving stage, micro-batch, direction, part (data / scales)."""
     return ((mb * num_stages + stage) * 2 + int(backward)) * 4 + part
@@ -85,6 +109,7 @@ class Executor:
             if a.kind in ("B", "W"):
                 self.last_grad_action[a.stage] = i
         self._qlayout = None
+        self.to_recv, self.from_send = message_positions(rt.plan, rt.coords["pp"])
 
     # ---------------------------------------------------------------- one step
     def run_step(self, step: int, tokens: torch.Tensor) -> None:
@@ -94,7 +119,7 @@ class Executor:
         self.inputs, self.outputs, self.grad_out, self.grad_in = {}, {}, {}, {}
         self.outputs_fwd: dict = {}      # (next stage, mb) -> activation to send or hand over
         self.recvs: dict = {}
-        self.sends: list = []
+        self.sends: dict = {}            # destination rank -> [(its RECV's row index, works, tensors)]
         self.dp_works: list = []
         self.tokens = tokens
         recv_positions = [i for i, a in enumerate(self.row) if a.kind.startswith("RECV")]
@@ -104,6 +129,8 @@ class Executor:
         with (contextlib.nullcontext() if rt.device.type == "cuda" else rt.counter.hooks()):
             for i, a in enumerate(self.row):
                 self.run_action(step, a)
+                if i % TRIM_EVERY_ACTIONS == TRIM_EVERY_ACTIONS - 1 and rt.device.type == "cpu":
+                    release_free_heap()
                 if self.overlap and self.last_grad_action.get(a.stage) == i and a.is_compute:
                     self._reduce_stage(a.stage, async_op=True)
         rt.recorder.status.set(step, "DP", "run")
@@ -117,8 +144,10 @@ class Executor:
         # buffers, so updating them in place before it finished raced with it
         if rt.tp.sp:
             self._sequence_parallel_grads()
-        for work, _buf in self.sends:
-            work.wait()
+        for flight in self.sends.values():
+            for _, works, _tensors in flight:
+                for work in works:
+                    work.wait()
         rt.recorder.status.set(step, "SEND", "done")
 
     def run_action(self, step: int, a, fn=None) -> None:
@@ -250,6 +279,7 @@ class Executor:
         for w in works:
             w.wait()
         end = rec.now()
+        self._release_sends(self._peer(a.stage + 1 if a.kind == "RECV_B" else a.stage - 1), self.from_send[a])
         nbytes = sum(b.numel() * b.element_size() for b in bufs)
         extra = {} if rec.cuda else {"posted": rec.rel(posted)}
         rec.event("recv", a.kind, a.stage, a.microbatch, start, end, nbytes, **extra)
@@ -289,12 +319,30 @@ class Executor:
             tensors = [tensors[0].reshape(-1).chunk(self.rt.tp.size)[self.rt.tp.rank]]
         rec = self.rt.recorder
         start = rec.now()
-        for i, t in enumerate(tensors):
-            t = t.contiguous()
-            self.sends.append((dist.isend(t, dst=dst, tag=_tag(a.stage + (-1 if backward else 1), a.microbatch,
-                                                               backward, i, self.S)), t))
+        tensors = [t.contiguous() for t in tensors]
+        tag = _tag(a.stage + (-1 if backward else 1), a.microbatch, backward, 0, self.S)
+        works = [dist.isend(t, dst=dst, tag=tag + i) for i, t in enumerate(tensors)]
+        flight = self.sends.setdefault(dst, [])
+        flight.append((self.to_recv[a], works, tensors))
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        rec.event("send", a.kind, a.stage, a.microbatch, start, rec.now(), nbytes)
+        # held: messages to this peer whose tensors are still kept (this one included)
+        rec.event("send", a.kind, a.stage, a.microbatch, start, rec.now(), nbytes, held=len(flight))
+
+    def _release_sends(self, peer: int, sent_at: int) -> None:
+        """`peer` sent a message from its row index `sent_at`, so it had received every message of
+        ours whose RECV comes before that index: those sends are complete (gloo's isend reports
+        completion only through wait, which returns at once for them); drop their tensors."""
+        flight = self.sends.get(peer)
+        if not flight:
+            return
+        keep = []
+        for entry in flight:
+            if entry[0] < sent_at:
+                for work in entry[1]:
+                    work.wait()
+            else:
+                keep.append(entry)
+        self.sends[peer] = keep
 
     def do_SEND_F(self, a) -> None:
         out = self.outputs_fwd.pop((a.stage + 1, a.microbatch)).detach()

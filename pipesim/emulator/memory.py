@@ -98,6 +98,24 @@ class MemoryCounter:
         self.peak = self.total
 
 
+# Actions between two returns of the C heap's free pages to the system (release_free_heap).
+TRIM_EVERY_ACTIONS = 512
+
+
+def release_free_heap() -> bool:
+    """Give the C heap's free pages back to the system (glibc malloc_trim(0), which since glibc
+    2.8 releases free pages anywhere in the heap, not only at its top). Without it the last stage
+    of a long step grew by ~0.4 MB a micro-batch of 256 KB messages: freed activation buffers
+    stay in the heap, pinned by long-lived small objects (trace events, losses) allocated between
+    them. Pinning glibc's mmap threshold instead kept the memory flat but made every buffer a fresh
+    mmap, 50 % slower a step. False where the C library has no malloc_trim."""
+    import ctypes
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
 def cuda_snapshot(device) -> tuple[float, float]:
     """(allocated, peak allocated) bytes from the CUDA caching allocator."""
     import torch
