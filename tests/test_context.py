@@ -163,6 +163,20 @@ def test_cp_ranks_inside_the_node_first_and_gradients_over_data_times_context():
     assert placement(far, "cp").nodes == 2
 
 
+def test_the_gradient_group_counts_an_nvlink_domain_across_trays_as_one_fabric():
+    """On GB200 NVL72 racks (4-GPU trays, 64 GPUs per NVLink domain) the data x context group
+    has 32 members in each domain, as the data-parallel group of the same run without CP: its
+    ring runs on NVLink between them and leaves a domain through 32 NICs, not 2."""
+    base = {"model": {"preset": "llama3-8b", "seq_length": 8192},
+            "system": {"preset": "gb200-nvl72", "num_nodes": 128, "nvlink_domain": 64},
+            "parallel": {"tensor": 2, "pipeline": 1, "data": 64, "context": 4, "sequence_parallel": True},
+            "training": {"micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16"}}
+    g = placement(load_scenario(base), "dp_cp")
+    flat = placement(load_scenario(base, ["parallel.context=1", "parallel.data=256",
+                                          "training.global_batch_size=256"]), "dp")
+    assert (g.size, g.per_node, g.nodes) == (256, 32, 8) == (flat.size, flat.per_node, flat.nodes)
+
+
 def test_activations_shrink_with_cp_and_kv_buffers_reach_the_timeline():
     one, two = stage_costs(scenario(context=1))[0], stage_costs(scenario(context=2))[0]
     assert two.activation_bytes < 0.55 * one.activation_bytes

@@ -99,8 +99,9 @@ def scaled(link: Link, factor: float) -> Link:
 
 def joint_placement(s: Scenario, dims: tuple[str, ...]) -> GroupPlacement:
     """Placement of the group spanned by several dimensions (the one holding rank 0): its size
-    and how many of its members share a node."""
-    sizes, st, gpn = dim_sizes(s), strides(s), s.system.gpus_per_node
+    and how many of its members share an NVLink fabric (the node, or an NVLink domain spanning
+    trays, as `placement` counts them)."""
+    sizes, st, gpn = dim_sizes(s), strides(s), s.system.island
     members = [0]
     for dim in dims:
         members = [r + i * st[dim] for r in members for i in range(sizes[dim])]
