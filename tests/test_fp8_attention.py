@@ -122,3 +122,22 @@ def test_per_tensor_fp8_attention_sends_k_and_v_in_fp8_across_context_parallel_r
     cp = 8
     share = ((cp - 1) * 1.5 + 1) / (2 * (cp - 1) + 1) if mode == "ring" else 0.75
     assert fp8.bytes_bwd == pytest.approx(bf16.bytes_bwd * share)
+
+
+def test_nvfp4_gemms_take_fp8_attention_with_its_own_recipe():
+    """Transformer Engine runs FP8 attention beside NVFP4 GEMMs with its own recipe
+    (NVTE_DPA_FP8_RECIPE; MLPerf v5.1's Llama 3.1 8B: delayed scaling): the attention is then
+    timed and kept as under that recipe, the GEMMs stay NVFP4. Without the key it is an error
+    that names it; the key alone, without fp8_attention, is one too."""
+    nv = load_scenario(raw(fp8_recipe="nvfp4", fp8_attention_recipe="delayed"))
+    ref = load_scenario(raw(fp8_recipe="delayed"))
+    a, b = keeper(nv), keeper(ref)
+    assert a.flash == b.flash and a.saved_bytes == pytest.approx(b.saved_bytes)
+    assert a.serial_bytes_fwd == pytest.approx(b.serial_bytes_fwd)
+    gemm = next(o for o in costed_layer_ops(nv) if o.gemms_fwd)
+    assert gemm.gemms_fwd[0][4] == "fp4"
+    for over, key in ((dict(fp8_recipe="nvfp4"), "fp8_attention_recipe"),
+                      (dict(fp8_attention=False, fp8_attention_recipe="delayed"), "needs fp8_attention: true")):
+        with pytest.raises(ScenarioError) as err:
+            load_scenario(raw(**over))
+        assert key in str(err.value) and "\n" not in str(err.value)

@@ -164,19 +164,24 @@ ATTENTION_FP8_RECIPES = tuple(ATTENTION_CAST_BYTES)
 DEQUANT_BYTES = 3.0
 
 
+def attention_recipe(training) -> str:
+    """The FP8 recipe of the fused attention: its own `fp8_attention_recipe`, else the GEMMs'."""
+    return training.fp8_attention_recipe or training.fp8_recipe
+
+
 def attention_dtype(training) -> str:
     """What the fused attention runs in: "bf16", or under `training.fp8_attention` cuDNN's FP8
     kernel with MXFP8 ("mxfp8") or per-tensor ("fp8") scaling."""
     if not training.fp8_attention:
         return "bf16"
-    return "mxfp8" if training.fp8_recipe == "mxfp8" else "fp8"
+    return "mxfp8" if attention_recipe(training) == "mxfp8" else "fp8"
 
 
 def fp8_attention(ops: list[Op], training, e: int) -> list[Op]:
     """`ops` with every fused attention kernel run in FP8 (the GPU's FP8 attention table, per-tensor
     or MXFP8 by recipe) and the layer's kept Q, K, V (and O under delayed scaling) stored in FP8;
     the quantize / dequantize passes run serially with the kernel of the op that keeps them."""
-    recipe, kind = training.fp8_recipe, attention_dtype(training)
+    recipe, kind = attention_recipe(training), attention_dtype(training)
     q_pass = ATTENTION_CAST_BYTES[recipe]
     out = []
     for op in ops:

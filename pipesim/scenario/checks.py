@@ -135,17 +135,19 @@ def _check_fp8_attention(s: Scenario, loader: Loader) -> None:
     """FP8 attention is Transformer Engine's cuDNN FP8 kernel, under an FP8 recipe it supports, on a
     GPU with a published FP8 attention table."""
     from pipesim.costs.flash import attention_kernel_of
-    from pipesim.costs.fp8 import ATTENTION_FP8_RECIPES, BLACKWELL_CURVES, attention_dtype
+    from pipesim.costs.fp8 import ATTENTION_FP8_RECIPES, BLACKWELL_CURVES, attention_dtype, attention_recipe
     from pipesim.presets.gpus import KERNEL_CURVES
     tr = s.training
     if not tr.fp8_attention:
+        if tr.fp8_attention_recipe is not None:
+            loader.fail("training.fp8_attention_recipe", "the recipe of FP8 attention: needs fp8_attention: true")
         return
     key = "training.fp8_attention"
     if tr.precision != "fp8":
         loader.fail(key, f"FP8 attention runs under FP8 training: needs precision: fp8, got {tr.precision}")
-    if tr.fp8_recipe not in ATTENTION_FP8_RECIPES:
+    if attention_recipe(tr) not in ATTENTION_FP8_RECIPES:
         loader.fail(key, f"Transformer Engine's FP8 attention takes fp8_recipe {', '.join(ATTENTION_FP8_RECIPES)}; "
-                         f"got {tr.fp8_recipe}")
+                         f"got {tr.fp8_recipe} (give training.fp8_attention_recipe for another attention recipe)")
     kernel = attention_kernel_of(s)
     if tr.attention == "eager" or kernel not in ("auto", "cudnn", "cudnn-9.19"):
         loader.fail(key, f"FP8 attention is cuDNN's fused kernel (Transformer Engine): needs attention flash "

@@ -431,6 +431,10 @@ class TrainingConfig:
                                           "DotProductAttention, Megatron-Core --fp8-dot-product-attention; per-tensor "
                                           "scaling with fp8_recipe delayed / tensorwise, MXFP8 with mxfp8): cuDNN's FP8 "
                                           "kernel tables, Q/K/V quantized and kept in FP8 (O too under delayed)")
+    fp8_attention_recipe: Optional[Literal["delayed", "tensorwise", "mxfp8"]] = field(
+        None, doc="fp8_attention: the scaling of the FP8 attention when it is not the GEMMs' fp8_recipe "
+                  "(Transformer Engine's NVTE_DPA_FP8_RECIPE; needed under nvfp4, which has no FP8 attention of "
+                  "its own: MLPerf v5.1's Llama 3.1 8B runs NVFP4 GEMMs with delayed-scaling FP8 attention)")
     fp8_lm_head: bool = field(False, doc="fp8_recipe mxfp8: the output layer (LM head, the MTP depths' too) in "
                                         "MXFP8 like the layers' GEMMs, with its casts and weight copy (Megatron-Core "
                                         "fp8_output_proj: TELMHeadColumnParallelLinear; BF16 otherwise)")
