@@ -35,6 +35,9 @@ def test_rows_map_the_submissions_configs():
     h200 = load_scenario(case_scenario(cases["mlperf-v50-llama405b-512xh200"]))
     assert h200.system.gpu.name == "H200-SXM" and h200.parallel.tensor == 4
     assert cases["mlperf-v30-gpt3-512"].target == 676.8
+    # NCCL CTA caps from v3.1 on (MEGATRON_CORE_*_MAX_CTAS, custom_communicator_cta.yaml); none in v3.0
+    assert g.training.nccl_max_ctas == {"dp": 8, "dp_cp": 8, "tp": 8, "cp": 1, "pp": 2}
+    assert load_scenario(case_scenario(cases["mlperf-v30-gpt3-512"])).training.nccl_max_ctas == {}
 
 
 @pytest.mark.parametrize("section, key, value, words", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from pipesim.costs.collectives import GroupPlacement, Link
+from pipesim.costs.nccl_channels import capped_link, capped_placement
 from pipesim.costs.pods import p2p_factor, ring_factor
 from pipesim.costs.tensor_parallel import tensor_split
 from pipesim.scenario.config import Scenario
@@ -82,14 +83,14 @@ def placement(s: Scenario, group: str) -> GroupPlacement:
     """Placement of a communicator (assumed the same for every instance of the group).
     "dp_cp": the gradient group of data x context parallelism (CP ranks hold the same weights)."""
     if group == "dp_cp":
-        return joint_placement(s, ("cp", "dp"))
+        return capped_placement(s, group, joint_placement(s, ("cp", "dp")))
     stride, size = group_stride_size(s, group)
     gpn = s.system.island          # GPUs on one NVLink fabric: "intra" below means NVLink
     per_node = 1 if stride >= gpn else min(size, math.ceil(gpn / stride))
     intra, inter = links(s)
     if s.system.pod_gpus:
         inter = scaled(inter, ring_factor(s, [i * stride for i in range(size)]))
-    return GroupPlacement(size=size, per_node=per_node, intra=intra, inter=inter)
+    return capped_placement(s, group, GroupPlacement(size=size, per_node=per_node, intra=intra, inter=inter))
 
 
 def scaled(link: Link, factor: float) -> Link:
@@ -114,7 +115,7 @@ def joint_placement(s: Scenario, dims: tuple[str, ...]) -> GroupPlacement:
 def p2p_link(s: Scenario, src: int, dst: int) -> Link:
     intra, inter = links(s, node_of(s, src))
     if island_of(s, src) == island_of(s, dst):
-        return intra
+        return capped_link(s, "pp", intra)      # the pipeline's send / recv: the "pp" communicator
     _, inter_dst = links(s, node_of(s, dst))
     factor = p2p_factor(s, src, dst, pod_senders(s, src, dst)) if s.system.pod_gpus else 1.0
     return Link(min(inter.bandwidth, inter_dst.bandwidth) * factor, inter.latency)

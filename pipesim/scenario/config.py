@@ -431,6 +431,11 @@ class TrainingConfig:
                                           "DotProductAttention, Megatron-Core --fp8-dot-product-attention; per-tensor "
                                           "scaling with fp8_recipe delayed / tensorwise, MXFP8 with mxfp8): cuDNN's FP8 "
                                           "kernel tables, Q/K/V quantized and kept in FP8 (O too under delayed)")
+    nccl_max_ctas: dict[Literal["dp", "dp_cp", "tp", "cp", "pp"], int] = field(
+        default_factory=dict, doc="CTAs (NCCL channels) a communicator may use, by Megatron-Core group name "
+                                  "(--nccl-communicator-config-path max_ctas; MLPerf's NeMo runs: dp / dp_cp 8, "
+                                  "tp 8, cp 1, pp 2): its NVLink traffic at most that many CTAs' share and its ring "
+                                  "through at most that many NICs of a node (costs/nccl_channels.py); empty = NCCL's own")
     fp8_attention_recipe: Optional[Literal["delayed", "tensorwise", "mxfp8"]] = field(
         None, doc="fp8_attention: the scaling of the FP8 attention when it is not the GEMMs' fp8_recipe "
                   "(Transformer Engine's NVTE_DPA_FP8_RECIPE; needed under nvfp4, which has no FP8 attention of "
@@ -487,6 +492,9 @@ class TrainingConfig:
                              f"{self.activation_compression_bits}")
         if self.grad_bucket_MB <= 0:
             raise ValueError("grad_bucket_MB must be positive")
+        for name, ctas in self.nccl_max_ctas.items():
+            if ctas < 1:
+                raise ValueError(f"nccl_max_ctas[{name}] must be at least 1, got {ctas}")
         if self.offload_activation_layers < 0:
             raise ValueError(f"offload_activation_layers must not be negative, got {self.offload_activation_layers}")
         if self.recompute_num_layers is not None:

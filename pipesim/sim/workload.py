@@ -286,14 +286,15 @@ def dp_placement(s, pp: int) -> tuple[GroupPlacement, str]:
 
 def rank_links(s, link_dps) -> tuple[dict, dict]:
     """(p2p, dp_group) of Workload: the link between neighbouring pipeline ranks and each pipeline
-    rank's DP communicator. Without heterogeneity they depend only on the system's shape and links
-    and the parallel layout, so a sweep computes them once per such key."""
+    rank's DP communicator. Without heterogeneity they depend only on the system's shape and links,
+    the parallel layout and the communicators' CTA caps, so a sweep computes them once per such key."""
     het = s.system.heterogeneity
     key = None
     if not het.rank_speed and not het.node_inter_bandwidth:
         sysc = s.system
         key = (sysc.num_nodes, sysc.gpus_per_node, sysc.nvlink_domain, sysc.intra_node, sysc.inter_node,
-               sysc.pod_gpus, sysc.pod_oversubscription, s.parallel)
+               sysc.pod_gpus, sysc.pod_oversubscription, s.parallel, sysc.gpu.kernel_curve,
+               tuple(sorted(s.training.nccl_max_ctas.items())))
         hit = _LINKS.get(key)
         if hit is not None:
             return hit

@@ -13,7 +13,9 @@ and recipe, FP8 parameters (FP8_PARAMS / FP8_PARAM_GATHER -> fp8_param_gather), 
 (FP8_DPA; its own delayed-scaling recipe beside NVFP4 GEMMs, config_common_fp8attn.sh's
 NVTE_DPA_FP8_FORMAT / NVTE_DPA_FP8DS_* -> fp8_attention_recipe delayed), TP communication overlap, and CUDA graphs (full-iteration graphs -> cuda_graphs
 full_iteration; per-layer graphs, LAYER_CUDA_GRAPH or Megatron-Core's "full" scope, count as
-none, as pipesim counts graphs of some modules). Llama 3.1 405B splits its layers with the
+none, as pipesim counts graphs of some modules), and from v3.1 on the NCCL CTA caps of every
+communicator (MEGATRON_CORE_*_MAX_CTAS, then conf/nccl/custom_communicator_cta.yaml: dp / dp_cp 8,
+tp 8, cp 1, pp 2 -> nccl_max_ctas). Llama 3.1 405B splits its layers with the
 embedding and the loss counted as pipeline layers (ASYM_PP_EMBED / ASYM_PP_LOSS ->
 embedding_loss_split).
 Stated by the benchmark or the shared configs, set once for the family: no activation recompute
@@ -96,6 +98,8 @@ def mlperf_scenario(case) -> dict:
                 "overlap_tp_comm": bool(tr["tp_comm_overlap"]) and tp > 1, "grad_reduce_in_fp32": False,
                 "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(vp, 2024),
                 "cuda_graphs": graphs}
+    if tr.get("nccl_max_ctas"):
+        training["nccl_max_ctas"] = dict(tr["nccl_max_ctas"])
     if tr.get("fp8_attention_recipe"):       # FP8 attention beside NVFP4 GEMMs (NVTE_DPA_FP8_RECIPE)
         training["fp8_attention_recipe"] = tr["fp8_attention_recipe"]
     if name != "gpt3-175b":
