@@ -38,6 +38,8 @@ def test_rows_map_the_submissions_configs():
     # NCCL CTA caps from v3.1 on (MEGATRON_CORE_*_MAX_CTAS, custom_communicator_cta.yaml); none in v3.0
     assert g.training.nccl_max_ctas == {"dp": 8, "dp_cp": 8, "tp": 8, "cp": 1, "pp": 2}
     assert load_scenario(case_scenario(cases["mlperf-v30-gpt3-512"])).training.nccl_max_ctas == {}
+    # v5.1 exports NCCL_MAX_CTAS=32, which NCCL lets override every communicator's config
+    assert set(nv.training.nccl_max_ctas.values()) == {32}
 
 
 @pytest.mark.parametrize("section, key, value, words", [

@@ -11,7 +11,8 @@ Hopper, 40.1 for Blackwell). So one CTA carries half a link: 10 GB/s on A100, wh
 moves at most C of those shares over NVLink, and its ring leaves a node (NVLink domain) through
 at most C NICs, one per channel. MLPerf's NeMo submissions (v3.1 to v5.1) cap the gradient groups
 at 8 CTAs, TP at 8, CP at 1 and the pipeline's P2P at 2 (conf/nccl/custom_communicator_cta.yaml),
-to leave SMs to the compute the collectives overlap.
+to leave SMs to the compute the collectives overlap. NCCL_MAX_CTAS in the environment overrides
+every communicator's cap (src/init.cc since 2.17): such a run's caps are that value.
 """
 from __future__ import annotations
 

@@ -15,7 +15,9 @@ NVTE_DPA_FP8_FORMAT / NVTE_DPA_FP8DS_* -> fp8_attention_recipe delayed), TP comm
 full_iteration; per-layer graphs, LAYER_CUDA_GRAPH or Megatron-Core's "full" scope, count as
 none, as pipesim counts graphs of some modules), and from v3.1 on the NCCL CTA caps of every
 communicator (MEGATRON_CORE_*_MAX_CTAS, then conf/nccl/custom_communicator_cta.yaml: dp / dp_cp 8,
-tp 8, cp 1, pp 2 -> nccl_max_ctas). Llama 3.1 405B splits its layers with the
+tp 8, cp 1, pp 2 -> nccl_max_ctas) - except in v5.1, whose config_common.sh also exports
+NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32, which NCCL lets override every communicator's config
+(src/init.cc since 2.17: "Comm config maxCTAs reset to NCCL_MAX_CTAS"): 32 for all. Llama 3.1 405B splits its layers with the
 embedding and the loss counted as pipeline layers (ASYM_PP_EMBED / ASYM_PP_LOSS ->
 embedding_loss_split).
 Stated by the benchmark or the shared configs, set once for the family: no activation recompute
