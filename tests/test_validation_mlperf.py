@@ -38,6 +38,10 @@ def test_rows_map_the_submissions_configs():
     # NCCL CTA caps from v3.1 on (MEGATRON_CORE_*_MAX_CTAS, custom_communicator_cta.yaml); none in v3.0
     assert g.training.nccl_max_ctas == {"dp": 8, "dp_cp": 8, "tp": 8, "cp": 1, "pp": 2}
     assert load_scenario(case_scenario(cases["mlperf-v30-gpt3-512"])).training.nccl_max_ctas == {}
+    # buckets as stated: Apex's 200 MiB of BF16 gradients; Megatron's bucket_size in parameters
+    assert g.training.grad_bucket_MB == pytest.approx(200 * 2**20 / 1e6)
+    assert nv.training.grad_bucket_MB == pytest.approx(134217728 * 2 / 1e6)
+    assert l1.training.grad_bucket_MB == pytest.approx(40e6 * 2 / 1e6)     # Megatron's default, max(40M, 1M x dp)
     # v5.1 exports NCCL_MAX_CTAS=32, which NCCL lets override every communicator's config
     assert set(nv.training.nccl_max_ctas.values()) == {32}
 

@@ -46,13 +46,13 @@ def megatron_p2p_sync(virtual_stages: int, code_year: int) -> bool:
     return code_year < 2023 or virtual_stages <= 1
 
 
-def megatron_bucket_MB(dp: int) -> float:
-    """Megatron-Core DDP's default gradient bucket, in MB of fp32 gradients: max(40M, 1M x dp)
-    parameters, growing with dp so that each rank's share of a bucket keeps the ring bandwidth-
-    bound (megatron/core/distributed/distributed_data_parallel.py, r0.8 and later). Not
-    PyTorch DDP's 25 MB default: at dp 48 that would be 7.7x more buckets, each paying the ring's
-    latency."""
-    return max(40e6, 1e6 * dp) * 4 / 1e6
+def megatron_bucket_MB(dp: int, grad_bytes: float = 4.0) -> float:
+    """Megatron-Core DDP's default gradient bucket, in MB of gradients of `grad_bytes` each (4:
+    reduced in fp32, 2: in BF16): max(40M, 1M x dp) parameters, growing with dp so that each
+    rank's share of a bucket keeps the ring bandwidth-bound (megatron/core/distributed/
+    distributed_data_parallel.py, r0.8 and later: bucket_size counts parameters). Not PyTorch
+    DDP's 25 MB default: at dp 48 that would be 7.7x more buckets, each paying the ring's latency."""
+    return max(40e6, 1e6 * dp) * grad_bytes / 1e6
 
 
 def mcore_scenario(case) -> dict:

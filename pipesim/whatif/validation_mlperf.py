@@ -27,7 +27,10 @@ providers), sequence parallelism with TP (SEQ_PARALLEL default True), the distri
 BF16 (GPT-3: Apex distributed_fused_adam grad_sync_dtype bf16; Llama: pretrain.py
 MegatronMixedPrecision grad_reduce_in_fp32=False), the interleaved schedule's P2P overlapped
 (overlap_p2p_comm True, batch_p2p_comm False), ring context parallelism (Transformer Engine's
-default p2p exchange). Models: GPT-3 175B as NeMo's (96 x 12288, 96 heads, 4h GeLU MLP,
+default p2p exchange). Gradient buckets: GPT-3's BUCKET_CAP_MB (Apex distributed_fused_adam: 100 MiB
+in v3.x, 200 from v4.0), v5.1's Megatron DDP bucket_size (134217728 parameters, the 8B's
+BUCKET_SIZE 768000000); v5.0 sets bucket_size 200, i.e. a bucket per parameter tensor, which
+pipesim cannot express: Megatron's default bucket there. Models: GPT-3 175B as NeMo's (96 x 12288, 96 heads, 4h GeLU MLP,
 LayerNorm - layernorm1p costs the same -, biases, learned positions, tied embeddings, vocab
 50304 as nemo2407's GPT-3); Llama 3.1 405B with the Mixtral 8x22B tokenizer the benchmark swaps
 in (README: "we replace the paper's TikTokenizer with the Mixtral 8x22b tokenizer", vocab 32768);
@@ -98,7 +101,7 @@ def mlperf_scenario(case) -> dict:
                 "fp8_attention": bool(tr["fp8_attention"]), "attention": "flash", "zero_stage": 1,
                 "overlap_grad_reduce": True, "overlap_param_gather": True,
                 "overlap_tp_comm": bool(tr["tp_comm_overlap"]) and tp > 1, "grad_reduce_in_fp32": False,
-                "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(vp, 2024),
+                "grad_bucket_MB": bucket_MB(tr, dp), "p2p_sync": megatron_p2p_sync(vp, 2024),
                 "cuda_graphs": graphs}
     if tr.get("nccl_max_ctas"):
         training["nccl_max_ctas"] = dict(tr["nccl_max_ctas"])
@@ -107,3 +110,14 @@ def mlperf_scenario(case) -> dict:
     if name != "gpt3-175b":
         training["cross_entropy"] = "te"
     return {"model": model, "system": system, "parallel": parallel, "training": training}
+
+
+def bucket_MB(tr: dict, dp: int) -> float:
+    """The gradient bucket in MB of BF16 gradients: GPT-3's Apex DistributedFusedAdam
+    `bucket_cap_mb` (MiB; BUCKET_CAP_MB), or Megatron-Core DDP's `bucket_size` in parameters
+    (BUCKET_SIZE), else Megatron's default for this data-parallel size."""
+    if "bucket_cap_mb" in tr:
+        return float(tr["bucket_cap_mb"]) * 2**20 / 1e6
+    if "bucket_params" in tr:
+        return float(tr["bucket_params"]) * 2 / 1e6
+    return megatron_bucket_MB(dp, grad_bytes=2.0)
