@@ -27,7 +27,6 @@ CTAS_PER_NVLINK = 2            # NVIDIA/nccl issue #1703
 # pipesim's groups -> the communicator names of Megatron-Core's config file
 COMMUNICATOR = {"tp": "tp", "tp_row": "tp", "tp_col": "tp", "tp_depth": "tp", "cp": "cp", "cp_a2a": "cp",
                 "cp_ring": "cp", "dp": "dp", "dp_cp": "dp_cp", "pp": "pp"}
-COMMUNICATORS = ("dp", "dp_cp", "tp", "cp", "pp")
 
 
 def max_ctas(s, group: str) -> int:

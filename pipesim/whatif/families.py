@@ -48,8 +48,9 @@ def megatron_p2p_sync(virtual_stages: int, code_year: int) -> bool:
 
 def megatron_bucket_MB(dp: int, grad_bytes: float = 4.0) -> float:
     """Megatron-Core DDP's default gradient bucket, in MB of gradients of `grad_bytes` each (4:
-    reduced in fp32, 2: in BF16): max(40M, 1M x dp) parameters, growing with dp so that each
-    rank's share of a bucket keeps the ring bandwidth-bound (megatron/core/distributed/
+    reduced in fp32, 2: in BF16): max(40M, 1M x dp) parameters, dp the gradient group's size (data
+    x context: get_data_parallel_world_size(with_context_parallel=True)), growing with it so that
+    each rank's share of a bucket keeps the ring bandwidth-bound (megatron/core/distributed/
     distributed_data_parallel.py, r0.8 and later: bucket_size counts parameters). Not PyTorch
     DDP's 25 MB default: at dp 48 that would be 7.7x more buckets, each paying the ring's latency."""
     return max(40e6, 1e6 * dp) * grad_bytes / 1e6
@@ -135,7 +136,7 @@ def nemo_scenario(case) -> dict:
                      "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": "fp8",
                      "fp8_recipe": "delayed", "attention": "flash", "zero_stage": 1,
                      "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_tp_comm": tp > 1,
-                     "grad_reduce_in_fp32": True, "grad_bucket_MB": megatron_bucket_MB(dp),
+                     "grad_reduce_in_fp32": True, "grad_bucket_MB": megatron_bucket_MB(dp * cp),
                      "p2p_sync": megatron_p2p_sync(vp, 2024)},
     }
 

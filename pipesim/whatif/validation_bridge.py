@@ -191,7 +191,7 @@ def bridge_scenario(case) -> dict:
                 "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": precision,
                 "attention": "flash", "zero_stage": 3 if fsdp else 1, "overlap_grad_reduce": True,
                 "overlap_param_gather": True, "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": False,
-                "grad_bucket_MB": megatron_bucket_MB(dp, grad_bytes=2.0), "p2p_sync": megatron_p2p_sync(vp, 2025),
+                "grad_bucket_MB": megatron_bucket_MB(dp * cp, grad_bytes=2.0), "p2p_sync": megatron_p2p_sync(vp, 2025),
                 "cross_entropy": "te"}
     if recipe:      # FP8 weights stored and gathered in FP8; NVFP4 keeps BF16 weights
         training.update(fp8_recipe=recipe, fp8_param_gather=recipe != "nvfp4")

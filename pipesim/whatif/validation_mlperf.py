@@ -1,45 +1,45 @@
 """Held-out family mlperf (scenarios/validation/heldout.yaml): MLPerf Training's LLM pre-training
-benchmarks as NVIDIA's NeMo / Megatron-Core submissions ran them - GPT-3 175B (rounds v3.0 to
-v4.1, H100 and a B200 preview), Llama 3.1 405B (v5.0, v5.1: H100, H200, GB200, GB300) and Llama
-3.1 8B (v5.1, GB200) - including partners' runs of the same code (CoreWeave, IBM + CoreWeave,
-Nebius). Test only: nothing in pipesim is set from these rows. Metric: tokens/s per GPU, from the
-steady-state step time of the MLLOG result files (block or evaluation intervals, evaluation
-excluded; the per-row `where` says which), median over a configuration's result files.
+benchmarks as NVIDIA's NeMo / Megatron-Core submissions ran them - GPT-3 175B (rounds v3.0 to v4.1,
+H100 and a B200 preview), Llama 3.1 405B (v5.0, v5.1: H100, H200, GB200, GB300) and Llama 3.1 8B
+(v5.1, GB200) - including partners' runs of the same code (CoreWeave, IBM + CoreWeave, Nebius). Test
+only: nothing in pipesim is set from these rows. Metric: tokens/s per GPU, from the steady-state
+step time of the MLLOG result files (block or evaluation intervals, evaluation excluded; the per-row
+`where` says which), median over a configuration's result files.
 
 Mapped as the submission's config scripts set them (`source` names each): GPUs, TP, PP, VP
 (INTERLEAVED_PIPELINE), CP, micro-batch, global batch (MINIBS x data-parallel size; the logged
-global_batch_size where a config's default differs from its logs), sequence length, precision
-and recipe, FP8 parameters (FP8_PARAMS / FP8_PARAM_GATHER -> fp8_param_gather), FP8 attention
-(FP8_DPA; its own delayed-scaling recipe beside NVFP4 GEMMs, config_common_fp8attn.sh's
-NVTE_DPA_FP8_FORMAT / NVTE_DPA_FP8DS_* -> fp8_attention_recipe delayed), TP communication overlap, and CUDA graphs (full-iteration graphs -> cuda_graphs
-full_iteration; per-layer graphs, LAYER_CUDA_GRAPH or Megatron-Core's "full" scope, count as
-none, as pipesim counts graphs of some modules), and from v3.1 on the NCCL CTA caps of every
-communicator (MEGATRON_CORE_*_MAX_CTAS, then conf/nccl/custom_communicator_cta.yaml: dp / dp_cp 8,
-tp 8, cp 1, pp 2 -> nccl_max_ctas) - except in v5.1, whose config_common.sh also exports
-NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32, which NCCL lets override every communicator's config
-(src/init.cc since 2.17: "Comm config maxCTAs reset to NCCL_MAX_CTAS"): 32 for all. Llama 3.1 405B splits its layers with the
-embedding and the loss counted as pipeline layers (ASYM_PP_EMBED / ASYM_PP_LOSS ->
-embedding_loss_split).
+global_batch_size where a config's default differs from its logs), sequence length, precision and
+recipe, FP8 parameters (FP8_PARAMS / FP8_PARAM_GATHER -> fp8_param_gather), FP8 attention (FP8_DPA;
+its own delayed-scaling recipe beside NVFP4 GEMMs, config_common_fp8attn.sh's NVTE_DPA_FP8_FORMAT /
+NVTE_DPA_FP8DS_* -> fp8_attention_recipe delayed), TP communication overlap, and CUDA graphs (full-
+iteration graphs -> cuda_graphs full_iteration; per-layer graphs, LAYER_CUDA_GRAPH or Megatron-
+Core's "full" scope, count as none, as pipesim counts graphs of some modules), and from v3.1 on the
+NCCL CTA caps of every communicator (MEGATRON_CORE_*_MAX_CTAS, then
+conf/nccl/custom_communicator_cta.yaml: dp / dp_cp 8, tp 8, cp 1, pp 2 -> nccl_max_ctas) - except in
+v5.1, whose config_common.sh also exports NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32, which NCCL lets
+override every communicator's config (src/init.cc since 2.17: "Comm config maxCTAs reset to
+NCCL_MAX_CTAS"): 32 for all. Llama 3.1 405B splits its layers with the embedding and the loss
+counted as pipeline layers (ASYM_PP_EMBED / ASYM_PP_LOSS -> embedding_loss_split).
 Stated by the benchmark or the shared configs, set once for the family: no activation recompute
-(ACT_CKPT_* null), no dropout (GPT-3's custom.yaml hidden/attention_dropout 0.0; Llama's
-providers), sequence parallelism with TP (SEQ_PARALLEL default True), the distributed optimizer
-(ZeRO-1) with overlapped gradient reduce-scatter and parameter all-gather, gradients reduced in
-BF16 (GPT-3: Apex distributed_fused_adam grad_sync_dtype bf16; Llama: pretrain.py
-MegatronMixedPrecision grad_reduce_in_fp32=False), the interleaved schedule's P2P overlapped
-(overlap_p2p_comm True, batch_p2p_comm False), ring context parallelism (Transformer Engine's
-default p2p exchange). Gradient buckets: GPT-3's BUCKET_CAP_MB (Apex distributed_fused_adam: 100 MiB
-in v3.x, 200 from v4.0), v5.1's Megatron DDP bucket_size (134217728 parameters, the 8B's
-BUCKET_SIZE 768000000); v5.0 sets bucket_size 200, i.e. a bucket per parameter tensor, which
-pipesim cannot express: Megatron's default bucket there. Models: GPT-3 175B as NeMo's (96 x 12288, 96 heads, 4h GeLU MLP,
-LayerNorm - layernorm1p costs the same -, biases, learned positions, tied embeddings, vocab
-50304 as nemo2407's GPT-3); Llama 3.1 405B with the Mixtral 8x22B tokenizer the benchmark swaps
-in (README: "we replace the paper's TikTokenizer with the Mixtral 8x22b tokenizer", vocab 32768);
-Llama 3.1 8B with its own tokenizer (the llama3-8b preset at 8192 tokens). The Llama rows' loss
-runs fused (cross_entropy_loss_fusion True; the 8B's CE_FUSION_IMPL te).
-Assumptions where a script sourced by the config is not published (config_common_blackwell.sh of
-the B200 GPT-3 and the v5.0 GB200 rows): the recipe the visible configs and yaml defaults give
-(delayed scaling). GB200 / GB300 runs: one NVLink domain of the largest multiple of 4 GPUs <= 72
-dividing the run, as for the Megatron-Bridge families.
+(ACT_CKPT_* null), no dropout (GPT-3's custom.yaml hidden/attention_dropout 0.0; Llama's providers),
+sequence parallelism with TP (SEQ_PARALLEL default True), the distributed optimizer (ZeRO-1) with
+overlapped gradient reduce-scatter and parameter all-gather, gradients reduced in BF16 (GPT-3: Apex
+distributed_fused_adam grad_sync_dtype bf16; Llama: pretrain.py MegatronMixedPrecision
+grad_reduce_in_fp32=False), the interleaved schedule's P2P overlapped (overlap_p2p_comm True,
+batch_p2p_comm False), ring context parallelism (Transformer Engine's default p2p exchange).
+Gradient buckets: GPT-3's BUCKET_CAP_MB (Apex distributed_fused_adam: 100 MiB in v3.x, 200 from
+v4.0), v5.1's Megatron DDP bucket_size (134217728 parameters, the 8B's BUCKET_SIZE 768000000); v5.0
+sets bucket_size 200, i.e. a bucket per parameter tensor, which pipesim cannot express: Megatron's
+default bucket there. Models: GPT-3 175B as NeMo's (96 x 12288, 96 heads, 4h GeLU MLP, LayerNorm -
+layernorm1p costs the same -, biases, learned positions, tied embeddings, vocab 50304 as nemo2407's
+GPT-3); Llama 3.1 405B with the Mixtral 8x22B tokenizer the benchmark swaps in (README: "we replace
+the paper's TikTokenizer with the Mixtral 8x22b tokenizer", vocab 32768); Llama 3.1 8B with its own
+tokenizer (the llama3-8b preset at 8192 tokens). The Llama rows' loss runs fused
+(cross_entropy_loss_fusion True; the 8B's CE_FUSION_IMPL te).
+Assumptions where a script sourced by the config is not published (config_common_blackwell.sh of the
+B200 GPT-3 and the v5.0 GB200 rows): the recipe the visible configs and yaml defaults give (delayed
+scaling). GB200 / GB300 runs: one NVLink domain of the largest multiple of 4 GPUs <= 72 dividing the
+run, as for the Megatron-Bridge families.
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def mlperf_scenario(case) -> dict:
                 "fp8_attention": bool(tr["fp8_attention"]), "attention": "flash", "zero_stage": 1,
                 "overlap_grad_reduce": True, "overlap_param_gather": True,
                 "overlap_tp_comm": bool(tr["tp_comm_overlap"]) and tp > 1, "grad_reduce_in_fp32": False,
-                "grad_bucket_MB": bucket_MB(tr, dp), "p2p_sync": megatron_p2p_sync(vp, 2024),
+                "grad_bucket_MB": bucket_MB(tr, dp * cp), "p2p_sync": megatron_p2p_sync(vp, 2024),
                 "cuda_graphs": graphs}
     if tr.get("nccl_max_ctas"):
         training["nccl_max_ctas"] = dict(tr["nccl_max_ctas"])
@@ -115,7 +115,8 @@ def mlperf_scenario(case) -> dict:
 def bucket_MB(tr: dict, dp: int) -> float:
     """The gradient bucket in MB of BF16 gradients: GPT-3's Apex DistributedFusedAdam
     `bucket_cap_mb` (MiB; BUCKET_CAP_MB), or Megatron-Core DDP's `bucket_size` in parameters
-    (BUCKET_SIZE), else Megatron's default for this data-parallel size."""
+    (BUCKET_SIZE), else Megatron's default for the gradient group of `dp` ranks (data x context:
+    get_data_parallel_world_size(with_context_parallel=True))."""
     if "bucket_cap_mb" in tr:
         return float(tr["bucket_cap_mb"]) * 2**20 / 1e6
     if "bucket_params" in tr:
