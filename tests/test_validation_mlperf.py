@@ -42,6 +42,8 @@ def test_rows_map_the_submissions_configs():
     assert g.training.grad_bucket_MB == pytest.approx(200 * 2**20 / 1e6)
     assert nv.training.grad_bucket_MB == pytest.approx(134217728 * 2 / 1e6)
     assert l1.training.grad_bucket_MB == pytest.approx(40e6 * 2 / 1e6)     # Megatron's default, max(40M, 1M x dp)
+    l2 = load_scenario(case_scenario(cases["mlperf-v50-llama405b-8192"]))  # dp 64 x cp 2: the gradient group
+    assert l2.training.grad_bucket_MB == pytest.approx(128e6 * 2 / 1e6)
     # v5.1 exports NCCL_MAX_CTAS=32, which NCCL lets override every communicator's config
     assert set(nv.training.nccl_max_ctas.values()) == {32}
 
