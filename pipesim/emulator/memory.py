@@ -10,6 +10,8 @@ On CUDA the allocator's own statistics are used instead (see `cuda_snapshot`).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 class _Saved:
     """What the pack hook returns: the tensor; releases its storage's count when autograd drops it."""
@@ -109,11 +111,18 @@ def release_free_heap() -> bool:
     stay in the heap, pinned by long-lived small objects (trace events, losses) allocated between
     them. Pinning glibc's mmap threshold instead kept the memory flat but made every buffer a fresh
     mmap, 50 % slower a step. False where the C library has no malloc_trim."""
+    trim = _malloc_trim()
+    return bool(trim(0)) if trim else False
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    """The C library's malloc_trim, looked up once (None where there is none)."""
     import ctypes
     try:
-        return bool(ctypes.CDLL(None).malloc_trim(0))
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
-        return False
+        return None
 
 
 def cuda_snapshot(device) -> tuple[float, float]:

@@ -171,12 +171,7 @@ def bridge_scenario(case) -> dict:
     dp = n // (tp * pp * cp)
     if fsdp and fsdp != dp:
         raise ScenarioError(f"{cid}: parallel.fsdp {fsdp} ≠ data-parallel size {dp}; partial sharding is not mapped")
-    if n % per_node and n > per_node:
-        raise ScenarioError(f"{cid}: {n} GPUs is not a whole number of {per_node}-GPU {hw['system']} nodes")
-    system = ({"preset": preset, "num_nodes": 1, "gpus_per_node": n} if n < per_node
-              else {"preset": preset, "num_nodes": n // per_node})
-    if preset in NVL72 and n > per_node:
-        system["nvlink_domain"] = max(d for d in range(per_node, 73, per_node) if n % d == 0)
+    system = node_system(cid, hw["system"], preset, per_node, n)
     precision, recipe = BRIDGE_PRECISIONS[c["precision"]]
     parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp}
     layers = _preset_layers(BRIDGE_MODELS[name])
@@ -211,6 +206,20 @@ def bridge_scenario(case) -> dict:
         training["moe_shared_expert_overlap"] = (training["moe_dispatcher"] == "alltoall"
                                                  and not training.get("moe_a2a_overlap"))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
+
+
+def node_system(cid: str, published: str, preset: str, per_node: int, n: int) -> dict:
+    """The system section of a run of `n` GPUs on `preset` nodes of `per_node`: one partial node
+    below a node, whole nodes above; an NVL72 run of several trays one NVLink domain of the
+    largest multiple of the tray that divides the run (72 divides none of the published counts)."""
+    if n % per_node and n > per_node:
+        raise ScenarioError(f"{cid}: {n} GPUs is not a whole number of {per_node}-GPU {published} nodes")
+    if n < per_node:
+        return {"preset": preset, "num_nodes": 1, "gpus_per_node": n}
+    system = {"preset": preset, "num_nodes": n // per_node}
+    if preset in NVL72 and n > per_node:
+        system["nvlink_domain"] = max(d for d in range(per_node, 73, per_node) if n % d == 0)
+    return system
 
 
 def row_settings(case_id: str) -> dict:

@@ -46,7 +46,7 @@ from __future__ import annotations
 from pipesim.errors import ScenarioError
 from pipesim.scenario.stage_split import embedding_loss_split
 from pipesim.whatif.families import NEMO_MODELS, mapped, megatron_bucket_MB, megatron_p2p_sync
-from pipesim.whatif.validation_bridge import BRIDGE_SYSTEMS, NVL72
+from pipesim.whatif.validation_bridge import BRIDGE_SYSTEMS, node_system
 
 # published system -> (pipesim system preset, GPUs per node): the Megatron-Bridge families' table
 # and the H200 nodes of Nebius's runs (8x H200-SXM 141 GB per node, its system JSON)
@@ -83,12 +83,7 @@ def mlperf_scenario(case) -> dict:
     if gbs % (dp * mbs):
         raise ScenarioError(f"{cid}: parallel.global_batch {gbs} is not a multiple of data-parallel size {dp} x "
                             f"micro-batch {mbs}")
-    if n % per_node and n > per_node:
-        raise ScenarioError(f"{cid}: {n} GPUs is not a whole number of {per_node}-GPU {hw['system']} nodes")
-    system = ({"preset": preset, "num_nodes": 1, "gpus_per_node": n} if n < per_node
-              else {"preset": preset, "num_nodes": n // per_node})
-    if preset in NVL72:
-        system["nvlink_domain"] = max(d for d in range(per_node, 73, per_node) if n % d == 0)
+    system = node_system(cid, hw["system"], preset, per_node, n)
     parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp}
     if cp > 1:
         parallel.update(context=cp, context_mode="ring")
