@@ -37,7 +37,7 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
 from pipesim.sim.p2p_sync import POST, WAIT, batched_row, dag_steps
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.sim.dp_time import bucket_seconds, param_gather_seconds
+from pipesim.sim.dp_time import bucket_seconds, param_gather_exposed
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload
 
 
@@ -74,7 +74,7 @@ def symmetric(w: Workload) -> bool:
         f = first.setdefault(g.pp, g)
         if g.table is not f.table or g.speed != f.speed or g.static != f.static or \
                 g.step_ops != f.step_ops or g.optimizer_s != f.optimizer_s or \
-                g.first_forward_s != f.first_forward_s:
+                g.first_forwards != f.first_forwards:
             return False
     return True
 
@@ -395,8 +395,7 @@ class DagRun:
             t = start + sec
             tl.compute.append((start, t, name))
         if w.zero_stage in (1, 2) and grad_group(w) > 1:
-            hide = g.first_forward_s if w.scenario.training.overlap_param_gather else 0.0
-            sec = max(0.0, param_gather_seconds(w, tl.stages, g.pp) - hide)
+            sec = param_gather_exposed(w, g)
             if sec > 0:
                 start, end = dp.port.reserve(t, sec)
                 tl.comm.setdefault("ZERO_ALLGATHER", []).append((start, end))

@@ -2,6 +2,7 @@
 buckets, ZeRO all-gathers), memoised on the workload: what the engine and the DAG pass share."""
 from __future__ import annotations
 
+from pipesim.costs.param_gather import exposed_param_gather
 from pipesim.costs.zero3_reuse import param_allgather_seconds
 from pipesim.costs.zero_groups import zero_collective_time
 from pipesim.sim.workload import Workload
@@ -40,3 +41,13 @@ def param_gather_seconds(w: Workload, stages, pp: int) -> float:
     tr = w.scenario.training
     return sum(param_allgather_seconds(tr, w.stage_costs[st], lambda kind, n: collective_seconds(w, kind, n, pp))
                for st in stages)
+
+
+def param_gather_exposed(w: Workload, g) -> float:
+    """Seconds of gang `g`'s ZeRO-1/2 parameter all-gather its next step waits for: all of it
+    without --overlap-param-gather; with it, what outlasts the forwards each chunk's gather runs
+    under (costs/param_gather.py)."""
+    if not w.scenario.training.overlap_param_gather:
+        return param_gather_seconds(w, w.plan.stages_of(g.pp), g.pp)
+    return exposed_param_gather([(param_gather_seconds(w, (st,), g.pp), start, forward)
+                                 for st, start, forward in g.first_forwards])

@@ -29,7 +29,7 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.sim.dp_time import bucket_seconds, collective_seconds, param_gather_seconds
+from pipesim.sim.dp_time import bucket_seconds, collective_seconds, param_gather_exposed
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload
 
 
@@ -294,12 +294,10 @@ class Engine:
             c_add((start, env._now, name))
             self.record(gid, "compute", name, -1, -1, start, env._now)
         # the distributed optimizer's parameter all-gather; with Megatron's --overlap-param-gather
-        # it runs bucket by bucket under the next step's first forward, so only what outlasts
-        # that forward (the rank's chunks, one micro-batch) is exposed
+        # it runs under the next step's forwards, so only what outlasts them is exposed
+        # (costs/param_gather.py)
         if w.zero_stage in (1, 2) and self.dp_n > 1:
-            hide = g.first_forward_s if w.scenario.training.overlap_param_gather else 0.0
-            self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages),
-                           param_gather_seconds(w, tl.stages, g.pp), hide))
+            self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages), param_gather_exposed(w, g)))
             yield from self._drain(gid)
         self.put(gid, ("stop",))
         tl.end = env._now
@@ -378,8 +376,7 @@ class Engine:
                 if not ev.triggered:
                     ev.succeed((start, end))
             elif typ == "allgather":
-                nbytes, sec, hide = job[1], job[2], job[3]
-                sec = max(0.0, sec - hide)
+                nbytes, sec = job[1], job[2]
                 if sec <= 0:
                     continue
                 start, end = yield from self._collective(g, ("params", g.pp), sec)

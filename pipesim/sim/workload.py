@@ -15,6 +15,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.costs.collectives import GroupPlacement, Link, p2p_time
+from pipesim.costs.param_gather import first_forwards
 from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, stage_gathered_bytes,
                                        weight_gathers, zero3_gather_passes)
 from pipesim.costs.topology import links as topology_links
@@ -186,7 +187,9 @@ class Gang:
     static: dict              # weights / gradients / optimizer bytes per GPU
     optimizer_s: float
     step_ops: tuple = ()      # per-step fixed work after the drain: (timeline name, seconds)
-    first_forward_s: float = 0.0   # forward of one micro-batch over its chunks (hides param gathers)
+    # (stage, start_s, forward_s) of each chunk's first forward: what hides the ZeRO-1/2 parameter
+    # all-gather (costs/param_gather.py)
+    first_forwards: tuple = ()
 
 
 @dataclass
@@ -522,13 +525,14 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
                 if tr.moe_a2a_overlap:
                     from pipesim.sim.a2a_overlap import pair_row
                     cache[key] = pair_row(*cache[key], layers={c.stage: c.layers for c in costs})
-            row, table = cache[key]
+                cache[key] += (first_forwards(plan.ranks[pp], costs, speed),)
+            row, table, firsts = cache[key]
             gid = len(gangs)
             gang_at[(dp, pp)] = gid
             gangs.append(Gang(gid, pp, dp, members, speed, row, table, static,
                               sum(costs[k].optimizer_step for k in chunks) / speed,
                               merge_step_ops([costs[k].step_ops for k in chunks], speed),
-                              sum(costs[k].forward for k in chunks) / speed))
+                              firsts))
     return Workload(
         scenario=s, plan=plan, steps=steps, mode=mode, gangs=gangs, gang_at=gang_at, p2p=p2p, dp_group=dp_group,
         dp_size=len(dps), stage_costs=costs, buckets=buckets, bucket_time=bucket_time, grad_kind=grad_kind,

@@ -13,6 +13,7 @@ from pipesim.costs.fp8 import gemm_dtype
 from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
+from pipesim.costs.param_gather import exposed_param_gather
 from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, param_allgather_seconds,
                                        stage_gathered_bytes, weight_gathers, zero3_gather_passes)
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
@@ -116,6 +117,18 @@ def a2a_overlap_saving(s, chunks, r: int) -> float:
     return pairs * saved
 
 
+def first_forward_starts(s, chunks) -> tuple[list, list]:
+    """(start, forward) seconds of each of a rank's chunks' first forward, with no idle: the
+    interleaved schedule runs a micro-batch group (P by default) of each chunk before the next
+    (schedules/loop.py), looped-bfs every micro-batch; other schedules are counted as reaching
+    the next chunk after one forward (the least hiding). The engine reads them off the plan
+    (costs/param_gather.py first_forwards)."""
+    P, M, sched = s.parallel.pipeline, s.num_microbatches, s.training.schedule
+    n = {"interleaved": min(s.training.microbatch_group_size or P, M), "looped-bfs": M}.get(sched, 1)
+    forwards = [c.forward for c in chunks]
+    return [n * sum(forwards[:k]) for k in range(len(chunks))], forwards
+
+
 def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     """(exposed seconds per step, total seconds) of data-parallel gradient/parameter traffic."""
     # CP ranks hold the same weights: the gradient group is data x context
@@ -169,9 +182,10 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # are gathered in, after the optimizer step; with Megatron's --overlap-param-gather under
         # the next step's first forward, as the engine runs it (sim/engine.py, "allgather"), bucket
         # by bucket
-        gather = sum(param_allgather_seconds(tr, st, zero) for st in stages_of_rank)
-        hide = sum(st.forward for st in stages_of_rank) if tr.overlap_param_gather else 0.0
-        gather_exposed = max(0.0, gather - hide)
+        per_chunk = [param_allgather_seconds(tr, st, zero) for st in stages_of_rank]
+        gather = sum(per_chunk)
+        gather_exposed = exposed_param_gather(list(zip(per_chunk, *first_forward_starts(s, stages_of_rank)))) \
+            if tr.overlap_param_gather else gather
     # sharded gradients are reduce-scattered after every micro-batch's backward
     # (pipesim/sim/workload.py grad_every_microbatch): M - 1 more of them than once per step
     earlier = s.num_microbatches - 1 if tr.zero_stage == 2 else 0
