@@ -15,25 +15,29 @@ from pipesim.sim.dp_time import param_gather_exposed, param_gather_seconds
 from pipesim.sim.workload import build
 
 
-def test_one_chunk_hides_what_its_forward_lasts():
-    assert exposed_param_gather([(10.0, 0.0, 4.0)]) == 6.0
-    assert exposed_param_gather([(3.0, 0.0, 4.0)]) == 0.0
+def test_one_chunk_hides_what_its_forward_lasts_but_its_first_bucket():
+    # bucket j of n is gathered at (j+1)/n of the gather and needed at j/n of the forward
+    assert exposed_param_gather([(10.0, 0.0, 4.0, 5)]) == pytest.approx(10.0 - 4.0 * 4 / 5)
+    assert exposed_param_gather([(3.0, 0.0, 4.0, 3)]) == pytest.approx(1.0)       # the first bucket
+    assert exposed_param_gather([(3.0, 0.0, 4.0, 1)]) == pytest.approx(3.0)       # one bucket: all of it
+    assert exposed_param_gather([(3.0, 0.0, 4.0, 10 ** 9)]) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_interleaved_chunks_gather_under_the_previous_chunks_group_of_forwards():
-    # 3 chunks, gathers of 10, forwards of 2, a group of 4 micro-batches per chunk: first forwards
-    # at 0, 8, 16. Chunk 0 waits 8; chunk 1 (issued at 0) ends at 20, due at 8 + 2 + 8: waits 2
-    # more; chunk 2, issued as chunk 1 starts (8 + 8), ends at 30, due at 16 + 2 + 10: 2 more.
-    chunks = [(10.0, 0.0, 2.0), (10.0, 8.0, 2.0), (10.0, 16.0, 2.0)]
-    assert exposed_param_gather(chunks) == pytest.approx(12.0)
-    # every gather under one forward of each chunk (the model before) would expose 30 - 6
-    assert exposed_param_gather([(30.0, 0.0, 6.0)]) == pytest.approx(24.0)
+    # 3 chunks of 2 buckets, gathers of 10, forwards of 2, a group of 4 micro-batches per chunk:
+    # first forwards at 0, 8, 16; a chunk holds the compute up by max(10/2, 10 - 2/2) = 9 past the
+    # start of its gather. Chunk 0 waits 9; chunk 1 (issued at 0) begins at 10: 10 + 9 - 8, 2
+    # more; chunk 2, issued as chunk 1 starts (8 + 9), begins at 20: 20 + 9 - 16, 2 more.
+    chunks = [(10.0, 0.0, 2.0, 2), (10.0, 8.0, 2.0, 2), (10.0, 16.0, 2.0, 2)]
+    assert exposed_param_gather(chunks) == pytest.approx(13.0)
+    # every gather under one forward of each chunk (the model before) would expose about 30 - 6
+    assert exposed_param_gather([(30.0, 0.0, 6.0, 6)]) == pytest.approx(25.0)
 
 
 def test_a_later_chunk_is_not_gathered_before_the_chunk_ahead_of_it_starts():
     # chunk 2 is issued when chunk 1 starts (at 1), not at the step's start
-    chunks = [(0.0, 0.0, 1.0), (0.0, 1.0, 1.0), (10.0, 2.0, 1.0)]
-    assert exposed_param_gather(chunks) == pytest.approx(8.0)
+    chunks = [(0.0, 0.0, 1.0, 1), (0.0, 1.0, 1.0, 1), (10.0, 2.0, 1.0, 1)]
+    assert exposed_param_gather(chunks) == pytest.approx(9.0)
 
 
 class _Costs:
@@ -67,7 +71,7 @@ def test_the_step_waits_for_what_the_chunk_by_chunk_gather_leaves_exposed():
     g = w.gangs[0]
     total = param_gather_seconds(w, w.plan.stages_of(0), 0)
     exposed = param_gather_exposed(w, g)
-    one_forward = sum(f for _, _, f in g.first_forwards)
+    one_forward = sum(f for _, _, f in g.first_forwards)   # the model before
     assert 0.0 < exposed < total - one_forward
     rep = pipesim.simulate(s, trace=False)
     assert rep.data["exposed_comm_s"]["ZERO_ALLGATHER"] == pytest.approx(

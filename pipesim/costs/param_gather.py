@@ -15,8 +15,7 @@ interleaving, and megatron/core/distributed/param_and_grad_buffer.py finish_para
   first forward to finish in.
 
 The gathers of one rank run one after another on its data-parallel communicator. A chunk's
-buckets are taken as spread evenly over its first forward (the last one is needed as that forward
-ends), so a gather hides what it can of that forward, as the one-chunk model always did.
+buckets are taken as used evenly through its first forward; the first is needed as it starts.
 """
 from __future__ import annotations
 
@@ -46,19 +45,26 @@ def first_forwards(row: Iterable, costs: Sequence, speed: float = 1.0) -> tuple:
     return tuple(out)
 
 
-def exposed_param_gather(chunks: Sequence[tuple[float, float, float]]) -> float:
+def exposed_param_gather(chunks: Sequence[tuple[float, float, float, int]]) -> float:
     """Seconds the next step's compute waits for the parameter all-gather.
 
-    `chunks`: (gather_s, start_s, forward_s) per model chunk in the order its first forward runs
-    (start_s: compute before that forward). Chunks 0 and 1 are issued at once, chunk k >= 2 when
-    chunk k-1 starts its first forward; gathers run one at a time; chunk k must be gathered by the
-    end of its first forward. Each wait delays all the compute after it."""
+    `chunks`: (gather_s, start_s, forward_s, buckets) per model chunk in the order its first
+    forward runs (start_s: compute before that forward). Chunks 0 and 1 are issued at once, chunk
+    k >= 2 when chunk k-1 starts its first forward; gathers run one at a time. A chunk's n buckets
+    are used evenly through its first forward: bucket j (gathered at (j+1)/n of the gather) is
+    needed at j/n of the forward, so the first bucket always waits and the chunk holds the compute
+    up by max(gather / n, gather - forward (n-1)/n) past the moment its gather began. Each wait
+    delays all the compute after it."""
     delay = 0.0        # how far the compute has been pushed back so far
     free = 0.0         # when the data-parallel communicator is next free
     delay_at = []      # the delay in force when each chunk's first forward started
-    for k, (gather, start, forward) in enumerate(chunks):
+    for k, (gather, start, forward, buckets) in enumerate(chunks):
         delay_at.append(delay)
+        if gather <= 0:
+            continue
         issued = 0.0 if k < 2 else chunks[k - 1][1] + delay_at[k - 1]
-        free = max(free, issued) + gather
-        delay = max(delay, free - (start + forward))
+        begin = max(free, issued)
+        free = begin + gather
+        n = max(1, buckets)
+        delay = max(delay, begin + max(gather / n, gather - forward * (n - 1) / n) - start)
     return delay

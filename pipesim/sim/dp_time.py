@@ -3,7 +3,7 @@ buckets, ZeRO all-gathers), memoised on the workload: what the engine and the DA
 from __future__ import annotations
 
 from pipesim.costs.param_gather import exposed_param_gather
-from pipesim.costs.zero3_reuse import param_allgather_seconds
+from pipesim.costs.zero3_reuse import gradient_buckets, param_allgather_seconds
 from pipesim.costs.zero_groups import zero_collective_time
 from pipesim.sim.workload import Workload
 
@@ -49,5 +49,7 @@ def param_gather_exposed(w: Workload, g) -> float:
     under (costs/param_gather.py)."""
     if not w.scenario.training.overlap_param_gather:
         return param_gather_seconds(w, w.plan.stages_of(g.pp), g.pp)
-    return exposed_param_gather([(param_gather_seconds(w, (st,), g.pp), start, forward)
+    tr = w.scenario.training
+    return exposed_param_gather([(param_gather_seconds(w, (st,), g.pp), start, forward,
+                                  gradient_buckets(tr, w.stage_costs[st]))
                                  for st, start, forward in g.first_forwards])

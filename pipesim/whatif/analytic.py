@@ -184,7 +184,8 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # by bucket
         per_chunk = [param_allgather_seconds(tr, st, zero) for st in stages_of_rank]
         gather = sum(per_chunk)
-        gather_exposed = exposed_param_gather(list(zip(per_chunk, *first_forward_starts(s, stages_of_rank)))) \
+        gather_exposed = exposed_param_gather(list(zip(
+            per_chunk, *first_forward_starts(s, stages_of_rank), (gradient_buckets(tr, st) for st in stages_of_rank)))) \
             if tr.overlap_param_gather else gather
     # sharded gradients are reduce-scattered after every micro-batch's backward
     # (pipesim/sim/workload.py grad_every_microbatch): M - 1 more of them than once per step
