@@ -261,8 +261,9 @@ def test_explicit_recompute_actions_take_their_time_out_of_the_backward():
 
 def test_dp_all_reduce_and_pipeline_send_share_the_nic():
     # one GPU per node: the DP all-reduce and the pipeline gradient send leave through the same
-    # NIC. Rank 1's B runs [2.5, 4.5]; bucket 0 (1.5 s, ready at 3.5) holds the NIC until 5.0, so
-    # the gradient sent at 4.5 goes [5.0, 5.5] instead of [4.5, 5.0]; rank 0's B then runs
+    # NIC. Rank 1's B runs [2.5, 4.5]; bucket 0 (1.5 s, ready at 3.5) has 0.5 s left when the
+    # 0.5 s gradient send starts at 4.5: they share the NIC, so the send ends at 5.5 (not 5.0 as
+    # alone) and the bucket 0.5 s later than planned (network.py Port.send); rank 0's B then runs
     # [5.5, 7.5] and its two buckets [6.5, 8.0], [8.0, 9.5].
     s = tiny(P=2, M=1, data=2, nodes=4, gpus_per_node=1, schedule="gpipe",
              extra_training={"grad_bucket_MB": 1500}, extra_parallel={"collective": "ring"})
@@ -270,7 +271,7 @@ def test_dp_all_reduce_and_pipeline_send_share_the_nic():
     for mode in ("representative", "full"):
         r = pipesim.simulate(s, mode=mode, stage_costs=costs)
         sends = [(e.start, e.end) for e in r.events if e.kind == "SEND_B"]
-        assert set(sends) == {(5.0, 5.5)}
+        assert set(sends) == {(4.5, 5.5)}
         assert r.step_time_s == 9.5
 
 

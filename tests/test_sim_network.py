@@ -43,3 +43,26 @@ def test_collective_reserves_all_ports_from_the_latest_horizon():
     assert reserve_all([a, b], 1.0, 1.0) == (2.0, 3.0)
     assert (a.free_at, b.free_at) == (3.0, 3.0)
     assert b.reserve(1.5, 1.0) == (3.0, 4.0)  # FIFO: a later request waits for the collective
+
+
+def test_a_message_shares_the_port_with_a_queued_collective_instead_of_waiting_behind_it():
+    """A 2 s pipeline send meeting 10 s of queued data-parallel buckets: before, it waited for all
+    of them (FIFO); now the two flows share the link: the send ends after 4 s, the buckets 2 s late."""
+    from pipesim.sim.network import Port
+    p = Port()
+    p.reserve(0.0, 10.0)
+    assert p.send(1.0, 2.0) == (1.0, 5.0)
+    assert p.free_at == 12.0
+    # messages queue among themselves: the next one starts when this one ends; the backlog it
+    # meets (7 s) is longer than twice its own 1 s
+    assert p.send(2.0, 1.0) == (5.0, 7.0)
+    assert p.free_at == 13.0
+    # a message longer than the backlog it meets: shared while the backlog lasts, then alone
+    q = Port()
+    q.reserve(0.0, 1.0)
+    assert q.send(0.0, 3.0) == (0.0, 4.0)
+    assert q.free_at == 4.0
+    # on an idle port a message runs alone, and a collective arriving meanwhile queues behind it
+    r = Port()
+    assert r.send(1.0, 2.0) == (1.0, 3.0)
+    assert r.reserve(2.0, 1.0) == (3.0, 4.0)

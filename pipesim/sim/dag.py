@@ -320,9 +320,7 @@ class DagRun:
                 port = my_ports[c.port]
                 if port is dp_port and (dp.cur is not None or dp.jobs):
                     dp.advance(t)         # buckets requested before now reserve first
-                free = port.free_at
-                wire = t if t > free else free
-                end = port.free_at = wire + c.dur
+                wire, end = port.send(t, c.dur)
                 dst = peers[peer]
                 boxes[dst][rkey] = (wire, end)
                 if blocked:

@@ -208,11 +208,9 @@ class Engine:
                         self.record(gid, "compute", "QUANTIZE", stage, mb, start, env._now)
                 if sync:                         # the receiver must have posted the receive
                     yield from wait_receiver(self, peers[peer], rkey, timer, armed)
-                # isend: reserve this rank's port (Port.reserve inlined), post the message (network.py)
+                # isend: take this rank's port (Port.send), post the message (network.py)
                 now = env._now
-                free = port.free_at
-                wire = now if now > free else free
-                end = port.free_at = wire + dur
+                wire, end = port.send(now, dur)
                 dbox = peer_box[peer]
                 waiting = dbox.get(rkey)
                 if waiting is None:

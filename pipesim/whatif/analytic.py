@@ -239,7 +239,11 @@ def analytic_report(s, mode: str = "representative") -> dict:
     # the per-step fixed ops after the drain (optimizer, gradient norm, Muon, FP8 casts), as simulated
     opt = max(sum(sec for c in ch for _, sec in (c.step_ops or (("OPTIMIZER", c.optimizer_step),)))
               for ch in per_rank)
-    step = compute + bubble + fill + sync + dp_exp + opt
+    # ZeRO-3's prefetched gathers keep running while a rank waits for its pipeline neighbours, so
+    # the bubble and the gathers' exposure overlap (the engine's DP stream does not wait for the
+    # compute stream; pipeline sends share the port with it: sim/network.py Port.send)
+    waits = max(bubble, dp_exp) if s.training.zero_stage >= 3 and s.training.zero3_prefetch else bubble + dp_exp
+    step = compute + waits + fill + sync + opt
     peaks = []
     for r, ch in enumerate(per_rank):
         static = sum(c.static.total for c in ch)
