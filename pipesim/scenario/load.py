@@ -247,8 +247,14 @@ def resolve_data(parallel: ParallelConfig, system: SystemConfig, loader: Loader)
 
 
 def resolve_paths(training: TrainingConfig, base: Path) -> TrainingConfig:
+    """A schedule CSV's path from the scenario's folder; a registry schedule by its canonical name
+    (`Interleaved-1F1B` is `interleaved`), which the closed form and the checks compare against.
+    An unknown name is left for the checks to refuse."""
     if training.schedule.endswith(".csv"):
         return dataclasses.replace(training, schedule=_resolve(training.schedule, base))
+    from pipesim.schedules.registry import SCHEDULES, canonical
+    if training.schedule in SCHEDULES and canonical(training.schedule) != training.schedule:
+        return dataclasses.replace(training, schedule=canonical(training.schedule))
     return training
 
 

@@ -179,9 +179,9 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     if tr.zero_stage >= 1:
         # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated parameters (same volume
         # as one all-reduce; Rajbhandari et al. 2020, Sec. 7.2.1) - the weights in the dtype they
-        # are gathered in, after the optimizer step; with Megatron's --overlap-param-gather under
-        # the next step's first forward, as the engine runs it (sim/engine.py, "allgather"), bucket
-        # by bucket
+        # are gathered in, after the optimizer step, bucket by bucket; with Megatron's
+        # --overlap-param-gather under the next step's forwards, chunk by chunk as Megatron issues
+        # it (costs/param_gather.py, as the engine runs it: sim/dp_time.py param_gather_exposed)
         per_chunk = [param_allgather_seconds(tr, st, zero) for st in stages_of_rank]
         gather = sum(per_chunk)
         gather_exposed = exposed_param_gather(list(zip(
