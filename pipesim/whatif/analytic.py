@@ -129,12 +129,30 @@ def first_forward_starts(s, chunks) -> tuple[list, list]:
     return [n * sum(forwards[:k]) for k in range(len(chunks))], forwards
 
 
+def zero3_pass_gather(s, stages_of_rank, zero) -> float:
+    """Seconds of one pass's ZeRO-3 weight all-gathers of a rank's stages: one ring all-gather per
+    parameter tensor (per layer with FSDP), each paying its ring latencies; `zero(kind, nbytes,
+    algorithm)` times one collective inside the sharding group."""
+    tr = s.training
+    shard = shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas)
+    gather = 0.0
+    for st in stages_of_rank:
+        wbytes = gathered_weight_bytes(tr, st)
+        n = weight_gathers(tr, st)
+        g = n * zero("all_gather", wbytes / n, "ring") if wbytes else 0.0
+        if tr.zero3_gather_GBps:       # the framework's own gather rate, when it is the slower
+            g = max(g, wbytes * (1 - 1 / shard) / (tr.zero3_gather_GBps * 1e9))
+        gather += g
+    return gather
+
+
 def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
-    """(exposed seconds per step, total seconds) of data-parallel gradient/parameter traffic."""
+    """(exposed seconds per step, total seconds) of data-parallel gradient/parameter traffic, and
+    the seconds of one pass's ZeRO-3 gather a prefetch can run ahead (0 without one)."""
     # CP ranks hold the same weights: the gradient group is data x context
     d, tr = s.parallel.data * s.parallel.context, s.training
     if d <= 1:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     group = placement(s, "dp_cp")
     alg, replicas = s.parallel.collective, tr.zero_replicas
 
@@ -153,14 +171,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # them (sim/engine.py dp_stream): one ring all-gather per parameter tensor (per layer with
         # FSDP), each paying its ring latencies, and the gradients in buckets - at large data
         # parallelism the latencies, not the bytes, can set the time.
-        gather = 0.0
-        for st in stages_of_rank:
-            wbytes = gathered_weight_bytes(tr, st)
-            n = weight_gathers(tr, st)
-            g = n * zero("all_gather", wbytes / n, "ring") if wbytes else 0.0
-            if tr.zero3_gather_GBps:       # the framework's own gather rate, when it is the slower
-                g = max(g, wbytes * (1 - 1 / shard_size(d, replicas)) / (tr.zero3_gather_GBps * 1e9))
-            gather += g
+        gather = zero3_pass_gather(s, stages_of_rank, zero)
         rs_mb = bucketed("reduce_scatter")
         # DeepSpeed's backward gathers again what the recomputed forward released
         # (pipesim/costs/zero3_reuse.py); weights kept from the forward to the backward
@@ -172,7 +183,8 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         M = s.num_microbatches
         # without prefetch every gather waits for the compute before it: nothing hides
         hidden = compute if tr.zero3_prefetch else 0.0
-        return M * max(0.0, per_mb - hidden), M * per_mb
+        # (exposed, total, one pass's gather: what an idle stretch lets a prefetched gather hide)
+        return M * max(0.0, per_mb - hidden), M * per_mb, gather if tr.zero3_prefetch else 0.0
     rs = bucketed("reduce_scatter") if tr.zero_stage >= 1 else 0.0
     reduce = rs if tr.zero_stage >= 1 else bucketed("all_reduce")
     gather = gather_exposed = 0.0
@@ -192,7 +204,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     earlier = s.num_microbatches - 1 if tr.zero_stage == 2 else 0
     total = reduce + earlier * rs + gather
     if not tr.overlap_grad_reduce:
-        return reduce + earlier * rs + gather_exposed, total     # each reduction blocks the rank
+        return reduce + earlier * rs + gather_exposed, total, 0.0     # each reduction blocks the rank
     bucket = min(grad, tr.grad_bucket_MB * 1e6)
     last = collective_time("all_reduce", bucket, group, alg)
     exposed = max(last, reduce - backward_last) + gather_exposed
@@ -200,7 +212,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # each earlier one hides under the next micro-batch's compute
         per_mb = sum(st.forward + st.backward for st in stages_of_rank)
         exposed += earlier * max(0.0, rs - per_mb)
-    return exposed, total
+    return exposed, total, 0.0
 
 
 def analytic_report(s, mode: str = "representative") -> dict:
@@ -231,18 +243,19 @@ def analytic_report(s, mode: str = "representative") -> dict:
     sync = 0.0
     if P > 1 and s.training.p2p_sync:
         sync = M * V * (p2p_time(stages[0].send_bytes, link) + p2p_time(stages[0].grad_send_bytes, link))
-    dp_exp, dp_total = 0.0, 0.0
+    dp_exp, dp_total, pass_gather = 0.0, 0.0, 0.0
     for r in range(P):
-        e, tot = dp_exposed(s, per_rank[r], i[r] + w[r])
+        e, tot, g = dp_exposed(s, per_rank[r], i[r] + w[r])
         if e > dp_exp:
-            dp_exp, dp_total = e, tot
+            dp_exp, dp_total, pass_gather = e, tot, g
     # the per-step fixed ops after the drain (optimizer, gradient norm, Muon, FP8 casts), as simulated
     opt = max(sum(sec for c in ch for _, sec in (c.step_ops or (("OPTIMIZER", c.optimizer_step),)))
               for ch in per_rank)
-    # ZeRO-3's prefetched gathers keep running while a rank waits for its pipeline neighbours, so
-    # the bubble and the gathers' exposure overlap (the engine's DP stream does not wait for the
-    # compute stream; pipeline sends share the port with it: sim/network.py Port.send)
-    waits = max(bubble, dp_exp) if s.training.zero_stage >= 3 and s.training.zero3_prefetch else bubble + dp_exp
+    # ZeRO-3's prefetched gather keeps running while a rank waits for its pipeline neighbours (the
+    # engine's DP stream does not wait for the compute stream, and pipeline sends share the port
+    # with it: sim/network.py Port.send). A rank's bubble comes as two idle stretches, the fill and
+    # the drain, and with one action prefetched each lets at most one pass's gather run ahead.
+    waits = bubble + dp_exp - min(bubble, dp_exp, 2 * pass_gather)
     step = compute + waits + fill + sync + opt
     peaks = []
     for r, ch in enumerate(per_rank):
