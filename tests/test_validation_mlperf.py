@@ -13,7 +13,7 @@ def _cases():
 
 def test_rows_map_the_submissions_configs():
     cases = _cases()
-    assert len(cases) == 27
+    assert len(cases) == 31
     g = load_scenario(case_scenario(cases["mlperf-v40-gpt3-11616"]))
     assert (g.num_gpus, g.parallel.tensor, g.parallel.pipeline, g.parallel.virtual_stages, g.parallel.data) == \
         (11616, 4, 6, 8, 484)
@@ -32,6 +32,10 @@ def test_rows_map_the_submissions_configs():
     e1 = load_scenario(case_scenario(cases["mlperf-v51-llama8b-8xgb200"]))
     assert e1.training.fp8_attention and e1.training.fp8_attention_recipe == "delayed"
     assert (e1.num_gpus, e1.system.island, e1.parallel.data, e1.model.vocab_size) == (8, 8, 8, 128256)
+    # the 72-GPU runs fill one NVL72 domain (18 trays of 4); CP 2 x DP 36
+    e3 = load_scenario(case_scenario(cases["mlperf-v51-llama8b-72xgb300"]))
+    assert (e3.system.gpu.name, e3.system.island, e3.parallel.context, e3.parallel.data) == ("GB300", 72, 2, 36)
+    assert e3.training.fp8_recipe == "tensorwise" and e3.training.fp8_param_gather
     h200 = load_scenario(case_scenario(cases["mlperf-v50-llama405b-512xh200"]))
     assert h200.system.gpu.name == "H200-SXM" and h200.parallel.tensor == 4
     assert cases["mlperf-v30-gpt3-512"].target == 676.8
