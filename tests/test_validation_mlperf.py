@@ -13,7 +13,7 @@ def _cases():
 
 def test_rows_map_the_submissions_configs():
     cases = _cases()
-    assert len(cases) == 31
+    assert len(cases) == 33
     g = load_scenario(case_scenario(cases["mlperf-v40-gpt3-11616"]))
     assert (g.num_gpus, g.parallel.tensor, g.parallel.pipeline, g.parallel.virtual_stages, g.parallel.data) == \
         (11616, 4, 6, 8, 484)

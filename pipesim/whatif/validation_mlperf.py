@@ -1,7 +1,8 @@
 """Held-out family mlperf (scenarios/validation/heldout.yaml): MLPerf Training's LLM pre-training
 benchmarks as NVIDIA's NeMo / Megatron-Core submissions ran them - GPT-3 175B (rounds v3.0 to v4.1,
 H100 and a B200 preview), Llama 3.1 405B (v5.0, v5.1: H100, H200, GB200, GB300) and Llama 3.1 8B
-(v5.1, GB200 and GB300 at 8, 72 and 512 GPUs) - including partners' runs of the same code (CoreWeave, IBM + CoreWeave, Nebius). Test
+(v5.1, GB200 and GB300 at 8, 72 and 512 GPUs, and University of Florida's DGX B200 at 8 and 64) -
+including partners' runs of the same code (CoreWeave, IBM + CoreWeave, Nebius). Test
 only: nothing in pipesim is set from these rows. Metric: tokens/s per GPU, from the steady-state
 step time of the MLLOG result files (block or evaluation intervals, evaluation excluded; the per-row
 `where` says which), median over a configuration's result files.
