@@ -18,7 +18,7 @@ ignored, ZeRO-3's gathered layers counted twice, the MoE all-to-all overlap simu
 1F1B over stages (66 % slower; now refused, as Megatron-Core refuses it), pipeline sends queued
 behind whole gradient buckets on one FIFO port (a tenth of the link latencies made GPT-3 175B on
 8,192 H100 3 % slower and 10 such violations in all; sends now share the port: sim/network.py
-Port.send). Left (277 scenarios): Llama 3.1 405B on 2,496 GB200 is 0.2 % slower with a tenth of
+Port.send). Left (283 scenarios): Llama 3.1 405B on 2,496 GB200 is 0.2 % slower with a tenth of
 the latencies; its pipeline sends meet the reordered gradient buckets more often (P2P exposed 39 ->
 42 ms), a list-scheduling anomaly rather than a wrong cost.
 
