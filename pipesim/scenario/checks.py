@@ -120,7 +120,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if tr.offload_activation_layers and s.system.host_link_GBps is None:
         loader.fail("training.offload_activation_layers", f"offloading activations needs system.host_link_GBps "
                     f"(the GPU-host copy rate per GPU); system {s.system.name!r} gives none")
-    if tr.p2p_sync and p > 1 and not _is_megatron_schedule(tr.schedule):
+    if tr.p2p_sync and p > 1 and tr.schedule not in P2P_SYNC_SCHEDULES:     # canonical names (load.py)
         loader.fail("training.p2p_sync", f"blocking, batched P2P is Megatron's exchange and is modelled for the "
                     f"schedules {', '.join(P2P_SYNC_SCHEDULES)}; got schedule: {tr.schedule}")
     from pipesim.costs.moe_parallel import check_moe
@@ -339,15 +339,6 @@ def _check_cnn(s: Scenario, loader: Loader) -> None:
 P2P_SYNC_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 
-def _is_megatron_schedule(name: str) -> bool:
-    try:
-        from pipesim.schedules.registry import ALIASES
-    except ImportError:
-        return True
-    key = name.strip().lower()
-    return ALIASES.get(key, key) in P2P_SYNC_SCHEDULES
-
-
 def _check_bf16_gemms(s: Scenario, loader: Loader) -> None:
     """Per-module precision of an FP8 / FP4 recipe (pipesim/costs/fp8.py BF16_GEMM_GROUPS)."""
     tr = s.training
@@ -409,8 +400,7 @@ def _check_microbatch_group(s: Scenario, loader: Loader) -> None:
     n, tr, par = s.training.microbatch_group_size, s.training, s.parallel
     if n is None:
         return
-    if tr.schedule.replace("_", "-").lower() not in ("interleaved", "interleaved-1f1b", "interleaved1f1b") \
-            or par.virtual_stages < 2:
+    if tr.schedule != "interleaved" or par.virtual_stages < 2:
         loader.fail("training.microbatch_group_size", f"groups micro-batches of the interleaved schedule with "
                     f"virtual_stages >= 2; got schedule: {tr.schedule}, virtual_stages: {par.virtual_stages}")
     from pipesim.schedules.loop import check_group

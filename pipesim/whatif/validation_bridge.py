@@ -211,7 +211,7 @@ def bridge_scenario(case) -> dict:
 def node_system(cid: str, published: str, preset: str, per_node: int, n: int) -> dict:
     """The system section of a run of `n` GPUs on `preset` nodes of `per_node`: one partial node
     below a node, whole nodes above; an NVL72 run of several trays one NVLink domain of the
-    largest multiple of the tray that divides the run (72 divides none of the published counts)."""
+    largest multiple of the tray, up to 72, that divides the run."""
     if n % per_node and n > per_node:
         raise ScenarioError(f"{cid}: {n} GPUs is not a whole number of {per_node}-GPU {published} nodes")
     if n < per_node:
