@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from pipesim.costs.documents import with_documents
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.tensor_parallel import TensorSplit, tensor_split
 from pipesim.scenario.config import Scenario
@@ -167,10 +168,11 @@ def layer_ops(s: Scenario, moe: bool | str = False) -> list[Op]:
     the q/k/v projections and the attention core (pipesim/costs/mla.py).
     In a hybrid model (model.hybrid_layer_pattern) a layer is one sublayer with its own pre-norm
     and residual, `moe` its kind (ModelConfig.layer_kind): "attention", "mlp", "mamba"
-    (pipesim/costs/mamba.py), "gdn" (pipesim/costs/gated_delta.py) or True (MoE)."""
-    if s.model.hybrid_layer_pattern:
-        return hybrid_layer_ops(s, moe)
-    return block_ops(s, moe)
+    (pipesim/costs/mamba.py), "gdn" (pipesim/costs/gated_delta.py) or True (MoE).
+    Packed documents (training.document_length) shrink the fused attention to the pieces' pairs
+    (pipesim/costs/documents.py)."""
+    ops = hybrid_layer_ops(s, moe) if s.model.hybrid_layer_pattern else block_ops(s, moe)
+    return with_documents(s, ops)
 
 
 def hybrid_layer_ops(s: Scenario, kind: bool | str) -> list[Op]:

@@ -49,6 +49,9 @@ class Op:
     on the op that keeps them (one per layer): what FP8 attention quantizes and stores in FP8.
     window_seq: the sequence length a sliding-window attention band (flash's seq = the window)
     runs over, for the GPUs with measured window kernels (flash.window_tflops).
+    seq_mix: ((share, seq, window_seq), ...) of a fused attention over the pieces of packed
+    documents (pipesim/costs/documents.py): the share of its FLOPs at each key length (and band
+    sequence length), each timed at that length's table rate instead of flash's `seq`.
     """
     name: str
     kind: str
@@ -75,3 +78,4 @@ class Op:
     serial_bytes_bwd: float = 0.0
     attention_io: tuple = field(default=(), compare=False)
     window_seq: float = 0.0
+    seq_mix: tuple = field(default=(), compare=False)

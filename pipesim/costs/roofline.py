@@ -138,9 +138,11 @@ class CostModel:
         elif self.curve is not None and op.flash:
             _, seq, head_dim, causal, *fp8 = op.flash          # fp8: ("fp8" | "mxfp8",) under FP8 attention
             dtype = fp8[0] if fp8 else "bf16"
-            rate = attention_tflops(self.curve, seq, causal, phase, self.attention_kernel, head_dim, dtype,
-                                    op.window_seq) * self.curve_factor("fp8" if fp8 else "bf16")
-            compute = flops / (rate * 1e12)
+            factor = self.curve_factor("fp8" if fp8 else "bf16")
+            mix = op.seq_mix or ((1.0, seq, op.window_seq),)      # document pieces: each at its length
+            compute = sum(share * flops / (attention_tflops(self.curve, length, causal, phase, self.attention_kernel,
+                                                            head_dim, dtype, band) * factor * 1e12)
+                          for share, length, band in mix)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and op.fused_attention:
             compute = flops / (self.fused_rate(op.fused_attention, phase) * 1e12)

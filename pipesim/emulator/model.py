@@ -415,6 +415,9 @@ def check_supported(s) -> None:
     if m.window_size:
         raise ScenarioError(f"{where}: model.window_size={m.window_size}: the emulator's attention is full "
                             f"causal; set it to 0")
+    if s.training.document_length is not None:
+        raise ScenarioError(f"{where}: training.document_length={s.training.document_length}: the emulator's "
+                            f"attention has no document mask; remove the key")
     if s.training.recompute_modules != ("core_attn",):
         raise ScenarioError(f"{where}: training.recompute_modules: the emulator re-runs the attention core "
                             f"(selective) or whole layers (full) only")

@@ -21,6 +21,8 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("training.optimizer", "muon is modelled for transformer weights; a CNN's convolutions are "
                     "not 2-D matrices (use adam or sgd)")
     if m.arch == "cnn":
+        if tr.document_length is not None:
+            loader.fail("training.document_length", "packed documents mask a transformer's attention; a CNN has none")
         _check_cnn(s, loader)
         return
     _check_kernel_fusion(s, loader)
@@ -45,6 +47,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if m.ffn % q:
         loader.fail("parallel.tensor", f"ffn_hidden_size({m.ffn}) is not divisible by the tensor split ({q})")
     _check_context(s, loader)
+    _check_documents(s, loader)
     gpu = s.system.gpu
     if tr.precision == "fp8" and gpu.peak_fp8 is None:
         loader.fail("training.precision", f"fp8 needs FP8 tensor cores (Hopper, Ada, Blackwell; Transformer Engine "
@@ -264,6 +267,26 @@ def _check_context(s: Scenario, loader: Loader) -> None:
     elif m.seq_length % cp:
         loader.fail("parallel.context", f"seq_length({m.seq_length}) is not divisible by context({cp})")
     _check_context_a2a(s, loader)
+
+
+def _check_documents(s: Scenario, loader: Loader) -> None:
+    """Packed documents (pipesim.costs.documents): a fused kernel skips the pairs across
+    documents; the cases below would cost something other than what runs."""
+    m, par, tr = s.model, s.parallel, s.training
+    if tr.document_length is None:
+        return
+    if tr.attention != "flash":
+        loader.fail("training.document_length", f"a document mask saves work only in fused attention, which "
+                    f"skips the masked blocks; {tr.attention} attention computes every score (use attention: flash)")
+    if m.attention_variant == "dsa":
+        loader.fail("training.document_length", "DeepSeek sparse attention over packed documents is not modelled")
+    if m.window_size and m.window_kind == "chunked":
+        loader.fail("training.document_length", "chunked attention (model.window_kind chunked) over packed "
+                    "documents is not modelled; sliding windows are")
+    if par.context > 1 and par.context_layout != "balanced":
+        loader.fail("training.document_length", f"context parallelism over packed documents is modelled with "
+                    f"every document cut into the 2·CP balanced chunks (Transformer Engine's THD layout); "
+                    f"context_layout is {par.context_layout}")
 
 
 def _check_context_a2a(s: Scenario, loader: Loader) -> None:

@@ -5,6 +5,7 @@ bytes, bytes/s, seconds and FLOP/s. See pipesim/scenario/load.py for reading fil
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, Optional
@@ -373,6 +374,14 @@ class TrainingConfig:
                     "(8-22 % faster than the 2024 one `cudnn` is on Hopper); sdpa-cudnn = cuDNN through "
                     "PyTorch SDPA's cuDNN backend (measured on Blackwell, 20-30 % below Transformer Engine's "
                     "path; the cudnn table elsewhere)")
+    document_length: Optional[int] = field(
+        None, doc="packed sequences: documents of this mean length in tokens, concatenated and cut into "
+                  "sequences, attend only within themselves (a document mask: Transformer Engine THD / "
+                  "FlashAttention varlen / FlexAttention); fused attention then does only the pieces' work "
+                  "(pipesim/costs/documents.py). null: one document per sequence")
+    document_length_cv: float = field(1.0, doc="with document_length: the lengths' coefficient of variation "
+                                                "(gamma distributed; 1 = exponential, 0 = all the same length; "
+                                                "web text is heavier-tailed, above 1)")
     cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch"] = field(
         "auto", doc="the loss kernel over the logits: megatron = Megatron-LM's unfused vocab-parallel "
                     "cross-entropy, megatron_fused = --cross-entropy-loss-fusion (native), te = Transformer "
@@ -505,6 +514,10 @@ class TrainingConfig:
                                  f"got recompute: {self.recompute}")
         if self.zero3_gather_GBps is not None and self.zero3_gather_GBps <= 0:
             raise ValueError(f"zero3_gather_GBps must be positive, got {self.zero3_gather_GBps}")
+        if self.document_length is not None and self.document_length < 1:
+            raise ValueError(f"document_length must be at least 1 token, got {self.document_length}")
+        if not 0 <= self.document_length_cv < math.inf:
+            raise ValueError(f"document_length_cv must be a finite number >= 0, got {self.document_length_cv}")
         if self.moe_capacity_factor <= 0:
             raise ValueError(f"moe_capacity_factor must be positive, got {self.moe_capacity_factor}")
         if self.moe_routing_skew < 0:

@@ -49,6 +49,9 @@ LIMITS = {
     "training.zero_replicas": (1, 10_000_000),
     "training.bf16_layers_start": (0, 100_000),
     "training.bf16_layers_end": (0, 100_000),
+    # packed documents: a token up to a billion; the length spread up to 100x the mean
+    "training.document_length": (1, 1e9),
+    "training.document_length_cv": (0, 100),
     # DP buckets: Megatron/PyTorch DDP use 25-40 MB; below 1 kB the bucket count explodes.
     "training.grad_bucket_MB": (0.001, 1e6),
     # a run: up to a billion times today's 15T-token runs; interruptions up to one per GPU-minute

@@ -1,0 +1,169 @@
+"""Packed sequences with a document mask: how much attention the kernel actually does.
+
+Training data is packed: documents are concatenated and cut into sequences of `seq` tokens, and
+the attention mask keeps each token inside its own document (Dubey et al. 2024, "The Llama 3 Herd
+of Models", Sec. 3.2; Transformer Engine / Megatron-Core `qkv_format: thd` with cu_seqlens, the
+FlashAttention "varlen" kernels, PyTorch FlexAttention's document masks). A fused kernel runs
+each piece of a document that falls in the sequence as its own (causal) attention, so the work is
+sum over pieces of pairs(l) instead of pairs(seq).
+
+Document lengths are a gamma distribution of mean `mean` and coefficient of variation `cv`
+(cv 1: exponential lengths; cv 0: every document `mean` tokens; web corpora are heavier-tailed,
+cv > 1). Documents follow one another without gaps, so the boundaries inside a window of `seq`
+tokens are a stationary renewal process of rate 1/mean, and (Palm calculus for renewal processes:
+Cox 1962, "Renewal Theory", Sec. 5.2; Feller 1971, Vol. II, Sec. XI.4) the expected sum of g over
+the pieces is
+
+    E[sum g] = int_0^seq g(l) f(l) (seq - l)/mean dl      whole documents inside the window
+             + 2 int_0^seq g(r) (1 - F(r))/mean dr         the first and the last piece (the forward
+                                                            and backward recurrence times)
+             + g(seq) (1 - int_0^seq (1 - F(r))/mean dr)   no boundary at all: one piece of seq
+
+f and F the length density and distribution. With g(l) = l this is seq (a check, tested). The
+integrals are taken on a log-spaced grid of piece lengths (`pieces`); a kernel's rate depends on
+its key length, so each attention op is timed piece length by piece length in a few bins
+(`length_mix`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+GRID = 2000          # log-spaced piece lengths per window
+SMALLEST = 1e-6      # of the window: the grid's shortest piece
+BINS = 8             # piece-length bins an attention op is timed in
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """Expected pieces of documents in one packed sequence: `counts[i]` pieces of length
+    `lengths[i]` (quadrature weights; the last entry is the whole window)."""
+    seq: int
+    lengths: tuple
+    counts: tuple
+
+    def expected(self, g: Callable) -> float:
+        """E[sum over the pieces of g(length)]."""
+        return float(np.dot(self.counts, g(np.asarray(self.lengths))))
+
+    def fraction(self) -> float:
+        """Attention pairs of the pieces over those of the whole sequence (causal or not: both go
+        as length squared)."""
+        return self.expected(np.square) / float(self.seq) ** 2
+
+
+@lru_cache(maxsize=32)
+def pieces(seq: int, mean: float, cv: float) -> Pieces:
+    """The expected piece lengths of a `seq`-token window of packed documents of `mean` tokens
+    (gamma distributed with coefficient of variation `cv`; `cv` 0 = fixed length)."""
+    from scipy import special      # here, not at import: only scenarios with documents pay for it
+    S, mu = float(seq), float(mean)
+    u = np.linspace(math.log(SMALLEST), 0.0, GRID)
+    ls = S * np.exp(u)
+    du = u[1] - u[0]
+    w = np.full(GRID, du)
+    w[0] = w[-1] = du / 2            # trapezoid in log length: dl = l du
+    w = w * ls
+    lengths, counts = [], []
+    if cv == 0:
+        # every document mu tokens, the window at a uniform phase: whole documents of mu, and
+        # first / last pieces uniform on [0, mu] (density 1/mu each)
+        edge = np.where(ls < mu, 2.0 / mu, 0.0) * w
+        lengths += list(ls)
+        counts += list(edge)
+        if mu < S:
+            lengths.append(mu)
+            counts.append((S - mu) / mu)
+        lengths.append(S)
+        counts.append(max(0.0, 1.0 - S / mu))
+        return Pieces(seq, tuple(lengths), tuple(counts))
+    k = 1.0 / (cv * cv)              # gamma shape and scale of mean mu
+    theta = mu / k
+    density = np.exp((k - 1) * np.log(ls) - ls / theta - special.gammaln(k) - k * math.log(theta))
+    survival = special.gammaincc(k, ls / theta)
+    whole = density * (S - ls) / mu * w
+    edge = 2.0 * survival / mu * w
+    # no boundary in the window: E[(X - seq)+] / mean for X the gamma length (its stop-loss
+    # transform), in closed form rather than as 1 - the grid's integral (which misses (0, SMALLEST))
+    x = S / theta
+    none = max(0.0, float(special.gammaincc(k + 1, x) - S / mu * special.gammaincc(k, x)))
+    return Pieces(seq, tuple(ls) + (S,), tuple(whole + edge) + (none,))
+
+
+def length_mix(p: Pieces, g: Callable, bins: int = BINS) -> tuple:
+    """(share, length) pairs: the shares of E[sum g] that pieces of about `length` tokens carry,
+    in `bins` bins of log length, each at its g-weighted geometric mean length."""
+    ls = np.asarray(p.lengths)
+    order = np.argsort(ls, kind="stable")
+    ls, work = ls[order], (np.asarray(p.counts) * g(ls))[order]
+    total = float(work.sum())
+    if total <= 0:
+        return ()
+    # bins over the lengths that carry the work: from where 0.1 % of it is done up to the window
+    lo = ls[min(int(np.searchsorted(np.cumsum(work), 1e-3 * total)), len(ls) - 1)]
+    edges = np.linspace(math.log(lo), math.log(p.seq), bins + 1)
+    which = np.clip(np.searchsorted(edges, np.log(ls), side="right") - 1, 0, bins - 1)
+    out = []
+    for b in range(bins):
+        sel = which == b
+        wb = float(work[sel].sum())
+        if wb > 1e-9 * total:
+            out.append((wb / total, float(np.exp(np.dot(work[sel], np.log(ls[sel])) / wb))))
+    return tuple(out)
+
+
+def of_scenario(s) -> Pieces | None:
+    """The scenario's document pieces (training.document_length), or None for one document per
+    sequence."""
+    tr = s.training
+    if tr.document_length is None:
+        return None
+    return pieces(s.model.seq_length, float(tr.document_length), float(tr.document_length_cv))
+
+
+def with_documents(s, ops: list) -> list:
+    """`ops` of a layer with every fused attention op over the scenario's document pieces: its
+    FLOPs times the pieces' share of the pairs, timed piece length by piece length (Op.seq_mix).
+    A block of context-parallel attention scales with its document as the whole sequence does:
+    Transformer Engine's THD layout cuts every document into the 2·CP load-balanced chunks
+    (Megatron-Core context parallelism with packed sequences), so each ring step's block of a
+    piece of l tokens is the whole sequence's block scaled by l / seq. A sliding-window band
+    (model.window_size) covers min(l, window) keys back inside each piece."""
+    p = of_scenario(s)
+    if p is None:
+        return ops
+    from dataclasses import replace
+    S = float(s.model.seq_length)
+    out = []
+    for op in ops:
+        if not op.flash:
+            out.append(op)
+            continue
+        kv = op.flash[1]
+        if op.name == "attention_window":
+            w = float(kv)
+            band = lambda ls: np.where(ls <= w, ls * ls / 2, ls * w - w * w / 2)
+            frac = p.expected(band) / float(band(np.asarray(S)))
+            mix = tuple((share, min(length, w), length if length > w else 0.0)
+                        for share, length in length_mix(p, band))
+        else:
+            frac = p.fraction()
+            mix = tuple((share, kv * length / S, 0.0) for share, length in length_mix(p, np.square))
+        out.append(replace(op, flops_fwd=frac * op.flops_fwd, flops_bwd=frac * op.flops_bwd,
+                           measure_fwd=(), measure_bwd=(), seq_mix=mix))
+    return out
+
+
+def documents_text(s) -> str:
+    """", packed documents of ~N tokens (cv c): attention x % of the whole sequence's" for the
+    reports, empty without documents."""
+    p = of_scenario(s)
+    if p is None:
+        return ""
+    tr = s.training
+    return (f", packed documents of ~{tr.document_length:,} tokens (cv {tr.document_length_cv:g}): "
+            f"attention {100 * p.fraction():.1f} % of the whole sequence's")
