@@ -133,29 +133,38 @@ def with_documents(s, ops: list) -> list:
     (Megatron-Core context parallelism with packed sequences), so each ring step's block of a
     piece of l tokens is the whole sequence's block scaled by l / seq. A sliding-window band
     (model.window_size) covers min(l, window) keys back inside each piece."""
-    p = of_scenario(s)
-    if p is None:
+    tr = s.training
+    if tr.document_length is None:
         return ops
     from dataclasses import replace
-    S = float(s.model.seq_length)
+    key = (s.model.seq_length, float(tr.document_length), float(tr.document_length_cv))
     out = []
     for op in ops:
         if not op.flash:
             out.append(op)
             continue
-        kv = op.flash[1]
-        if op.name == "attention_window":
-            w = float(kv)
-            band = lambda ls: np.where(ls <= w, ls * ls / 2, ls * w - w * w / 2)
-            frac = p.expected(band) / float(band(np.asarray(S)))
-            mix = tuple((share, min(length, w), length if length > w else 0.0)
-                        for share, length in length_mix(p, band))
-        else:
-            frac = p.fraction()
-            mix = tuple((share, kv * length / S, 0.0) for share, length in length_mix(p, np.square))
+        band = op.name == "attention_window"
+        frac, mix = attention_mix(*key, float(op.flash[1]) if band else 0.0)
+        if not band:          # a block's key length scales with its piece: kv x l / seq
+            mix = tuple((share, op.flash[1] * length, 0.0) for share, length, _ in mix)
         out.append(replace(op, flops_fwd=frac * op.flops_fwd, flops_bwd=frac * op.flops_bwd,
                            measure_fwd=(), measure_bwd=(), seq_mix=mix))
     return out
+
+
+@lru_cache(maxsize=256)
+def attention_mix(seq: int, mean: float, cv: float, window: float) -> tuple:
+    """(share of the whole sequence's pairs the pieces keep, ((share, length, band seq), ...)):
+    for full attention (`window` 0) the lengths are fractions of the sequence (a block scales by
+    them); for a sliding-window band of `window` keys they are the key lengths min(l, window), with
+    the piece's length as the band's sequence where it is longer than the window."""
+    p = pieces(seq, mean, cv)
+    if not window:
+        return p.fraction(), tuple((share, length / seq, 0.0) for share, length in length_mix(p, np.square))
+    w = window
+    pairs = lambda ls: np.where(ls <= w, ls * ls / 2, ls * w - w * w / 2)
+    frac = p.expected(pairs) / float(pairs(np.asarray(float(seq))))
+    return frac, tuple((share, min(length, w), length if length > w else 0.0) for share, length in length_mix(p, pairs))
 
 
 def documents_text(s) -> str:
