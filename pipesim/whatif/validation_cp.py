@@ -33,6 +33,10 @@ How a case becomes a scenario (each choice from the paper, none fitted to the ta
   fp32 gradient on a GPU (each model chunk holds one layer), not DDP's 25 MB buckets.
 - BF16, flash attention; TFLOP/s per GPU = model FLOPs (causal attention counted exactly, no
   recompute) / step / GPUs.
+- one document per sequence. Llama 3 trained with a document mask (Sec. 3.2: "important in
+  continued pre-training on very long sequences"), which pipesim can cost
+  (training.document_length), but the paper gives neither its document lengths nor whether its
+  TFLOP/s count the masked pairs, so the mapping leaves it out.
 """
 from __future__ import annotations
 
