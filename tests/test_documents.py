@@ -31,7 +31,7 @@ def attention(s, name="attention"):
 
 
 @pytest.mark.parametrize("mean,cv", [(1000, 1.0), (1000, 0.0), (1000, 2.5), (1000, 0.3), (50_000, 1.0),
-                                     (50_000, 0.0), (8192, 0.05)])
+                                     (50_000, 0.0), (8192, 0.05), (4096, 0.001), (1, 3.0), (50, 100.0)])
 def test_the_pieces_tile_the_window(mean, cv):
     # renewal identity: the pieces' lengths add up to the window, whatever the length distribution
     assert pieces(8192, mean, cv).expected(lambda ls: ls) == pytest.approx(8192, rel=5e-4)
@@ -51,6 +51,10 @@ def test_fixed_lengths_at_a_random_phase():
     assert pieces(S, L, 0.0).fraction() == pytest.approx(((S - L) * L + 2 * L * L / 3) / S ** 2, rel=1e-3)
     L = 20_000    # longer than the window: at most one boundary in it
     assert pieces(S, L, 0.0).fraction() == pytest.approx(1 - S / (3 * L), rel=1e-3)
+
+
+def test_a_narrow_spread_tends_to_fixed_lengths():
+    assert pieces(8192, 1000, 0.001).fraction() == pytest.approx(pieces(8192, 1000, 0.0).fraction(), rel=1e-3)
 
 
 def test_a_wider_spread_of_lengths_means_more_attention():

@@ -33,8 +33,9 @@ from typing import Callable
 
 import numpy as np
 
-GRID = 2000          # log-spaced piece lengths per window
-SMALLEST = 1e-6      # of the window: the grid's shortest piece
+LOG_STEP = 0.005     # log spacing of the piece-length grid
+SMALLEST = 1e-6      # of the shorter of the window and the mean: the grid's shortest piece
+PEAK = 400           # linear grid points over mean +- 8 sd, where a narrow length distribution sits
 BINS = 8             # piece-length bins an attention op is timed in
 
 
@@ -62,12 +63,7 @@ def pieces(seq: int, mean: float, cv: float) -> Pieces:
     (gamma distributed with coefficient of variation `cv`; `cv` 0 = fixed length)."""
     from scipy import special      # here, not at import: only scenarios with documents pay for it
     S, mu = float(seq), float(mean)
-    u = np.linspace(math.log(SMALLEST), 0.0, GRID)
-    ls = S * np.exp(u)
-    du = u[1] - u[0]
-    w = np.full(GRID, du)
-    w[0] = w[-1] = du / 2            # trapezoid in log length: dl = l du
-    w = w * ls
+    ls, w = _grid(S, mu, cv)
     lengths, counts = [], []
     if cv == 0:
         # every document mu tokens, the window at a uniform phase: whole documents of mu, and
@@ -92,6 +88,28 @@ def pieces(seq: int, mean: float, cv: float) -> Pieces:
     x = S / theta
     none = max(0.0, float(special.gammaincc(k + 1, x) - S / mu * special.gammaincc(k, x)))
     return Pieces(seq, tuple(ls) + (S,), tuple(whole + edge) + (none,))
+
+
+def _grid(S: float, mu: float, cv: float) -> tuple:
+    """Piece lengths in (0, S] and their trapezoid weights: log-spaced from SMALLEST of the shorter
+    of window and mean, plus a linear grid over the peak of a narrow distribution (and both sides
+    of cv 0's step at the mean)."""
+    lo = SMALLEST * min(S, mu)
+    parts = [np.exp(np.linspace(math.log(lo), math.log(S), int(math.ceil(math.log(S / lo) / LOG_STEP)) + 1))]
+    sd = cv * mu
+    if sd < mu / 2:
+        a, b = max(lo, mu - 8 * sd), min(S, mu + 8 * sd)
+        if a < b:
+            parts.append(np.linspace(a, b, PEAK))
+        if cv == 0 and mu < S:
+            parts.append(np.array([mu * (1 - 1e-9), mu]))
+    ls = np.unique(np.concatenate(parts))
+    ls = ls[(ls > 0) & (ls <= S)]
+    gaps = np.diff(ls)
+    w = np.zeros_like(ls)
+    w[:-1] += gaps / 2
+    w[1:] += gaps / 2
+    return ls, w
 
 
 def length_mix(p: Pieces, g: Callable, bins: int = BINS) -> tuple:
