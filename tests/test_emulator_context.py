@@ -70,3 +70,20 @@ def test_latent_attention_under_context_parallelism(tmp_path, mode):
     check(tmp_path, ["model.attention_variant=mla", "model.q_lora_rank=16", "model.kv_lora_rank=16",
                      "model.qk_rope_head_dim=8", "model.qk_nope_head_dim=16", "model.v_head_dim=16",
                      "model.num_kv_heads=null", "training.attention=flash", f"parallel.context_mode={mode}"])
+
+
+@pytest.mark.parametrize("sets", [
+    ["training.document_length=5"],                                        # the K/V ring
+    ["training.document_length=5", "parallel.context_mode=allgather"],
+    ["training.document_length=5", "parallel.context_mode=a2a"],
+    ["training.document_length=5", "parallel.context=1", "parallel.data=2"],               # eager, no CP
+    ["training.document_length=5", "parallel.context=1", "parallel.data=2", "training.attention=flash"],
+])
+def test_packed_documents_mask_every_exchange_as_one_process(tmp_path, sets):
+    # documents of ~5 tokens cross the 8-token chunks: every ring step, gathered block and head
+    # shard must hide the keys of other documents as the single process does
+    from pipesim.emulator.reference import single_process_grads
+    s, _ = check(tmp_path, sets)
+    whole = [x for x in sets if not x.startswith("training.document_length")]
+    from pipesim.emulator import prepare
+    assert single_process_grads(s)[0] != pytest.approx(single_process_grads(prepare(TINY_CP, whole))[0], rel=1e-3)

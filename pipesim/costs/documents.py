@@ -192,5 +192,21 @@ def documents_text(s) -> str:
     if p is None:
         return ""
     tr = s.training
-    return (f", packed documents of ~{tr.document_length:,} tokens (cv {tr.document_length_cv:g}): "
-            f"attention {100 * p.fraction():.1f} % of the whole sequence's")
+    head = f", packed documents of ~{tr.document_length:,} tokens (cv {tr.document_length_cv:g})"
+    if tr.attention != "flash":
+        return head + ": eager attention computes every score under the mask"
+    return head + f": attention {100 * p.fraction():.1f} % of the whole sequence's"
+
+
+def document_ids(seq: int, mean: float, cv: float, seed: int = 0) -> np.ndarray:
+    """A packed sequence's document of every position: lengths drawn (seeded) from the gamma
+    distribution of `mean` and `cv` (cv 0: all `mean`), at least one token each, the last cut at
+    `seq`. The emulator masks attention with it (pipesim/emulator/context.py)."""
+    rng = np.random.default_rng(seed)
+    k = 1.0 / (cv * cv) if cv else 0.0
+    ids, start, doc = np.empty(seq, dtype=np.int64), 0, 0
+    while start < seq:
+        length = max(1, int(round(rng.gamma(k, mean / k) if k else mean)))
+        ids[start:start + length] = doc
+        start, doc = start + length, doc + 1
+    return ids

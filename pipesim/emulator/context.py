@@ -5,7 +5,8 @@ or an all-to-all (`parallel.context_mode`).
 Layout (`parallel.context_layout`): balanced cuts the sequence into 2·CP chunks and gives rank r
 chunks r and 2CP-1-r (causal load balancing, as Megatron-Core); contiguous gives rank r chunk r.
 The causal mask is built from the global positions of the local queries and of the visiting
-keys, so the result is exact for any layout.
+keys, so the result is exact for any layout; so is the document mask of packed sequences
+(training.document_length: a key of another document is hidden too).
 
 Ring attention (Liu et al. 2023, "Ring Attention with Blockwise Transformers", Sec. 3; the
 blockwise softmax of Milakov & Gimelshein 2018, "Online normalizer calculation for softmax"):
@@ -56,8 +57,10 @@ class ContextGroup:
     """This rank's place in its context-parallel ring and the positions of every member."""
 
     def __init__(self, size: int, rank: int, ranks: list[int], seq: int, layout: str, causal: bool, scale: float,
-                 log: list | None = None, mode: str = "ring", a2a: int = 1, positions: list | None = None):
+                 log: list | None = None, mode: str = "ring", a2a: int = 1, positions: list | None = None,
+                 docs: torch.Tensor | None = None):
         self.size, self.rank, self.ranks, self.mode = size, rank, ranks, mode
+        self.docs = docs      # the document of every global position (packed documents), or None
         self.next, self.prev = ranks[(rank + 1) % size], ranks[(rank - 1) % size]
         self.all_positions = positions or [chunk_positions(seq, size, r, layout) for r in range(size)]
         self.positions = self.all_positions[rank]
@@ -69,10 +72,10 @@ class ContextGroup:
             # the head shards, each group's tokens in the inner member order (costs/topology.py)
             base, j = rank - rank % a2a, rank // a2a
             self.inner = ContextGroup(a2a, rank % a2a, ranks[base:base + a2a], seq, layout, causal, scale, self.log,
-                                      positions=self.all_positions[base:base + a2a])
+                                      positions=self.all_positions[base:base + a2a], docs=docs)
             groups = [torch.cat(self.all_positions[g * a2a:(g + 1) * a2a]) for g in range(size // a2a)]
             self.outer = ContextGroup(size // a2a, j, ranks[rank % a2a::a2a], seq, layout, causal, scale, self.log,
-                                      positions=groups)
+                                      positions=groups, docs=docs)
 
     def attention(self, q, k, v, heads: int = 1, group: int = 1):
         """q: [batch*heads, local seq, head dim], k and v: [batch*heads/group, ...] (one key/value
@@ -132,15 +135,28 @@ class ContextGroup:
         return recv, wait
 
     def mask(self, owner: int, like: torch.Tensor) -> torch.Tensor | None:
-        """Additive causal mask of the local queries against the keys of rank `owner`."""
-        if not self.causal:
+        """Additive mask of the local queries against the keys of rank `owner`."""
+        return self.mask_between(self.positions, self.all_positions[owner], like)
+
+    def mask_between(self, qpos: torch.Tensor, kpos: torch.Tensor, like: torch.Tensor) -> torch.Tensor | None:
+        """Additive mask of queries at global positions `qpos` against keys at `kpos`: the causal
+        one, and keys of another document hidden (packed documents); None when nothing is hidden."""
+        if not self.causal and self.docs is None:
             return None
-        return causal_mask(self.positions, self.all_positions[owner], like)
+        hidden = (qpos[:, None] < kpos[None, :]) if self.causal else torch.zeros(len(qpos), len(kpos), dtype=torch.bool)
+        if self.docs is not None:
+            hidden = hidden | (self.docs[qpos][:, None] != self.docs[kpos][None, :])
+        return additive(hidden, like)
 
 
 def causal_mask(qpos: torch.Tensor, kpos: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Additive mask hiding the keys after each query (global positions qpos, kpos)."""
-    hidden = (qpos[:, None] < kpos[None, :]).to(like.device)
+    return additive(qpos[:, None] < kpos[None, :], like)
+
+
+def additive(hidden: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """0 where a key is seen, MASKED where `hidden`, in `like`'s dtype and device."""
+    hidden = hidden.to(like.device)
     return torch.zeros(hidden.shape, dtype=like.dtype, device=like.device).masked_fill_(hidden, MASKED)
 
 
@@ -248,7 +264,7 @@ class _AllGatherAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, g: ContextGroup, group: int):
         kd = k.shape[-1]
         kv = torch.cat(g.swap([packed(k, v)] * g.size, "cp_fwd"), dim=1)     # [B·kv, S, dk + dv]
-        mask = causal_mask(g.positions, g.key_positions(), q) if g.causal else None
+        mask = g.mask_between(g.positions, g.key_positions(), q)
         kb, vb = unpacked(kv, kd)
         out, lse = block_forward(q, shared(kb, group), shared(vb, group), g.scale, mask)
         ctx.save_for_backward(q, kv, out, lse)
@@ -260,7 +276,7 @@ class _AllGatherAttention(torch.autograd.Function):
         q, kv, out, lse = ctx.saved_tensors
         g, group, kd = ctx.group, ctx.shared, ctx.kd
         dout, delta = output_grad(dout, out)
-        mask = causal_mask(g.positions, g.key_positions(), q) if g.causal else None
+        mask = g.mask_between(g.positions, g.key_positions(), q)
         kb, vb = unpacked(kv, kd)
         dq, dk, dv = block_backward(q, shared(kb, group), shared(vb, group), dout, lse, delta, g.scale, mask)
         # each member's block of dK/dV goes home and is summed there (a reduce-scatter)
@@ -305,7 +321,7 @@ class _WholeSequenceAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g: ContextGroup, group: int):
         pos = g.key_positions()
-        mask = causal_mask(pos, pos, q) if g.causal else None
+        mask = g.mask_between(pos, pos, q)
         out, lse = block_forward(q, shared(k, group), shared(v, group), g.scale, mask)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.group, ctx.shared, ctx.mask = g, group, mask

@@ -126,10 +126,21 @@ def rotary(x, base: float = 10000.0, positions=None):
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
+def document_tensor(scenario) -> torch.Tensor | None:
+    """The document of every position of a packed sequence (training.document_length; the same
+    seeded draw on every rank and in the single-process reference), or None."""
+    tr = scenario.training
+    if tr.document_length is None:
+        return None
+    from pipesim.costs.documents import document_ids
+    return torch.from_numpy(document_ids(scenario.model.seq_length, tr.document_length, tr.document_length_cv))
+
+
 class AttentionCore(torch.nn.Module):
     """Eager: logits (one baddbmm with the 1/sqrt(d) scale and the causal mask folded in, as
     Megatron's scale-mask-softmax), softmax, dropout, attend (bmm); or one fused
-    scaled_dot_product_attention (flash). q, k, v: [batch*heads, s, d], strided views allowed."""
+    scaled_dot_product_attention (flash). q, k, v: [batch*heads, s, d], strided views allowed.
+    Packed documents (training.document_length) hide the keys of other documents as well."""
 
     def __init__(self, scenario, heads: int):
         super().__init__()
@@ -137,26 +148,34 @@ class AttentionCore(torch.nn.Module):
         self.causal, self.drop, self.heads = m.causal, m.dropout, heads
         self.flash = scenario.training.attention == "flash"
         self.scale = 1.0 / math.sqrt(m.head_dim)
+        self.docs = document_tensor(scenario)
+        self.masked = self.causal or self.docs is not None
         self._bias: dict = {}
 
     def bias(self, s: int, like):
         key = (s, like.device, like.dtype)
         if key not in self._bias:
             b = torch.zeros(s, s, dtype=like.dtype, device=like.device)
+            hidden = torch.zeros(s, s, dtype=torch.bool, device=like.device)
             if self.causal:
-                b.masked_fill_(torch.ones(s, s, dtype=torch.bool, device=like.device).triu_(1), float("-inf"))
-            self._bias[key] = b
+                hidden |= torch.ones(s, s, dtype=torch.bool, device=like.device).triu_(1)
+            if self.docs is not None:
+                docs = self.docs[:s].to(like.device)
+                hidden |= docs[:, None] != docs[None, :]
+            self._bias[key] = b.masked_fill_(hidden, float("-inf"))
         return self._bias[key]
 
     def forward(self, q, k, v):
         if self.flash:
             B, s, d = q.shape
             shape = (B // self.heads, self.heads, s, d)
-            o = F.scaled_dot_product_attention(q.view(shape), k.view(shape), v.view(shape),
-                                               dropout_p=DROPOUT_P if self.drop else 0.0, is_causal=self.causal)
+            mask = self.bias(s, q) if self.docs is not None else None
+            o = F.scaled_dot_product_attention(q.view(shape), k.view(shape), v.view(shape), attn_mask=mask,
+                                               dropout_p=DROPOUT_P if self.drop else 0.0,
+                                               is_causal=self.causal and mask is None)
             return o.view(B, s, d)
         s = q.shape[1]
-        scores = torch.baddbmm(self.bias(s, q), q, k.transpose(1, 2), beta=1.0 if self.causal else 0.0,
+        scores = torch.baddbmm(self.bias(s, q), q, k.transpose(1, 2), beta=1.0 if self.masked else 0.0,
                                alpha=self.scale)
         probs = dropout(torch.softmax(scores, dim=-1), self.drop)
         return torch.bmm(probs, v)
@@ -415,9 +434,9 @@ def check_supported(s) -> None:
     if m.window_size:
         raise ScenarioError(f"{where}: model.window_size={m.window_size}: the emulator's attention is full "
                             f"causal; set it to 0")
-    if s.training.document_length is not None:
-        raise ScenarioError(f"{where}: training.document_length={s.training.document_length}: the emulator's "
-                            f"attention has no document mask; remove the key")
+    if s.training.document_length is not None and m.is_mla:
+        raise ScenarioError(f"{where}: training.document_length={s.training.document_length}: the emulator masks "
+                            f"packed documents in grouped-query attention only, not {m.attention_variant}")
     if s.training.recompute_modules != ("core_attn",):
         raise ScenarioError(f"{where}: training.recompute_modules: the emulator re-runs the attention core "
                             f"(selective) or whole layers (full) only")

@@ -101,12 +101,13 @@ def _setup(cfg: dict):
     cp = None
     if C > 1:
         from pipesim.emulator.context import ContextGroup, attach
+        from pipesim.emulator.model import document_tensor
         ring = [rank_of(s, tp=c["tp"], dp=c["dp"], pp=c["pp"], cp=r) for r in range(C)]
         md = s.model      # the softmax scale: 1/sqrt of the q/k head dim (MLA: nope + rope)
         qk_dim = md.qk_nope_head_dim + md.qk_rope_head_dim if md.is_mla else md.head_dim
         cp = ContextGroup(C, c["cp"], ring, md.seq_length, s.parallel.context_layout, md.causal,
                           1.0 / qk_dim ** 0.5, log=tp.log, mode=s.parallel.context_mode,
-                          a2a=s.parallel.context_levels[0])
+                          a2a=s.parallel.context_levels[0], docs=document_tensor(s))
         attach(stages, cp)
     from pipesim.emulator.faults import ENV, parse_fault
     rt = Runtime(scenario=s, rank=rank, coords=c, plan=plan, stages=stages, tp=tp, dp_group=dp_group,

@@ -271,13 +271,11 @@ def _check_context(s: Scenario, loader: Loader) -> None:
 
 def _check_documents(s: Scenario, loader: Loader) -> None:
     """Packed documents (pipesim.costs.documents): a fused kernel skips the pairs across
-    documents; the cases below would cost something other than what runs."""
+    documents (eager attention computes every score under the mask and costs the same); the
+    cases below would cost something other than what runs."""
     m, par, tr = s.model, s.parallel, s.training
     if tr.document_length is None:
         return
-    if tr.attention != "flash":
-        loader.fail("training.document_length", f"a document mask saves work only in fused attention, which "
-                    f"skips the masked blocks; {tr.attention} attention computes every score (use attention: flash)")
     if m.attention_variant == "dsa":
         loader.fail("training.document_length", "DeepSeek sparse attention over packed documents is not modelled")
     if m.window_size and m.window_kind == "chunked":
