@@ -186,8 +186,8 @@ def attention_mix(seq: int, mean: float, cv: float, window: float) -> tuple:
 
 
 def documents_text(s) -> str:
-    """", packed documents of ~N tokens (cv c): attention x % of the whole sequence's" for the
-    reports, empty without documents."""
+    """", packed documents of ~N tokens (cv c): full attention does x % of the whole sequence's
+    pairs" for the reports, empty without documents."""
     p = of_scenario(s)
     if p is None:
         return ""
@@ -195,7 +195,7 @@ def documents_text(s) -> str:
     head = f", packed documents of ~{tr.document_length:,} tokens (cv {tr.document_length_cv:g})"
     if tr.attention != "flash":
         return head + ": eager attention computes every score under the mask"
-    return head + f": attention {100 * p.fraction():.1f} % of the whole sequence's"
+    return head + f": full attention does {100 * p.fraction():.1f} % of the whole sequence's pairs"
 
 
 def document_ids(seq: int, mean: float, cv: float, seed: int = 0) -> np.ndarray:
