@@ -158,3 +158,15 @@ def test_without_documents_nothing_changes():
     s = scenario()
     assert s.training.document_length is None
     assert all(not o.seq_mix for o in layer_ops(s))
+
+
+def test_the_reports_name_the_documents_and_their_share():
+    from pipesim.costs.documents import documents_text
+    from pipesim.report.html import _metrics
+    s = scenario(2048)
+    text = documents_text(s)
+    assert text.startswith("~2,048 tokens (cv 1)") and f"{100 * pieces(32768, 2048, 1.0).fraction():.1f} %" in text
+    assert documents_text(scenario()) == ""
+    assert "eager attention computes every score" in documents_text(scenario(2048, training={"attention": "eager"}))
+    rep = simulate(s, trace=False)
+    assert "packed documents" in _metrics(rep.data, s)

@@ -186,13 +186,13 @@ def attention_mix(seq: int, mean: float, cv: float, window: float) -> tuple:
 
 
 def documents_text(s) -> str:
-    """", packed documents of ~N tokens (cv c): full attention does x % of the whole sequence's
-    pairs" for the reports, empty without documents."""
+    """"~N tokens (cv c): full attention does x % of the whole sequence's pairs" for the reports,
+    empty without documents."""
     p = of_scenario(s)
     if p is None:
         return ""
     tr = s.training
-    head = f", packed documents of ~{tr.document_length:,} tokens (cv {tr.document_length_cv:g})"
+    head = f"~{tr.document_length:,} tokens (cv {tr.document_length_cv:g})"
     if tr.attention != "flash":
         return head + ": eager attention computes every score under the mask"
     return head + f": full attention does {100 * p.fraction():.1f} % of the whole sequence's pairs"
