@@ -172,3 +172,17 @@ def test_the_reports_name_the_documents_and_their_share():
     assert "eager attention computes every score" in documents_text(scenario(2048, training={"attention": "eager"}))
     rep = simulate(s, trace=False)
     assert "packed documents" in _metrics(rep.data, s)
+
+
+def test_an_exposed_ring_over_short_documents_is_offered_a_smaller_one():
+    # 2K documents leave little attention to hide each of the 15 hops under: halving the ring (its
+    # GPUs to data parallelism) is simulated as a suggestion, and it is faster
+    from pipesim.report.explain import explain
+    base = "scenarios/longseq/llama3-8b-128k-docs-h100.yaml"
+    s = load_scenario(base, ["parallel.tensor=1", "parallel.context=16", "parallel.data=16",
+                             "training.zero_stage=3", "training.document_length=2048"])
+    rep = simulate(s, trace=False)
+    assert rep.data["exposed_comm_s"]["CP"] > 0.3 * rep.data["step_time_s"]
+    why = explain(rep, s)
+    smaller = [x for x in why["suggestions"] if x["title"] == "context 8 (data 32)"]
+    assert smaller and smaller[0]["step_time_s"] < rep.data["step_time_s"]

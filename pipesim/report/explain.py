@@ -303,6 +303,11 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
             if mode != par.context_mode:
                 out.append((f"context_mode {mode}", {"parallel.context_mode": mode, "parallel.context_a2a": None},
                             f"--set parallel.context_mode={mode}"))
+        # or a smaller ring, its GPUs to data parallelism: more attention per rank to hide each hop
+        # under, fewer hops (packed short documents leave little attention; costs/documents.py)
+        smaller = layout_candidate(s, context=par.context // 2)
+        if smaller:
+            out.append(smaller)
     exposed = report.data.get("exposed_comm_s", {})
     if s.system.pod_gpus and sum(exposed.values()) > 0.02 * report.data["step_time_s"]:
         # pods behind an oversubscribed layer: the orders that keep pipelines, or data-parallel
