@@ -10,9 +10,10 @@ sum over pieces of pairs(l) instead of pairs(seq).
 Document lengths are a gamma distribution of mean `mean` and coefficient of variation `cv`
 (cv 1: exponential lengths; cv 0: every document `mean` tokens; web corpora are heavier-tailed,
 cv > 1). Documents follow one another without gaps, so the boundaries inside a window of `seq`
-tokens are a stationary renewal process of rate 1/mean, and (Palm calculus for renewal processes:
-Cox 1962, "Renewal Theory", Sec. 5.2; Feller 1971, Vol. II, Sec. XI.4) the expected sum of g over
-the pieces is
+tokens are a stationary renewal process of rate 1/mean: whole documents of length l start in it at
+rate f(l)/mean, and the pieces cut at its two ends are the forward and backward recurrence times,
+of density (1 - F)/mean (D. R. Cox, "Renewal Theory", 1962). The expected sum of g over the pieces
+is therefore
 
     E[sum g] = int_0^seq g(l) f(l) (seq - l)/mean dl      whole documents inside the window
              + 2 int_0^seq g(r) (1 - F(r))/mean dr         the first and the last piece (the forward
@@ -27,7 +28,7 @@ its key length, so each attention op is timed piece length by piece length in a 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
@@ -154,7 +155,6 @@ def with_documents(s, ops: list) -> list:
     tr = s.training
     if tr.document_length is None:
         return ops
-    from dataclasses import replace
     key = (s.model.seq_length, float(tr.document_length), float(tr.document_length_cv))
     out = []
     for op in ops:
@@ -186,8 +186,8 @@ def attention_mix(seq: int, mean: float, cv: float, window: float) -> tuple:
 
 
 def documents_text(s) -> str:
-    """"~N tokens (cv c): full attention does x % of the whole sequence's pairs" for the reports,
-    empty without documents."""
+    """The documents for the reports (~N tokens (cv c): full attention does x % of the whole
+    sequence's pairs), empty without documents."""
     p = of_scenario(s)
     if p is None:
         return ""

@@ -33,6 +33,7 @@ def config_of(s):
         ("no multi-token prediction", m.mtp_layers, not m.mtp_layers),
         ("no latent projections", f"moe_latent_size {m.moe_latent_size}", not m.moe_latent_size),
         ("full causal attention", f"window_size {m.window_size}", not m.window_size),
+        ("one document per sequence", f"document_length {tr.document_length}", tr.document_length is None),
         ("optimizer adam or sgd", tr.optimizer, tr.optimizer != "muon"),
         ("recompute none, selective or full", tr.recompute, tr.recompute != "selective_op"
          and tr.recompute_modules == ("core_attn",))) if not ok]
