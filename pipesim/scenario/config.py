@@ -378,7 +378,8 @@ class TrainingConfig:
         None, doc="packed sequences: documents of this mean length in tokens, concatenated and cut into "
                   "sequences, attend only within themselves (a document mask: Transformer Engine THD / "
                   "FlashAttention varlen / FlexAttention); fused attention then does only the pieces' work "
-                  "(pipesim/costs/documents.py). null: one document per sequence")
+                  "(pipesim/costs/documents.py), eager attention computes every score under the mask. null: one "
+                  "document per sequence")
     document_length_cv: float = field(1.0, doc="with document_length: the lengths' coefficient of variation "
                                                 "(gamma distributed; 1 = exponential, 0 = all the same length; "
                                                 "web text is heavier-tailed, above 1)")
