@@ -138,8 +138,18 @@ def test_eager_attention_computes_every_score_under_the_mask():
     assert layer_ops(scenario(1024, **eager)) == layer_ops(scenario(**eager))
 
 
+def test_chunked_attention_inside_documents():
+    # Llama 4's local layers: causal within chunks of w; a chunk is a window of the same documents,
+    # so each whole chunk keeps the share of a w-token sequence
+    w = 4096
+    chunked = {"window_size": w, "window_kind": "chunked"}
+    band = lambda s: attention(s, "attention_window")
+    whole, packed = band(scenario(model=chunked)), band(scenario(1024, model=chunked))
+    assert packed.flops_fwd == pytest.approx(whole.flops_fwd * pieces(w, 1024, 1.0).fraction())
+    assert max(length for _, length, _ in packed.seq_mix) <= w
+
+
 @pytest.mark.parametrize("extra,needle", [
-    ({"model": {"window_size": 256, "window_kind": "chunked"}}, "chunked"),
     ({"parallel": {"context": 2, "data": 4, "context_layout": "contiguous"}}, "balanced"),
 ])
 def test_unmodelled_combinations_are_one_line_errors(extra, needle):

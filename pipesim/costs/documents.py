@@ -151,7 +151,8 @@ def with_documents(s, ops: list) -> list:
     Transformer Engine's THD layout cuts every document into the 2·CP load-balanced chunks
     (Megatron-Core context parallelism with packed sequences), so each ring step's block of a
     piece of l tokens is the whole sequence's block scaled by l / seq. A sliding-window band
-    (model.window_size) covers min(l, window) keys back inside each piece."""
+    (model.window_size) covers min(l, window) keys back inside each piece; a chunked one attends
+    within the pieces of each chunk (chunked_mix)."""
     tr = s.training
     if tr.document_length is None:
         return ops
@@ -162,7 +163,10 @@ def with_documents(s, ops: list) -> list:
             out.append(op)
             continue
         band = op.name == "attention_window"
-        frac, mix = attention_mix(*key, float(op.flash[1]) if band else 0.0)
+        if band and s.model.window_kind == "chunked":
+            frac, mix = chunked_mix(*key, int(op.flash[1]))
+        else:
+            frac, mix = attention_mix(*key, float(op.flash[1]) if band else 0.0)
         if not band:          # a block's key length scales with its piece: kv x l / seq
             mix = tuple((share, op.flash[1] * length, 0.0) for share, length, _ in mix)
         out.append(replace(op, flops_fwd=frac * op.flops_fwd, flops_bwd=frac * op.flops_bwd,
@@ -183,6 +187,21 @@ def attention_mix(seq: int, mean: float, cv: float, window: float) -> tuple:
     pairs = lambda ls: np.where(ls <= w, ls * ls / 2, ls * w - w * w / 2)
     frac = p.expected(pairs) / float(pairs(np.asarray(float(seq))))
     return frac, tuple((share, min(length, w), length if length > w else 0.0) for share, length in length_mix(p, pairs))
+
+
+@lru_cache(maxsize=64)
+def chunked_mix(seq: int, mean: float, cv: float, chunk: int) -> tuple:
+    """attention_mix of chunked attention (Llama 4's local layers: causal within chunks of
+    `chunk` tokens) over packed documents: a chunk is a window of the same renewal process, so its
+    pieces are those of a `chunk`-token sequence; the last, shorter chunk likewise."""
+    whole, tail = divmod(seq, chunk)
+    parts = [(whole, chunk)] + ([(1, tail)] if tail else [])
+    # pairs of each part with and without documents (both causal: l^2 / 2 per piece)
+    pairs = [(n * pieces(c, mean, cv).expected(np.square), n * c * c, c) for n, c in parts if n]
+    total = sum(p for p, _, _ in pairs)
+    mix = tuple((share * p / total, length * c, 0.0) for p, _, c in pairs
+                for share, length, _ in attention_mix(c, mean, cv, 0.0)[1])
+    return total / sum(full for _, full, _ in pairs), mix
 
 
 def documents_text(s) -> str:

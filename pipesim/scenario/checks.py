@@ -278,9 +278,6 @@ def _check_documents(s: Scenario, loader: Loader) -> None:
         return
     if m.attention_variant == "dsa":
         loader.fail("training.document_length", "DeepSeek sparse attention over packed documents is not modelled")
-    if m.window_size and m.window_kind == "chunked":
-        loader.fail("training.document_length", "chunked attention (model.window_kind chunked) over packed "
-                    "documents is not modelled; sliding windows are")
     if par.context > 1 and par.context_layout != "balanced":
         loader.fail("training.document_length", f"context parallelism over packed documents is modelled with "
                     f"every document cut into the 2·CP balanced chunks (Transformer Engine's THD layout); "
