@@ -196,3 +196,33 @@ def test_an_exposed_ring_over_short_documents_is_offered_a_smaller_one():
     why = explain(rep, s)
     smaller = [x for x in why["suggestions"] if x["title"] == "context 8 (data 32)"]
     assert smaller and smaller[0]["step_time_s"] < rep.data["step_time_s"]
+
+
+@pytest.mark.parametrize("seq,mean,cv", [(131072, 4096, 1.0), (8192, 1000, 2.0), (32768, 300, 0.5)])
+def test_sampled_sequences_carry_the_expected_pairs(seq, mean, cv):
+    from pipesim.costs.documents import sequence_work
+    work = sequence_work(seq, float(mean), cv)
+    assert work.mean() / seq ** 2 == pytest.approx(pieces(seq, mean, cv).fraction(), rel=0.03)
+
+
+def test_the_slowest_replica_grows_with_replicas_and_shrinks_with_their_sequences():
+    from pipesim.costs.documents import replica_imbalance
+    k = lambda r, n: replica_imbalance(131072, 4096.0, 1.0, r, n)
+    assert k(1, 4) == 1.0
+    assert 1.0 < k(2, 4) < k(8, 4) < k(64, 4)
+    assert k(8, 64) < k(8, 4) < k(8, 1)
+    # heavier-tailed lengths, heavier slowest replica
+    assert replica_imbalance(131072, 4096.0, 2.0, 8, 4) > k(8, 4)
+
+
+def test_random_packing_times_the_slowest_replica_and_counts_the_mean():
+    rand, bal = scenario(1024), scenario(1024, training={"document_packing": "balanced"})
+    from pipesim.costs.documents import imbalance_of
+    slowest = imbalance_of(rand)
+    assert slowest > 1.05 and imbalance_of(bal) == 1.0
+    a, b = attention(rand), attention(bal)
+    assert a.flops_fwd == b.flops_fwd and iteration_flops(rand) == iteration_flops(bal)
+    assert sum(w for w, _, _ in a.seq_mix) == pytest.approx(slowest) and sum(w for w, _, _ in b.seq_mix) == pytest.approx(1.0)
+    cm = CostModel(rand.system.gpu, "bf16")
+    assert cm.time(a, "fwd").compute == pytest.approx(slowest * cm.time(b, "fwd").compute)
+    assert simulate(rand, trace=False).step_time_s > simulate(bal, trace=False).step_time_s

@@ -157,6 +157,7 @@ def with_documents(s, ops: list) -> list:
     if tr.document_length is None:
         return ops
     key = (s.model.seq_length, float(tr.document_length), float(tr.document_length_cv))
+    slowest = imbalance_of(s)
     out = []
     for op in ops:
         if not op.flash:
@@ -169,6 +170,8 @@ def with_documents(s, ops: list) -> list:
             frac, mix = attention_mix(*key, float(op.flash[1]) if band else 0.0)
         if not band:          # a block's key length scales with its piece: kv x l / seq
             mix = tuple((share, op.flash[1] * length, 0.0) for share, length, _ in mix)
+        # the time of the slowest data-parallel replica's heavier documents; the FLOPs stay the mean
+        mix = tuple((share * slowest, length, band_seq) for share, length, band_seq in mix)
         out.append(replace(op, flops_fwd=frac * op.flops_fwd, flops_bwd=frac * op.flops_bwd,
                            measure_fwd=(), measure_bwd=(), seq_mix=mix))
     return out
@@ -204,6 +207,69 @@ def chunked_mix(seq: int, mean: float, cv: float, chunk: int) -> tuple:
     return total / sum(full for _, full, _ in pairs), mix
 
 
+# The per-sequence work distribution is sampled: this many documents, in windows of the sequence
+SAMPLED_DOCUMENTS = 1_000_000
+SAMPLED_SUMS = 20_000        # replica sums drawn from it for the expected slowest replica
+
+
+@lru_cache(maxsize=32)
+def sequence_work(seq: int, mean: float, cv: float, seed: int = 1) -> np.ndarray:
+    """Attention pairs (sum of l^2 over the pieces) of sampled sequences: a seeded stream of
+    documents (the gamma lengths, one token at least) cut into windows of `seq` tokens, as a
+    packing data loader cuts it. Its mean is `pieces(seq, mean, cv).fraction() * seq**2` up to
+    the sampling error (tested)."""
+    rng = np.random.default_rng(seed)
+    windows = int(min(4096, max(256, SAMPLED_DOCUMENTS * mean / seq)))
+    total = float(seq) * windows
+    k = 1.0 / (cv * cv) if cv else 0.0
+    draw = lambda n: np.maximum(rng.gamma(k, mean / k, size=n) if k else np.full(n, float(mean)), 1.0)
+    ends = np.cumsum(draw(int(total / mean * 1.2) + 16))
+    while ends[-1] < total:
+        ends = np.concatenate([ends, ends[-1] + np.cumsum(draw(int(total / mean * 0.2) + 16))])
+    ends = ends - rng.uniform(0.0, ends[0])             # the stream starts at a random phase
+    cuts = np.sort(np.concatenate([[0.0, total], ends[(ends > 0) & (ends < total)],
+                                   float(seq) * np.arange(1, windows)]))
+    gaps = np.diff(cuts)
+    which = ((cuts[:-1] + cuts[1:]) / 2 // seq).astype(np.int64)
+    return np.bincount(which, weights=gaps * gaps, minlength=windows)
+
+
+@lru_cache(maxsize=256)
+def replica_imbalance(seq: int, mean: float, cv: float, replicas: int, per_replica: int) -> float:
+    """E[the heaviest of `replicas` data-parallel replicas' attention work] over the mean, each
+    replica taking `per_replica` sequences of packed documents at random: the replicas meet at
+    the gradient synchronisation, so the step is the slowest one's ("data-parallel computational
+    imbalance" of packed sequences, NVIDIA, "Speeding Up Variable-Length Training with Dynamic
+    Context Parallelism and NVIDIA Megatron Core", 2026). A replica's sum is drawn from the
+    sampled sequences (normal beyond 64 of them); the expected maximum of `replicas` draws is
+    taken on their empirical distribution, E[max] = sum x_(i) ((i/N)^R - ((i-1)/N)^R)."""
+    if replicas <= 1:
+        return 1.0
+    work = sequence_work(seq, mean, cv)
+    mu, sd = float(work.mean()), float(work.std())
+    if mu <= 0 or sd <= 0:
+        return 1.0
+    rng = np.random.default_rng(2)
+    if per_replica <= 64:
+        sums = work[rng.integers(0, len(work), size=(SAMPLED_SUMS, per_replica))].sum(axis=1)
+    else:
+        sums = rng.normal(per_replica * mu, math.sqrt(per_replica) * sd, size=SAMPLED_SUMS)
+    sums = np.sort(sums)
+    cdf = np.arange(1, SAMPLED_SUMS + 1) / SAMPLED_SUMS
+    weights = cdf ** replicas - np.concatenate([[0.0], cdf[:-1]]) ** replicas
+    return max(1.0, float(np.dot(sums, weights)) / (per_replica * mu))
+
+
+def imbalance_of(s) -> float:
+    """The scenario's replica_imbalance (1 with balanced packing or one replica)."""
+    tr, par = s.training, s.parallel
+    if tr.document_length is None or tr.document_packing == "balanced" or par.data <= 1:
+        return 1.0
+    per_replica = max(1, tr.global_batch_size // par.data)
+    return replica_imbalance(s.model.seq_length, float(tr.document_length), float(tr.document_length_cv),
+                             par.data, per_replica)
+
+
 def documents_text(s) -> str:
     """The documents for the reports (~N tokens (cv c): full attention does x % of the whole
     sequence's pairs), empty without documents."""
@@ -214,7 +280,12 @@ def documents_text(s) -> str:
     head = f"~{tr.document_length:,} tokens (cv {tr.document_length_cv:g})"
     if tr.attention != "flash":
         return head + ": eager attention computes every score under the mask"
-    return head + f": full attention does {100 * p.fraction():.1f} % of the whole sequence's pairs"
+    text = head + f": full attention does {100 * p.fraction():.1f} % of the whole sequence's pairs"
+    slowest = imbalance_of(s)
+    if slowest > 1.0005:
+        text += (f"; packed at random, the slowest of {s.parallel.data} data-parallel replicas does "
+                 f"{100 * (slowest - 1):.1f} % more attention work than the mean")
+    return text
 
 
 def document_ids(seq: int, mean: float, cv: float, seed: int = 0) -> np.ndarray:

@@ -383,6 +383,11 @@ class TrainingConfig:
     document_length_cv: float = field(1.0, doc="with document_length: the lengths' coefficient of variation "
                                                 "(gamma distributed; 1 = exponential, 0 = all the same length; "
                                                 "web text is heavier-tailed, above 1)")
+    document_packing: Literal["random", "balanced"] = field(
+        "random", doc="with document_length: random = sequences reach the data-parallel replicas as they come, "
+                      "and the replica with the most attention work (the longest documents) holds the others at "
+                      "the gradient synchronisation; balanced = the loader evens the attention work out across "
+                      "the replicas (Megatron-Core's dynamic-CP solver, workload-aware packing)")
     cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch"] = field(
         "auto", doc="the loss kernel over the logits: megatron = Megatron-LM's unfused vocab-parallel "
                     "cross-entropy, megatron_fused = --cross-entropy-loss-fusion (native), te = Transformer "
