@@ -38,6 +38,8 @@ LOG_STEP = 0.005     # log spacing of the piece-length grid
 SMALLEST = 1e-6      # of the shorter of the window and the mean: the grid's shortest piece
 PEAK = 400           # linear grid points over mean +- 8 sd, where a narrow length distribution sits
 BINS = 8             # piece-length bins an attention op is timed in
+SAMPLED_DOCUMENTS = 1_000_000   # documents sampled for the per-sequence work distribution
+SAMPLED_SUMS = 20_000           # replica sums drawn from it for the expected slowest replica
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,9 @@ def with_documents(s, ops: list) -> list:
     (Megatron-Core context parallelism with packed sequences), so each ring step's block of a
     piece of l tokens is the whole sequence's block scaled by l / seq. A sliding-window band
     (model.window_size) covers min(l, window) keys back inside each piece; a chunked one attends
-    within the pieces of each chunk (chunked_mix)."""
+    within the pieces of each chunk (chunked_mix). The ops are timed at the heaviest data-parallel
+    replica's documents (imbalance_of: full attention's factor, also on a window band, whose
+    work varies less - an upper bound there); their FLOPs stay the mean."""
     tr = s.training
     if tr.document_length is None:
         return ops
@@ -205,11 +209,6 @@ def chunked_mix(seq: int, mean: float, cv: float, chunk: int) -> tuple:
     mix = tuple((share * p / total, length * c, 0.0) for p, _, c in pairs
                 for share, length, _ in attention_mix(c, mean, cv, 0.0)[1])
     return total / sum(full for _, full, _ in pairs), mix
-
-
-# The per-sequence work distribution is sampled: this many documents, in windows of the sequence
-SAMPLED_DOCUMENTS = 1_000_000
-SAMPLED_SUMS = 20_000        # replica sums drawn from it for the expected slowest replica
 
 
 @lru_cache(maxsize=32)
