@@ -24,6 +24,10 @@ f and F the length density and distribution. With g(l) = l this is seq (a check,
 integrals are taken on a log-spaced grid of piece lengths (`pieces`); a kernel's rate depends on
 its key length, so each attention op is timed piece length by piece length in a few bins
 (`length_mix`).
+
+Sequences of equal length carry unequal attention work, so data-parallel replicas that take them
+at random wait for the heaviest at the gradient synchronisation (`replica_imbalance`, sampled from
+a seeded stream of documents: `sequence_work`).
 """
 from __future__ import annotations
 
