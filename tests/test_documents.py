@@ -226,3 +226,19 @@ def test_random_packing_times_the_slowest_replica_and_counts_the_mean():
     cm = CostModel(rand.system.gpu, "bf16")
     assert cm.time(a, "fwd").compute == pytest.approx(slowest * cm.time(b, "fwd").compute)
     assert simulate(rand, trace=False).step_time_s > simulate(bal, trace=False).step_time_s
+
+
+@pytest.mark.parametrize("cv", [0.5, 1.0, 2.0])
+def test_the_central_limit_takes_over_where_sampling_stops(monkeypatch, cv):
+    # ~3,000 documents a sequence: the sampled replica sums and the renewal-reward normal agree
+    import pipesim.costs.documents as d
+    sampled = d.replica_imbalance(1048576, 350.0, cv, 64, 2)
+    monkeypatch.setattr(d, "SAMPLED_DOCUMENTS", 1)
+    d.replica_imbalance.cache_clear()
+    try:
+        normal = d.replica_imbalance(1048576, 350.0, cv, 64, 2)
+    finally:
+        d.replica_imbalance.cache_clear()
+    assert normal - 1 == pytest.approx(sampled - 1, rel=0.1)
+    # a million one-token documents a sequence is not sampled (it would be a billion draws)
+    assert 1.0 < d.replica_imbalance(1048576, 1.0, cv, 100_000, 1) < 1.05

@@ -44,6 +44,7 @@ PEAK = 400           # linear grid points over mean +- 8 sd, where a narrow leng
 BINS = 8             # piece-length bins an attention op is timed in
 SAMPLED_DOCUMENTS = 1_000_000   # documents sampled for the per-sequence work distribution
 SAMPLED_SUMS = 20_000           # replica sums drawn from it for the expected slowest replica
+MIN_WINDOWS = 256               # sampled sequences at least; beyond, the central limit instead
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ def sequence_work(seq: int, mean: float, cv: float, seed: int = 1) -> np.ndarray
     packing data loader cuts it. Its mean is `pieces(seq, mean, cv).fraction() * seq**2` up to
     the sampling error (tested)."""
     rng = np.random.default_rng(seed)
-    windows = int(min(4096, max(256, SAMPLED_DOCUMENTS * mean / seq)))
+    windows = int(min(4096, max(MIN_WINDOWS, SAMPLED_DOCUMENTS * mean / seq)))
     total = float(seq) * windows
     k = 1.0 / (cv * cv) if cv else 0.0
     draw = lambda n: np.maximum(rng.gamma(k, mean / k, size=n) if k else np.full(n, float(mean)), 1.0)
@@ -248,12 +249,27 @@ def replica_imbalance(seq: int, mean: float, cv: float, replicas: int, per_repli
     taken on their empirical distribution, E[max] = sum x_(i) ((i/N)^R - ((i-1)/N)^R)."""
     if replicas <= 1:
         return 1.0
-    work = sequence_work(seq, mean, cv)
-    mu, sd = float(work.mean()), float(work.std())
+    if seq / mean * MIN_WINDOWS > SAMPLED_DOCUMENTS:
+        # thousands of documents a sequence: its work is normal, by the renewal-reward central
+        # limit theorem (Var sum over a window of n = seq/mean documents of Y = l^2 is n Var(Y - a l),
+        # a = E[l^2]/mean: the lengths must fill the window), so of spread
+        # sqrt(r4 - 2(k+1) r3 + (k+1)^2 r2) / (r2 sqrt(n)), r_j = k(k+1)...(k+j-1) the gamma moments
+        # over scale^j (shape k; 0 for fixed lengths)
+        spread = 0.0
+        if cv:
+            k = 1.0 / (cv * cv)
+            r2, r3, r4 = k * (k + 1), k * (k + 1) * (k + 2), k * (k + 1) * (k + 2) * (k + 3)
+            spread = math.sqrt(max(0.0, r4 - 2 * (k + 1) * r3 + (k + 1) ** 2 * r2)) / r2
+        mu = pieces(seq, mean, cv).fraction() * float(seq) ** 2
+        sd = mu * spread / math.sqrt(seq / mean)
+        work = None
+    else:
+        work = sequence_work(seq, mean, cv)
+        mu, sd = float(work.mean()), float(work.std())
     if mu <= 0 or sd <= 0:
         return 1.0
     rng = np.random.default_rng(2)
-    if per_replica <= 64:
+    if work is not None and per_replica <= 64:
         sums = work[rng.integers(0, len(work), size=(SAMPLED_SUMS, per_replica))].sum(axis=1)
     else:
         sums = rng.normal(per_replica * mu, math.sqrt(per_replica) * sd, size=SAMPLED_SUMS)
