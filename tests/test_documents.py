@@ -242,3 +242,10 @@ def test_the_central_limit_takes_over_where_sampling_stops(monkeypatch, cv):
     assert normal - 1 == pytest.approx(sampled - 1, rel=0.1)
     # a million one-token documents a sequence is not sampled (it would be a billion draws)
     assert 1.0 < d.replica_imbalance(1048576, 1.0, cv, 100_000, 1) < 1.05
+
+
+def test_the_accuracy_line_says_no_published_run_had_packed_documents():
+    from pipesim.report.accuracy import accuracy_of, accuracy_text
+    packed, whole = accuracy_of(scenario(2048)), accuracy_of(scenario())
+    assert accuracy_text(packed).endswith("none of them with packed documents")
+    assert "packed documents" not in accuracy_text(whole)

@@ -106,6 +106,9 @@ def accuracy_of(s, path: Path = SNAPSHOT) -> dict | None:
         this = (size_of(s), s.num_gpus, s.parallel.tensor, s.parallel.pipeline)
         near = min(same, key=lambda c: _distance(c, *this))
         out.update(nearest=near["id"], nearest_gpus=near["gpus"], nearest_pct=near["error_pct"])
+    if s.training.document_length is not None:
+        # no published run states its documents: the errors are of one document per sequence
+        out["unmeasured"] = "packed documents"
     return out
 
 
@@ -117,6 +120,8 @@ def accuracy_text(a: dict) -> str:
             f"{a['min_pct']:+.0f} .. {a['max_pct']:+.0f} % (MAPE {a['mape_pct']:.1f} %; + = faster than "
             f"measured; pipesim validate); the most alike, {a['nearest']} on {a['nearest_gpus']} GPUs: "
             f"{a['nearest_pct']:+.1f} %")
+    if a.get("unmeasured"):
+        text += f"; none of them with {a['unmeasured']}"
     return text + f"; {FIT_HINT}" if a["mape_pct"] > WIDE_MAPE else text
 
 
