@@ -49,9 +49,10 @@ class Op:
     on the op that keeps them (one per layer): what FP8 attention quantizes and stores in FP8.
     window_seq: the sequence length a sliding-window attention band (flash's seq = the window)
     runs over, for the GPUs with measured window kernels (flash.window_tflops).
-    seq_mix: ((share, seq, window_seq), ...) of a fused attention over the pieces of packed
+    seq_mix: ((weight, seq, window_seq), ...) of a fused attention over the pieces of packed
     documents (pipesim/costs/documents.py): the share of its FLOPs at each key length (and band
-    sequence length), each timed at that length's table rate instead of flash's `seq`.
+    sequence length), each timed at that length's table rate instead of flash's `seq`; the weights
+    add up to the slowest data-parallel replica's work over the mean (1 when balanced).
     """
     name: str
     kind: str

@@ -140,9 +140,9 @@ class CostModel:
             dtype = fp8[0] if fp8 else "bf16"
             factor = self.curve_factor("fp8" if fp8 else "bf16")
             mix = op.seq_mix or ((1.0, seq, op.window_seq),)      # document pieces: each at its length
-            compute = sum(share * flops / (attention_tflops(self.curve, length, causal, phase, self.attention_kernel,
-                                                            head_dim, dtype, band) * factor * 1e12)
-                          for share, length, band in mix)
+            compute = sum(weight * flops / (attention_tflops(self.curve, length, causal, phase, self.attention_kernel,
+                                                             head_dim, dtype, band) * factor * 1e12)
+                          for weight, length, band in mix)
             seconds, source = max(compute, memory), "attention-table"
         elif self.curve is not None and op.fused_attention:
             compute = flops / (self.fused_rate(op.fused_attention, phase) * 1e12)
