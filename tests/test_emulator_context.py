@@ -76,6 +76,9 @@ def test_latent_attention_under_context_parallelism(tmp_path, mode):
     ["training.document_length=5"],                                        # the K/V ring
     ["training.document_length=5", "parallel.context_mode=allgather"],
     ["training.document_length=5", "parallel.context_mode=a2a"],
+    ["training.document_length=5", "parallel.pipeline=2", "system.gpus_per_node=4"],           # CP x PP
+    ["training.document_length=5", "parallel.context_mode=a2a+p2p", "parallel.context=4",      # USP
+     "parallel.context_a2a=2", "system.gpus_per_node=4"],
     ["training.document_length=5", "parallel.context=1", "parallel.data=2"],               # eager, no CP
     ["training.document_length=5", "parallel.context=1", "parallel.data=2", "training.attention=flash"],
 ])
