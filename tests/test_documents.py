@@ -249,3 +249,16 @@ def test_the_accuracy_line_says_no_published_run_had_packed_documents():
     packed, whole = accuracy_of(scenario(2048)), accuracy_of(scenario())
     assert accuracy_text(packed).endswith("none of them with packed documents")
     assert "packed documents" not in accuracy_text(whole)
+
+
+def test_window_bands_have_their_own_work_and_spread():
+    # the sampled sequences cross-check the exact sliding-band and chunked shares, and a band's
+    # work varies far less than full attention's (it grows as l, not l^2, past the window)
+    from pipesim.costs.documents import attention_mix, chunked_mix, replica_imbalance, sequence_work
+    S, mean, w, c = 131072, 4096.0, 512.0, 8192
+    band = sequence_work(S, mean, 1.0, w)
+    assert band.mean() / (S * w - w * w / 2) == pytest.approx(attention_mix(S, mean, 1.0, w)[0], rel=0.02)
+    chunked = sequence_work(S, mean, 1.0, float(c), True)
+    assert chunked.mean() / ((S // c) * c * c) == pytest.approx(chunked_mix(S, mean, 1.0, c)[0], rel=0.03)
+    full = replica_imbalance(S, mean, 1.0, 32, 2)
+    assert 1.0 < replica_imbalance(S, mean, 1.0, 32, 2, w) < replica_imbalance(S, mean, 1.0, 32, 2, float(c), True) < full

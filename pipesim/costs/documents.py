@@ -160,13 +160,11 @@ def with_documents(s, ops: list) -> list:
     piece of l tokens is the whole sequence's block scaled by l / seq. A sliding-window band
     (model.window_size) covers min(l, window) keys back inside each piece; a chunked one attends
     within the pieces of each chunk (chunked_mix). The ops are timed at the heaviest data-parallel
-    replica's documents (imbalance_of: full attention's factor, also on a window band, whose
-    work varies less - an upper bound there); their FLOPs stay the mean."""
+    replica's documents (imbalance_of, a window band by its own work); their FLOPs stay the mean."""
     tr = s.training
     if tr.document_length is None:
         return ops
     key = (s.model.seq_length, float(tr.document_length), float(tr.document_length_cv))
-    slowest = imbalance_of(s)
     out = []
     for op in ops:
         if not op.flash:
@@ -180,6 +178,7 @@ def with_documents(s, ops: list) -> list:
         if not band:          # a block's key length scales with its piece: kv x l / seq
             mix = tuple((share, op.flash[1] * length, 0.0) for share, length, _ in mix)
         # the time of the slowest data-parallel replica's heavier documents; the FLOPs stay the mean
+        slowest = imbalance_of(s, float(op.flash[1]) if band else 0.0)
         mix = tuple((share * slowest, length, band_seq) for share, length, band_seq in mix)
         out.append(replace(op, flops_fwd=frac * op.flops_fwd, flops_bwd=frac * op.flops_bwd,
                            measure_fwd=(), measure_bwd=(), seq_mix=mix))
@@ -217,11 +216,14 @@ def chunked_mix(seq: int, mean: float, cv: float, chunk: int) -> tuple:
 
 
 @lru_cache(maxsize=32)
-def sequence_work(seq: int, mean: float, cv: float, seed: int = 1) -> np.ndarray:
-    """Attention pairs (sum of l^2 over the pieces) of sampled sequences: a seeded stream of
-    documents (the gamma lengths, one token at least) cut into windows of `seq` tokens, as a
-    packing data loader cuts it. Its mean is `pieces(seq, mean, cv).fraction() * seq**2` up to
-    the sampling error (tested)."""
+def sequence_work(seq: int, mean: float, cv: float, window: float = 0.0, chunked: bool = False,
+                  seed: int = 1) -> np.ndarray:
+    """Attention pairs of sampled sequences: a seeded stream of documents (the gamma lengths, one
+    token at least) cut into windows of `seq` tokens, as a packing data loader cuts it; per
+    sequence the sum over its pieces of l^2 (full attention), of a sliding band of `window` keys'
+    pairs, or (`chunked`) of l^2 over the pieces cut at every `window`-token chunk as well. The
+    full attention's mean is `pieces(seq, mean, cv).fraction() * seq**2` up to the sampling error
+    (tested)."""
     rng = np.random.default_rng(seed)
     windows = int(min(4096, max(MIN_WINDOWS, SAMPLED_DOCUMENTS * mean / seq)))
     total = float(seq) * windows
@@ -231,22 +233,31 @@ def sequence_work(seq: int, mean: float, cv: float, seed: int = 1) -> np.ndarray
     while ends[-1] < total:
         ends = np.concatenate([ends, ends[-1] + np.cumsum(draw(int(total / mean * 0.2) + 16))])
     ends = ends - rng.uniform(0.0, ends[0])             # the stream starts at a random phase
-    cuts = np.sort(np.concatenate([[0.0, total], ends[(ends > 0) & (ends < total)],
-                                   float(seq) * np.arange(1, windows)]))
+    edges = [float(seq) * np.arange(1, windows)]
+    if chunked:                                         # chunks restart in every sequence
+        inner = np.arange(window, seq, window)
+        edges.append((float(seq) * np.arange(windows)[:, None] + inner[None, :]).ravel())
+    cuts = np.unique(np.concatenate([[0.0, total], ends[(ends > 0) & (ends < total)], *edges]))
     gaps = np.diff(cuts)
     which = ((cuts[:-1] + cuts[1:]) / 2 // seq).astype(np.int64)
-    return np.bincount(which, weights=gaps * gaps, minlength=windows)
+    if window and not chunked:
+        pairs = np.where(gaps <= window, gaps * gaps / 2, gaps * window - window * window / 2)
+    else:
+        pairs = gaps * gaps
+    return np.bincount(which, weights=pairs, minlength=windows)
 
 
 @lru_cache(maxsize=256)
-def replica_imbalance(seq: int, mean: float, cv: float, replicas: int, per_replica: int) -> float:
+def replica_imbalance(seq: int, mean: float, cv: float, replicas: int, per_replica: int,
+                      window: float = 0.0, chunked: bool = False) -> float:
     """E[the heaviest of `replicas` data-parallel replicas' attention work] over the mean, each
     replica taking `per_replica` sequences of packed documents at random: the replicas meet at
     the gradient synchronisation, so the step is the slowest one's ("data-parallel computational
     imbalance" of packed sequences, NVIDIA, "Speeding Up Variable-Length Training with Dynamic
     Context Parallelism and NVIDIA Megatron Core", 2026). A replica's sum is drawn from the
     sampled sequences (normal beyond 64 of them); the expected maximum of `replicas` draws is
-    taken on their empirical distribution, E[max] = sum x_(i) ((i/N)^R - ((i-1)/N)^R)."""
+    taken on their empirical distribution, E[max] = sum x_(i) ((i/N)^R - ((i-1)/N)^R). `window`,
+    `chunked`: a window band's work instead of full attention's (sequence_work)."""
     if replicas <= 1:
         return 1.0
     if seq / mean * MIN_WINDOWS > SAMPLED_DOCUMENTS:
@@ -254,7 +265,8 @@ def replica_imbalance(seq: int, mean: float, cv: float, replicas: int, per_repli
         # limit theorem (Var sum over a window of n = seq/mean documents of Y = l^2 is n Var(Y - a l),
         # a = E[l^2]/mean: the lengths must fill the window), so of spread
         # sqrt(r4 - 2(k+1) r3 + (k+1)^2 r2) / (r2 sqrt(n)), r_j = k(k+1)...(k+j-1) the gamma moments
-        # over scale^j (shape k; 0 for fixed lengths)
+        # over scale^j (shape k; 0 for fixed lengths). A window band's work varies less: this
+        # spread is its upper bound
         spread = 0.0
         if cv:
             k = 1.0 / (cv * cv)
@@ -264,7 +276,7 @@ def replica_imbalance(seq: int, mean: float, cv: float, replicas: int, per_repli
         sd = mu * spread / math.sqrt(seq / mean)
         work = None
     else:
-        work = sequence_work(seq, mean, cv)
+        work = sequence_work(seq, mean, cv, window, chunked)
         mu, sd = float(work.mean()), float(work.std())
     if mu <= 0 or sd <= 0:
         return 1.0
@@ -279,14 +291,15 @@ def replica_imbalance(seq: int, mean: float, cv: float, replicas: int, per_repli
     return max(1.0, float(np.dot(sums, weights)) / (per_replica * mu))
 
 
-def imbalance_of(s) -> float:
-    """The scenario's replica_imbalance (1 with balanced packing or one replica)."""
+def imbalance_of(s, window: float = 0.0) -> float:
+    """The scenario's replica_imbalance (1 with balanced packing or one replica), of full attention
+    or of its window band of `window` keys (sliding or chunked as the model's windows are)."""
     tr, par = s.training, s.parallel
     if tr.document_length is None or tr.document_packing == "balanced" or par.data <= 1:
         return 1.0
     per_replica = max(1, tr.global_batch_size // par.data)
     return replica_imbalance(s.model.seq_length, float(tr.document_length), float(tr.document_length_cv),
-                             par.data, per_replica)
+                             par.data, per_replica, window, bool(window) and s.model.window_kind == "chunked")
 
 
 def documents_text(s) -> str:
