@@ -51,6 +51,7 @@ class GroupPlacement:
     per_node: int
     intra: Link
     inter: Link
+    nvls: float = 0.0     # NVLink SHARP all-reduce bus bandwidth, bytes/s, on a whole 8-GPU node; 0: none
 
     @property
     def nodes(self) -> int:
@@ -99,7 +100,13 @@ def collective_time(kind: str, nbytes: float, group: GroupPlacement, algorithm: 
         raise ValueError(f"unknown collective algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
     if algorithm == "auto":
         options = ["ring", "tree"] if kind == "all_reduce" else ["ring"]
-        return min(collective_time(kind, nbytes, group, alg) for alg in options)
+        best = min(collective_time(kind, nbytes, group, alg) for alg in options)
+        if kind == "all_reduce" and group.nvls:
+            # NVLS: the measured bus bandwidth (busbw = algbw 2(n-1)/n, nccl-tests PERFORMANCE.md)
+            # after NCCL's NVLS latency (src/graph/tuning.cc: 25 us on NVLink, Simple protocol);
+            # NCCL's tuner takes it where it is faster, for large messages
+            best = min(best, NVLS_LATENCY_S + 2 * (n - 1) / n * nbytes / group.nvls)
+        return best
     if algorithm == "hierarchical" and group.nodes > 1 and group.per_node > 1:
         return hierarchical_time(kind, nbytes, group)
     if algorithm == "tree" and kind != "all_reduce":
@@ -110,6 +117,7 @@ def collective_time(kind: str, nbytes: float, group: GroupPlacement, algorithm: 
 
 
 RING_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+NVLS_LATENCY_S = 25e-6
 
 
 def ring_time(kind: str, nbytes: float, group: GroupPlacement) -> float:

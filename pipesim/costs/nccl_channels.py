@@ -62,4 +62,6 @@ def capped_placement(s, group: str, g: GroupPlacement) -> GroupPlacement:
     intra = capped_link(s, group, g.intra)
     nics = min(g.per_node, ctas)
     inter = g.inter if nics == g.per_node else Link(g.inter.bandwidth * nics / g.per_node, g.inter.latency)
-    return replace(g, intra=intra, inter=inter)
+    # no NVLS under a cap: the runs that cap CTAs also turn it off (MLPerf v5.1's NeMo configs,
+    # config_common.sh: NCCL_NVLS_ENABLE=0 beside the communicators' CTA caps)
+    return replace(g, intra=intra, inter=inter, nvls=0.0)

@@ -90,7 +90,15 @@ def placement(s: Scenario, group: str) -> GroupPlacement:
     intra, inter = links(s)
     if s.system.pod_gpus:
         inter = scaled(inter, ring_factor(s, [i * stride for i in range(size)]))
-    return capped_placement(s, group, GroupPlacement(size=size, per_node=per_node, intra=intra, inter=inter))
+    return capped_placement(s, group, GroupPlacement(size=size, per_node=per_node, intra=intra, inter=inter,
+                                                     nvls=nvls_of(s, size, per_node)))
+
+
+def nvls_of(s: Scenario, size: int, per_node: int) -> float:
+    """NVLink SHARP's all-reduce bus bandwidth for a group that is one whole node, as it was
+    measured (presets/systems.py), else 0: other groups keep the ring."""
+    nvls = s.system.intra_node.nvls
+    return nvls if nvls and size == per_node == s.system.gpus_per_node else 0.0
 
 
 def scaled(link: Link, factor: float) -> Link:
@@ -109,7 +117,8 @@ def joint_placement(s: Scenario, dims: tuple[str, ...]) -> GroupPlacement:
     per_node = sum(1 for r in members if r < gpn)
     intra, inter = links(s)
     return GroupPlacement(size=len(members), per_node=max(1, per_node), intra=intra,
-                          inter=scaled(inter, ring_factor(s, members)))
+                          inter=scaled(inter, ring_factor(s, members)),
+                          nvls=nvls_of(s, len(members), max(1, per_node)))
 
 
 def p2p_link(s: Scenario, src: int, dst: int) -> Link:

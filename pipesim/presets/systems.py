@@ -126,11 +126,22 @@ def _nvl72(gpu: dict, nic_GBps: float) -> dict:
 
 
 def _dgx(gpu: dict, nvlink_GBps: float, nic_GBps: float, nvlink_latency_us: float = 2.0,
-         host_GBps: float | None = _HOST_PCIE5) -> dict:
+         host_GBps: float | None = _HOST_PCIE5, nvls_GBps: float | None = None) -> dict:
     """An 8-GPU DGX node: NVLink inside, one InfiniBand NIC per GPU between nodes."""
-    return dict(num_nodes=1, gpus_per_node=8, gpu=gpu, host_link_GBps=host_GBps,
-                intra_node=dict(bandwidth_GBps=nvlink_GBps, latency_us=nvlink_latency_us, efficiency=_LINK_EFF),
+    intra = dict(bandwidth_GBps=nvlink_GBps, latency_us=nvlink_latency_us, efficiency=_LINK_EFF)
+    if nvls_GBps:
+        intra["nvls_GBps"] = nvls_GBps
+    return dict(num_nodes=1, gpus_per_node=8, gpu=gpu, host_link_GBps=host_GBps, intra_node=intra,
                 inter_node=dict(bandwidth_GBps=nic_GBps, latency_us=5.0, efficiency=_NIC_EFF))
+
+
+# NVLink SHARP (NVLS): the NVSwitch reduces in the switch, and NCCL's NVLS all-reduce reaches a bus
+# bandwidth above the ring's on 8 GPUs (it needs CUDA multicast: third-generation NVSwitch on).
+# Measured all-reduce busbw at large messages: H100 / H200 480 GB/s (NVIDIA GTC 2024 talk S62129,
+# quoted in NVIDIA/nccl issue #1374; the nccl-tests maintainer gives the same 480 in nccl-tests
+# issue #212); H800 215 GB/s (NVIDIA/nccl issue #1374, 8x H800); B200 830 GB/s (NVIDIA/nccl issue
+# #1807, NCCL 2.27, "ours is 830+"). No measurement for B300 or inside an NVL72 rack: none set.
+_NVLS_H100, _NVLS_H800, _NVLS_B200 = 480.0, 215.0, 830.0
 
 
 SYSTEMS: dict[str, dict] = {
@@ -142,15 +153,15 @@ SYSTEMS: dict[str, dict] = {
                           host_GBps=_HOST_PCIE4),
     "dgx-a100-80gb": _dgx(dict(_A100, name="A100-SXM4-80GB", hbm_bandwidth_GBps=2039, memory_GiB=80), 300, 25,
                           host_GBps=_HOST_PCIE4),
-    "dgx-h100": _dgx(dict(_H100, hbm_bandwidth_GBps=3350, memory_GiB=80), 450, 50),
+    "dgx-h100": _dgx(dict(_H100, hbm_bandwidth_GBps=3350, memory_GiB=80), 450, 50, nvls_GBps=_NVLS_H100),
     "dgx-h200": _dgx(dict(_H100, name="H200-SXM", hbm_bandwidth_GBps=4800, memory_GiB=141, kernel_curve="h200"),
-                     450, 50),
+                     450, 50, nvls_GBps=_NVLS_H100),
     # NVIDIA H800 SXM5 (China export part): H100 SXM compute and HBM3, NVLink cut to 400 GB/s total
     # (200 per direction); HGX H800 nodes with 8x 400 Gb/s NICs (DeepSeek-V3 technical report
     # 2024, Sec. 3.1: 8 GPUs per node on NVLink/NVSwitch, InfiniBand 50 GB/s per GPU).
     "hgx-h800": _dgx(dict(_H100, name="H800-SXM5", hbm_bandwidth_GBps=3350, memory_GiB=80, kernel_curve="h800"),
-                     200, 50),
-    "dgx-b200": _dgx(_B200, 900, 50),
+                     200, 50, nvls_GBps=_NVLS_H800),
+    "dgx-b200": _dgx(_B200, 900, 50, nvls_GBps=_NVLS_B200),
     # DGX B300's host is PCIe Gen6; no measured Gen6 copy rate, so the Gen5 measurement (a floor)
     "dgx-b300": _dgx(_B300, 900, 100),
     "gb200-nvl72": _nvl72(_GB200, 50),

@@ -81,10 +81,16 @@ class LinkSpec:
     bandwidth: float = field(key="bandwidth_GBps", scale=GBps, doc="per GPU, per direction, GB/s")
     latency: float = field(0.0, key="latency_us", scale=US, doc="per message, microseconds")
     efficiency: float = field(0.8, doc="achievable fraction of the bandwidth")
+    nvls: Optional[float] = field(None, key="nvls_GBps", scale=GBps,
+                                  doc="intra_node: the all-reduce bus bandwidth of NVLink SHARP (NCCL's NVLS "
+                                      "algorithm, the reduction done in the NVSwitch) measured over a whole node of "
+                                      "8, GB/s; null: no NVLS (an NVSwitch without SHARP, NCCL_NVLS_ENABLE=0)")
 
     def __post_init__(self):
         if self.bandwidth <= 0:
             raise ValueError("bandwidth_GBps must be positive")
+        if self.nvls is not None and self.nvls <= 0:
+            raise ValueError(f"nvls_GBps must be positive, got {self.nvls / GBps:g}")
         if self.latency < 0:
             raise ValueError("latency_us must not be negative")
         if not 0 < self.efficiency <= 1:
