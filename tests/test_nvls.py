@@ -55,3 +55,9 @@ def test_a_bad_nvls_figure_names_the_key():
     with pytest.raises(ScenarioError, match="nvls_GBps") as e:
         scenario(intra_node={"nvls_GBps": -3})
     assert "\n" not in str(e.value)
+
+
+def test_nvls_on_the_network_side_is_refused():
+    with pytest.raises(ScenarioError, match="inter_node.nvls_GBps") as e:
+        scenario(inter_node={"bandwidth_GBps": 50, "nvls_GBps": 400})
+    assert "\n" not in str(e.value)

@@ -142,6 +142,8 @@ class SystemConfig:
             raise ValueError(f"host_link_GBps must be positive, got {self.host_link_GBps}")
         if self.node_power_kW is not None and self.node_power_kW <= 0:
             raise ValueError(f"node_power_kW must be positive, got {self.node_power_kW}")
+        if self.inter_node.nvls is not None:
+            raise ValueError("inter_node.nvls_GBps: NVLink SHARP is the NVSwitch's, give it on intra_node")
         if self.pod_oversubscription < 1:
             raise ValueError(f"pod_oversubscription must be at least 1 (1 = full bisection), got "
                              f"{self.pod_oversubscription}")
