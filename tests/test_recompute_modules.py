@@ -72,7 +72,7 @@ def test_modules_need_selective_and_known_names():
 
 
 def test_a_suggested_other_policy_resets_the_submodules():
-    from pipesim.report.explain import recompute_candidate, variant
+    from pipesim.report.suggest import recompute_candidate, variant
     s = scenario(["mlp"])
     title, changes, how = recompute_candidate(s, "full")
     assert how == "--set training.recompute=full --set training.recompute_modules=[core_attn]"

@@ -153,7 +153,7 @@ def test_sweep_writes_into_the_report_folder(tmp_path, capsys):
 def test_exposed_zero_traffic_is_offered_one_sharding_replica_per_island():
     """ZeRO-3 over 2 nodes (16 ranks, 8 per NVLink island): the explanation tries 2 replicas, whose
     gathers stay inside a node; a step that does not fit is also offered BF16 Adam moments."""
-    from pipesim.report.explain import candidates, island_replicas, memory_candidates
+    from pipesim.report.suggest import candidates, island_replicas, memory_candidates
     s = pipesim.load_scenario({"model": {"preset": "llama2-7b", "num_layers": 4},
                                "system": {"preset": "dgx-h100", "num_nodes": 2},
                                "parallel": {"data": 16},
@@ -172,7 +172,7 @@ def test_exposed_zero_traffic_is_offered_one_sharding_replica_per_island():
 def test_interleaved_pipeline_gets_layers_moved_off_its_head_heavy_rank():
     """The partitioner does not split interleaved chunks: the greedy rebalance of
     explain.rebalanced_split does, and its suggestion is what simulating it gives."""
-    from pipesim.report.explain import rebalanced_split
+    from pipesim.report.suggest import rebalanced_split
     sets = ["parallel.virtual_stages=2", "training.schedule=interleaved", "model.num_layers=16",
             "training.micro_batch_size=1", "model.seq_length=512"]      # fits in the 1080 Ti's 11 GiB
     s = pipesim.load_scenario(GPT2, sets)
@@ -218,7 +218,7 @@ def test_a_long_sequence_far_out_of_memory_gets_the_changes_that_together_make_i
 
 
 def test_a_layout_candidate_takes_its_gpus_from_data_parallelism_and_splits_uneven_layers():
-    from pipesim.report.explain import layout_candidate, variant
+    from pipesim.report.suggest import layout_candidate, variant
     s = pipesim.load_scenario({"model": {"preset": "llama3-8b", "num_layers": 30}, "system": {"preset": "dgx-h100",
                                "num_nodes": 2}, "parallel": {"tensor": 2, "pipeline": 1, "data": 8},
                                "training": {"micro_batch_size": 1, "global_batch_size": 64}})

@@ -320,6 +320,12 @@ def documents_text(s) -> str:
     return text
 
 
+def documents_clause(s) -> str:
+    """", packed documents of ..." for a summary line, empty without documents."""
+    text = documents_text(s)
+    return f", packed documents of {text}" if text else ""
+
+
 def document_ids(seq: int, mean: float, cv: float, seed: int = 0) -> np.ndarray:
     """A packed sequence's document of every position: lengths drawn (seeded) from the gamma
     distribution of `mean` and `cv` (cv 0: all `mean`), at least one token each, the last cut at

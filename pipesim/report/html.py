@@ -132,8 +132,8 @@ def _metrics(d: dict, s) -> str:
             ("schedule", f"{d.get('plan', d['schedule'])}, {d['num_microbatches']} micro-batches of "
                          f"{s.training.micro_batch_size}, {d.get('mode', '')} mode")]
     from pipesim.costs.documents import documents_text
-    if documents_text(s):
-        rows.append(("packed documents", documents_text(s)))
+    if packed := documents_text(s):
+        rows.append(("packed documents", packed))
     if "tensor_core_rate" in d:
         from pipesim.costs.roofline import rate_text
         rows.append(("kernel rates", rate_text(d["tensor_core_rate"])))
