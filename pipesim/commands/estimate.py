@@ -6,6 +6,7 @@ import json
 import textwrap
 
 from pipesim.costs.documents import documents_clause
+from pipesim.costs.lora import lora_clause
 from pipesim.report.estimate import COLUMNS, estimate
 from pipesim.scenario.load import load_scenario
 from pipesim.report.table import format_table
@@ -54,7 +55,7 @@ def run(args) -> int:
     print(f"model {m.name}: b={s.training.micro_batch_size} s={m.seq_length} h={m.hidden_size} "
           f"a={m.num_attention_heads} f={m.ffn} layers={m.num_layers} vocab={m.vocab_size} "
           f"precision={s.training.precision}" + ("" if m.arch == "cnn" else f" attention={s.training.attention}")
-          + documents_clause(s))
+          + documents_clause(s) + lora_clause(s))
     print(f"parallel: tensor {par.tensor} ({par.tensor_mode}{', sequence parallel' if par.sequence_parallel else ''})"
           + (f", context {par.context} ({par.context_mode}, {par.context_layout})" if par.context > 1 else "")
           + f", pipeline {par.pipeline}, data {par.data}; system {s.system.name} ({s.system.gpu.name})\n")

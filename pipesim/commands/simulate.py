@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from pipesim.costs.documents import documents_clause
+from pipesim.costs.lora import lora_clause
 from pipesim.errors import OutOfMemoryError, PipesimError
 
 GiB = 2**30
@@ -55,7 +56,7 @@ def summary(rep, scenario) -> str:
         + (f" ({s.training.fp8_recipe})" if s.training.precision == "fp8" else "")
         + ("" if s.model.arch == "cnn" else
            f", {'FP8 ' if s.training.fp8_attention else ''}{s.training.attention} attention")
-        + documents_clause(s)
+        + documents_clause(s) + lora_clause(s)
         + f", recompute {s.training.recompute}, ZeRO-{s.training.zero_stage}",
         "",
         f"step time           {d['step_time_s'] * 1e3:12.3f} ms",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipesim.costs.documents import with_documents
+from pipesim.costs.lora import with_lora
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.tensor_parallel import TensorSplit, tensor_split
 from pipesim.scenario.config import Scenario
@@ -170,9 +171,10 @@ def layer_ops(s: Scenario, moe: bool | str = False) -> list[Op]:
     and residual, `moe` its kind (ModelConfig.layer_kind): "attention", "mlp", "mamba"
     (pipesim/costs/mamba.py), "gdn" (pipesim/costs/gated_delta.py) or True (MoE).
     Packed documents (training.document_length) shrink the fused attention to the pieces' pairs
-    (pipesim/costs/documents.py)."""
+    (pipesim/costs/documents.py). LoRA fine-tuning (training.lora_rank) freezes the weights and adds
+    the adapters (pipesim/costs/lora.py)."""
     ops = hybrid_layer_ops(s, moe) if s.model.hybrid_layer_pattern else block_ops(s, moe)
-    return with_documents(s, ops)
+    return with_lora(s, with_documents(s, ops), shapes_of(s))
 
 
 def hybrid_layer_ops(s: Scenario, kind: bool | str) -> list[Op]:
@@ -420,7 +422,7 @@ def embedding_ops(s: Scenario) -> list[Op]:
               params=params, comm_fwd=comm, param_tensors=2 if m.position == "learned" else 1)]
     if m.dropout:
         ops.append(vector("embed_dropout", tok * sh.h, sh, (1, 1), saved_bytes=tok * sh.h * MASK_BYTES, mask=True))
-    return ops
+    return with_lora(s, ops, sh)
 
 
 def head_ops(s: Scenario) -> list[Op]:
@@ -452,7 +454,7 @@ def head_ops(s: Scenario) -> list[Op]:
     ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * fwd_bytes, logits * bwd_bytes,
                   saved_bytes=logits * kept, comm_fwd=loss_comm,
                   measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
-    return ops
+    return with_lora(s, ops, sh)
 
 
 def mtp_ops(s: Scenario) -> list[Op]:

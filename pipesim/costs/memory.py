@@ -68,10 +68,22 @@ def static_memory(params: float, precision: str, optimizer: str, zero_stage: int
     return StaticMemory(weights, grads, opt)
 
 
+def frozen_memory(params: float, elem: int, zero_stage: int, dp: int, resident_weights: bool) -> StaticMemory:
+    """Frozen weights (LoRA's base model, pipesim/costs/lora.py): the 16/32-bit copy alone, no
+    gradient and no optimizer state (Hu et al. 2021, Sec. 4.2: "we do not need to store the
+    optimizer states for the frozen parameters", GPT-3 175B's training memory 1.2 TB -> 350 GB); ZeRO-3 / FSDP shards them like any weight (FSDP shards every parameter of a wrapped
+    module, trainable or not)."""
+    sharded = zero_stage >= 3 and not resident_weights
+    return StaticMemory(params * elem / (dp if sharded else 1), 0.0, 0.0)
+
+
 def static_bytes_per_param(s) -> float:
     """Weights + gradients + optimizer bytes per parameter of scenario `s` over its data-parallel
     group (the partitioner's memory budget per parameter)."""
     tr = s.training
+    if tr.lora_rank:        # the adapters are a tiny share: the frozen weights set the budget
+        return frozen_memory(1.0, 4 if tr.precision in ("fp32", "tf32") else 2, tr.zero_stage, s.parallel.data,
+                             not tr.reshard_after_forward).total
     return static_memory(1.0, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data,
                          not tr.reshard_after_forward, moment_bytes=s.moment_bytes,
                          fp32_shards=tr.fsdp2).total

@@ -49,6 +49,8 @@ class Op:
     on the op that keeps them (one per layer): what FP8 attention quantizes and stores in FP8.
     window_seq: the sequence length a sliding-window attention band (flash's seq = the window)
     runs over, for the GPUs with measured window kernels (flash.window_tflops).
+    frozen: its parameters do not learn (LoRA's base weights, pipesim/costs/lora.py): no gradient,
+    optimizer state or data-parallel reduction for them.
     seq_mix: ((weight, seq, window_seq), ...) of a fused attention over the pieces of packed
     documents (pipesim/costs/documents.py): the share of its FLOPs at each key length (and band
     sequence length), each timed at that length's table rate instead of flash's `seq`; the weights
@@ -80,3 +82,4 @@ class Op:
     attention_io: tuple = field(default=(), compare=False)
     window_seq: float = 0.0
     seq_mix: tuple = field(default=(), compare=False)
+    frozen: bool = False

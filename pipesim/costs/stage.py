@@ -14,7 +14,7 @@ from pipesim.costs.fp8 import fp8_gemm_params, low_precision, low_precision_para
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
-from pipesim.costs.memory import StaticMemory, static_memory
+from pipesim.costs.memory import StaticMemory, frozen_memory, static_memory
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.muon import muon_split
 from pipesim.costs.optimizer import optimizer_bytes
@@ -72,6 +72,7 @@ class StageCosts:
     gather_params: float | None = None   # data-parallel-equivalent parameters of ZeRO weight
                                          # all-gathers (experts gather over EDP); None = params
     fp8_params: float = 0.0   # of `params`: weights of FP8 GEMMs (precision fp8)
+    trainable_params: float | None = None   # of `params`: those that learn (LoRA); None = all
     moe_block_fwd: float = 0.0   # compute seconds of the MoE blocks (router .. unpermute) inside F
     moe_block_bwd: float = 0.0   # ... inside B (the A2A overlap pairs them with attention, a2a_overlap.py)
     cp_comm_fwd: float = 0.0  # context-parallel K/V exchange not hidden by attention (inside F), seconds
@@ -417,6 +418,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         # routed-expert weights, gradients and optimizer states are sharded over expert-data
         # parallelism, the dense ones over data parallelism (pipesim/costs/moe_parallel.py)
         dense_params = params - ep.params
+        # LoRA (costs/lora.py): frozen weights are held (and ZeRO-3-sharded) but have no gradient or
+        # optimizer state; `learn` of the dense parameters do
+        frozen = sum(n * d.frozen for d, n in zip(dense, w_by_kind)) + sum(o.params for o in extras if o.frozen)
+        learn = dense_params - frozen
         resident = not tr.reshard_after_forward
         edp = 1
         if ep.params:
@@ -430,11 +435,13 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             return group if tr.zero_stage >= 1 else 1
         muon_parts = muon_split(s, cm, [(d.ops, n) for d, n in zip(dense, n_by_kind)], extras, moe, n_moe,
                                 shard(dp_shard), shard(edp_shard))
-        adam_dense, adam_expert = muon_parts.adam_params(dense_params, ep.params)
+        adam_dense, adam_expert = muon_parts.adam_params(learn, ep.params)
         fsdp2 = tr.fsdp2
-        static = static_memory(dense_params, tr.precision, tr.optimizer, tr.zero_stage, dp_shard, resident,
+        static = static_memory(learn, tr.precision, tr.optimizer, tr.zero_stage, dp_shard, resident,
                                adam_dense, s.moment_bytes, fsdp2)
-        local_params = dense_params / shard(dp_shard)
+        if frozen:
+            static = static.plus(frozen_memory(frozen, elem_of(tr), tr.zero_stage, dp_shard, resident))
+        local_params = learn / shard(dp_shard)
         adam_local = adam_dense / shard(dp_shard) + adam_expert / shard(edp_shard)
         if ep.params:
             static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp_shard,
@@ -454,10 +461,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             static = StaticMemory(static.weights + (copies - dropped) / shards, static.gradients,
                                   static.optimizer)
         elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
-        opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params,
+        opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params - frozen,
                                                   adam_local, s.moment_bytes))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step, muon_parts, mx_params)
-        grad_bytes = (dense_params + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
+        grad_bytes = (learn + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
         # FSDP2 copies each all-gathered layer into its parameters on the compute stream
         gather_f, gather_b = copy_out_seconds(s, cm, params, fp8_params, elem_of(tr))
         if gather_f:
@@ -498,7 +505,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_overlap_slow_fwd=moe.slow_fwd if n_moe else (1.0, 1.0),
             moe_overlap_slow_bwd=moe.slow_bwd if n_moe else (1.0, 1.0),
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None,
-            fp8_params=fp8_params))
+            fp8_params=fp8_params, trainable_params=params - frozen if frozen else None))
     return out
 
 
@@ -553,13 +560,14 @@ class _DenseKind:
     keep_saved: float         # saved bytes without recompute (recompute_num_layers)
     params: float
     flops: float
+    frozen: float             # of params: frozen ones (LoRA)
 
     @classmethod
     def build(cls, s: Scenario, cm: CostModel, kind, ops: list, cp_fwd: float, limited: bool) -> "_DenseKind":
         rc_time, rc_saved, rc_working = layer_recompute(s, cm, ops, cp_fwd)
         keep = layer_recompute(s, cm, ops, policy="none")[1] if limited else rc_saved
         return cls(kind, ops, rc_time, rc_saved, rc_working, keep, sum(o.params for o in ops),
-                   sum(o.flops_fwd + o.flops_bwd for o in ops))
+                   sum(o.flops_fwd + o.flops_bwd for o in ops), sum(o.params for o in ops if o.frozen))
 
 
 @dataclass(frozen=True)

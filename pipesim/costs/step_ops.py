@@ -60,7 +60,9 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
     last = s.num_model_stages - 1
     # MTP on the last stage uses a copy of the input embedding, all-reduced the same way
     # (Megatron-Core finalize_model_grads._get_shared_word_embedding_weight: tied or mtp_num_layers)
-    if (s.model.tied_embeddings or s.model.mtp_layers) and par.pipeline > 1 and stage in (0, last):
+    # (a frozen embedding under LoRA has no gradient to share)
+    if (s.model.tied_embeddings or s.model.mtp_layers) and par.pipeline > 1 and stage in (0, last) \
+            and not tr.lora_rank:
         sh = shapes_of(s)
         emb = sh.v * sh.h / sh.tp.weight_div * elem
         # an all-reduce of 2 members is one exchange of the buffer each way: α + B β

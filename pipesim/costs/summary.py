@@ -5,16 +5,18 @@ from pipesim.costs.layers import embedding_ops, head_ops, layer_ops, mtp_ops
 from pipesim.scenario.config import Scenario
 
 
-def total_params(s: Scenario) -> float:
+def total_params(s: Scenario, learning: bool = False) -> float:
     """Whole-model parameters (unsharded), counted from the ops: per-GPU op params times the
-    tensor split they were divided by."""
+    tensor split they were divided by. `learning`: only those that learn (LoRA freezes the rest)."""
     from dataclasses import replace
     unsharded = replace(s, parallel=replace(s.parallel, tensor=1, pipeline=1, data=1, context=1, sequence_parallel=False,
                                             tensor_mode="1d", virtual_stages=1, layers_per_stage=None,
                                             expert=1, expert_tensor=1))
-    extras = sum(o.params for o in extra_ops(unsharded, weights=True))
-    return sum(n * sum(o.params for o in layer_ops(unsharded, moe)) for moe, n in layer_counts(s, weights=True)) \
-        + extras
+
+    def count(ops) -> float:
+        return sum(o.params for o in ops if not (learning and o.frozen))
+    return sum(n * count(layer_ops(unsharded, moe)) for moe, n in layer_counts(s, weights=True)) \
+        + count(extra_ops(unsharded, weights=True))
 
 
 def layer_counts(s: Scenario, weights: bool = False) -> list[tuple[bool | str, int]]:

@@ -109,6 +109,9 @@ def param_allgather_seconds(tr, c, collective) -> float:
     An MoE stage's expert bytes enter at their bucket-level time ratio (costs/moe.py edp_ratio),
     which is only exact for collectives of that bucket's size."""
     n, full = gradient_buckets(tr, c), gathered_weight_bytes(tr, c)
+    learn = getattr(c, "trainable_params", None)
+    if learn is not None and c.params:      # LoRA: only the adapters changed
+        full *= learn / c.params
     return n * collective("all_gather", full / n) if n and full else 0.0
 
 

@@ -106,9 +106,11 @@ def accuracy_of(s, path: Path = SNAPSHOT) -> dict | None:
         this = (size_of(s), s.num_gpus, s.parallel.tensor, s.parallel.pipeline)
         near = min(same, key=lambda c: _distance(c, *this))
         out.update(nearest=near["id"], nearest_gpus=near["gpus"], nearest_pct=near["error_pct"])
-    if s.training.document_length is not None:
-        # no published run states its documents: the errors are of one document per sequence
-        out["unmeasured"] = "packed documents"
+    # no published run states its documents: the errors are of one document per sequence
+    unmeasured = [what for what, on in (("packed documents", s.training.document_length is not None),
+                                        ("LoRA", bool(s.training.lora_rank))) if on]
+    if unmeasured:
+        out["unmeasured"] = " or ".join(unmeasured)
     return out
 
 

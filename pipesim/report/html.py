@@ -134,6 +134,9 @@ def _metrics(d: dict, s) -> str:
     from pipesim.costs.documents import documents_text
     if packed := documents_text(s):
         rows.append(("packed documents", packed))
+    from pipesim.costs.lora import lora_clause
+    if lora := lora_clause(s):
+        rows.append(("fine-tuning", lora[2:]))
     if "tensor_core_rate" in d:
         from pipesim.costs.roofline import rate_text
         rows.append(("kernel rates", rate_text(d["tensor_core_rate"])))

@@ -23,6 +23,8 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if m.arch == "cnn":
         if tr.document_length is not None:
             loader.fail("training.document_length", "packed documents mask a transformer's attention; a CNN has none")
+        if tr.lora_rank:
+            loader.fail("training.lora_rank", "LoRA adapters sit beside a transformer's linears; a CNN has none")
         _check_cnn(s, loader)
         return
     _check_kernel_fusion(s, loader)
@@ -48,6 +50,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("parallel.tensor", f"ffn_hidden_size({m.ffn}) is not divisible by the tensor split ({q})")
     _check_context(s, loader)
     _check_documents(s, loader)
+    _check_lora(s, loader)
     gpu = s.system.gpu
     if tr.precision == "fp8" and gpu.peak_fp8 is None:
         loader.fail("training.precision", f"fp8 needs FP8 tensor cores (Hopper, Ada, Blackwell; Transformer Engine "
@@ -282,6 +285,25 @@ def _check_documents(s: Scenario, loader: Loader) -> None:
         loader.fail("training.document_length", f"context parallelism over packed documents is modelled with "
                     f"every document cut into the 2·CP balanced chunks (Transformer Engine's THD layout); "
                     f"context_layout is {par.context_layout}")
+
+
+def _check_lora(s: Scenario, loader: Loader) -> None:
+    """LoRA (pipesim.costs.lora) is modelled on dense transformer blocks with 1-D tensor
+    parallelism and Adam / SGD; elsewhere the frozen weights and adapters would not be costed."""
+    m, par, tr = s.model, s.parallel, s.training
+    if not tr.lora_rank:
+        return
+    unmodelled = [(m.is_moe, "mixture-of-experts layers"), (bool(m.hybrid_layer_pattern), "hybrid layer patterns"),
+                  (m.is_mla, "multi-head latent attention"), (bool(m.mtp_layers), "multi-token prediction"),
+                  (par.tensor_mode != "1d", f"tensor_mode {par.tensor_mode}"),
+                  (tr.optimizer == "muon", "the muon optimizer"), (tr.fp8_param_gather, "fp8_param_gather")]
+    for hit, what in unmodelled:
+        if hit:
+            loader.fail("training.lora_rank", f"LoRA is modelled on dense transformer blocks with 1-D tensor "
+                        f"parallelism and adam / sgd; this scenario has {what}")
+    if tr.lora_rank > m.hidden_size:
+        loader.fail("training.lora_rank", f"{tr.lora_rank} is above hidden_size({m.hidden_size}): a low-rank "
+                    f"adapter's rank is at most its linear's smaller side")
 
 
 def _check_context_a2a(s: Scenario, loader: Loader) -> None:

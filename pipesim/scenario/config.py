@@ -388,6 +388,13 @@ class TrainingConfig:
                       "and the replica with the most attention work (the longest documents) holds the others at "
                       "the gradient synchronisation; balanced = the loader evens the attention work out across "
                       "the replicas (Megatron-Core's dynamic-CP solver, workload-aware packing)")
+    lora_rank: int = field(0, doc="LoRA fine-tuning: the base weights frozen, a trainable adapter of this rank "
+                                  "beside each linear of lora_targets (Hu et al. 2021; Megatron-Bridge's LoRA; "
+                                  "pipesim/costs/lora.py); 0 = every weight trains")
+    lora_targets: tuple[Literal["qkv", "proj", "fc1", "fc2"], ...] = field(
+        ("qkv", "proj", "fc1", "fc2"), doc="with lora_rank: the linears that get an adapter (Megatron-Bridge's "
+                                           "default: linear_qkv, linear_proj, linear_fc1, linear_fc2; MLPerf's "
+                                           "llama2_70b_lora: qkv and proj)")
     cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch"] = field(
         "auto", doc="the loss kernel over the logits: megatron = Megatron-LM's unfused vocab-parallel "
                     "cross-entropy, megatron_fused = --cross-entropy-loss-fusion (native), te = Transformer "
@@ -522,6 +529,10 @@ class TrainingConfig:
             raise ValueError(f"zero3_gather_GBps must be positive, got {self.zero3_gather_GBps}")
         if self.document_length is not None and self.document_length < 1:
             raise ValueError(f"document_length must be at least 1 token, got {self.document_length}")
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank must not be negative, got {self.lora_rank}")
+        if self.lora_rank and not self.lora_targets:
+            raise ValueError("lora_targets must name at least one linear (qkv, proj, fc1, fc2)")
         if not 0 <= self.document_length_cv < math.inf:
             raise ValueError(f"document_length_cv must be a finite number >= 0, got {self.document_length_cv}")
         if self.moe_capacity_factor <= 0:

@@ -1,0 +1,129 @@
+"""LoRA fine-tuning (training.lora_rank): the base model's weights frozen, a trainable low-rank
+adapter beside each targeted linear (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language
+Models", Sec. 4.1: h = W0 x + (alpha / r) B A x with A (r x k), B (d x r); only A and B learn).
+
+A frozen linear runs as Transformer Engine runs a Linear whose weight does not require a gradient
+(transformer_engine/pytorch/module/linear.py: `backward_needs_input = is_grad_enabled and
+weight.requires_grad`, `requires_wgrad = weight_requires_grad`):
+  - its backward is the input gradient alone, dX = dY W: the forward's GEMM transposed, which
+    reads dY and W and writes dX (the forward's traffic); no weight-gradient GEMM;
+  - it keeps no input for the backward (only a weight gradient would read it);
+  - its weight has no gradient, optimizer state or data-parallel reduction (costs/stage.py).
+The embedding's backward does not run (its output needs no gradient). Norm weights are frozen
+too; their fused backward kernels are costed as before (they write the small dgamma either way).
+Not modelled: the first layer's input gradient up to its first adapter is not needed either
+(a part of one layer's backward).
+
+The adapter of a target (Megatron-Bridge's ParallelLinearAdapter,
+src/megatron/bridge/peft/utils.py, wrapped by LoRALinear in peft/lora_layers.py: output = base(x)
++ adapter(x), the adapter's output scaled by alpha / r) runs in the 16-bit compute dtype:
+  - beside a column-parallel base (qkv, fc1): linear_in a ColumnParallelLinear k -> r with
+    gather_output (its r/t slice, then an all-gather of T x r), linear_out a ColumnParallelLinear
+    r -> n/t; in the backward linear_in's input gradient is all-reduced over the tensor group
+    (not under sequence parallelism: disable_grad_reduce);
+  - beside a row-parallel base (proj, fc2): linear_in a RowParallelLinear k/t -> r (all-reduce of
+    T x r), linear_out a ColumnParallelLinear r -> n with gather_output (an all-gather of T x n;
+    under sequence parallelism scattered back, so its backward all-gathers the gradient); the
+    backward all-reduces linear_out's input gradient (T x r).
+  It keeps its input (the base's, shared with the fused attention's output for proj) and A's
+  output; the scaling and the sum with the base output are two elementwise passes each way.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipesim.costs.ops import Comm, Op
+
+# linears a LoRA adapter can sit beside -> their tensor-parallel role (costs/layers.py block_ops)
+LORA_TARGETS = {"qkv": "column", "proj": "row", "fc1": "column", "fc2": "row"}
+
+
+def with_lora(s, ops: list[Op], sh) -> list[Op]:
+    """`ops` with every weight frozen and an adapter after each targeted linear (unchanged
+    without training.lora_rank)."""
+    tr = s.training
+    if not tr.lora_rank:
+        return ops
+    shares_o = any(o.flash for o in ops)        # a fused attention keeps O, proj's input
+    out = []
+    for op in ops:
+        out.append(frozen(op) if op.params else op)
+        if op.name in tr.lora_targets:
+            out.append(adapter(op, sh, tr.lora_rank, LORA_TARGETS[op.name],
+                               shares_input=op.name == "proj" and shares_o))
+    return out
+
+
+def frozen(op: Op) -> Op:
+    """`op` with its weights frozen (module docstring). A linear is recognised by its
+    weight-gradient GEMM (layers.matmul)."""
+    if any(g[5:] == ("wgrad",) for g in op.gemms_bwd):
+        wgrad_flops = op.flops_bwd * (1 - op.dgrad_fraction)
+        return replace(op, flops_bwd=op.flops_bwd - wgrad_flops, bytes_bwd=op.bytes_fwd, saved_bytes=0.0,
+                       dgrad_fraction=1.0, frozen=True,
+                       gemms_bwd=tuple(g for g in op.gemms_bwd if g[5:] != ("wgrad",)),
+                       measure_bwd=op.measure_bwd[:1])
+    if op.name == "embedding":
+        return replace(op, flops_bwd=0.0, bytes_bwd=0.0, comm_bwd=(), frozen=True)
+    return replace(op, frozen=True)
+
+
+def adapter(base: Op, sh, r: int, role: str, shares_input: bool) -> Op:
+    """The LoRA adapter of linear `base` (module docstring), per GPU and micro-batch."""
+    (_, n, k, _, k_div), *more = base.matrices
+    n += sum(count * rows for count, rows, *_ in more)         # Q, K and V apart (qkv)
+    t, e, T = sh.tp.size, sh.e, sh.tokens
+    k_loc = k / k_div                   # A's input: whole beside a column-parallel base, a slice beside a row one
+    r_in = r / t if role == "column" else r                  # A's output columns per GPU
+    n_loc = n / t                                            # B is column-parallel either way
+    params = k_loc * r_in + r * n_loc
+    flops = 2 * T * params
+    dtype = "bf16" if base.gemms_fwd[0][4] in ("fp8", "fp4") else base.gemms_fwd[0][4]
+    x, mid = T * k_loc * e, T * r * e
+    # the adapter's output as the scaling and the sum with the base pass over it: gathered beside
+    # a row-parallel base (scattered again under sequence parallelism)
+    out = T * n * e / (t if role == "column" or sh.tp.sequence_parallel else 1)
+    # A reads X and writes its r columns, B reads them and writes its n/t; the scaling (a read and a
+    # write) and the sum (two reads, a write). Backward: the scaling's gradient; B's input and
+    # weight gradients (dY in, its input read again, dmid out); A's (dmid in, X read again, dX
+    # out); the weight gradients written; the adapter's dX added into the base's.
+    fwd_bytes = x + T * r_in * e + mid + T * n_loc * e + params * e + 5 * out
+    bwd_bytes = 2 * out + (T * n_loc * e + 2 * mid) + (mid + 2 * x) + 2 * params * e + 3 * x
+    comm_f, comm_b = _adapter_comms(sh, role, mid, T * k * e, T * n * e)
+    saved = (0.0 if shares_input else base_input_bytes(sh, role, k)) + mid
+    return Op(f"lora_{base.name}", "matmul", flops, 2 * flops, fwd_bytes, bwd_bytes, saved_bytes=saved,
+              params=params, comm_fwd=comm_f, comm_bwd=comm_b, dgrad_fraction=0.5, param_tensors=2,
+              gemms_fwd=((1, T, r_in, k_loc, dtype), (1, T, n_loc, r, dtype)),
+              gemms_bwd=((1, T, r, n_loc, dtype), (1, r, n_loc, T, dtype, "wgrad"),
+                         (1, T, k_loc, r_in, dtype), (1, k_loc, r_in, T, dtype, "wgrad")))
+
+
+def base_input_bytes(sh, role: str, k: float) -> float:
+    """16-bit bytes of the targeted linear's input as a LoRA-A weight gradient keeps it: the
+    sequence-sharded norm output beside a column-parallel base, the row-parallel input slice."""
+    if role == "column":
+        return sh.tokens / sh.tp.token_div * k * sh.e
+    return sh.tokens * k * sh.e / sh.tp.size
+
+
+def _adapter_comms(sh, role: str, mid: float, x: float, y: float) -> tuple[tuple, tuple]:
+    """(forward, backward) tensor-group collectives of an adapter (module docstring)."""
+    t = sh.tp.size
+    if t == 1:
+        return (), ()
+    sp = sh.tp.sequence_parallel
+    if role == "column":
+        return (Comm("all_gather", mid, "tp", t),), (() if sp else (Comm("all_reduce", x, "tp", t),))
+    fwd = (Comm("all_reduce", mid, "tp", t), Comm("all_gather", y, "tp", t))
+    return fwd, (Comm("all_reduce", mid, "tp", t),) + ((Comm("all_gather", y, "tp", t),) if sp else ())
+
+
+def lora_clause(s) -> str:
+    """", LoRA rank r on qkv, proj (x % of the weights learn)" for a summary line, empty without
+    LoRA."""
+    tr = s.training
+    if not tr.lora_rank:
+        return ""
+    from pipesim.costs.summary import total_params
+    share = total_params(s, learning=True) / total_params(s)
+    return f", LoRA rank {tr.lora_rank} on {', '.join(tr.lora_targets)} ({100 * share:.2g} % of the weights learn)"

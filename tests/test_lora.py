@@ -1,0 +1,118 @@
+"""LoRA fine-tuning (training.lora_rank, pipesim/costs/lora.py): frozen base weights, trainable
+low-rank adapters, in the ops, the stage costs and the simulated step."""
+import pytest
+
+from pipesim import load_scenario
+from pipesim.costs.layers import embedding_ops, head_ops, layer_ops
+from pipesim.costs.stage import stage_costs
+from pipesim.costs.summary import iteration_flops, total_params
+from pipesim.errors import ScenarioError
+from pipesim.sim import simulate
+
+
+def scenario(lora=16, targets=("qkv", "proj"), model="llama2-70b", gpus=8, tensor=8, pipeline=1, zero=1, **training):
+    data = gpus // (tensor * pipeline)
+    tr = {"micro_batch_size": 1, "global_batch_size": 8 * data, "zero_stage": zero, **training}
+    if lora:
+        tr.update(lora_rank=lora, lora_targets=list(targets))
+    return load_scenario({"model": {"preset": model, "seq_length": 4096},
+                          "system": {"preset": "dgx-h100", "num_nodes": max(1, gpus // 8)},
+                          "parallel": {"tensor": tensor, "pipeline": pipeline, "data": data},
+                          "training": tr})
+
+
+def by_name(ops):
+    return {o.name: o for o in ops}
+
+
+def test_llama2_70b_with_rank_16_on_qkv_and_proj_trains_44_6_million_weights():
+    # per layer: A (8192 -> 16) and B (16 -> 8192 + 2 x 1024) beside qkv, A and B (8192 <-> 16)
+    # beside proj: 557,056 x 80 layers (the count PEFT prints for MLPerf's llama2_70b_lora)
+    s = scenario()
+    assert total_params(s, learning=True) == 44_564_480
+    assert total_params(s) == pytest.approx(total_params(scenario(lora=0)) + 44_564_480)
+
+
+def test_a_frozen_linear_computes_only_its_input_gradient_and_keeps_no_input():
+    full, lora = by_name(layer_ops(scenario(lora=0))), by_name(layer_ops(scenario()))
+    for name in ("qkv", "proj", "fc1", "fc2"):
+        f, fr = full[name], lora[name]
+        assert fr.frozen and not f.frozen
+        assert fr.flops_fwd == f.flops_fwd and fr.flops_bwd == pytest.approx(f.flops_fwd)   # dX = dY W
+        assert all(g[5:] != ("wgrad",) for g in fr.gemms_bwd) and len(fr.gemms_bwd) == 1
+        assert fr.bytes_bwd == fr.bytes_fwd and fr.saved_bytes == 0.0 and fr.dgrad_fraction == 1.0
+    # the adapters keep the targets' inputs (proj's is the attention's output, kept already)
+    assert lora["lora_qkv"].saved_bytes > full["qkv"].saved_bytes
+    assert lora["lora_proj"].saved_bytes < lora["lora_qkv"].saved_bytes
+    assert "lora_fc1" not in lora and "lora_fc2" not in lora
+    assert not lora["lora_qkv"].frozen and any(g[5:] == ("wgrad",) for g in lora["lora_qkv"].gemms_bwd)
+
+
+def test_the_embedding_runs_no_backward_and_the_head_only_its_input_gradient():
+    emb, head = by_name(embedding_ops(scenario())), by_name(head_ops(scenario()))
+    assert emb["embedding"].frozen and emb["embedding"].flops_bwd == 0 and emb["embedding"].bytes_bwd == 0
+    full = by_name(head_ops(scenario(lora=0)))["lm_head"]
+    assert head["lm_head"].flops_bwd == pytest.approx(full.flops_bwd / 2)
+
+
+def test_frozen_weights_hold_memory_but_no_gradients_or_optimizer_states():
+    full, lora = stage_costs(scenario(lora=0))[0], stage_costs(scenario())[0]
+    assert lora.static.weights == pytest.approx(full.static.weights + 44_564_480 / 8 * 2, rel=1e-3)
+    assert lora.static.gradients < full.static.gradients / 1000
+    assert lora.static.optimizer < full.static.optimizer / 1000
+    assert lora.grad_bytes == pytest.approx(lora.trainable_params * 2)
+    assert full.trainable_params is None and lora.trainable_params < lora.params / 1000
+    assert lora.activation_bytes < full.activation_bytes       # fc1 and fc2 keep no input
+    assert lora.optimizer_step < full.optimizer_step / 100
+
+
+def test_zero3_shards_the_frozen_weights_over_the_data_group():
+    lora = stage_costs(scenario(gpus=16, tensor=8, zero=3))[0]
+    one = stage_costs(scenario(gpus=8, tensor=8, zero=3))[0]
+    assert lora.static.weights == pytest.approx(one.static.weights / 2, rel=1e-3)
+
+
+def test_a_lora_step_is_faster_and_counts_fewer_model_flops():
+    full, lora = scenario(lora=0, gpus=16, tensor=8, pipeline=2), scenario(gpus=16, tensor=8, pipeline=2)
+    assert simulate(lora, trace=False).step_time_s < simulate(full, trace=False).step_time_s
+    # GEMMs: forward and input gradient (4 of 6 passes' FLOPs); attention keeps its backward
+    assert 0.66 < iteration_flops(lora) / iteration_flops(full) < 0.75
+
+
+def test_adapters_beside_tensor_parallel_linears_run_megatron_bridges_collectives():
+    ops = by_name(layer_ops(scenario(targets=("qkv", "proj", "fc1", "fc2"))))
+    assert [c.kind for c in ops["lora_qkv"].comm_fwd] == ["all_gather"]
+    assert [c.kind for c in ops["lora_qkv"].comm_bwd] == ["all_reduce"]
+    assert [c.kind for c in ops["lora_proj"].comm_fwd] == ["all_reduce", "all_gather"]
+    assert [c.kind for c in ops["lora_fc2"].comm_bwd] == ["all_reduce"]
+    alone = by_name(layer_ops(scenario(tensor=1, gpus=8)))
+    assert not alone["lora_qkv"].comm_fwd and not alone["lora_proj"].comm_bwd
+
+
+def test_a_frozen_tied_embedding_exchanges_no_gradient_between_first_and_last_stage():
+    s = scenario(model="gpt2-small", tensor=1, gpus=8, pipeline=2)
+    full = scenario(lora=0, model="gpt2-small", tensor=1, gpus=8, pipeline=2)
+    assert "EMBED_GRAD_AR" in dict(stage_costs(full)[0].step_ops)
+    assert "EMBED_GRAD_AR" not in dict(stage_costs(s)[0].step_ops)
+
+
+@pytest.mark.parametrize("training, key", [
+    ({"lora_rank": -1}, "lora_rank"),
+    ({"lora_rank": 16, "lora_targets": []}, "lora_targets"),
+    ({"lora_rank": 16, "lora_targets": ["gate"]}, "lora_targets"),
+    ({"lora_rank": 100000}, "lora_rank"),
+    ({"lora_rank": 16, "optimizer": "muon"}, "lora_rank"),
+])
+def test_bad_lora_settings_get_one_line_errors_naming_the_key(training, key):
+    with pytest.raises(ScenarioError, match=key) as e:
+        load_scenario({"model": {"preset": "llama2-7b"}, "system": {"preset": "dgx-h100", "num_nodes": 1},
+                       "parallel": {"tensor": 1, "pipeline": 1, "data": 8},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 8, **training}})
+    assert "\n" not in str(e.value)
+
+
+def test_lora_on_a_mixture_of_experts_model_is_refused():
+    with pytest.raises(ScenarioError, match="training.lora_rank.*mixture-of-experts"):
+        load_scenario({"model": {"preset": "qwen3-30b-a3b"}, "system": {"preset": "dgx-h100", "num_nodes": 2},
+                       "parallel": {"tensor": 1, "pipeline": 1, "data": 16, "expert": 8},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 16, "lora_rank": 16}})
