@@ -10,14 +10,16 @@ from pipesim.errors import ScenarioError
 from pipesim.sim import simulate
 
 
-def scenario(lora=16, targets=("qkv", "proj"), model="llama2-70b", gpus=8, tensor=8, pipeline=1, zero=1, **training):
+def scenario(lora=16, targets=("qkv", "proj"), model="llama2-70b", gpus=8, tensor=8, pipeline=1, zero=1,
+             sequence_parallel=False, **training):
     data = gpus // (tensor * pipeline)
     tr = {"micro_batch_size": 1, "global_batch_size": 8 * data, "zero_stage": zero, **training}
     if lora:
         tr.update(lora_rank=lora, lora_targets=list(targets))
     return load_scenario({"model": {"preset": model, "seq_length": 4096},
                           "system": {"preset": "dgx-h100", "num_nodes": max(1, gpus // 8)},
-                          "parallel": {"tensor": tensor, "pipeline": pipeline, "data": data},
+                          "parallel": {"tensor": tensor, "pipeline": pipeline, "data": data,
+                                       "sequence_parallel": sequence_parallel},
                           "training": tr})
 
 
@@ -116,3 +118,43 @@ def test_lora_on_a_mixture_of_experts_model_is_refused():
         load_scenario({"model": {"preset": "qwen3-30b-a3b"}, "system": {"preset": "dgx-h100", "num_nodes": 2},
                        "parallel": {"tensor": 1, "pipeline": 1, "data": 16, "expert": 8},
                        "training": {"micro_batch_size": 1, "global_batch_size": 16, "lora_rank": 16}})
+
+
+def test_adapter_dropout_keeps_a_masked_copy_of_each_input():
+    plain, dropped = by_name(layer_ops(scenario())), by_name(layer_ops(scenario(lora_dropout=0.1)))
+    for name in ("lora_qkv", "lora_proj"):
+        assert dropped[name].bytes_fwd > plain[name].bytes_fwd and dropped[name].bytes_bwd > plain[name].bytes_bwd
+    # proj's input was the attention's output, kept already: with dropout its masked copy is new
+    assert dropped["lora_proj"].saved_bytes > 2 * plain["lora_proj"].saved_bytes
+    assert dropped["lora_qkv"].saved_bytes == pytest.approx(plain["lora_qkv"].saved_bytes * 1.5, rel=0.01)
+
+
+def test_lora_a2a_returns_the_row_adapter_to_the_sequence_split_by_one_all_to_all():
+    gather = by_name(layer_ops(scenario(sequence_parallel=True)))["lora_proj"]
+    a2a = by_name(layer_ops(scenario(sequence_parallel=True, lora_a2a=True)))["lora_proj"]
+    assert [c.kind for c in gather.comm_fwd] == ["all_reduce", "all_gather"]
+    assert [c.kind for c in a2a.comm_fwd] == ["all_reduce", "all_to_all"]
+    assert a2a.comm_fwd[1].bytes == pytest.approx(gather.comm_fwd[1].bytes / 8)
+
+
+def test_a_frozen_fp8_stored_base_is_never_recast():
+    # MLPerf's llama2_70b_lora builds the base under te.fp8_model_init: FP8 weights that do not change
+    bf16_kept = stage_costs(scenario(tensor=8, precision="fp8"))[0]
+    fp8_kept = stage_costs(scenario(tensor=8, precision="fp8", fp8_param_gather=True))[0]
+    assert "FP8_WEIGHT_CAST" in dict(bf16_kept.step_ops) and "FP8_WEIGHT_CAST" not in dict(fp8_kept.step_ops)
+    assert fp8_kept.static.weights < 0.8 * bf16_kept.static.weights
+
+
+def test_fp8_activation_input_halves_the_swiglu_input_kept():
+    plain = by_name(layer_ops(scenario(lora=0)))["act"]
+    fp8 = by_name(layer_ops(scenario(lora=0, fp8_activation_input=True)))["act"]
+    assert fp8.saved_bytes == pytest.approx(plain.saved_bytes / 2)
+    assert fp8.bytes_fwd > plain.bytes_fwd and fp8.bytes_bwd > plain.bytes_bwd
+    with pytest.raises(ScenarioError, match="training.fp8_activation_input"):
+        scenario(lora=0, model="gpt2-small", tensor=1, fp8_activation_input=True)
+
+
+@pytest.mark.parametrize("key", ["lora_dropout", "lora_a2a"])
+def test_adapter_settings_without_lora_are_refused(key):
+    with pytest.raises(ScenarioError, match=f"training.{key}"):
+        scenario(lora=0, **{key: 0.1 if key == "lora_dropout" else True})

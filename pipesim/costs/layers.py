@@ -318,6 +318,13 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
         # megatron/core/fusions/fused_bias_swiglu.py, swiglu_back: grad and the two halves of y
         # in, torch.cat of the two gradient halves out).
         act = replace(act, bytes_bwd=act.bytes_bwd + act_elems * e)
+        if tr.fp8_activation_input:
+            # activation_func_fp8_input_store (fused_bias_swiglu.py): the kept input is
+            # input.to(torch.float8_e4m3fn), one byte an element, a cast each way (2f read at e
+            # bytes and written at one; back again before swiglu_back)
+            cast = 2 * act_elems * (e + 1)
+            act = replace(act, saved_bytes=2 * act_elems, bytes_fwd=act.bytes_fwd + cast,
+                          bytes_bwd=act.bytes_bwd + cast)
     ops.append(act)
     ops.append(matmul("fc2", T, sh.f, sh.h, sh, "row", saved_input=act_elems * e, dtype=dtype, bias=m.bias))
     if moe:

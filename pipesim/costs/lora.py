@@ -49,8 +49,7 @@ def with_lora(s, ops: list[Op], sh) -> list[Op]:
     for op in ops:
         out.append(frozen(op) if op.params else op)
         if op.name in tr.lora_targets:
-            out.append(adapter(op, sh, tr.lora_rank, LORA_TARGETS[op.name],
-                               shares_input=op.name == "proj" and shares_o))
+            out.append(adapter(op, sh, tr, LORA_TARGETS[op.name], shares_input=op.name == "proj" and shares_o))
     return out
 
 
@@ -68,8 +67,9 @@ def frozen(op: Op) -> Op:
     return replace(op, frozen=True)
 
 
-def adapter(base: Op, sh, r: int, role: str, shares_input: bool) -> Op:
+def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
     """The LoRA adapter of linear `base` (module docstring), per GPU and micro-batch."""
+    r = tr.lora_rank
     (_, n, k, _, k_div), *more = base.matrices
     n += sum(count * rows for count, rows, *_ in more)         # Q, K and V apart (qkv)
     t, e, T = sh.tp.size, sh.e, sh.tokens
@@ -89,8 +89,14 @@ def adapter(base: Op, sh, r: int, role: str, shares_input: bool) -> Op:
     # out); the weight gradients written; the adapter's dX added into the base's.
     fwd_bytes = x + T * r_in * e + mid + T * n_loc * e + params * e + 5 * out
     bwd_bytes = 2 * out + (T * n_loc * e + 2 * mid) + (mid + 2 * x) + 2 * params * e + 3 * x
-    comm_f, comm_b = _adapter_comms(sh, role, mid, T * k * e, T * n * e)
+    comm_f, comm_b = _adapter_comms(sh, role, mid, T * k * e, T * n * e, tr.lora_a2a)
     saved = (0.0 if shares_input else base_input_bytes(sh, role, k)) + mid
+    if tr.lora_dropout:
+        # dropout (position pre) writes a masked copy of X, kept with its 1-byte mask for A's weight
+        # gradient; its backward masks A's input gradient (a read of each and a write)
+        fwd_bytes += 2 * x + x / e
+        bwd_bytes += 2 * x + x / e
+        saved = base_input_bytes(sh, role, k) * (1 + 1 / e) + mid
     return Op(f"lora_{base.name}", "matmul", flops, 2 * flops, fwd_bytes, bwd_bytes, saved_bytes=saved,
               params=params, comm_fwd=comm_f, comm_bwd=comm_b, dgrad_fraction=0.5, param_tensors=2,
               gemms_fwd=((1, T, r_in, k_loc, dtype), (1, T, n_loc, r, dtype)),
@@ -106,14 +112,19 @@ def base_input_bytes(sh, role: str, k: float) -> float:
     return sh.tokens * k * sh.e / sh.tp.size
 
 
-def _adapter_comms(sh, role: str, mid: float, x: float, y: float) -> tuple[tuple, tuple]:
-    """(forward, backward) tensor-group collectives of an adapter (module docstring)."""
+def _adapter_comms(sh, role: str, mid: float, x: float, y: float, a2a: bool) -> tuple[tuple, tuple]:
+    """(forward, backward) tensor-group collectives of an adapter (module docstring); `a2a`: the
+    row-parallel adapter's output reaches the sequence split by one all-to-all of its n/t columns
+    (Megatron-Bridge's all2all_hp2sp) instead of the gather."""
     t = sh.tp.size
     if t == 1:
         return (), ()
     sp = sh.tp.sequence_parallel
     if role == "column":
         return (Comm("all_gather", mid, "tp", t),), (() if sp else (Comm("all_reduce", x, "tp", t),))
+    if sp and a2a:
+        swap = Comm("all_to_all", y / t, "tp", t)
+        return (Comm("all_reduce", mid, "tp", t), swap), (Comm("all_reduce", mid, "tp", t), swap)
     fwd = (Comm("all_reduce", mid, "tp", t), Comm("all_gather", y, "tp", t))
     return fwd, (Comm("all_reduce", mid, "tp", t),) + ((Comm("all_gather", y, "tp", t),) if sp else ())
 

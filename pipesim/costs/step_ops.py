@@ -72,7 +72,9 @@ def step_fixed_ops(s: Scenario, cm: CostModel, stage: int, params: float, local_
         out.append(("GRAD_NORM", cm.memory_time(grads) + norm_all_reduce(s)))
     out += [("MUON_TP_AG", muon_parts.gather), ("NEWTON_SCHULZ", muon_parts.ns), ("OPTIMIZER", opt_step)]
     curve = s.system.gpu.kernel_curve
-    if fp8_params and tr.fp8_param_gather:      # the master shard cast to FP8 (pipesim/costs/fp8.py)
+    if fp8_params and tr.fp8_param_gather and tr.lora_rank:
+        pass        # frozen FP8 weights (LoRA over an FP8-stored base) never change: nothing to re-cast
+    elif fp8_params and tr.fp8_param_gather:      # the master shard cast to FP8 (pipesim/costs/fp8.py)
         local = fp8_params * local_params / params       # sharded as the stage's parameters are
         out.append(("FP8_WEIGHT_CAST", cm.memory_time(fp8_storage_cast_bytes(fp8_params, local, tr.fp8_recipe, curve))))
     elif fp8_params:    # every rank casts its whole (tensor-sharded) weights, ZeRO-1 or not (MXFP8 ones as such)

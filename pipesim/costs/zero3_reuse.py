@@ -108,10 +108,10 @@ def param_allgather_seconds(tr, c, collective) -> float:
     each bucket is a collective that pays its own latency; `collective(kind, nbytes)` times one.
     An MoE stage's expert bytes enter at their bucket-level time ratio (costs/moe.py edp_ratio),
     which is only exact for collectives of that bucket's size."""
-    n, full = gradient_buckets(tr, c), gathered_weight_bytes(tr, c)
+    from pipesim.costs.step_ops import elem_of
     learn = getattr(c, "trainable_params", None)
-    if learn is not None and c.params:      # LoRA: only the adapters changed
-        full *= learn / c.params
+    # LoRA: only the adapters changed, in the 16-bit compute dtype (pipesim/costs/lora.py)
+    n, full = gradient_buckets(tr, c), gathered_weight_bytes(tr, c) if learn is None else learn * elem_of(tr)
     return n * collective("all_gather", full / n) if n and full else 0.0
 
 

@@ -3,7 +3,7 @@
 `pipesim validate --snapshot` writes SNAPSHOT: every published case pipesim ran (the given and
 held-out families, the MoE model zoo and its long-sequence table) with its GPU generation, model
 kind and throughput error, + when pipesim is faster than the measurement. A report reads it:
-`class_of` puts a scenario in a class (GPU generation x dense / MoE / fine-grained MoE) and
+`class_of` puts a scenario in a class (GPU generation x dense / dense LoRA / MoE / fine-grained MoE) and
 `accuracy_of` sums up the snapshot's cases of that class and names the most alike (model size,
 GPU count, tensor and pipeline sizes). Runs on PyTorch FSDP2 (`stack_of`) are summed apart from
 the others: the same MoE models are +15 .. +170 % on Megatron-Core's published tables and within
@@ -36,8 +36,8 @@ def class_of(s) -> tuple[str, str] | None:
     generation = GENERATION.get(s.system.gpu.kernel_curve or "")
     if generation is None or s.model.arch == "cnn":
         return None
-    if not s.model.is_moe:
-        return generation, "dense"
+    if not s.model.is_moe:     # LoRA fine-tuning's step has no weight gradients: a class of its own
+        return generation, "dense LoRA" if s.training.lora_rank else "dense"
     return generation, "fine-grained MoE" if s.model.num_experts >= FINE_GRAINED_EXPERTS else "MoE"
 
 
@@ -106,11 +106,9 @@ def accuracy_of(s, path: Path = SNAPSHOT) -> dict | None:
         this = (size_of(s), s.num_gpus, s.parallel.tensor, s.parallel.pipeline)
         near = min(same, key=lambda c: _distance(c, *this))
         out.update(nearest=near["id"], nearest_gpus=near["gpus"], nearest_pct=near["error_pct"])
-    # no published run states its documents: the errors are of one document per sequence
-    unmeasured = [what for what, on in (("packed documents", s.training.document_length is not None),
-                                        ("LoRA", bool(s.training.lora_rank))) if on]
-    if unmeasured:
-        out["unmeasured"] = " or ".join(unmeasured)
+    if s.training.document_length is not None:
+        # no published run states its documents: the errors are of one document per sequence
+        out["unmeasured"] = "packed documents"
     return out
 
 

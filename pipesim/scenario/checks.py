@@ -51,6 +51,12 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     _check_context(s, loader)
     _check_documents(s, loader)
     _check_lora(s, loader)
+    if tr.fp8_activation_input and m.activation != "swiglu":
+        loader.fail("training.fp8_activation_input", f"Megatron-Core stores the activation input in FP8 for SwiGLU "
+                    f"only; model.activation is {m.activation}")
+    if tr.fp8_activation_input and (m.is_moe or m.hybrid_layer_pattern):
+        loader.fail("training.fp8_activation_input", "is modelled for the dense transformer MLP (not experts or hybrid "
+                    "layers)")
     gpu = s.system.gpu
     if tr.precision == "fp8" and gpu.peak_fp8 is None:
         loader.fail("training.precision", f"fp8 needs FP8 tensor cores (Hopper, Ada, Blackwell; Transformer Engine "
@@ -292,11 +298,14 @@ def _check_lora(s: Scenario, loader: Loader) -> None:
     parallelism and Adam / SGD; elsewhere the frozen weights and adapters would not be costed."""
     m, par, tr = s.model, s.parallel, s.training
     if not tr.lora_rank:
+        for key, on in (("lora_dropout", tr.lora_dropout), ("lora_a2a", tr.lora_a2a)):
+            if on:
+                loader.fail(f"training.{key}", "shapes the LoRA adapters; set training.lora_rank to fine-tune with them")
         return
     unmodelled = [(m.is_moe, "mixture-of-experts layers"), (bool(m.hybrid_layer_pattern), "hybrid layer patterns"),
                   (m.is_mla, "multi-head latent attention"), (bool(m.mtp_layers), "multi-token prediction"),
                   (par.tensor_mode != "1d", f"tensor_mode {par.tensor_mode}"),
-                  (tr.optimizer == "muon", "the muon optimizer"), (tr.fp8_param_gather, "fp8_param_gather")]
+                  (tr.optimizer == "muon", "the muon optimizer")]
     for hit, what in unmodelled:
         if hit:
             loader.fail("training.lora_rank", f"LoRA is modelled on dense transformer blocks with 1-D tensor "

@@ -388,6 +388,9 @@ class TrainingConfig:
                       "and the replica with the most attention work (the longest documents) holds the others at "
                       "the gradient synchronisation; balanced = the loader evens the attention work out across "
                       "the replicas (Megatron-Core's dynamic-CP solver, workload-aware packing)")
+    fp8_activation_input: bool = field(False, doc="SwiGLU keeps its input for the backward in FP8 (E4M3), cast there and "
+                                                  "back (Megatron-Core activation_func_fp8_input_store): half the MLP's "
+                                                  "largest saved tensor for two memory-bound casts")
     lora_rank: int = field(0, doc="LoRA fine-tuning: the base weights frozen, a trainable adapter of this rank "
                                   "beside each linear of lora_targets (Hu et al. 2021; Megatron-Bridge's LoRA; "
                                   "pipesim/costs/lora.py); 0 = every weight trains")
@@ -395,6 +398,12 @@ class TrainingConfig:
         ("qkv", "proj", "fc1", "fc2"), doc="with lora_rank: the linears that get an adapter (Megatron-Bridge's "
                                            "default: linear_qkv, linear_proj, linear_fc1, linear_fc2; MLPerf's "
                                            "llama2_70b_lora: qkv and proj)")
+    lora_dropout: float = field(0.0, doc="with lora_rank: dropout on each adapter's input (Megatron-Bridge LoRA "
+                                         "dropout, position pre; MLPerf's llama2_70b_lora: 0.1): a masked copy of the "
+                                         "input kept for the backward")
+    lora_a2a: bool = field(False, doc="with lora_rank and sequence parallelism: an adapter beside a row-parallel "
+                                      "linear returns to the sequence split by one all-to-all instead of an "
+                                      "all-gather and a split (Megatron-Bridge LoRA a2a_experimental)")
     cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch"] = field(
         "auto", doc="the loss kernel over the logits: megatron = Megatron-LM's unfused vocab-parallel "
                     "cross-entropy, megatron_fused = --cross-entropy-loss-fusion (native), te = Transformer "
@@ -531,6 +540,8 @@ class TrainingConfig:
             raise ValueError(f"document_length must be at least 1 token, got {self.document_length}")
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank must not be negative, got {self.lora_rank}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"lora_dropout must be a probability in [0, 1), got {self.lora_dropout}")
         if self.lora_rank and not self.lora_targets:
             raise ValueError("lora_targets must name at least one linear (qkv, proj, fc1, fc2)")
         if not 0 <= self.document_length_cv < math.inf:

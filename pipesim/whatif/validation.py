@@ -47,13 +47,14 @@ SUITES = {
     "titan2025": ("titan2025-", None),       # held out: pipesim/whatif/validation_titan.py
     "sdpa2025": ("sdpa2025-", None),         # held out: pipesim/whatif/validation_sdpa.py
     "mlperf": ("mlperf-", None),             # held out: pipesim/whatif/validation_mlperf.py
+    "mlperflora": ("mlperflora-", None),     # held out: the same converter, llama2_70b_lora (LoRA)
 }
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
 METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
           "bridge2604": "tokens", "bridge2606": "tokens", "bridge2608": "tokens",
           "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens", "sdpa2025": "tokens",
-          "mlperf": "tokens"}
+          "mlperf": "tokens", "mlperflora": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
 # DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
@@ -168,7 +169,7 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite == "automodel":
         from pipesim.whatif.validation_automodel import automodel_scenario
         return automodel_scenario(case)
-    if case.suite == "mlperf":
+    if case.suite in ("mlperf", "mlperflora"):
         from pipesim.whatif.validation_mlperf import mlperf_scenario
         return mlperf_scenario(case)
     if case.suite == "sdpa2025":
@@ -387,7 +388,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
 HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "titan2024", "automodel",
-            "titan2025", "sdpa2025", "mlperf")
+            "titan2025", "sdpa2025", "mlperf", "mlperflora")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:

@@ -56,6 +56,7 @@ MLPERF_MODELS = {
     "gpt3-175b": dict(NEMO_MODELS["GPT3-175B"], dropout=False),
     "llama3.1-405b": {"preset": "llama3.1-405b", "vocab_size": 32768, "dropout": False},
     "llama3.1-8b": {"preset": "llama3-8b", "dropout": False},
+    "llama2-70b": {"preset": "llama2-70b", "dropout": False},      # llama2_70b_lora's base model
 }
 # precision -> the recipes a row may name
 MLPERF_PRECISIONS = {"fp8": ("delayed", "tensorwise"), "fp4": ("nvfp4",)}
@@ -86,8 +87,8 @@ def mlperf_scenario(case) -> dict:
                             f"micro-batch {mbs}")
     system = node_system(cid, hw["system"], preset, per_node, n)
     parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp}
-    if cp > 1:
-        parallel.update(context=cp, context_mode="ring")
+    if cp > 1:      # Transformer Engine's p2p exchange unless the config names another (cp_comm_type)
+        parallel.update(context=cp, context_mode=par.get("cp_comm", "ring"))
     if name in ASYM_PIPELINE_SPLIT and pp * vp > 1:
         from pipesim.presets.models import MODELS
         parallel["layers_per_stage"] = embedding_loss_split(int(MODELS[model["preset"]]["num_layers"]), pp * vp)
@@ -104,7 +105,13 @@ def mlperf_scenario(case) -> dict:
     if tr.get("fp8_attention_recipe"):       # FP8 attention beside NVFP4 GEMMs (NVTE_DPA_FP8_RECIPE)
         training["fp8_attention_recipe"] = tr["fp8_attention_recipe"]
     if name != "gpt3-175b":
-        training["cross_entropy"] = "te"
+        training["cross_entropy"] = tr.get("cross_entropy", "te")
+    if tr.get("fp8_activation"):      # FP8_ACTIVATION / FP8_ACT -> activation_func_fp8_input_store
+        training["fp8_activation_input"] = True
+    if "lora" in tr:             # llama2_70b_lora: the adapters train.py builds
+        lora = tr["lora"]
+        training.update(lora_rank=int(lora["rank"]), lora_targets=list(lora["targets"]),
+                        lora_dropout=float(lora["dropout"]), lora_a2a=bool(lora["a2a"]))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
 
 
