@@ -97,8 +97,14 @@ def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
         fwd_bytes += 2 * x + x / e
         bwd_bytes += 2 * x + x / e
         saved = base_input_bytes(sh, role, k) * (1 + 1 / e) + mid
+    # profile lookups (a calibrated profile times the small GEMMs with their framework overhead):
+    # each GEMM (m, k, n) forward, then its input gradient (m, n, k) and weight gradient (k, m, n)
+    fwd_shapes = ((T, k_loc, r_in), (T, r, n_loc))
+    gemm = lambda m_, k_, n_: ("gemm", dict(m=int(m_), k=int(k_), n=int(n_), dtype=dtype))
+    measure_bwd = tuple(g for m_, k_, n_ in reversed(fwd_shapes) for g in (gemm(m_, n_, k_), gemm(k_, m_, n_)))
     return Op(f"lora_{base.name}", "matmul", flops, 2 * flops, fwd_bytes, bwd_bytes, saved_bytes=saved,
               params=params, comm_fwd=comm_f, comm_bwd=comm_b, dgrad_fraction=0.5, param_tensors=2,
+              measure_fwd=tuple(gemm(*g) for g in fwd_shapes), measure_bwd=measure_bwd,
               gemms_fwd=((1, T, r_in, k_loc, dtype), (1, T, n_loc, r, dtype)),
               gemms_bwd=((1, T, r, n_loc, dtype), (1, r, n_loc, T, dtype, "wgrad"),
                          (1, T, k_loc, r_in, dtype), (1, k_loc, r_in, T, dtype, "wgrad")))

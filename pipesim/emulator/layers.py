@@ -64,7 +64,9 @@ class _LinearFn(torch.autograd.Function):
         x, w = ctx.saved_tensors
         weight, bias = ctx.params
         gx = torch.matmul(gy, w) if ctx.needs_input_grad[0] else None
-        if ctx.store is not None and ctx.store.deferring:
+        if not weight.requires_grad:        # a frozen weight (LoRA's base): its input gradient alone
+            pass
+        elif ctx.store is not None and ctx.store.deferring:
             ctx.store.push(weight, bias, x, gy)
         else:
             accumulate_weight_grad(weight, bias, x, gy)

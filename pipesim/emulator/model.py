@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from pipesim.emulator.layers import Linear, TPGroup, WeightGradStore, enter_tp, exit_tp, recompute
+from pipesim.emulator.lora import adapters as lora_adapters
+from pipesim.emulator.lora import freeze_base, with_adapter
 from pipesim.errors import ScenarioError
 
 DROPOUT_P = 0.1      # GPT-2/GPT-3 dropout rate (Radford et al. 2019; Brown et al. 2020, Sec. 2.3)
@@ -50,6 +52,7 @@ class Builder:
         self.s, self.tp, self.store, self.seed, self.dtype = scenario, tp, store, seed, dtype
         self.layout: dict[str, object] = {}    # name -> how it is sharded (None: replicated)
         self.names: dict[int, str] = {}        # id(parameter) -> global name
+        self.params_by_id: dict[int, torch.nn.Parameter] = {}
 
     def param(self, name, tensor, seq_sharded_grad: bool = False) -> torch.nn.Parameter:
         """`seq_sharded_grad`: replicated over the TP group but used on a sequence shard under
@@ -57,6 +60,7 @@ class Builder:
         p = torch.nn.Parameter(tensor)
         p.sequence_parallel_grad = seq_sharded_grad
         self.names[id(p)] = name
+        self.params_by_id[id(p)] = p
         return p
 
     def tensor(self, name, shape, dim=None, kind="normal", seq_sharded_grad=False) -> torch.nn.Parameter:
@@ -222,6 +226,13 @@ class Block(torch.nn.Module):
             ffn = m.ffn * (2 if self.gated else 1)
             self.fc1 = b.linear(f"{p}.fc1", h, ffn, "column", True, parts=[m.ffn, m.ffn] if self.gated else None)
             self.fc2 = b.linear(f"{p}.fc2", m.ffn, h, "row", True)
+        # LoRA (training.lora_rank): an adapter beside each targeted linear (pipesim/emulator/lora.py)
+        self.adapters = None
+        if self.kind == "block" and self.latent is None:
+            ffn_parts = [m.ffn, m.ffn] if self.gated else None
+            self.adapters = lora_adapters(b, p, {"qkv": (h, h + 2 * g * d, None), "proj": (h, h, None),
+                                                 "fc1": (h, m.ffn * (2 if self.gated else 1), ffn_parts),
+                                                 "fc2": (m.ffn, h, None)})
 
     def attention(self, x):
         if self.latent is not None:
@@ -230,7 +241,7 @@ class Block(torch.nn.Module):
         r, d, kv = self.per_group, self.d, self.kv
         h_in = enter_tp(self.ln1(x), self.tp)
         s = h_in.shape[0]                            # the whole sequence (gathered under SP)
-        qkv = self.qkv(h_in).view(s, bsz, kv, (r + 2) * d)
+        qkv = with_adapter(self.adapters, "qkv", h_in, self.qkv(h_in)).view(s, bsz, kv, (r + 2) * d)
         q, k, v = qkv.split([r * d, d, d], dim=-1)
         if r == 1:      # one query head per group: [s, b*heads, d] views, no copies
             q, k, v = (t.view(s, bsz * kv, d).transpose(0, 1) for t in (q, k, v))
@@ -250,10 +261,12 @@ class Block(torch.nn.Module):
         else:
             o = core(q, k, v)
         o = o.transpose(0, 1).reshape(s, bsz, self.heads * d)
-        return dropout(self.proj.add_bias(exit_tp(self.proj(o), self.tp)), self.drop)
+        out = with_adapter(self.adapters, "proj", o, self.proj.add_bias(exit_tp(self.proj(o), self.tp)))
+        return dropout(out, self.drop)
 
     def mlp(self, x):
-        y = self.fc1(enter_tp(self.ln2(x), self.tp))
+        h_in = enter_tp(self.ln2(x), self.tp)
+        y = with_adapter(self.adapters, "fc1", h_in, self.fc1(h_in))
         if self.gated:
             gate, up = y.chunk(2, dim=-1)
             y = F.silu(gate) * up
@@ -262,7 +275,8 @@ class Block(torch.nn.Module):
         else:
             y = F.relu(y)
             y = y * y if self.act == "squared_relu" else y          # Nemotron-H's squared ReLU
-        return dropout(self.fc2.add_bias(exit_tp(self.fc2(y), self.tp)), self.drop)
+        return dropout(with_adapter(self.adapters, "fc2", y, self.fc2.add_bias(exit_tp(self.fc2(y), self.tp))),
+                       self.drop)
 
     def body(self, x):
         if self.kind in ("mamba", "gdn"):
@@ -437,6 +451,9 @@ def check_supported(s) -> None:
     if s.training.document_length is not None and m.is_mla:
         raise ScenarioError(f"{where}: training.document_length={s.training.document_length}: the emulator masks "
                             f"packed documents in grouped-query attention only, not {m.attention_variant}")
+    if s.training.lora_dropout:
+        raise ScenarioError(f"{where}: training.lora_dropout={s.training.lora_dropout}: the emulator's adapters run "
+                            f"without dropout; set it to 0")
     if s.training.recompute_modules != ("core_attn",):
         raise ScenarioError(f"{where}: training.recompute_modules: the emulator re-runs the attention core "
                             f"(selective) or whole layers (full) only")
@@ -470,4 +487,6 @@ def build_stages(s, stages, tp: TPGroup, store: WeightGradStore, seed: int, dtyp
         first, last = k == 0, k == n - 1
         tie_with = out[0].embedding if (last and tie and 0 in out) else None
         out[k] = StageModel(b, k, ranges[k][0], ranges[k][1], first, last, tie_with=tie_with, tie=tie and last)
+    if s.training.lora_rank:
+        freeze_base(b)
     return out, b

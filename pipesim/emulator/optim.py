@@ -14,10 +14,11 @@ LR = 1e-4
 
 
 def unique_params(modules) -> list:
+    """The parameters that learn (a frozen LoRA base is left out), each once."""
     seen, out = set(), []
     for m in modules:
         for p in m.parameters():
-            if id(p) not in seen:
+            if id(p) not in seen and p.requires_grad:
                 seen.add(id(p))
                 out.append(p)
     return out
