@@ -16,7 +16,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from pipesim.emulator.layers import copy_to_tp, reduce_from_tp
 
