@@ -158,3 +158,12 @@ def test_fp8_activation_input_halves_the_swiglu_input_kept():
 def test_adapter_settings_without_lora_are_refused(key):
     with pytest.raises(ScenarioError, match=f"training.{key}"):
         scenario(lora=0, **{key: 0.1 if key == "lora_dropout" else True})
+
+
+@pytest.mark.parametrize("layout", [dict(tensor=8), dict(tensor=2, gpus=8, pipeline=2, zero=3)])
+def test_a_larger_rank_or_one_more_target_never_shortens_the_step(layout):
+    steps = [simulate(scenario(lora=r, **layout), trace=False).step_time_s for r in (4, 16, 64, 256)]
+    assert steps == sorted(steps)
+    fewer = simulate(scenario(targets=("qkv",), **layout), trace=False).step_time_s
+    more = simulate(scenario(targets=("qkv", "fc2"), **layout), trace=False).step_time_s
+    assert fewer <= more
