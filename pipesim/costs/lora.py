@@ -10,7 +10,8 @@ weight.requires_grad`, `requires_wgrad = weight_requires_grad`):
   - it keeps no input for the backward (only a weight gradient would read it);
   - its weight has no gradient, optimizer state or data-parallel reduction (costs/stage.py).
 The embedding's backward does not run (its output needs no gradient). Norm weights are frozen
-too; their fused backward kernels are costed as before (they write the small dgamma either way).
+too; their backward kernels are costed as before (dgamma is h elements against the kernel's
+tokens x h).
 Not modelled: the first layer's input gradient up to its first adapter is not needed either
 (a part of one layer's backward).
 

@@ -71,8 +71,9 @@ def static_memory(params: float, precision: str, optimizer: str, zero_stage: int
 def frozen_memory(params: float, elem: int, zero_stage: int, dp: int, resident_weights: bool) -> StaticMemory:
     """Frozen weights (LoRA's base model, pipesim/costs/lora.py): the 16/32-bit copy alone, no
     gradient and no optimizer state (Hu et al. 2021, Sec. 4.2: "we do not need to store the
-    optimizer states for the frozen parameters", GPT-3 175B's training memory 1.2 TB -> 350 GB); ZeRO-3 / FSDP shards them like any weight (FSDP shards every parameter of a wrapped
-    module, trainable or not)."""
+    optimizer states for the frozen parameters", GPT-3 175B's training memory 1.2 TB -> 350 GB).
+    ZeRO-3 / FSDP shards them like any weight (FSDP shards every parameter of a wrapped module,
+    trainable or not)."""
     sharded = zero_stage >= 3 and not resident_weights
     return StaticMemory(params * elem / (dp if sharded else 1), 0.0, 0.0)
 

@@ -3,8 +3,8 @@
 `pipesim validate --snapshot` writes SNAPSHOT: every published case pipesim ran (the given and
 held-out families, the MoE model zoo and its long-sequence table) with its GPU generation, model
 kind and throughput error, + when pipesim is faster than the measurement. A report reads it:
-`class_of` puts a scenario in a class (GPU generation x dense / dense LoRA / MoE / fine-grained MoE) and
-`accuracy_of` sums up the snapshot's cases of that class and names the most alike (model size,
+`class_of` puts a scenario in a class (GPU generation x dense / dense LoRA / MoE / fine-grained
+MoE) and `accuracy_of` sums up the snapshot's cases of that class and names the most alike (model size,
 GPU count, tensor and pipeline sizes). Runs on PyTorch FSDP2 (`stack_of`) are summed apart from
 the others: the same MoE models are +15 .. +170 % on Megatron-Core's published tables and within
 about ±14 % on NeMo AutoModel's (docs/WHATIF.md), so one band for both would mislead either user. The error of a class is what the validation measured, not

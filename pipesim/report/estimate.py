@@ -28,7 +28,8 @@ def op_row(s: Scenario, cm, op: Op, block: str) -> dict:
     return {
         "block": block, "op": op.name, "kind": op.kind,
         "flops_fwd": op.flops_fwd, "flops_bwd": op.flops_bwd,
-        "saved_bytes": op.saved_bytes, "weight_bytes": op.params * e, "weight_grad_bytes": 0.0 if op.frozen else op.params * e,
+        "saved_bytes": op.saved_bytes, "weight_bytes": op.params * e,
+        "weight_grad_bytes": 0.0 if op.frozen else op.params * e,
         "bytes_fwd": op.bytes_fwd, "bytes_bwd": op.bytes_bwd,
         "t_comp_fwd_s": f.compute, "t_mem_fwd_s": f.memory, "t_comp_bwd_s": b.compute, "t_mem_bwd_s": b.memory,
         "intensity_flop_per_byte": op.flops_fwd / op.bytes_fwd if op.bytes_fwd else 0.0,

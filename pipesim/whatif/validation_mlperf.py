@@ -37,6 +37,11 @@ GPT-3); Llama 3.1 405B with the Mixtral 8x22B tokenizer the benchmark swaps in (
 the paper's TikTokenizer with the Mixtral 8x22b tokenizer", vocab 32768); Llama 3.1 8B with its own
 tokenizer (the llama3-8b preset at 8192 tokens). The Llama rows' loss runs fused
 (cross_entropy_loss_fusion True; the 8B's CE_FUSION_IMPL te).
+The llama2_70b_lora rows (family mlperflora) add what train.py and the peft yaml set: the LoRA
+adapters (rank 16 on linear_qkv and linear_proj, dropout 0.1, a2a_experimental -> lora_*), the CP
+exchange (cp_comm_type: a2a from v4.1's B200 preview on, TE's p2p ring before -> cp_comm), the
+unfused loss (cross_entropy_loss_fusion False -> cross_entropy megatron) and the FP8 activation
+store (FP8_ACTIVATION / FP8_ACT -> fp8_activation).
 Assumptions where a script sourced by the config is not published (config_common_blackwell.sh of the
 B200 GPT-3 and the v5.0 GB200 rows): the recipe the visible configs and yaml defaults give (delayed
 scaling). GB200 / GB300 runs: one NVLink domain of the largest multiple of 4 GPUs <= 72 dividing the
