@@ -113,11 +113,33 @@ def test_bad_lora_settings_get_one_line_errors_naming_the_key(training, key):
     assert "\n" not in str(e.value)
 
 
-def test_lora_on_a_mixture_of_experts_model_is_refused():
-    with pytest.raises(ScenarioError, match="training.lora_rank.*mixture-of-experts"):
-        load_scenario({"model": {"preset": "qwen3-30b-a3b"}, "system": {"preset": "dgx-h100", "num_nodes": 2},
-                       "parallel": {"tensor": 1, "pipeline": 1, "data": 16, "expert": 8},
-                       "training": {"micro_batch_size": 1, "global_batch_size": 16, "lora_rank": 16}})
+def moe(lora=16, targets=("qkv", "proj")):
+    tr = {"micro_batch_size": 1, "global_batch_size": 16, "zero_stage": 1}
+    if lora:
+        tr.update(lora_rank=lora, lora_targets=list(targets))
+    return load_scenario({"model": {"preset": "qwen3-30b-a3b", "seq_length": 4096},
+                          "system": {"preset": "dgx-h100", "num_nodes": 2},
+                          "parallel": {"tensor": 1, "pipeline": 1, "data": 16, "expert": 8}, "training": tr})
+
+
+def test_lora_on_a_mixture_of_experts_model_freezes_the_experts_and_the_router():
+    full, lora = stage_costs(moe(lora=0))[0], stage_costs(moe())[0]
+    ops = by_name(layer_ops(moe(), True))
+    assert ops["router"].frozen and all(o.frozen for n, o in ops.items() if n.startswith("expert_") and o.params)
+    expert = ops["expert_fc1"]
+    assert all(g[5:] != ("wgrad",) for g in expert.gemms_bwd)
+    # the profile keeps one input-gradient lookup per expert, not the first expert's alone
+    assert len(expert.measure_bwd) == len(expert.measure_fwd)
+    # every expert weight held, none with a gradient or optimizer state; the adapters alone learn
+    assert lora.static.weights == pytest.approx(full.static.weights, rel=0.01)
+    assert lora.static.optimizer < full.static.optimizer / 1000 and lora.grad_bytes < full.grad_bytes / 1000
+    assert lora.trainable_params == total_params(moe(), learning=True) == 48 * (16 * (2048 + 5120) + 16 * (4096 + 2048))
+    assert simulate(moe(), trace=False).step_time_s < simulate(moe(lora=0), trace=False).step_time_s
+
+
+def test_adapters_on_the_experts_are_refused():
+    with pytest.raises(ScenarioError, match="training.lora_targets.*experts"):
+        moe(targets=("qkv", "fc1"))
 
 
 def test_adapter_dropout_keeps_a_masked_copy_of_each_input():

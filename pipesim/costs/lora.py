@@ -13,7 +13,9 @@ The embedding's backward does not run (its output needs no gradient). Norm weigh
 too; their backward kernels are costed as before (dgamma is h elements against the kernel's
 tokens x h).
 Not modelled: the first layer's input gradient up to its first adapter is not needed either
-(a part of one layer's backward).
+(a part of one layer's backward). On a mixture-of-experts model the adapters sit beside qkv and
+proj; the router and the experts stay frozen (grouped expert GEMMs lose their weight gradients,
+the all-to-alls stay), as Megatron-Bridge's LoRA on attention only.
 
 The adapter of a target (Megatron-Bridge's ParallelLinearAdapter,
 src/megatron/bridge/peft/utils.py, wrapped by LoRALinear in peft/lora_layers.py: output = base(x)
@@ -55,14 +57,16 @@ def with_lora(s, ops: list[Op], sh) -> list[Op]:
 
 
 def frozen(op: Op) -> Op:
-    """`op` with its weights frozen (module docstring). A linear is recognised by its
-    weight-gradient GEMM (layers.matmul)."""
+    """`op` with its weights frozen (module docstring). A linear (a grouped expert GEMM too) is
+    recognised by its weight-gradient GEMMs (layers.matmul, moe.grouped_gemm), and its profile
+    lookups by their order: each input gradient's followed by its weight gradient's."""
     if any(g[5:] == ("wgrad",) for g in op.gemms_bwd):
         wgrad_flops = op.flops_bwd * (1 - op.dgrad_fraction)
+        lookups = [m for m in op.measure_bwd if m[0] == "gemm"]
         return replace(op, flops_bwd=op.flops_bwd - wgrad_flops, bytes_bwd=op.bytes_fwd, saved_bytes=0.0,
                        dgrad_fraction=1.0, frozen=True,
                        gemms_bwd=tuple(g for g in op.gemms_bwd if g[5:] != ("wgrad",)),
-                       measure_bwd=op.measure_bwd[:1])
+                       measure_bwd=tuple(lookups[0::2]))
     if op.name == "embedding":
         return replace(op, flops_bwd=0.0, bytes_bwd=0.0, comm_bwd=(), frozen=True)
     return replace(op, frozen=True)

@@ -16,7 +16,7 @@ from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, frozen_memory, static_memory
 from pipesim.costs.ops import Comm, Op
-from pipesim.costs.muon import muon_split
+from pipesim.costs.muon import is_expert, muon_split
 from pipesim.costs.optimizer import optimizer_bytes
 from pipesim.costs.recompute_modules import module_recompute
 from pipesim.costs.roofline import CostModel
@@ -396,6 +396,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         n_rc_moe = n_moe if rc_limit is None else min(max(rc_limit - n_layers, 0), n_moe)
         flops = sum(n * d.flops for d, n in zip(dense, n_by_kind)) + sum(o.flops_fwd + o.flops_bwd for o in extras)
         ep = _MoEStage()
+        frozen_moe = 0.0         # LoRA: the MoE layers' frozen weights outside the routed experts
         left_rc = n_rc_moe
         for (_, part, keep), n, w in zip(moe_kinds, n_by_moe, w_by_moe):
             if not n:
@@ -404,6 +405,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             left_rc -= rc
             acc.add(s, cm, part.ops, n, memo)
             params += w * sum(o.params for o in part.ops)
+            frozen_moe += w * sum(o.params for o in part.ops if o.frozen and not is_expert(o))
             fp8_params += w * low_precision_params(part.ops)
             mx_params += w * fp8_gemm_params(part.ops) if tr.mxfp8_gemms else 0.0
             activation += rc * part.saved + (n - rc) * keep.saved
@@ -420,8 +422,10 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         dense_params = params - ep.params
         # LoRA (costs/lora.py): frozen weights are held (and ZeRO-3-sharded) but have no gradient or
         # optimizer state; `learn` of the dense parameters do
-        frozen = sum(n * d.frozen for d, n in zip(dense, w_by_kind)) + sum(o.params for o in extras if o.frozen)
+        frozen = sum(n * d.frozen for d, n in zip(dense, w_by_kind)) + sum(o.params for o in extras if o.frozen) \
+            + frozen_moe
         learn = dense_params - frozen
+        experts_learn = 0.0 if tr.lora_rank else ep.params        # LoRA leaves every expert frozen
         resident = not tr.reshard_after_forward
         edp = 1
         if ep.params:
@@ -435,7 +439,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             return group if tr.zero_stage >= 1 else 1
         muon_parts = muon_split(s, cm, [(d.ops, n) for d, n in zip(dense, n_by_kind)], extras, moe, n_moe,
                                 shard(dp_shard), shard(edp_shard))
-        adam_dense, adam_expert = muon_parts.adam_params(learn, ep.params)
+        adam_dense, adam_expert = muon_parts.adam_params(learn, experts_learn)
         fsdp2 = tr.fsdp2
         static = static_memory(learn, tr.precision, tr.optimizer, tr.zero_stage, dp_shard, resident,
                                adam_dense, s.moment_bytes, fsdp2)
@@ -443,10 +447,12 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             static = static.plus(frozen_memory(frozen, elem_of(tr), tr.zero_stage, dp_shard, resident))
         local_params = learn / shard(dp_shard)
         adam_local = adam_dense / shard(dp_shard) + adam_expert / shard(edp_shard)
-        if ep.params:
+        if experts_learn:
             static = static.plus(static_memory(ep.params, tr.precision, tr.optimizer, tr.zero_stage, edp_shard,
                                                resident, adam_expert, s.moment_bytes, fsdp2))
             local_params += ep.params / shard(edp_shard)
+        elif ep.params:
+            static = static.plus(frozen_memory(ep.params, elem_of(tr), tr.zero_stage, edp_shard, resident))
         if tr.grad_reduce_in_fp32 and elem_of(tr) < 4 and not fsdp2:
             static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
         if fp8_params:
@@ -461,10 +467,11 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             static = StaticMemory(static.weights + (copies - dropped) / shards, static.gradients,
                                   static.optimizer)
         elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
-        opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, params - frozen,
+        trainable = learn + experts_learn
+        opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, trainable,
                                                   adam_local, s.moment_bytes))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step, muon_parts, mx_params)
-        grad_bytes = (learn + ep.params * (moe.grad_ratio if moe else 1.0)) * elem
+        grad_bytes = (learn + experts_learn * (moe.grad_ratio if moe else 1.0)) * elem
         # FSDP2 copies each all-gathered layer into its parameters on the compute stream
         gather_f, gather_b = copy_out_seconds(s, cm, params, fp8_params, elem_of(tr))
         if gather_f:
@@ -505,7 +512,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_overlap_slow_fwd=moe.slow_fwd if n_moe else (1.0, 1.0),
             moe_overlap_slow_bwd=moe.slow_bwd if n_moe else (1.0, 1.0),
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None,
-            fp8_params=fp8_params, trainable_params=params - frozen if frozen else None))
+            fp8_params=fp8_params, trainable_params=trainable if tr.lora_rank else None))
     return out
 
 

@@ -34,6 +34,7 @@ def config_of(s):
         ("no latent projections", f"moe_latent_size {m.moe_latent_size}", not m.moe_latent_size),
         ("full causal attention", f"window_size {m.window_size}", not m.window_size),
         ("one document per sequence", f"document_length {tr.document_length}", tr.document_length is None),
+        ("every weight trained", f"lora_rank {tr.lora_rank}", not tr.lora_rank),
         ("optimizer adam or sgd", tr.optimizer, tr.optimizer != "muon"),
         ("recompute none, selective or full", tr.recompute, tr.recompute != "selective_op"
          and tr.recompute_modules == ("core_attn",))) if not ok]

@@ -302,7 +302,10 @@ def _check_lora(s: Scenario, loader: Loader) -> None:
             if on:
                 loader.fail(f"training.{key}", "shapes the LoRA adapters; set training.lora_rank to fine-tune with them")
         return
-    unmodelled = [(m.is_moe, "mixture-of-experts layers"), (bool(m.hybrid_layer_pattern), "hybrid layer patterns"),
+    if m.is_moe and {"fc1", "fc2"} & set(tr.lora_targets):
+        loader.fail("training.lora_targets", "adapters on the experts are not modelled: on a mixture-of-experts "
+                    "model target qkv and proj (the experts and the router stay frozen)")
+    unmodelled = [(bool(m.hybrid_layer_pattern), "hybrid layer patterns"),
                   (m.is_mla, "multi-head latent attention"), (bool(m.mtp_layers), "multi-token prediction"),
                   (par.tensor_mode != "1d", f"tensor_mode {par.tensor_mode}"),
                   (tr.optimizer == "muon", "the muon optimizer")]
