@@ -189,3 +189,39 @@ def test_a_larger_rank_or_one_more_target_never_shortens_the_step(layout):
     fewer = simulate(scenario(targets=("qkv",), **layout), trace=False).step_time_s
     more = simulate(scenario(targets=("qkv", "fc2"), **layout), trace=False).step_time_s
     assert fewer <= more
+
+
+def mla(tensor=1, targets=("q_down", "q_up", "kv_down", "kv_up", "proj"), **parallel):
+    return load_scenario({"model": {"preset": "deepseek-v3", "seq_length": 4096, "mtp_layers": 0, "num_layers": 4,
+                                    "num_experts": 0},
+                          "system": {"preset": "dgx-h100", "num_nodes": 1},
+                          "parallel": {"tensor": tensor, "pipeline": 1, "data": 8 // tensor, **parallel},
+                          "training": {"micro_batch_size": 1, "global_batch_size": 8 // tensor, "lora_rank": 16,
+                                       "lora_targets": list(targets)}})
+
+
+def test_latent_attention_takes_adapters_beside_its_own_linears():
+    ops = by_name(layer_ops(mla()))
+    assert {"lora_q_down", "lora_q_up", "lora_kv_down", "lora_kv_up", "lora_proj"} <= set(ops)
+    assert all(ops[n].frozen for n in ("q_down", "q_up", "kv_down", "kv_up", "proj"))
+    # q_down's and kv_down's adapters read the same normed input: kept once
+    mid = 4096 * 16 * 2
+    assert ops["lora_q_down"].saved_bytes == pytest.approx(4096 * 7168 * 2 + mid)
+    assert ops["lora_kv_down"].saved_bytes == pytest.approx(mid)
+    alone = by_name(layer_ops(mla(targets=("kv_down",))))
+    assert alone["lora_kv_down"].saved_bytes == pytest.approx(4096 * 7168 * 2 + mid)
+
+
+def test_a_duplicated_down_projections_adapter_gathers_both_outputs_on_the_ranks_tokens():
+    ops = by_name(layer_ops(mla(tensor=2, sequence_parallel=True)))
+    down, up = ops["lora_q_down"], ops["lora_q_up"]
+    assert [c.kind for c in down.comm_fwd] == ["all_gather", "all_gather"]
+    # on the rank's 2,048 tokens of the sequence shard, against the up-projection's gathered 4,096
+    assert down.gemms_fwd[0][1] == 2048 and up.gemms_fwd[0][1] == 4096
+
+
+def test_a_target_the_model_does_not_have_is_named():
+    with pytest.raises(ScenarioError, match="training.lora_targets: qkv: not a linear"):
+        mla(targets=("qkv", "proj"))
+    with pytest.raises(ScenarioError, match="training.lora_targets: q_down: not a linear"):
+        scenario(targets=("q_down",))

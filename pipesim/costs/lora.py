@@ -37,8 +37,13 @@ from dataclasses import replace
 
 from pipesim.costs.ops import Comm, Op
 
-# linears a LoRA adapter can sit beside -> their tensor-parallel role (costs/layers.py block_ops)
-LORA_TARGETS = {"qkv": "column", "proj": "row", "fc1": "column", "fc2": "row"}
+# linears a LoRA adapter can sit beside -> their tensor-parallel role (costs/layers.py block_ops;
+# multi-head latent attention's, costs/mla.py: the down-projections are duplicated over the
+# tensor group, each rank on its own tokens)
+LORA_TARGETS = {"qkv": "column", "proj": "row", "fc1": "column", "fc2": "row", "q_proj": "column",
+                "q_down": "duplicated", "q_up": "column", "kv_down": "duplicated", "kv_up": "column"}
+MLA_TARGETS = ("q_proj", "q_down", "q_up", "kv_down", "kv_up", "proj", "fc1", "fc2")
+GQA_TARGETS = ("qkv", "proj", "fc1", "fc2")
 
 
 def with_lora(s, ops: list[Op], sh) -> list[Op]:
@@ -48,11 +53,13 @@ def with_lora(s, ops: list[Op], sh) -> list[Op]:
     if not tr.lora_rank:
         return ops
     shares_o = any(o.flash for o in ops)        # a fused attention keeps O, proj's input
+    # MLA's two down-projections read the same normed input: one tensor, kept once
+    shared = {"proj": shares_o, "kv_down": "q_down" in tr.lora_targets and any(o.name == "q_down" for o in ops)}
     out = []
     for op in ops:
         out.append(frozen(op) if op.params else op)
         if op.name in tr.lora_targets:
-            out.append(adapter(op, sh, tr, LORA_TARGETS[op.name], shares_input=op.name == "proj" and shares_o))
+            out.append(adapter(op, sh, tr, LORA_TARGETS[op.name], shares_input=shared.get(op.name, False)))
     return out
 
 
@@ -78,16 +85,18 @@ def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
     (_, n, k, _, k_div), *more = base.matrices
     n += sum(count * rows for count, rows, *_ in more)         # Q, K and V apart (qkv)
     t, e, T = sh.tp.size, sh.e, sh.tokens
+    if role == "duplicated":            # on the rank's own tokens (a slice of them under SP)
+        T = T / sh.tp.token_div
     k_loc = k / k_div                   # A's input: whole beside a column-parallel base, a slice beside a row one
-    r_in = r / t if role == "column" else r                  # A's output columns per GPU
+    r_in = r if role == "row" else r / t                     # A's output columns per GPU
     n_loc = n / t                                            # B is column-parallel either way
     params = k_loc * r_in + r * n_loc
     flops = 2 * T * params
     dtype = "bf16" if base.gemms_fwd[0][4] in ("fp8", "fp4") else base.gemms_fwd[0][4]
     x, mid = T * k_loc * e, T * r * e
     # the adapter's output as the scaling and the sum with the base pass over it: gathered beside
-    # a row-parallel base (scattered again under sequence parallelism)
-    out = T * n * e / (t if role == "column" or sh.tp.sequence_parallel else 1)
+    # a row-parallel base (scattered again under sequence parallelism) or a duplicated one
+    out = T * n * e / (t if role == "column" or (role == "row" and sh.tp.sequence_parallel) else 1)
     # A reads X and writes its r columns, B reads them and writes its n/t; the scaling (a read and a
     # write) and the sum (two reads, a write). Backward: the scaling's gradient; B's input and
     # weight gradients (dY in, its input read again, dmid out); A's (dmid in, X read again, dX
@@ -95,13 +104,13 @@ def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
     fwd_bytes = x + T * r_in * e + mid + T * n_loc * e + params * e + 5 * out
     bwd_bytes = 2 * out + (T * n_loc * e + 2 * mid) + (mid + 2 * x) + 2 * params * e + 3 * x
     comm_f, comm_b = _adapter_comms(sh, role, mid, T * k * e, T * n * e, tr.lora_a2a)
-    saved = (0.0 if shares_input else base_input_bytes(sh, role, k)) + mid
+    saved = (0.0 if shares_input else x) + mid
     if tr.lora_dropout:
         # dropout (position pre) writes a masked copy of X, kept with its 1-byte mask for A's weight
         # gradient; its backward masks A's input gradient (a read of each and a write)
         fwd_bytes += 2 * x + x / e
         bwd_bytes += 2 * x + x / e
-        saved = base_input_bytes(sh, role, k) * (1 + 1 / e) + mid
+        saved = x * (1 + 1 / e) + mid
     # profile lookups (a calibrated profile times the small GEMMs with their framework overhead):
     # each GEMM (m, k, n) forward, then its input gradient (m, n, k) and weight gradient (k, m, n)
     fwd_shapes = ((T, k_loc, r_in), (T, r, n_loc))
@@ -115,14 +124,6 @@ def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
                          (1, T, k_loc, r_in, dtype), (1, k_loc, r_in, T, dtype, "wgrad")))
 
 
-def base_input_bytes(sh, role: str, k: float) -> float:
-    """16-bit bytes of the targeted linear's input as a LoRA-A weight gradient keeps it: the
-    sequence-sharded norm output beside a column-parallel base, the row-parallel input slice."""
-    if role == "column":
-        return sh.tokens / sh.tp.token_div * k * sh.e
-    return sh.tokens * k * sh.e / sh.tp.size
-
-
 def _adapter_comms(sh, role: str, mid: float, x: float, y: float, a2a: bool) -> tuple[tuple, tuple]:
     """(forward, backward) tensor-group collectives of an adapter (module docstring); `a2a`: the
     row-parallel adapter's output reaches the sequence split by one all-to-all of its n/t columns
@@ -131,6 +132,9 @@ def _adapter_comms(sh, role: str, mid: float, x: float, y: float, a2a: bool) -> 
     if t == 1:
         return (), ()
     sp = sh.tp.sequence_parallel
+    if role == "duplicated":    # A's r/t gathered, B's n/t gathered to the whole width (gather_output)
+        return ((Comm("all_gather", mid, "tp", t), Comm("all_gather", y, "tp", t)),
+                (Comm("all_reduce", mid, "tp", t),) + (() if sp else (Comm("all_reduce", x, "tp", t),)))
     if role == "column":
         return (Comm("all_gather", mid, "tp", t),), (() if sp else (Comm("all_reduce", x, "tp", t),))
     if sp and a2a:

@@ -304,9 +304,18 @@ def _check_lora(s: Scenario, loader: Loader) -> None:
         return
     if m.is_moe and {"fc1", "fc2"} & set(tr.lora_targets):
         loader.fail("training.lora_targets", "adapters on the experts are not modelled: on a mixture-of-experts "
-                    "model target qkv and proj (the experts and the router stay frozen)")
+                    "model target the attention's linears (qkv, proj; with latent attention q_down, q_up, kv_down, "
+                    "kv_up, proj); the experts and the router stay frozen")
+    from pipesim.costs.lora import GQA_TARGETS, MLA_TARGETS
+    linears = tuple(n for n in MLA_TARGETS if n not in (("q_down", "q_up") if not m.q_lora_rank else ("q_proj",))) \
+        if m.is_mla else GQA_TARGETS
+    missing = [n for n in tr.lora_targets if n not in linears]
+    if missing:
+        loader.fail("training.lora_targets", f"{', '.join(missing)}: not a linear of this model's layers; it has "
+                    f"{', '.join(linears)}")
     unmodelled = [(bool(m.hybrid_layer_pattern), "hybrid layer patterns"),
-                  (m.is_mla, "multi-head latent attention"), (bool(m.mtp_layers), "multi-token prediction"),
+                  (m.attention_variant == "dsa", "DeepSeek sparse attention"),
+                  (bool(m.mtp_layers), "multi-token prediction"),
                   (par.tensor_mode != "1d", f"tensor_mode {par.tensor_mode}"),
                   (tr.optimizer == "muon", "the muon optimizer")]
     for hit, what in unmodelled:
