@@ -27,9 +27,14 @@ src/megatron/bridge/peft/utils.py, wrapped by LoRALinear in peft/lora_layers.py:
   - beside a row-parallel base (proj, fc2): linear_in a RowParallelLinear k/t -> r (all-reduce of
     T x r), linear_out a ColumnParallelLinear r -> n with gather_output (an all-gather of T x n;
     under sequence parallelism scattered back, so its backward all-gathers the gradient); the
-    backward all-reduces linear_out's input gradient (T x r).
-  It keeps its input (the base's, shared with the fused attention's output for proj) and A's
-  output; the scaling and the sum with the base output are two elementwise passes each way.
+    backward all-reduces linear_out's input gradient (T x r);
+  - beside a duplicated base (multi-head latent attention's q_down and kv_down: the whole weight on
+    every rank, on its own tokens; base_linear_is_parallel False): both A's and B's outputs
+    gathered (gather_output), on the rank's tokens.
+  It keeps its input (shared with the fused attention's output for proj; under sequence
+  parallelism the gathered norm output beside a column-parallel base, as Bridge has Transformer
+  Engine return it, return_layernorm_output_gathered) and A's output; the scaling and the sum
+  with the base output are two elementwise passes each way.
 """
 from __future__ import annotations
 
