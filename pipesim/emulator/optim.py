@@ -13,12 +13,12 @@ ADAM_EPS = 1e-8
 LR = 1e-4
 
 
-def unique_params(modules) -> list:
-    """The parameters that learn (a frozen LoRA base is left out), each once."""
+def unique_params(modules, learning: bool = True) -> list:
+    """The parameters, each once; `learning`: only those that learn (a frozen LoRA base left out)."""
     seen, out = set(), []
     for m in modules:
         for p in m.parameters():
-            if id(p) not in seen and p.requires_grad:
+            if id(p) not in seen and (p.requires_grad or not learning):
                 seen.add(id(p))
                 out.append(p)
     return out

@@ -156,8 +156,9 @@ def run_worker(cfg: dict) -> dict:
     muon = (builder.names, (m.num_attention_heads // m.kv_heads * m.head_dim, m.head_dim, m.head_dim),
             s.training.muon_ns_steps) if s.training.optimizer == "muon" else None
     opt = Optimizer(all_params, s.training.optimizer, muon)
-    counter.skip_storage_of(all_params)
-    counter.set_static("weights", sum(p.numel() * p.element_size() for p in all_params))
+    held = unique_params([rt.stages[k] for k in sorted(rt.stages)], learning=False)     # frozen ones too
+    counter.skip_storage_of(held)
+    counter.set_static("weights", sum(p.numel() * p.element_size() for p in held))
     counter.set_static("gradients", sum(b.numel() * b.element_size() for b in rt.grad_buffers.values()))
     counter.set_static("optimizer", opt.nbytes())
     rec.offset = _clock_offset(rt.rank)
