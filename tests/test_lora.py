@@ -29,7 +29,7 @@ def by_name(ops):
 
 def test_llama2_70b_with_rank_16_on_qkv_and_proj_trains_44_6_million_weights():
     # per layer: A (8192 -> 16) and B (16 -> 8192 + 2 x 1024) beside qkv, A and B (8192 <-> 16)
-    # beside proj: 557,056 x 80 layers (the count PEFT prints for MLPerf's llama2_70b_lora)
+    # beside proj: 557,056 x 80 layers
     s = scenario()
     assert total_params(s, learning=True) == 44_564_480
     assert total_params(s) == pytest.approx(total_params(scenario(lora=0)) + 44_564_480)
