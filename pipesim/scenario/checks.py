@@ -294,8 +294,9 @@ def _check_documents(s: Scenario, loader: Loader) -> None:
 
 
 def _check_lora(s: Scenario, loader: Loader) -> None:
-    """LoRA (pipesim.costs.lora) is modelled on dense transformer blocks with 1-D tensor
-    parallelism and Adam / SGD; elsewhere the frozen weights and adapters would not be costed."""
+    """LoRA (pipesim.costs.lora) is modelled on transformer blocks with grouped-query or latent
+    attention, dense or mixture-of-experts (adapters on the attention), 1-D tensor parallelism and
+    Adam / SGD; elsewhere the frozen weights and adapters would not be costed."""
     m, par, tr = s.model, s.parallel, s.training
     if not tr.lora_rank:
         for key, on in (("lora_dropout", tr.lora_dropout), ("lora_a2a", tr.lora_a2a)):
@@ -320,8 +321,9 @@ def _check_lora(s: Scenario, loader: Loader) -> None:
                   (tr.optimizer == "muon", "the muon optimizer")]
     for hit, what in unmodelled:
         if hit:
-            loader.fail("training.lora_rank", f"LoRA is modelled on dense transformer blocks with 1-D tensor "
-                        f"parallelism and adam / sgd; this scenario has {what}")
+            loader.fail("training.lora_rank", f"LoRA is not modelled with {what} (it is on transformer blocks with "
+                        f"grouped-query or latent attention, dense or mixture-of-experts, 1-D tensor parallelism, "
+                        f"adam or sgd)")
     if tr.lora_rank > m.hidden_size:
         loader.fail("training.lora_rank", f"{tr.lora_rank} is above hidden_size({m.hidden_size}): a low-rank "
                     f"adapter's rank is at most its linear's smaller side")
