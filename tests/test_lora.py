@@ -225,3 +225,20 @@ def test_a_target_the_model_does_not_have_is_named():
         mla(targets=("qkv", "proj"))
     with pytest.raises(ScenarioError, match="training.lora_targets: q_down: not a linear"):
         scenario(targets=("q_down",))
+
+
+def test_a_hybrid_models_mixers_take_adapters_beside_in_proj_and_out_proj():
+    s = load_scenario({"model": {"preset": "nemotronh-8b", "seq_length": 4096},
+                       "system": {"preset": "dgx-h100", "num_nodes": 1},
+                       "parallel": {"tensor": 2, "pipeline": 1, "data": 4},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 8, "lora_rank": 8,
+                                    "lora_targets": ["in_proj", "out_proj", "qkv"]}})
+    mamba = by_name(layer_ops(s, "mamba"))
+    assert {"lora_in_proj", "lora_out_proj"} <= set(mamba) and mamba["in_proj"].frozen and mamba["out_proj"].frozen
+    # every weight of the mixer (conv, norm, A, D) frozen; only the adapters learn
+    assert all(o.frozen for n, o in mamba.items() if o.params and not n.startswith("lora_"))
+    # A beside the column-parallel in_proj: its 8 / 2 rows on the hidden size; B on in_proj's output rows
+    assert mamba["lora_in_proj"].gemms_fwd[0][2:4] == (4, 4096)
+    assert mamba["lora_in_proj"].gemms_fwd[1][2] == mamba["in_proj"].gemms_fwd[0][2]
+    assert "lora_qkv" in by_name(layer_ops(s, "attention"))
+    assert simulate(s, trace=False).step_time_s > 0

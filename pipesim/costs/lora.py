@@ -15,7 +15,8 @@ tokens x h).
 Not modelled: the first layer's input gradient up to its first adapter is not needed either
 (a part of one layer's backward). On a mixture-of-experts model the adapters sit beside qkv and
 proj; the router and the experts stay frozen (grouped expert GEMMs lose their weight gradients,
-the all-to-alls stay), as Megatron-Bridge's LoRA on attention only.
+the all-to-alls stay), as Megatron-Bridge's LoRA on attention only. A hybrid model's Mamba-2 /
+Gated DeltaNet mixer takes them beside in_proj (column-parallel) and out_proj (row-parallel).
 
 The adapter of a target (Megatron-Bridge's ParallelLinearAdapter,
 src/megatron/bridge/peft/utils.py, wrapped by LoRALinear in peft/lora_layers.py: output = base(x)
@@ -46,9 +47,22 @@ from pipesim.costs.ops import Comm, Op
 # multi-head latent attention's, costs/mla.py: the down-projections are duplicated over the
 # tensor group, each rank on its own tokens)
 LORA_TARGETS = {"qkv": "column", "proj": "row", "fc1": "column", "fc2": "row", "q_proj": "column",
-                "q_down": "duplicated", "q_up": "column", "kv_down": "duplicated", "kv_up": "column"}
-MLA_TARGETS = ("q_proj", "q_down", "q_up", "kv_down", "kv_up", "proj", "fc1", "fc2")
-GQA_TARGETS = ("qkv", "proj", "fc1", "fc2")
+                "q_down": "duplicated", "q_up": "column", "kv_down": "duplicated", "kv_up": "column",
+                "in_proj": "column", "out_proj": "row"}      # a Mamba-2 / Gated DeltaNet mixer's
+
+
+def model_linears(m) -> tuple[str, ...]:
+    """The linears of model `m`'s layers an adapter can sit beside (lora_targets)."""
+    if m.is_mla:
+        attention = ("q_down", "q_up", "kv_down", "kv_up", "proj") if m.q_lora_rank else ("q_proj", "kv_down", "kv_up",
+                                                                                          "proj")
+    else:
+        attention = ("qkv", "proj")
+    if not m.hybrid_layer_pattern:
+        return attention + ("fc1", "fc2")
+    kinds = set(m.hybrid_layer_pattern)
+    return ((attention if "*" in kinds else ()) + (("fc1", "fc2") if kinds & set("-E") else ())
+            + (("in_proj", "out_proj") if kinds & set("MG") else ()))
 
 
 def with_lora(s, ops: list[Op], sh) -> list[Op]:
@@ -87,12 +101,14 @@ def frozen(op: Op) -> Op:
 def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
     """The LoRA adapter of linear `base` (module docstring), per GPU and micro-batch."""
     r = tr.lora_rank
-    (_, n, k, _, k_div), *more = base.matrices
-    n += sum(count * rows for count, rows, *_ in more)         # Q, K and V apart (qkv)
     t, e, T = sh.tp.size, sh.e, sh.tokens
+    # the base's forward GEMM (1, tokens, n, k) on this GPU (layers.matmul, 1-D tensor parallelism):
+    # its output columns are split beside a column-parallel base, its input beside a row one
+    _, _, n_base, k_loc, *_ = base.gemms_fwd[0]
+    n = n_base * t if role == "column" else n_base
+    k = k_loc * t if role == "row" else k_loc
     if role == "duplicated":            # on the rank's own tokens (a slice of them under SP)
         T = T / sh.tp.token_div
-    k_loc = k / k_div                   # A's input: whole beside a column-parallel base, a slice beside a row one
     r_in = r if role == "row" else r / t                     # A's output columns per GPU
     n_loc = n / t                                            # B is column-parallel either way
     params = k_loc * r_in + r * n_loc

@@ -451,9 +451,10 @@ def check_supported(s) -> None:
     if s.training.document_length is not None and m.is_mla:
         raise ScenarioError(f"{where}: training.document_length={s.training.document_length}: the emulator masks "
                             f"packed documents in grouped-query attention only, not {m.attention_variant}")
-    if s.training.lora_rank and (m.is_moe or m.is_mla):
+    if s.training.lora_rank and (m.is_moe or m.is_mla or m.hybrid_layer_pattern):
         raise ScenarioError(f"{where}: training.lora_rank={s.training.lora_rank}: the emulator runs LoRA on dense "
-                            f"grouped-query-attention blocks, not on mixture-of-experts or latent-attention models")
+                            f"grouped-query-attention blocks, not on mixture-of-experts, latent-attention or "
+                            f"hybrid models")
     if s.training.lora_dropout:
         raise ScenarioError(f"{where}: training.lora_dropout={s.training.lora_dropout}: the emulator's adapters run "
                             f"without dropout; set it to 0")

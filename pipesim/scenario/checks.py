@@ -295,8 +295,9 @@ def _check_documents(s: Scenario, loader: Loader) -> None:
 
 def _check_lora(s: Scenario, loader: Loader) -> None:
     """LoRA (pipesim.costs.lora) is modelled on transformer blocks with grouped-query or latent
-    attention, dense or mixture-of-experts (adapters on the attention), 1-D tensor parallelism and
-    Adam / SGD; elsewhere the frozen weights and adapters would not be costed."""
+    attention, dense or mixture-of-experts (adapters on the attention), and on hybrid models' Mamba /
+    Gated DeltaNet mixers, with 1-D tensor parallelism and Adam / SGD; elsewhere the frozen weights
+    and adapters would not be costed."""
     m, par, tr = s.model, s.parallel, s.training
     if not tr.lora_rank:
         for key, on in (("lora_dropout", tr.lora_dropout), ("lora_a2a", tr.lora_a2a)):
@@ -307,23 +308,21 @@ def _check_lora(s: Scenario, loader: Loader) -> None:
         loader.fail("training.lora_targets", "adapters on the experts are not modelled: on a mixture-of-experts "
                     "model target the attention's linears (qkv, proj; with latent attention q_down, q_up, kv_down, "
                     "kv_up, proj); the experts and the router stay frozen")
-    from pipesim.costs.lora import GQA_TARGETS, MLA_TARGETS
-    linears = tuple(n for n in MLA_TARGETS if n not in (("q_down", "q_up") if not m.q_lora_rank else ("q_proj",))) \
-        if m.is_mla else GQA_TARGETS
+    from pipesim.costs.lora import model_linears
+    linears = model_linears(m)
     missing = [n for n in tr.lora_targets if n not in linears]
     if missing:
         loader.fail("training.lora_targets", f"{', '.join(missing)}: not a linear of this model's layers; it has "
                     f"{', '.join(linears)}")
-    unmodelled = [(bool(m.hybrid_layer_pattern), "hybrid layer patterns"),
-                  (m.attention_variant == "dsa", "DeepSeek sparse attention"),
+    unmodelled = [(m.attention_variant == "dsa", "DeepSeek sparse attention"),
                   (bool(m.mtp_layers), "multi-token prediction"),
                   (par.tensor_mode != "1d", f"tensor_mode {par.tensor_mode}"),
                   (tr.optimizer == "muon", "the muon optimizer")]
     for hit, what in unmodelled:
         if hit:
             loader.fail("training.lora_rank", f"LoRA is not modelled with {what} (it is on transformer blocks with "
-                        f"grouped-query or latent attention, dense or mixture-of-experts, 1-D tensor parallelism, "
-                        f"adam or sgd)")
+                        f"grouped-query or latent attention, dense, mixture-of-experts or hybrid, 1-D tensor "
+                        f"parallelism, adam or sgd)")
     if tr.lora_rank > m.hidden_size:
         loader.fail("training.lora_rank", f"{tr.lora_rank} is above hidden_size({m.hidden_size}): a low-rank "
                     f"adapter's rank is at most its linear's smaller side")

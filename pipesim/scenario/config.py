@@ -394,11 +394,13 @@ class TrainingConfig:
     lora_rank: int = field(0, doc="LoRA fine-tuning: the base weights frozen, a trainable adapter of this rank "
                                   "beside each linear of lora_targets (Hu et al. 2021; Megatron-Bridge's LoRA; "
                                   "pipesim/costs/lora.py); 0 = every weight trains")
-    lora_targets: tuple[Literal["qkv", "proj", "fc1", "fc2", "q_proj", "q_down", "q_up", "kv_down", "kv_up"], ...] = field(
+    lora_targets: tuple[Literal["qkv", "proj", "fc1", "fc2", "q_proj", "q_down", "q_up", "kv_down", "kv_up",
+                                "in_proj", "out_proj"], ...] = field(
         ("qkv", "proj", "fc1", "fc2"), doc="with lora_rank: the linears that get an adapter (Megatron-Bridge's "
                                            "default: linear_qkv, linear_proj, linear_fc1, linear_fc2; MLPerf's "
                                            "llama2_70b_lora: qkv and proj; multi-head latent attention has "
-                                           "q_down, q_up (or q_proj), kv_down, kv_up and proj instead of qkv)")
+                                           "q_down, q_up (or q_proj), kv_down, kv_up and proj instead of qkv; "
+                                           "a hybrid model's Mamba / Gated DeltaNet mixers in_proj and out_proj)")
     lora_dropout: float = field(0.0, doc="with lora_rank: dropout on each adapter's input (Megatron-Bridge LoRA "
                                          "dropout, position pre; MLPerf's llama2_70b_lora: 0.1): a masked copy of the "
                                          "input kept for the backward")
