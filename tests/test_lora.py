@@ -113,13 +113,14 @@ def test_bad_lora_settings_get_one_line_errors_naming_the_key(training, key):
     assert "\n" not in str(e.value)
 
 
-def moe(lora=16, targets=("qkv", "proj")):
+def moe(lora=16, targets=("qkv", "proj"), expert_tensor=1):
     tr = {"micro_batch_size": 1, "global_batch_size": 16, "zero_stage": 1}
     if lora:
         tr.update(lora_rank=lora, lora_targets=list(targets))
     return load_scenario({"model": {"preset": "qwen3-30b-a3b", "seq_length": 4096},
                           "system": {"preset": "dgx-h100", "num_nodes": 2},
-                          "parallel": {"tensor": 1, "pipeline": 1, "data": 16, "expert": 8}, "training": tr})
+                          "parallel": {"tensor": 1, "pipeline": 1, "data": 16, "expert": 8 // expert_tensor,
+                                       "expert_tensor": expert_tensor}, "training": tr})
 
 
 def test_lora_on_a_mixture_of_experts_model_freezes_the_experts_and_the_router():
@@ -137,9 +138,20 @@ def test_lora_on_a_mixture_of_experts_model_freezes_the_experts_and_the_router()
     assert simulate(moe(), trace=False).step_time_s < simulate(moe(lora=0), trace=False).step_time_s
 
 
-def test_adapters_on_the_experts_are_refused():
-    with pytest.raises(ScenarioError, match="training.lora_targets.*experts"):
-        moe(targets=("qkv", "fc1"))
+def test_an_adapter_beside_the_experts_is_shared_by_the_ranks_local_experts():
+    # Megatron-Bridge's share_expert_adapters: one A and one B over every row the rank's 16 local
+    # experts received, an expert weight (sharded by EP, reduced over expert-data parallelism)
+    s = moe(targets=("qkv", "proj", "fc1", "fc2"))
+    ops = by_name(layer_ops(s, True))
+    fc1, fc2 = ops["expert_lora_fc1"], ops["expert_lora_fc2"]
+    assert fc1.params == 16 * (2048 + 2 * 768) and fc2.params == 16 * (768 + 2048)
+    rows = ops["expert_fc1"].matrices[0][0] * ops["expert_fc1"].gemms_fwd[0][1]
+    assert fc1.gemms_fwd[0][1] == rows and not fc1.comm_fwd and not fc1.frozen
+    attention_only, with_experts = stage_costs(moe())[0], stage_costs(s)[0]
+    assert with_experts.expert_params - attention_only.expert_params == pytest.approx(48 * (fc1.params + fc2.params))
+    assert with_experts.grad_bytes > attention_only.grad_bytes
+    with pytest.raises(ScenarioError, match="training.lora_targets.*expert tensor parallelism"):
+        moe(targets=("qkv", "fc1"), expert_tensor=2)
 
 
 def test_adapter_dropout_keeps_a_masked_copy_of_each_input():

@@ -13,9 +13,10 @@ The embedding's backward does not run (its output needs no gradient). Norm weigh
 too; their backward kernels are costed as before (dgamma is h elements against the kernel's
 tokens x h).
 Not modelled: the first layer's input gradient up to its first adapter is not needed either
-(a part of one layer's backward). On a mixture-of-experts model the adapters sit beside qkv and
-proj; the router and the experts stay frozen (grouped expert GEMMs lose their weight gradients,
-the all-to-alls stay), as Megatron-Bridge's LoRA on attention only. A hybrid model's Mamba-2 /
+(a part of one layer's backward). On a mixture-of-experts model the router and the experts are
+frozen (grouped expert GEMMs lose their weight gradients, the all-to-alls stay); fc1 / fc2 put an
+adapter beside the shared experts' linears and one beside each routed-expert grouped GEMM, shared
+by the rank's local experts (expert_adapter). A hybrid model's Mamba-2 /
 Gated DeltaNet mixer takes them beside in_proj (column-parallel) and out_proj (row-parallel).
 
 The adapter of a target (Megatron-Bridge's ParallelLinearAdapter,
@@ -48,7 +49,11 @@ from pipesim.costs.ops import Comm, Op
 # tensor group, each rank on its own tokens)
 LORA_TARGETS = {"qkv": "column", "proj": "row", "fc1": "column", "fc2": "row", "q_proj": "column",
                 "q_down": "duplicated", "q_up": "column", "kv_down": "duplicated", "kv_up": "column",
-                "in_proj": "column", "out_proj": "row"}      # a Mamba-2 / Gated DeltaNet mixer's
+                "in_proj": "column", "out_proj": "row",      # a Mamba-2 / Gated DeltaNet mixer's
+                "shared_fc1": "column", "shared_fc2": "row"}  # an MoE layer's shared experts
+# an MoE layer's linears -> the target that names them (Bridge matches linear_fc1 / linear_fc2 in the
+# routed and the shared experts alike)
+MOE_TARGET = {"shared_fc1": "fc1", "shared_fc2": "fc2", "expert_fc1": "fc1", "expert_fc2": "fc2"}
 
 
 def model_linears(m) -> tuple[str, ...]:
@@ -77,7 +82,11 @@ def with_lora(s, ops: list[Op], sh) -> list[Op]:
     out = []
     for op in ops:
         out.append(frozen(op) if op.params else op)
-        if op.name in tr.lora_targets:
+        if MOE_TARGET.get(op.name, op.name) not in tr.lora_targets:
+            continue
+        if op.name.startswith("expert_"):
+            out.append(expert_adapter(op, sh, tr))
+        else:
             out.append(adapter(op, sh, tr, LORA_TARGETS[op.name], shares_input=shared.get(op.name, False)))
     return out
 
@@ -143,6 +152,34 @@ def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
               gemms_fwd=((1, T, r_in, k_loc, dtype), (1, T, n_loc, r, dtype)),
               gemms_bwd=((1, T, r, n_loc, dtype), (1, r, n_loc, T, dtype, "wgrad"),
                          (1, T, k_loc, r_in, dtype), (1, k_loc, r_in, T, dtype, "wgrad")))
+
+
+def expert_adapter(base: Op, sh, tr) -> Op:
+    """The adapter beside a routed-expert grouped GEMM (moe.grouped_gemm), one shared by the rank's
+    local experts (Megatron-Bridge's default, share_expert_adapters: one A and one B over all the
+    rows the rank's experts received). It is an expert weight (`expert_` named): sharded by expert
+    parallelism, its gradient reduced over expert-data parallelism; no tensor-group collective
+    (expert tensor parallelism 1)."""
+    r, e = tr.lora_rank, sh.e
+    groups = base.matrices[0][0]
+    _, m_e, n, k, *_ = base.gemms_fwd[0]
+    rows = groups * m_e
+    dtype = "bf16" if base.gemms_fwd[0][4] in ("fp8", "fp4") else base.gemms_fwd[0][4]
+    params = r * (k + n)
+    flops = 2 * rows * params
+    x, mid, out = rows * k * e, rows * r * e, rows * n * e
+    fwd_bytes = x + 2 * mid + out + params * e + 5 * out
+    bwd_bytes = 2 * out + (out + 2 * mid) + (mid + 2 * x) + 2 * params * e + 3 * x
+    saved = x + mid
+    if tr.lora_dropout:
+        fwd_bytes += 2 * x + x / e
+        bwd_bytes += 2 * x + x / e
+        saved = x * (1 + 1 / e) + mid
+    return Op(f"expert_lora_{base.name[len('expert_'):]}", "matmul", flops, 2 * flops, fwd_bytes, bwd_bytes,
+              saved_bytes=saved, params=params, dgrad_fraction=0.5, param_tensors=2,
+              gemms_fwd=((1, rows, r, k, dtype), (1, rows, n, r, dtype)),
+              gemms_bwd=((1, rows, r, n, dtype), (1, r, n, rows, dtype, "wgrad"),
+                         (1, rows, k, r, dtype), (1, k, r, rows, dtype, "wgrad")))
 
 
 def _adapter_comms(sh, role: str, mid: float, x: float, y: float, a2a: bool) -> tuple[tuple, tuple]:

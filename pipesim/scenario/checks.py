@@ -304,10 +304,9 @@ def _check_lora(s: Scenario, loader: Loader) -> None:
             if on:
                 loader.fail(f"training.{key}", "shapes the LoRA adapters; set training.lora_rank to fine-tune with them")
         return
-    if m.is_moe and {"fc1", "fc2"} & set(tr.lora_targets):
-        loader.fail("training.lora_targets", "adapters on the experts are not modelled: on a mixture-of-experts "
-                    "model target the attention's linears (qkv, proj; with latent attention q_down, q_up, kv_down, "
-                    "kv_up, proj); the experts and the router stay frozen")
+    if m.is_moe and {"fc1", "fc2"} & set(tr.lora_targets) and par.expert_tensor > 1:
+        loader.fail("training.lora_targets", f"adapters on the experts are modelled without expert tensor "
+                    f"parallelism; parallel.expert_tensor is {par.expert_tensor} (or target the attention's linears)")
     from pipesim.costs.lora import model_linears
     linears = model_linears(m)
     missing = [n for n in tr.lora_targets if n not in linears]
