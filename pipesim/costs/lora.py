@@ -11,13 +11,13 @@ weight.requires_grad`, `requires_wgrad = weight_requires_grad`):
   - its weight has no gradient, optimizer state or data-parallel reduction (costs/stage.py).
 The embedding's backward does not run (its output needs no gradient). Norm weights are frozen
 too; their backward kernels are costed as before (dgamma is h elements against the kernel's
-tokens x h).
+tokens x h). On a mixture-of-experts model the router and the experts are frozen (grouped
+expert GEMMs lose their weight gradients, the all-to-alls stay); fc1 / fc2 put an adapter beside
+the shared experts' linears and one beside each routed-expert grouped GEMM, shared by the rank's
+local experts (expert_adapter). A hybrid model's Mamba-2 / Gated DeltaNet mixer takes them beside
+in_proj (column-parallel) and out_proj (row-parallel).
 Not modelled: the first layer's input gradient up to its first adapter is not needed either
-(a part of one layer's backward). On a mixture-of-experts model the router and the experts are
-frozen (grouped expert GEMMs lose their weight gradients, the all-to-alls stay); fc1 / fc2 put an
-adapter beside the shared experts' linears and one beside each routed-expert grouped GEMM, shared
-by the rank's local experts (expert_adapter). A hybrid model's Mamba-2 /
-Gated DeltaNet mixer takes them beside in_proj (column-parallel) and out_proj (row-parallel).
+(a part of one layer's backward).
 
 The adapter of a target (Megatron-Bridge's ParallelLinearAdapter,
 src/megatron/bridge/peft/utils.py, wrapped by LoRALinear in peft/lora_layers.py: output = base(x)
