@@ -397,7 +397,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         flops = sum(n * d.flops for d, n in zip(dense, n_by_kind)) + sum(o.flops_fwd + o.flops_bwd for o in extras)
         ep = _MoEStage()
         frozen_moe = 0.0         # LoRA: the MoE layers' frozen weights outside the routed experts
-        ep_learn = 0.0           # ... and the routed experts' weights that learn (their adapters)
+        experts_learn = 0.0      # the routed experts' weights that learn (a LoRA run's: their adapters)
         left_rc = n_rc_moe
         for (_, part, keep), n, w in zip(moe_kinds, n_by_moe, w_by_moe):
             if not n:
@@ -407,7 +407,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             acc.add(s, cm, part.ops, n, memo)
             params += w * sum(o.params for o in part.ops)
             frozen_moe += w * sum(o.params for o in part.ops if o.frozen and not is_expert(o))
-            ep_learn += w * sum(o.params for o in part.ops if is_expert(o) and not o.frozen)
+            experts_learn += w * sum(o.params for o in part.ops if is_expert(o) and not o.frozen)
             fp8_params += w * low_precision_params(part.ops)
             mx_params += w * fp8_gemm_params(part.ops) if tr.mxfp8_gemms else 0.0
             activation += rc * part.saved + (n - rc) * keep.saved
@@ -427,7 +427,6 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         frozen = sum(n * d.frozen for d, n in zip(dense, w_by_kind)) + sum(o.params for o in extras if o.frozen) \
             + frozen_moe
         learn = dense_params - frozen
-        experts_learn = ep_learn                  # all of them but a LoRA run's frozen experts
         resident = not tr.reshard_after_forward
         edp = 1
         if ep.params:
