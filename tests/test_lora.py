@@ -254,3 +254,17 @@ def test_a_hybrid_models_mixers_take_adapters_beside_in_proj_and_out_proj():
     assert mamba["lora_in_proj"].gemms_fwd[1][2] == mamba["in_proj"].gemms_fwd[0][2]
     assert "lora_qkv" in by_name(layer_ops(s, "attention"))
     assert simulate(s, trace=False).step_time_s > 0
+
+
+def test_sp_regather_keeps_the_shard_and_gathers_it_again_in_the_backward():
+    kept = by_name(layer_ops(scenario(sequence_parallel=True)))["lora_qkv"]
+    again = by_name(layer_ops(scenario(sequence_parallel=True, lora_sp_regather=True)))["lora_qkv"]
+    mid = 4096 * 16 * 2
+    assert kept.saved_bytes - mid == pytest.approx(8 * (again.saved_bytes - mid))     # TP 8
+    assert [c.kind for c in again.comm_bwd] == [c.kind for c in kept.comm_bwd] + ["all_gather"]
+    assert stage_costs(scenario(sequence_parallel=True, lora_sp_regather=True))[0].activation_bytes < \
+        stage_costs(scenario(sequence_parallel=True))[0].activation_bytes
+    with pytest.raises(ScenarioError, match="training.lora_sp_regather"):
+        scenario(lora_sp_regather=True)                 # no sequence parallelism to re-gather
+    with pytest.raises(ScenarioError, match="training.lora_sp_regather"):
+        scenario(sequence_parallel=True, lora_sp_regather=True, recompute="full")

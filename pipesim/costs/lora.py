@@ -134,13 +134,20 @@ def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
     fwd_bytes = x + T * r_in * e + mid + T * n_loc * e + params * e + 5 * out
     bwd_bytes = 2 * out + (T * n_loc * e + 2 * mid) + (mid + 2 * x) + 2 * params * e + 3 * x
     comm_f, comm_b = _adapter_comms(sh, role, mid, T * k * e, T * n * e, tr.lora_a2a)
-    saved = (0.0 if shares_input else x) + mid
+    kept = x
+    if role == "column" and tr.lora_sp_regather and sh.tp.sequence_parallel:
+        # Bridge's sequence_parallel_input_regather: A keeps its sequence shard and all-gathers it
+        # again before its weight gradient (issued ahead of its input gradient, which is too small
+        # to hide it: counted whole)
+        kept = x / t
+        comm_b = comm_b + (Comm("all_gather", x, "tp", t),)
+    saved = (0.0 if shares_input else kept) + mid
     if tr.lora_dropout:
         # dropout (position pre) writes a masked copy of X, kept with its 1-byte mask for A's weight
         # gradient; its backward masks A's input gradient (a read of each and a write)
         fwd_bytes += 2 * x + x / e
         bwd_bytes += 2 * x + x / e
-        saved = x * (1 + 1 / e) + mid
+        saved = kept * (1 + 1 / e) + mid
     # profile lookups (a calibrated profile times the small GEMMs with their framework overhead):
     # each GEMM (m, k, n) forward, then its input gradient (m, n, k) and weight gradient (k, m, n)
     fwd_shapes = ((T, k_loc, r_in), (T, r, n_loc))

@@ -300,7 +300,8 @@ def _check_lora(s: Scenario, loader: Loader) -> None:
     and adapters would not be costed."""
     m, par, tr = s.model, s.parallel, s.training
     if not tr.lora_rank:
-        for key, on in (("lora_dropout", tr.lora_dropout), ("lora_a2a", tr.lora_a2a)):
+        for key, on in (("lora_dropout", tr.lora_dropout), ("lora_a2a", tr.lora_a2a),
+                        ("lora_sp_regather", tr.lora_sp_regather)):
             if on:
                 loader.fail(f"training.{key}", "shapes the LoRA adapters; set training.lora_rank to fine-tune with them")
         return
@@ -322,6 +323,13 @@ def _check_lora(s: Scenario, loader: Loader) -> None:
             loader.fail("training.lora_rank", f"LoRA is not modelled with {what} (it is on transformer blocks with "
                         f"grouped-query or latent attention, dense, mixture-of-experts or hybrid, 1-D tensor "
                         f"parallelism, adam or sgd)")
+    if tr.lora_sp_regather and not (par.sequence_parallel and par.tensor > 1):
+        loader.fail("training.lora_sp_regather", f"re-gathers a sequence-parallel shard: needs "
+                    f"parallel.sequence_parallel with tensor > 1 (tensor {par.tensor})")
+    if tr.lora_sp_regather and (tr.cuda_graphs != "none" or tr.recompute == "full"):
+        # Bridge's _sequence_parallel_input_regather_eligibility falls back to the gathered input
+        loader.fail("training.lora_sp_regather", f"Megatron-Bridge keeps the gathered input instead under CUDA "
+                    f"graphs or full recompute (cuda_graphs {tr.cuda_graphs}, recompute {tr.recompute}); unset it")
     if tr.lora_rank > m.hidden_size:
         loader.fail("training.lora_rank", f"{tr.lora_rank} is above hidden_size({m.hidden_size}): a low-rank "
                     f"adapter's rank is at most its linear's smaller side")

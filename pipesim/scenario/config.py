@@ -404,6 +404,10 @@ class TrainingConfig:
     lora_dropout: float = field(0.0, doc="with lora_rank: dropout on each adapter's input (Megatron-Bridge LoRA "
                                          "dropout, position pre; MLPerf's llama2_70b_lora: 0.1): a masked copy of the "
                                          "input kept for the backward")
+    lora_sp_regather: bool = field(False, doc="with lora_rank and sequence parallelism: an adapter beside a column-"
+                                              "parallel linear keeps its sequence shard of the norm output and "
+                                              "all-gathers it again in the backward (Megatron-Bridge LoRA "
+                                              "sequence_parallel_input_regather) instead of keeping the gathered one")
     lora_a2a: bool = field(False, doc="with lora_rank and sequence parallelism: an adapter beside a row-parallel "
                                       "linear returns to the sequence split by one all-to-all instead of an "
                                       "all-gather and a split (Megatron-Bridge LoRA a2a_experimental)")
