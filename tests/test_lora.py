@@ -268,3 +268,12 @@ def test_sp_regather_keeps_the_shard_and_gathers_it_again_in_the_backward():
         scenario(lora_sp_regather=True)                 # no sequence parallelism to re-gather
     with pytest.raises(ScenarioError, match="training.lora_sp_regather"):
         scenario(sequence_parallel=True, lora_sp_regather=True, recompute="full")
+
+
+def test_a_lora_step_out_of_memory_is_offered_the_input_regather():
+    from pipesim.report.suggest import memory_candidates
+    titles = [c[0] for c in memory_candidates(scenario(sequence_parallel=True))]
+    assert "LoRA input re-gather" in titles
+    for s in (scenario(), scenario(lora=0, sequence_parallel=True),
+              scenario(sequence_parallel=True, lora_sp_regather=True)):
+        assert "LoRA input re-gather" not in [c[0] for c in memory_candidates(s)]

@@ -179,9 +179,10 @@ def recompute_candidate(s, rc: str) -> tuple[str, dict, str]:
 
 def memory_candidates(s) -> list[tuple[str, dict, str]]:
     """What frees GPU memory, for a step that does not fit: offloading every layer's activations
-    to a host with a measured copy rate, recomputation, the distributed optimizer / ZeRO-3."""
+    to a host with a measured copy rate, LoRA adapters re-gathering their input, recomputation,
+    the distributed optimizer / ZeRO-3."""
     tr, par = s.training, s.parallel
-    out = [offload_candidate(s)]
+    out = [offload_candidate(s), lora_regather_candidate(s)]
     levels = ("none", "selective", "selective_op", "full")      # less kept, more re-run
     for rc in levels[levels.index(tr.recompute) + 1:]:
         out.append(recompute_candidate(s, rc))
@@ -194,6 +195,17 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
     out += [layout_candidate(s, tensor=t) for t in _more(par.tensor, tensor_sizes(s))]
     out += [layout_candidate(s, pipeline=p) for p in _more(par.pipeline, PIPELINE_SIZES)]
     return [c for c in out if c is not None]
+
+
+def lora_regather_candidate(s):
+    """LoRA adapters beside column-parallel linears keeping their sequence shard instead of the
+    gathered input (training.lora_sp_regather), where Megatron-Bridge allows it; or None."""
+    tr, par = s.training, s.parallel
+    if (not tr.lora_rank or tr.lora_sp_regather or not (par.sequence_parallel and par.tensor > 1)
+            or tr.cuda_graphs != "none" or tr.recompute == "full"):
+        return None
+    return ("LoRA input re-gather", {"training.lora_sp_regather": True},
+            "--set training.lora_sp_regather=true (Megatron-Bridge's sequence_parallel_input_regather)")
 
 
 def offload_candidate(s):
