@@ -174,7 +174,7 @@ def layer_ops(s: Scenario, moe: bool | str = False) -> list[Op]:
     (pipesim/costs/documents.py). LoRA fine-tuning (training.lora_rank) freezes the weights and adds
     the adapters (pipesim/costs/lora.py)."""
     ops = hybrid_layer_ops(s, moe) if s.model.hybrid_layer_pattern else block_ops(s, moe)
-    return with_lora(s, with_documents(s, ops), shapes_of(s))
+    return with_lora(s, with_documents(s, ops))
 
 
 def hybrid_layer_ops(s: Scenario, kind: bool | str) -> list[Op]:
@@ -429,7 +429,7 @@ def embedding_ops(s: Scenario) -> list[Op]:
               params=params, comm_fwd=comm, param_tensors=2 if m.position == "learned" else 1)]
     if m.dropout:
         ops.append(vector("embed_dropout", tok * sh.h, sh, (1, 1), saved_bytes=tok * sh.h * MASK_BYTES, mask=True))
-    return with_lora(s, ops, sh)
+    return with_lora(s, ops)
 
 
 def head_ops(s: Scenario) -> list[Op]:
@@ -461,7 +461,7 @@ def head_ops(s: Scenario) -> list[Op]:
     ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * fwd_bytes, logits * bwd_bytes,
                   saved_bytes=logits * kept, comm_fwd=loss_comm,
                   measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
-    return with_lora(s, ops, sh)
+    return with_lora(s, ops)
 
 
 def mtp_ops(s: Scenario) -> list[Op]:

@@ -70,12 +70,14 @@ def model_linears(m) -> tuple[str, ...]:
             + (("in_proj", "out_proj") if kinds & set("MG") else ()))
 
 
-def with_lora(s, ops: list[Op], sh) -> list[Op]:
+def with_lora(s, ops: list[Op]) -> list[Op]:
     """`ops` with every weight frozen and an adapter after each targeted linear (unchanged
     without training.lora_rank)."""
     tr = s.training
     if not tr.lora_rank:
         return ops
+    from pipesim.costs.layers import shapes_of       # layers builds its ops through this module
+    sh = shapes_of(s)
     shares_o = any(o.flash for o in ops)        # a fused attention keeps O, proj's input
     # MLA's two down-projections read the same normed input: one tensor, kept once
     shared = {"proj": shares_o, "kv_down": "q_down" in tr.lora_targets and any(o.name == "q_down" for o in ops)}
@@ -119,20 +121,10 @@ def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
     if role == "duplicated":            # on the rank's own tokens (a slice of them under SP)
         T = T / sh.tp.token_div
     r_in = r if role == "row" else r / t                     # A's output columns per GPU
-    n_loc = n / t                                            # B is column-parallel either way
-    params = k_loc * r_in + r * n_loc
-    flops = 2 * T * params
-    dtype = "bf16" if base.gemms_fwd[0][4] in ("fp8", "fp4") else base.gemms_fwd[0][4]
     x, mid = T * k_loc * e, T * r * e
     # the adapter's output as the scaling and the sum with the base pass over it: gathered beside
     # a row-parallel base (scattered again under sequence parallelism) or a duplicated one
     out = T * n * e / (t if role == "column" or (role == "row" and sh.tp.sequence_parallel) else 1)
-    # A reads X and writes its r columns, B reads them and writes its n/t; the scaling (a read and a
-    # write) and the sum (two reads, a write). Backward: the scaling's gradient; B's input and
-    # weight gradients (dY in, its input read again, dmid out); A's (dmid in, X read again, dX
-    # out); the weight gradients written; the adapter's dX added into the base's.
-    fwd_bytes = x + T * r_in * e + mid + T * n_loc * e + params * e + 5 * out
-    bwd_bytes = 2 * out + (T * n_loc * e + 2 * mid) + (mid + 2 * x) + 2 * params * e + 3 * x
     comm_f, comm_b = _adapter_comms(sh, role, mid, T * k * e, T * n * e, tr.lora_a2a)
     kept = x
     if role == "column" and tr.lora_sp_regather and sh.tp.sequence_parallel:
@@ -141,24 +133,9 @@ def adapter(base: Op, sh, tr, role: str, shares_input: bool) -> Op:
         # to hide it: counted whole)
         kept = x / t
         comm_b = comm_b + (Comm("all_gather", x, "tp", t),)
-    saved = (0.0 if shares_input else kept) + mid
-    if tr.lora_dropout:
-        # dropout (position pre) writes a masked copy of X, kept with its 1-byte mask for A's weight
-        # gradient; its backward masks A's input gradient (a read of each and a write)
-        fwd_bytes += 2 * x + x / e
-        bwd_bytes += 2 * x + x / e
-        saved = kept * (1 + 1 / e) + mid
-    # profile lookups (a calibrated profile times the small GEMMs with their framework overhead):
-    # each GEMM (m, k, n) forward, then its input gradient (m, n, k) and weight gradient (k, m, n)
-    fwd_shapes = ((T, k_loc, r_in), (T, r, n_loc))
-    gemm = lambda m_, k_, n_: ("gemm", dict(m=int(m_), k=int(k_), n=int(n_), dtype=dtype))
-    measure_bwd = tuple(g for m_, k_, n_ in reversed(fwd_shapes) for g in (gemm(m_, n_, k_), gemm(k_, m_, n_)))
-    return Op(f"lora_{base.name}", "matmul", flops, 2 * flops, fwd_bytes, bwd_bytes, saved_bytes=saved,
-              params=params, comm_fwd=comm_f, comm_bwd=comm_b, dgrad_fraction=0.5, param_tensors=2,
-              measure_fwd=tuple(gemm(*g) for g in fwd_shapes), measure_bwd=measure_bwd,
-              gemms_fwd=((1, T, r_in, k_loc, dtype), (1, T, n_loc, r, dtype)),
-              gemms_bwd=((1, T, r, n_loc, dtype), (1, r, n_loc, T, dtype, "wgrad"),
-                         (1, T, k_loc, r_in, dtype), (1, k_loc, r_in, T, dtype, "wgrad")))
+    # B is column-parallel either way: n / t output columns a GPU
+    return _adapter_op(f"lora_{base.name}", base, tr, e, T, k_loc, r_in, n / t, out,
+                       0.0 if shares_input else kept, kept, (comm_f, comm_b), lookups=True)
 
 
 def expert_adapter(base: Op, sh, tr) -> Op:
@@ -167,26 +144,54 @@ def expert_adapter(base: Op, sh, tr) -> Op:
     rows the rank's experts received). It is an expert weight (`expert_` named): sharded by expert
     parallelism, its gradient reduced over expert-data parallelism; no tensor-group collective
     (expert tensor parallelism 1)."""
-    r, e = tr.lora_rank, sh.e
     groups = base.matrices[0][0]
     _, m_e, n, k, *_ = base.gemms_fwd[0]
     rows = groups * m_e
+    x = rows * k * sh.e
+    return _adapter_op(f"expert_lora_{base.name[len('expert_'):]}", base, tr, sh.e, rows, k, tr.lora_rank, n,
+                       rows * n * sh.e, x, x, ((), ()), lookups=False)
+
+
+def _adapter_op(name: str, base: Op, tr, e: int, T: float, k_loc: float, r_in: float, n_loc: float, out: float,
+                kept_input: float, input_copy: float, comms: tuple, lookups: bool) -> Op:
+    """An adapter's op: A [T x k_loc] -> r_in columns, B [T x r] -> n_loc, in the 16-bit compute
+    dtype. `out`: the bytes of the output the scaling and the sum with the base pass over;
+    `kept_input`: the input bytes it keeps for A's weight gradient (0 when another op keeps the
+    tensor), `input_copy`: what a dropout copy of it takes; `lookups`: profile lookups of the GEMMs."""
+    r = tr.lora_rank
     dtype = "bf16" if base.gemms_fwd[0][4] in ("fp8", "fp4") else base.gemms_fwd[0][4]
-    params = r * (k + n)
-    flops = 2 * rows * params
-    x, mid, out = rows * k * e, rows * r * e, rows * n * e
-    fwd_bytes = x + 2 * mid + out + params * e + 5 * out
-    bwd_bytes = 2 * out + (out + 2 * mid) + (mid + 2 * x) + 2 * params * e + 3 * x
-    saved = x + mid
+    params = k_loc * r_in + r * n_loc
+    flops = 2 * T * params
+    x, mid = T * k_loc * e, T * r * e
+    # A reads X and writes its r columns, B reads them and writes its n/t; the scaling (a read and a
+    # write) and the sum (two reads, a write). Backward: the scaling's gradient; B's input and
+    # weight gradients (dY in, its input read again, dmid out); A's (dmid in, X read again, dX
+    # out); the weight gradients written; the adapter's dX added into the base's.
+    fwd_bytes = x + T * r_in * e + mid + T * n_loc * e + params * e + 5 * out
+    bwd_bytes = 2 * out + (T * n_loc * e + 2 * mid) + (mid + 2 * x) + 2 * params * e + 3 * x
+    saved = kept_input + mid
     if tr.lora_dropout:
+        # dropout (position pre) writes a masked copy of X, kept with its 1-byte mask for A's weight
+        # gradient; its backward masks A's input gradient (a read of each and a write)
         fwd_bytes += 2 * x + x / e
         bwd_bytes += 2 * x + x / e
-        saved = x * (1 + 1 / e) + mid
-    return Op(f"expert_lora_{base.name[len('expert_'):]}", "matmul", flops, 2 * flops, fwd_bytes, bwd_bytes,
-              saved_bytes=saved, params=params, dgrad_fraction=0.5, param_tensors=2,
-              gemms_fwd=((1, rows, r, k, dtype), (1, rows, n, r, dtype)),
-              gemms_bwd=((1, rows, r, n, dtype), (1, r, n, rows, dtype, "wgrad"),
-                         (1, rows, k, r, dtype), (1, k, r, rows, dtype, "wgrad")))
+        saved = input_copy * (1 + 1 / e) + mid
+    measure_fwd, measure_bwd = (), ()
+    if lookups:
+        # profile lookups (a calibrated profile times the small GEMMs with their framework
+        # overhead): each GEMM (m, k, n) forward, then its input gradient (m, n, k) and weight
+        # gradient (k, m, n)
+        fwd_shapes = ((T, k_loc, r_in), (T, r, n_loc))
+        gemm = lambda m_, k_, n_: ("gemm", dict(m=int(m_), k=int(k_), n=int(n_), dtype=dtype))
+        measure_fwd = tuple(gemm(*g) for g in fwd_shapes)
+        measure_bwd = tuple(g for m_, k_, n_ in reversed(fwd_shapes) for g in (gemm(m_, n_, k_), gemm(k_, m_, n_)))
+    comm_f, comm_b = comms
+    return Op(name, "matmul", flops, 2 * flops, fwd_bytes, bwd_bytes, saved_bytes=saved,
+              params=params, comm_fwd=comm_f, comm_bwd=comm_b, dgrad_fraction=0.5, param_tensors=2,
+              measure_fwd=measure_fwd, measure_bwd=measure_bwd,
+              gemms_fwd=((1, T, r_in, k_loc, dtype), (1, T, n_loc, r, dtype)),
+              gemms_bwd=((1, T, r, n_loc, dtype), (1, r, n_loc, T, dtype, "wgrad"),
+                         (1, T, k_loc, r_in, dtype), (1, k_loc, r_in, T, dtype, "wgrad")))
 
 
 def _adapter_comms(sh, role: str, mid: float, x: float, y: float, a2a: bool) -> tuple[tuple, tuple]:

@@ -32,6 +32,12 @@ class StaticMemory:
                             self.optimizer + other.optimizer)
 
 
+def weight_elem_bytes(precision: str) -> int:
+    """Bytes of a weight (or gradient) element: fp32 / tf32 training keeps fp32 weights, mixed
+    precision 16-bit ones (FP8 training keeps BF16 weights)."""
+    return 4 if precision in ("fp32", "tf32") else 2
+
+
 def optimizer_bytes_per_param(optimizer: str, precision: str, moment_bytes: int = 4) -> float:
     """`moment_bytes`: bytes of each Adam moment (4; 2 with BF16 states, training.optimizer_state_dtype:
     Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16; DeepSeek-V3
@@ -51,7 +57,7 @@ def static_memory(params: float, precision: str, optimizer: str, zero_stage: int
     moment. `fp32_shards`: ZeRO-3 as PyTorch FSDP2 keeps it (module docstring): fp32 weight and
     gradient shards, no separate master copy (resident weights add their 16-bit gathered copy when
     there is a group to gather over)."""
-    elem = 4 if precision in ("fp32", "tf32") else 2
+    elem = weight_elem_bytes(precision)
     weights, grads = params * elem, params * elem
     opt = (params - adam_params) * optimizer_bytes_per_param(optimizer, precision, moment_bytes) + \
         adam_params * optimizer_bytes_per_param("adam", precision, moment_bytes)
@@ -83,7 +89,7 @@ def static_bytes_per_param(s) -> float:
     group (the partitioner's memory budget per parameter)."""
     tr = s.training
     if tr.lora_rank:        # the adapters are a tiny share: the frozen weights set the budget
-        return frozen_memory(1.0, 4 if tr.precision in ("fp32", "tf32") else 2, tr.zero_stage, s.parallel.data,
+        return frozen_memory(1.0, weight_elem_bytes(tr.precision), tr.zero_stage, s.parallel.data,
                              not tr.reshard_after_forward).total
     return static_memory(1.0, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data,
                          not tr.reshard_after_forward, moment_bytes=s.moment_bytes,

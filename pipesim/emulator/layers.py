@@ -104,13 +104,13 @@ class TPGroup:
         self.sp = sequence_parallel and size > 1
         self.log: list[tuple[str, float, float, int]] = []   # (phase, start, end, bytes)
 
-    def all_gather0(self, t, phase: str):
-        """Concatenate every rank's `t` along dim 0 (the sequence under sequence parallelism)."""
+    def all_gather0(self, t, phase: str, dim: int = 0):
+        """Concatenate every rank's `t` along `dim` (0: the sequence under sequence parallelism)."""
         start = time.perf_counter()
         t = t.contiguous()
         parts = [torch.empty_like(t) for _ in range(self.size)]
         dist.all_gather(parts, t, group=self.group)
-        out = torch.cat(parts, 0)
+        out = torch.cat(parts, dim)
         self.log.append((phase, start, time.perf_counter(), out.numel() * out.element_size()))
         return out
 
