@@ -6,6 +6,7 @@ from dataclasses import replace
 from pipesim import load_scenario
 from pipesim.costs import stage_costs
 from pipesim.costs.memory import StaticMemory
+from pipesim.costs.workspace import Workspace
 
 
 def tiny(P=2, M=1, V=1, schedule="1f1b", data=1, tensor=1, nodes=1, gpus_per_node=None, bw_GBps=1.0,
@@ -51,7 +52,7 @@ def uniform(s, f=1.0, b=2.0, i=None, w=None, send=0.0, grad_send=None, act=1.0, 
             quantize=0.0 if last else q, dequantize=0.0 if first else dq, recv_gather=0.0,
             offload_bytes=0.0, offload_window=0.0, offload_fwd=0.0, offload_bwd=0.0,
             static=StaticMemory(*static),
-            grad_bytes=grad_bytes, activation_bytes=act, recompute_working_bytes=rc_working,
+            grad_bytes=grad_bytes, activation_bytes=act, recompute_working_bytes=rc_working, workspace=Workspace(),
             optimizer_step=opt, step_ops=(("OPTIMIZER", opt),) if opt else (),
             params=c.params if params is None else params))
     return out

@@ -101,6 +101,10 @@ def run(args) -> int:
                        "target_pct": SUITES[suite][1],
                        "cases": [{"id": r.case.id, "published_tflops": r.case.target, "predicted_tflops": r.predicted,
                                   "error_pct": r.error_pct, "step_time_s": r.step_time_s, "note": r.note,
+                                  "published_peak_memory_gib": r.case.memory_gib,
+                                  "published_memory_kind": r.case.memory_kind,
+                                  "predicted_peak_memory_gib": r.memory_pred_gib,
+                                  "memory_error_pct": r.memory_error_pct,
                                   "source": r.case.source} for r in rs]}
                for suite, rs in results.items()}
         with open(args.json, "w") as fh:

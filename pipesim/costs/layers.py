@@ -49,6 +49,15 @@ CE_BYTES = {
     # (row sum, then the write pass) with the kept output, writes once (16;
     # cunn_SoftMaxBackward), the cast to 16 bits (4 + 2) = 26. Keeps the fp32 log-softmax.
     "torch": (22, 26, 4),
+    # The same loss under torch.compile (torchtitan compiles loss_fn with --training.compile since
+    # 2025, torchtitan/components/loss.py build_cross_entropy_loss): Inductor fuses the cast into
+    # the row reductions, reading the 16-bit logits for the max and again for the sum of
+    # exponentials (2 + 2), and AOTAutograd's min-cut partitioner
+    # (torch/_functorch/partitioners.py min_cut_rematerialization_partition) saves the smallest
+    # cut, the 16-bit logits and a per-row statistic, rather than the fp32 log-softmax; the
+    # backward recomputes the softmax from them in one kernel writing the 16-bit gradient
+    # (2 + 2). Keeps the 16-bit logits.
+    "torch_compiled": (4, 4, 2),
 }
 
 
@@ -454,7 +463,7 @@ def head_ops(s: Scenario) -> list[Op]:
     if shares_embedding:
         head = replace(head, params=0.0)
     ops.append(head)
-    logits = T * sh.v / tp.size
+    logits = logits_per_gpu(s)
     loss_comm = (Comm("all_reduce", 2 * T * FP32, "tp", tp.size),) if tp.size > 1 else ()
     ce = dict(tokens=int(T), vocab=int(sh.v / tp.size))
     fwd_bytes, bwd_bytes, kept = CE_BYTES[cross_entropy_of(s.training)]
@@ -462,6 +471,13 @@ def head_ops(s: Scenario) -> list[Op]:
                   saved_bytes=logits * kept, comm_fwd=loss_comm,
                   measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
     return with_lora(s, ops)
+
+
+def logits_per_gpu(s: Scenario) -> float:
+    """Logits of one micro-batch on one GPU: tokens x vocabulary, the vocabulary split over the
+    tensor group (vocab-parallel head)."""
+    sh = shapes_of(s)
+    return sh.tokens * sh.v / sh.tp.size
 
 
 def mtp_ops(s: Scenario) -> list[Op]:

@@ -22,6 +22,7 @@ from pipesim.costs.recompute_modules import module_recompute
 from pipesim.costs.roofline import CostModel
 from pipesim.costs.step_ops import elem_of, grad_elem_bytes, step_fixed_ops
 from pipesim.costs.topology import placement
+from pipesim.costs.workspace import Workspace, stage_workspace
 from pipesim.costs.zero_groups import shard_size
 from pipesim.scenario.config import Scenario
 
@@ -73,6 +74,7 @@ class StageCosts:
                                          # all-gathers (experts gather over EDP); None = params
     fp8_params: float = 0.0   # of `params`: weights of FP8 GEMMs (precision fp8)
     trainable_params: float | None = None   # of `params`: those that learn (LoRA); None = all
+    workspace: Workspace = Workspace()   # bytes its passes hold beyond the kept activations (costs/workspace.py)
     moe_block_fwd: float = 0.0   # compute seconds of the MoE blocks (router .. unpermute) inside F
     moe_block_bwd: float = 0.0   # ... inside B (the A2A overlap pairs them with attention, a2a_overlap.py)
     cp_comm_fwd: float = 0.0  # context-parallel K/V exchange not hidden by attention (inside F), seconds
@@ -93,8 +95,11 @@ class StageCosts:
     moe_overlap_slow_bwd: tuple = (1.0, 1.0)
 
     def as_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("static", "sources", "step_ops")}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__
+               if k not in ("static", "sources", "step_ops", "workspace")}
         out["step_ops"] = {name: sec for name, sec in self.step_ops}
+        out["workspace_bytes"] = {"forward": self.workspace.forward(),
+                                  "backward": self.workspace.backward(self.recompute_working_bytes)}
         out.update(weights_bytes=self.static.weights, grads_bytes=self.static.gradients,
                    optimizer_bytes=self.static.optimizer, sources=dict(self.sources))
         return out
@@ -457,6 +462,11 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
                                                resident))
         if tr.grad_reduce_in_fp32 and elem_of(tr) < 4 and not fsdp2:
             static = StaticMemory(static.weights, static.gradients * 4 / elem_of(tr), static.optimizer)
+        if s.fsdp2_deferred_grad_sync:
+            # unsharded gradients accumulated over the micro-batches, in the reduce dtype, in place
+            # of the fp32 shards (created only by the last reduce-scatter, after the accumulators)
+            acc_elem = 4 if tr.grad_reduce_in_fp32 else elem_of(tr)
+            static = StaticMemory(static.weights, (learn + experts_learn) * acc_elem, static.optimizer)
         if fp8_params:
             # FP8 weight copies (row- and column-wise; row-wise only for per-tensor FP8 on Blackwell);
             # under ZeRO-3 / FSDP they are sharded like the weights (gathered per layer in FP8, as
@@ -498,6 +508,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             params=params, static=static, grad_bytes=grad_bytes,
             activation_bytes=activation,
             recompute_working_bytes=working if n_layers + n_moe else 0.0,
+            workspace=stage_workspace(s, emb if first else [], head if last else []),
             optimizer_step=opt_step, flops=flops,
             sources=acc.sources,
             param_tensors=sum(n * sum(o.param_tensors for o in d.ops) for d, n in zip(dense, n_by_kind))

@@ -411,11 +411,12 @@ class TrainingConfig:
     lora_a2a: bool = field(False, doc="with lora_rank and sequence parallelism: an adapter beside a row-parallel "
                                       "linear returns to the sequence split by one all-to-all instead of an "
                                       "all-gather and a split (Megatron-Bridge LoRA a2a_experimental)")
-    cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch"] = field(
+    cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch", "torch_compiled"] = field(
         "auto", doc="the loss kernel over the logits: megatron = Megatron-LM's unfused vocab-parallel "
                     "cross-entropy, megatron_fused = --cross-entropy-loss-fusion (native), te = Transformer "
                     "Engine's Triton kernel (cross_entropy_fusion_impl te, Megatron-Bridge's performance "
-                    "recipes), torch = F.cross_entropy on fp32 logits; auto = torch with kernel_fusion eager, "
+                    "recipes), torch = F.cross_entropy on fp32 logits, torch_compiled = the same under "
+                    "torch.compile (torchtitan's compiled loss); auto = torch with kernel_fusion eager, "
                     "megatron otherwise (pipesim/costs/layers.py CE_BYTES)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
@@ -612,6 +613,15 @@ class Scenario:
     def num_microbatches(self) -> int:
         """Micro-batches per pipeline per step: global / (micro * data)."""
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.data)
+
+    @property
+    def fsdp2_deferred_grad_sync(self) -> bool:
+        """FSDP2 under torch.distributed.pipelining: a stage's gradients are reduce-scattered only
+        after its last micro-batch's backward (PipelineStage.backward_maybe_with_nosync calls
+        set_requires_gradient_sync(False) for the others), so until then FSDP2 keeps every
+        parameter's unsharded gradient, accumulated in the reduce dtype
+        (FSDPParam.to_accumulated_grad_if_needed, torch/distributed/fsdp/_fully_shard/_fsdp_param.py)."""
+        return self.training.fsdp2 and self.parallel.pipeline > 1 and self.num_microbatches > 1
 
     @property
     def num_model_stages(self) -> int:

@@ -4,7 +4,8 @@ Categories: weights, gradients, optimizer (static, from StageCosts after ZeRO sh
 activations (allocated when F starts, freed when B ends; with an I/W split the part W does not
 need is freed when I ends, the rest when W ends, see workload.w_fraction), recompute (working
 set of a recomputed backward, or from an explicit R until its backward ends), buffers (p2p send
-and receive buffers, ZeRO-3 gathered weights).
+and receive buffers, ZeRO-3 gathered weights), workspace (what a pass holds beyond its kept
+activations while it runs: the loss's logit copies, FSDP2's gathered root unit; costs/workspace.py).
 
 Changes are logged as (time, ((category, delta), ...)) — a send buffer's release is known when
 the send is issued, ahead of the clock — and replayed in time order (stable, so same-time
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-CATEGORIES = ("weights", "gradients", "optimizer", "activations", "recompute", "buffers", "cp_buffers")
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "recompute", "buffers", "cp_buffers", "workspace")
 
 
 class ChangeIds:

@@ -466,23 +466,26 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
             # one layer being copied: `res` stays, `win` comes and goes with each pass
             win = c.offload_window
             res = act - c.offload_bytes
+            # what the pass holds beyond its kept activations while it runs (costs/workspace.py)
+            wsf, wsb = c.workspace.forward(), c.workspace.backward(rcw)
             table[st * NKINDS + 0] = Cost((c.forward - cf) / speed + cf, c.tp_comm_fwd + c.cp_comm_fwd,
                                           cp=c.cp_comm_fwd,
-                                          mem0=keep(("activations", res + win), ("cp_buffers", kf)),
-                                          mem1=keep(("cp_buffers", -kf), ("activations", -win)), a2a=c.ep_comm_fwd,
+                                          mem0=keep(("activations", res + win), ("cp_buffers", kf), ("workspace", wsf)),
+                                          mem1=keep(("cp_buffers", -kf), ("activations", -win), ("workspace", -wsf)),
+                                          a2a=c.ep_comm_fwd,
                                           moe_block=c.moe_block_fwd / speed, overlap_slow=c.moe_overlap_slow_fwd)
             table[st * NKINDS + 1] = Cost((c.backward - cb) / speed + cb - rc, c.tp_comm_bwd + c.cp_comm_bwd,
                                           cp=c.cp_comm_bwd,
-                                          mem0=rc0 + keep(("cp_buffers", kb), ("activations", win)),
+                                          mem0=rc0 + keep(("cp_buffers", kb), ("activations", win), ("workspace", wsb)),
                                           mem1=keep(("activations", -(res + win)), ("recompute", -rcw),
-                                                    ("cp_buffers", -kb)),
+                                                    ("cp_buffers", -kb), ("workspace", -wsb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd / speed,
                                           overlap_slow=c.moe_overlap_slow_bwd, moe_wgrad=c.moe_block_wgrad / speed)
             table[st * NKINDS + 2] = Cost((c.input_grad - cb) / speed + cb - rc,
                                           c.tp_comm_bwd + c.cp_comm_bwd, cp=c.cp_comm_bwd,
-                                          mem0=rc0 + keep(("cp_buffers", kb), ("activations", win)),
+                                          mem0=rc0 + keep(("cp_buffers", kb), ("activations", win), ("workspace", wsb)),
                                           mem1=keep(("activations", -(res + win - res * wf)), ("recompute", -rcw),
-                                                    ("cp_buffers", -kb)),
+                                                    ("cp_buffers", -kb), ("workspace", -wsb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd * (
                                               c.input_grad / c.backward if c.backward else 1.0) / speed,
                                           overlap_slow=c.moe_overlap_slow_bwd)
@@ -558,7 +561,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         # full, unsharded gradients instead (torch.distributed.fsdp docs, FullyShardedDataParallel.
         # no_sync). The distributed optimizer (ZeRO-1) accumulates full gradients and reduces once.
         # Without overlap_grad_reduce each of them blocks the rank (DeepSpeed's overlap_comm false).
-        grad_every_microbatch=tr.zero_stage >= 2,
+        grad_every_microbatch=tr.zero_stage >= 2 and not s.fsdp2_deferred_grad_sync,
         p2p_sync=tr.p2p_sync and s.parallel.pipeline > 1,
         host_profile=host_profile_for(s))
 

@@ -45,6 +45,7 @@ SUITES = {
     "titan2024": ("titan2024-", None),       # held out: pipesim/whatif/validation_titan.py
     "automodel": ("automodel-", None),       # held out: pipesim/whatif/validation_automodel.py
     "titan2025": ("titan2025-", None),       # held out: pipesim/whatif/validation_titan.py
+    "titan2412": ("titan2412-", None),       # held out: the same converter, 1D-4D on H100, with memory
     "sdpa2025": ("sdpa2025-", None),         # held out: pipesim/whatif/validation_sdpa.py
     "mlperf": ("mlperf-", None),             # held out: pipesim/whatif/validation_mlperf.py
     "mlperflora": ("mlperflora-", None),     # held out: the same converter, llama2_70b_lora (LoRA)
@@ -53,7 +54,8 @@ SUITES = {
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
 METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
           "bridge2604": "tokens", "bridge2606": "tokens", "bridge2608": "tokens",
-          "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens", "sdpa2025": "tokens",
+          "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens", "titan2412": "tokens",
+          "sdpa2025": "tokens",
           "mlperf": "tokens", "mlperflora": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
@@ -84,6 +86,8 @@ class Case:
     target: float            # published TFLOP/s per GPU (or tokens/s per GPU: METRIC)
     source: str              # citation
     raw: dict
+    memory_gib: float | None = None      # published peak memory per GPU (validation_memory.py)
+    memory_kind: str | None = None       # what that figure counts: reserved | allocated
 
     @property
     def metric(self) -> str:
@@ -136,8 +140,11 @@ def _load_file(path: Path) -> list[Case]:
         if not positive_number(value):
             raise ScenarioError(f"{path}: {cid}: measured.{key}: expected a positive number (the {suite} "
                                 f"suite's metric), got {value!r}")
+        from pipesim.whatif.validation_memory import read_memory
+        memory, kind = read_memory(measured, f"{path}: {cid}")
         out.append(Case(id=cid, suite=suite, target=float(value),
-                        source=f"{src.get('ref', '')}, {src.get('where', '')}".strip(", "), raw=c))
+                        source=f"{src.get('ref', '')}, {src.get('where', '')}".strip(", "), raw=c,
+                        memory_gib=memory, memory_kind=kind))
     return out
 
 
@@ -163,7 +170,7 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite in ("bridge2511", "bridge2604", "bridge2606", "bridge2608"):
         from pipesim.whatif.validation_bridge import bridge_scenario
         return bridge_scenario(case)
-    if case.suite in ("titan2024", "titan2025"):
+    if case.suite in ("titan2024", "titan2025", "titan2412"):
         from pipesim.whatif.validation_titan import titan_scenario
         return titan_scenario(case)
     if case.suite == "automodel":
@@ -251,6 +258,8 @@ class Result:
     note: str = ""
     report: dict | None = None
     layout: tuple | None = None      # (t, p, d, v, mb) as simulated; None when the case did not load
+    memory_pred_gib: float | None = None      # pipesim's peak memory of the most loaded GPU
+    memory_error_pct: float | None = None     # against the published peak (case.memory_gib)
 
 
 def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Result:
@@ -278,7 +287,12 @@ def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Res
     note = "out of memory in pipesim" if rep.get("oom") else ""
     par = s.parallel
     layout = (par.tensor, par.pipeline, par.data, par.virtual_stages, s.training.micro_batch_size)
-    return Result(case, pred, 100.0 * (pred - case.target) / case.target, step, note, rep, layout)
+    mem = mem_err = None
+    if case.memory_gib is not None and rep.get("peak_memory_bytes"):
+        from pipesim.whatif.validation_memory import predicted_gib
+        mem = predicted_gib(rep)
+        mem_err = 100.0 * (mem - case.memory_gib) / case.memory_gib
+    return Result(case, pred, 100.0 * (pred - case.target) / case.target, step, note, rep, layout, mem, mem_err)
 
 
 def run_suite(names=None, evaluator: Callable | None = None, path=None,
@@ -380,6 +394,8 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
         if suite == "llama3-405b":
             from pipesim.whatif.validation_cp import ratio_line
             lines.append("  " + ratio_line(results))
+        from pipesim.whatif.validation_memory import format_memory
+        lines += format_memory(results)
         lines.append("")
     if len(by_suite) > 1:
         lines += summary_table(by_suite)
@@ -388,7 +404,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
 HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "titan2024", "automodel",
-            "titan2025", "sdpa2025", "mlperf", "mlperflora")
+            "titan2025", "titan2412", "sdpa2025", "mlperf", "mlperflora")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:
@@ -403,6 +419,10 @@ def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:
             from pipesim.whatif.validation_cp import ratio_line
             want += "; " + ratio_line(results)
         lines.append(f"  {suite:16s} {len(_errors(results)):>3d}/{len(results):<3d} {m:7.1f} {mx:7.1f} {bias:+7.1f}  {want}")
+        from pipesim.whatif.validation_memory import memory_summary_line
+        memory = memory_summary_line(suite, results, "held out (tests only)" if suite in HELD_OUT else "no bar")
+        if memory:
+            lines.append(memory)
     return lines
 
 

@@ -25,15 +25,33 @@ output layer kept in BF16 (filter_fqns ["output"], as pipesim keeps the head);
 `enable_fsdp_float8_all_gather` -> fp8_param_gather (weights gathered in FP8);
 `force_recompute_fp8_weight_in_bwd` (the weight cast re-run in the backward) is not modelled. H200
 nodes of 8 with 400 Gb/s per GPU, as stated: the dgx-h200 preset.
+titan2412 (December 2024, 8-512 H100 on Meta's Grand Teton; the same keys plus model parallelism, as
+torchtitan 9dec370 applies it): `tp` -> tensor parallelism with sequence parallelism (torchtitan's
+parallelize_llama: Colwise / Rowwise linears, SequenceParallel norms) and the vocabulary-parallel
+loss; `async_tp` -> overlap_tp_comm; `cp` -> context parallelism with PyTorch's all-gather K/V
+rotation (context_parallel_rotate_method "allgather", the default then) on load-balanced causal
+chunks, FSDP sharding over data x context (torchtitan's dp_cp mesh); `pp` -> the pipeline with
+`pipeline_parallel_microbatches` unset, i.e. as many micro-batches as pipeline ranks
+(pipelining_utils.build_pipeline_schedule), one stage per rank for 1F1B and two for
+Interleaved1F1B, layers split as generate_split_points does (`titan_split`), and FSDP2 not
+resharding after the forward (parallelize_llama.apply_fsdp: reshard_after_forward False with PP).
+The GPU: H100 SXM with 96 GB of HBM2e at 2.4 TB/s (as stated) in the dgx-h100 preset's node; its
+500 W power limit is not modelled (the preset's sustained tensor-core rate is the 700 W part's), so
+these rows' throughput is expected optimistic; their peak memory does not depend on it.
 """
 from __future__ import annotations
 
 from pipesim.errors import ScenarioError
 from pipesim.whatif.families import mapped
 
-TITAN_MODELS = ("llama3-8b", "llama3-70b", "llama2-13b", "llama2-70b")
+TITAN_MODELS = ("llama3-8b", "llama3-70b", "llama2-13b", "llama2-70b", "llama3.1-405b")
 # Published GPU -> system preset (pipesim/presets/systems.py)
-TITAN_SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-80gb", "H200-SXM": "dgx-h200"}
+TITAN_SYSTEMS = {"A100-SXM4-80GB": "dgx-a100-80gb", "H200-SXM": "dgx-h200",
+                 "H100-SXM-96GB-HBM2e (500 W)": "dgx-h100"}
+# GPU overrides a published part needs beyond its node preset (the benchmark's own hardware section)
+TITAN_GPUS = {"H100-SXM-96GB-HBM2e (500 W)": {"memory_GiB": 96, "hbm_bandwidth_GBps": 2400}}
+# torch.distributed.pipelining schedule -> (training.schedule, stages per pipeline rank)
+TITAN_PP = {"1F1B": ("1f1b", 1), "Interleaved1F1B": ("interleaved", 2)}
 TITAN_FLOAT8 = ("tensorwise",)
 # torchtitan activation_checkpoint mode -> (training.recompute, layers divisor for block recompute)
 TITAN_AC = {"no": ("none", None), "full": ("full", None), "selective layer": ("full", 2),
@@ -51,25 +69,57 @@ def titan_scenario(case) -> dict:
     float8 = tr_raw.get("float8")
     if float8 is not None:
         mapped(dict.fromkeys(TITAN_FLOAT8), float8, cid, "training.float8")
-    n, fsdp, local = int(c["hardware"]["num_gpus"]), int(c["parallel"]["fsdp"]), int(c["parallel"]["local_batch"])
-    if fsdp != n or n % 8:
-        raise ScenarioError(f"{cid}: parallel.fsdp {fsdp} over {n} GPUs: only FSDP over every GPU of whole "
-                            f"8-GPU nodes is mapped")
+    par = c["parallel"]
+    n, fsdp, local = int(c["hardware"]["num_gpus"]), int(par["fsdp"]), int(par["local_batch"])
+    tp, pp, cp = (int(par.get(k, 1)) for k in ("tp", "pp", "cp"))
+    if fsdp * tp * pp * cp != n or n % 8:
+        raise ScenarioError(f"{cid}: parallel: fsdp({fsdp})·tp({tp})·pp({pp})·cp({cp}) over {n} GPUs: only "
+                            f"layouts filling whole 8-GPU nodes are mapped")
+    schedule, per_rank = mapped(TITAN_PP, par.get("pp_schedule", "1F1B"), cid, "parallel.pp_schedule")
+    # no gradient accumulation: one local batch per step, cut into `pp` micro-batches under PP
+    if local % pp:
+        raise ScenarioError(f"{cid}: parallel.local_batch {local} does not split into {pp} pipeline micro-batches")
     compiled = bool(tr_raw.get("compile"))
-    training = {"micro_batch_size": local, "global_batch_size": local * n, "schedule": "1f1b",
+    training = {"micro_batch_size": local // pp, "global_batch_size": local * fsdp, "schedule": schedule,
                 "recompute": recompute, "precision": "bf16", "attention": "flash",
                 "kernel_fusion": "fused" if compiled else "eager", "attention_kernel": "fa2",
-                "cross_entropy": "torch",          # F.cross_entropy(pred.float(), ...) in torchtitan's loss
+                # F.cross_entropy(pred.float(), ...), torchtitan's loss; compiled with the model from
+                # 2025 (components/loss.py at e7c0cae), not at 9dec370 ("compiling loss function
+                # causes CUDA errors, turning off for now", train.py)
+                "cross_entropy": "torch_compiled" if compiled and case.suite == "titan2025" else "torch",
                 # FSDP2 wraps every TransformerBlock with fully_shard (torchtitan parallelize_llama):
                 # one all-gather and one reduce-scatter per layer, and FSDP2's copy-out of each gather
                 "zero_stage": 3, "zero3_collectives": "fsdp2",
-                "zero3_prefetch": True, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True}
+                "zero3_prefetch": True, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True,
+                # with PP, FSDP2 keeps each stage's weights gathered from forward to backward
+                "reshard_after_forward": pp == 1, "overlap_tp_comm": bool(tr_raw.get("async_tp"))}
     if float8:
         training.update(precision="fp8", fp8_recipe=float8, fp8_param_gather=bool(tr_raw.get("fsdp_float8_all_gather")))
     if every:
         from pipesim.presets.models import MODELS
         training["recompute_num_layers"] = int(MODELS[name]["num_layers"]) // every
+    parallel = {"tensor": tp, "pipeline": pp, "data": fsdp, "sequence_parallel": tp > 1}
+    if cp > 1:
+        parallel.update(context=cp, context_mode="allgather", context_layout="balanced")
+    if pp > 1:
+        from pipesim.presets.models import MODELS
+        parallel.update(virtual_stages=per_rank,
+                        layers_per_stage=titan_split(int(MODELS[name]["num_layers"]), pp * per_rank))
+    system_keys = {"preset": system, "num_nodes": n // 8}
+    if c["hardware"]["gpu"] in TITAN_GPUS:
+        system_keys["gpu"] = dict(TITAN_GPUS[c["hardware"]["gpu"]])
     return {"model": {"preset": name, "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False},
-            "system": {"preset": system, "num_nodes": n // 8},
-            "parallel": {"tensor": 1, "pipeline": 1, "data": n},
-            "training": training}
+            "system": system_keys, "parallel": parallel, "training": training}
+
+
+def titan_split(layers: int, stages: int) -> list[int]:
+    """Layers per pipeline stage as torchtitan 9dec370 splits them when no split points are given
+    (pipelining_utils.generate_split_points): `layers // stages` each, one more for as many middle
+    stages as the remainder covers (the first stage never gets one), the last stage what is left."""
+    base, extra = divmod(layers, stages)
+    sizes = [base]
+    for _ in range(stages - 2):
+        take = base + (1 if extra > 0 else 0)
+        extra -= take - base
+        sizes.append(take)
+    return sizes + [layers - sum(sizes)]

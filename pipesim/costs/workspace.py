@@ -1,0 +1,99 @@
+"""Working memory a pass holds beyond the activations it keeps: what the memory timeline adds
+while a stage's forward or backward runs and releases at its end (pipesim/sim/workload.py).
+
+1. The loss. The logits are the largest tensors of a step (tokens x vocabulary / t), and every
+   cross-entropy implementation briefly holds more of them than it keeps for the backward:
+
+   bytes per logit beyond the kept ones   forward  backward
+   torch  (F.cross_entropy(logits.float()); torchtitan, eager PyTorch stacks)      6        8
+          forward: the 16-bit logits (2), which the caller holds until the loss returns (torchtitan
+          train.py deletes `pred` only after loss_fn), and their fp32 copy (4) while log_softmax
+          writes the kept fp32 output; backward: nll_loss's fp32 input gradient (4, zero-filled)
+          and log_softmax's fp32 gradient (4) while the kept output is still alive
+          (aten NLLLoss.cu, SoftMax.cu).
+   torch_compiled (the same under torch.compile; costs/layers.py CE_BYTES)             0        2
+          no fp32 copy is made: the fused forward reads the kept 16-bit logits, the backward
+          writes their 16-bit gradient (2) beside them.
+   megatron / megatron_fused (Megatron-Core's vocab-parallel cross-entropy)          2        2
+          the fp32 cast of the logits is worked on in place and kept as the softmax
+          (megatron/core/tensor_parallel/cross_entropy.py calculate_logits_max,
+          calculate_predicted_logits: `-=`, `torch.exp(..., out=)`, `div_`; fused_cross_entropy.py
+          likewise): the 16-bit logits (2) stay beside it in the forward; the backward turns the
+          kept softmax into the gradient in place and casts it to 16 bits (2).
+   te     (Transformer Engine's Triton kernels)                                       0        0
+          online softmax over the 16-bit logits, the gradient written into them in place
+          (transformer_engine/pytorch/triton/cross_entropy.py): nothing beyond the kept logits.
+
+   The backward's loss working set and a recomputed layer's (StageCosts.recompute_working_bytes)
+   are not alive together (the loss runs first), so the backward's peak takes the larger.
+
+2. FSDP2's root unit (training.zero3_collectives fsdp2, torchtitan's wrapping): the blocks are
+   fully_shard-ed one by one and the model itself last, so the embedding, the final norm and the
+   output layer form the root unit (torchtitan parallelisms/parallelize_llama.py apply_fsdp). The
+   root's forward is the whole model's: its gathered weights stay from the first layer's forward
+   to the last one's, and likewise through the backward, when they are gathered again
+   (reshard_after_forward, FSDP2's default without pipelining; under pipelining they stay
+   gathered and count as resident weights). The root reduce-scatters its gradients only in the
+   final post-backward callback, so the output layer's unsharded 16-bit weight gradient, made
+   first in the backward, is held to its end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# (forward, backward) bytes per logit held beyond the kept ones, by training.cross_entropy
+# implementation (module docstring, item 1)
+CE_WORKING = {"torch": (6, 8), "torch_compiled": (0, 2), "megatron": (2, 2), "megatron_fused": (2, 2),
+              "te": (0, 0)}
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Bytes a stage's passes hold beyond their kept activations, per micro-batch."""
+    loss_fwd: float = 0.0     # at the loss in the forward
+    loss_bwd: float = 0.0     # at the loss in the backward (the backward's peak: max with recompute)
+    held_fwd: float = 0.0     # through the whole forward (FSDP2's gathered root unit)
+    held_bwd: float = 0.0     # through the whole backward (root unit and its head weight gradient)
+
+    def forward(self) -> float:
+        return self.held_fwd + self.loss_fwd
+
+    def backward(self, recompute_working: float) -> float:
+        """Beyond `recompute_working`, which the timeline already holds during the backward."""
+        return self.held_bwd + max(0.0, self.loss_bwd - recompute_working)
+
+
+def stage_workspace(s, embedding_ops, head_ops) -> Workspace:
+    """The Workspace of a stage holding `embedding_ops` (its first stage's) and `head_ops` (the
+    last's: final norm, output layer, loss; an MTP depth's loss runs after the main one, so one
+    loss's working set is the peak)."""
+    loss_f = loss_b = 0.0
+    if head_ops:
+        from pipesim.costs.layers import logits_per_gpu
+        loss_f, loss_b = loss_working(s.training, logits_per_gpu(s))
+    held_f, held_b = fsdp2_root(s, sum(o.params for o in embedding_ops), sum(o.params for o in head_ops))
+    return Workspace(loss_fwd=loss_f, loss_bwd=loss_b, held_fwd=held_f, held_bwd=held_b)
+
+
+def loss_working(training, logits: float) -> tuple[float, float]:
+    """(forward, backward) bytes the cross-entropy over `logits` logits per GPU holds beyond what it
+    keeps."""
+    from pipesim.costs.layers import cross_entropy_of
+    fwd, bwd = CE_WORKING[cross_entropy_of(training)]
+    return fwd * logits, bwd * logits
+
+
+def fsdp2_root(s, embedding_params: float, head_params: float) -> tuple[float, float]:
+    """(forward, backward) bytes FSDP2's root unit holds on a stage with `embedding_params` and
+    `head_params` of it on this GPU (unsharded counts): its gathered weights beyond the rank's
+    shard, and in the backward the head weight's unsharded gradient (module docstring, item 2).
+    Nothing unless the stage re-gathers per pass under fsdp2 with a group to shard over."""
+    from pipesim.costs.memory import weight_elem_bytes
+    from pipesim.costs.zero_groups import shard_size
+    tr = s.training
+    shard = shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas)
+    if not tr.fsdp2 or not tr.reshard_after_forward or shard <= 1:
+        return 0.0, 0.0
+    elem = weight_elem_bytes(tr.precision)
+    gathered = (embedding_params + head_params) * elem * (1 - 1 / shard)
+    return gathered, gathered + head_params * elem
