@@ -84,16 +84,24 @@ def test_interleaved_bubble_divides_by_v():
     assert checked > 100
 
 
-def test_interleaved_with_as_many_microbatches_as_ranks_runs_every_forward_first():
-    # Megatron-LM forward_backward_pipelining_with_interleaving: "Run all forward passes and then
-    # all backward passes if number of microbatches is just the number of pipeline stages."
+def test_interleaved_with_as_many_microbatches_as_ranks_runs_every_forward_first_only_in_legacy_megatron():
+    # Megatron-LM forward_backward_pipelining_with_interleaving before Megatron-Core: "Run all forward
+    # passes and then all backward passes if number of microbatches is just the number of pipeline
+    # stages." (legacy_all_warmup)
     for P, V in ((2, 2), (4, 2), (4, 3)):
-        plan = generate("interleaved", P, P, V)
+        plan = generate("interleaved", P, P, V, legacy_all_warmup=True)
         for row in plan.ranks:
             kinds = [a.kind for a in row]
             assert kinds == ["F"] * (P * V) + ["B"] * (P * V), (P, V)
+    # Megatron-Core and torch's ScheduleInterleaved1F1B warm up 2(P-1-r) + (V-1)P chunks at M == P
+    # too: the last rank alternates after its first chunk's P forwards, the first runs all of them
+    rows = generate("interleaved", 4, 4, 2).ranks
+    assert [a.kind for a in rows[3]][:6] == ["F"] * 4 + ["F", "B"]
+    assert [a.kind for a in rows[0]] == ["F"] * 8 + ["B"] * 8
     row = generate("interleaved", 4, 8, 2).ranks[3]          # M > P: the steady phase alternates
     assert [a.kind for a in row][4:8] == ["F", "B", "F", "B"]
+    with pytest.raises(PipesimError, match="unknown option"):
+        generate("interleaved", 4, 4, 2, legacy_warmup=True)
 
 
 def test_peak_inflight_gpipe_and_1f1b():

@@ -58,6 +58,13 @@ CE_BYTES = {
     # backward recomputes the softmax from them in one kernel writing the 16-bit gradient
     # (2 + 2). Keeps the 16-bit logits.
     "torch_compiled": (4, 4, 2),
+    # F.cross_entropy on fp32 logits sharded over the tensor group, as PyTorch's loss_parallel runs
+    # it (torch/distributed/tensor/parallel/loss.py; torchtitan with TP): `_log_softmax` casts (2 +
+    # 4), takes the row max (4), writes x - max (4 + 4), exp of it (4 + 4), sums it (4) and writes
+    # the result (4 + 4) = 38; `_nll_loss_and_log_softmax_backward` zero-fills the gradient (4),
+    # computes (grad + exp(x)) * grad_output: exp (4 + 4), add (8 + 4), multiply (4 + 4), and the
+    # cast to 16 bits (4 + 2) = 42. Keeps the fp32 log-softmax.
+    "torch_loss_parallel": (38, 42, 4),
 }
 
 
@@ -236,7 +243,8 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
     qkv_out = q_dim + 2 * sh.g * sh.d
     ops.append(norm("ln1"))
     attn_start = len(ops)
-    qkv = matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype, bias=m.bias)
+    kept = column_kept_tokens(s, sh)
+    qkv = matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=kept * sh.h * e, dtype=dtype, bias=m.bias)
     # a matrix optimizer sees Q, K and V apart (Megatron-Core muon_split_qkv, on by default)
     (_, _, _, rdiv, cdiv), = qkv.matrices
     ops.append(replace(qkv, matrices=((1, q_dim, sh.h, rdiv, cdiv), (2, sh.g * sh.d, sh.h, rdiv, cdiv))))
@@ -313,7 +321,7 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
     mlp_start = len(ops)
     gated = m.activation == "swiglu"
     ffn_out = sh.f * (2 if gated else 1)
-    ops.append(matmul("fc1", T, sh.h, ffn_out, sh, "column", saved_input=tok * sh.h * e, dtype=dtype,
+    ops.append(matmul("fc1", T, sh.h, ffn_out, sh, "column", saved_input=kept * sh.h * e, dtype=dtype,
                       bias=m.bias))
     act_elems = T * sh.f / tp.size
     shape = dict(numel=int(act_elems), dtype=dtype)
@@ -456,7 +464,7 @@ def head_ops(s: Scenario) -> list[Op]:
     if s.training.kernel_fusion == "eager":
         from pipesim.costs.eager import eager_ops
         ops = eager_ops(ops, gated=False, rmsnorm=m.norm == "rmsnorm")
-    head = matmul("lm_head", T, sh.h, sh.v, sh, "column", saved_input=tok * sh.h * e,
+    head = matmul("lm_head", T, sh.h, sh.v, sh, "column", saved_input=column_kept_tokens(s, sh) * sh.h * e,
                   dtype="fp8" if s.training.fp8_lm_head and s.training.precision == "fp8"
                   else high_precision(s.training.precision), bias=False)
     shares_embedding = m.tied_embeddings and s.parallel.pipeline == 1
@@ -466,11 +474,29 @@ def head_ops(s: Scenario) -> list[Op]:
     logits = logits_per_gpu(s)
     loss_comm = (Comm("all_reduce", 2 * T * FP32, "tp", tp.size),) if tp.size > 1 else ()
     ce = dict(tokens=int(T), vocab=int(sh.v / tp.size))
-    fwd_bytes, bwd_bytes, kept = CE_BYTES[cross_entropy_of(s.training)]
+    fwd_bytes, bwd_bytes, kept = CE_BYTES[loss_kernel(s)]
     ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * fwd_bytes, logits * bwd_bytes,
                   saved_bytes=logits * kept, comm_fwd=loss_comm,
                   measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
     return with_lora(s, ops)
+
+
+def loss_kernel(s: Scenario) -> str:
+    """The cross-entropy kernel a scenario runs: its implementation (cross_entropy_of), PyTorch's
+    loss_parallel path for F.cross_entropy over tensor-parallel (vocab-sharded) logits."""
+    impl = cross_entropy_of(s.training)
+    return "torch_loss_parallel" if impl == "torch" and s.parallel.tensor > 1 else impl
+
+
+def column_kept_tokens(s: Scenario, sh: Shapes) -> float:
+    """Tokens of the input a column-parallel linear keeps for its weight gradient: its sequence
+    shard (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication and Transformer Engine
+    gather it again in the backward), or under training.tp_keeps_gathered_input the all-gathered
+    input (PyTorch DTensor TP: torch/distributed/tensor/parallel/style.py ColwiseParallel
+    redistributes its input to Replicate in a forward pre-hook, so the linear's autograd saves the
+    gathered tensor)."""
+    gathered = s.training.tp_keeps_gathered_input and sh.tp.mode == "1d"
+    return sh.tokens if gathered else sh.tokens / sh.tp.token_div
 
 
 def logits_per_gpu(s: Scenario) -> float:

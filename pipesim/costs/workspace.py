@@ -11,6 +11,11 @@ while a stage's forward or backward runs and releases at its end (pipesim/sim/wo
           writes the kept fp32 output; backward: nll_loss's fp32 input gradient (4, zero-filled)
           and log_softmax's fp32 gradient (4) while the kept output is still alive
           (aten NLLLoss.cu, SoftMax.cu).
+   torch over tensor-parallel logits (PyTorch's loss_parallel,                       10       12
+          torch/distributed/tensor/parallel/loss.py): `_log_softmax` holds the 16-bit logits (2),
+          their fp32 cast (4), x - max (4) and exp of it (4) before writing the kept result;
+          `_nll_loss_and_log_softmax_backward` holds the zero-filled gradient (4), exp(x) (4) and
+          their sum (4) beside the kept log-softmax.
    torch_compiled (the same under torch.compile; costs/layers.py CE_BYTES)             0        2
           no fp32 copy is made: the fused forward reads the kept 16-bit logits, the backward
           writes their 16-bit gradient (2) beside them.
@@ -43,8 +48,8 @@ from dataclasses import dataclass
 
 # (forward, backward) bytes per logit held beyond the kept ones, by training.cross_entropy
 # implementation (module docstring, item 1)
-CE_WORKING = {"torch": (6, 8), "torch_compiled": (0, 2), "megatron": (2, 2), "megatron_fused": (2, 2),
-              "te": (0, 0)}
+CE_WORKING = {"torch": (6, 8), "torch_loss_parallel": (10, 12), "torch_compiled": (0, 2), "megatron": (2, 2),
+              "megatron_fused": (2, 2), "te": (0, 0)}
 
 
 @dataclass(frozen=True)
@@ -70,16 +75,16 @@ def stage_workspace(s, embedding_ops, head_ops) -> Workspace:
     loss_f = loss_b = 0.0
     if head_ops:
         from pipesim.costs.layers import logits_per_gpu
-        loss_f, loss_b = loss_working(s.training, logits_per_gpu(s))
+        loss_f, loss_b = loss_working(s, logits_per_gpu(s))
     held_f, held_b = fsdp2_root(s, sum(o.params for o in embedding_ops), sum(o.params for o in head_ops))
     return Workspace(loss_fwd=loss_f, loss_bwd=loss_b, held_fwd=held_f, held_bwd=held_b)
 
 
-def loss_working(training, logits: float) -> tuple[float, float]:
+def loss_working(s, logits: float) -> tuple[float, float]:
     """(forward, backward) bytes the cross-entropy over `logits` logits per GPU holds beyond what it
     keeps."""
-    from pipesim.costs.layers import cross_entropy_of
-    fwd, bwd = CE_WORKING[cross_entropy_of(training)]
+    from pipesim.costs.layers import loss_kernel
+    fwd, bwd = CE_WORKING[loss_kernel(s)]
     return fwd * logits, bwd * logits
 
 

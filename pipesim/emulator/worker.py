@@ -22,8 +22,9 @@ def plan_for(s):
     if name.endswith(".csv"):
         plan = read_csv(name)
     else:
-        group = s.training.microbatch_group_size
-        plan = generate(name, stages=P, microbatches=M, virtual=V, **({"group": group} if group else {}))
+        from pipesim.sim.workload import legacy_warmup, schedule_options
+        plan = generate(name, stages=P, microbatches=M, virtual=V,
+                        **schedule_options(s.training.microbatch_group_size, legacy_warmup(s)))
     if (plan.num_ranks, plan.num_stages, plan.num_microbatches) != (P, P * V, M):
         raise ScenarioError(f"{s.source}: training.schedule {name!r} has {plan.num_ranks} ranks, "
                             f"{plan.num_stages} stages, {plan.num_microbatches} micro-batches; the scenario "

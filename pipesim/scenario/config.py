@@ -491,6 +491,14 @@ class TrainingConfig:
                                                  "for bf16 parameters: arguments.py, accumulate_allreduce_grads_in_fp32)")
     overlap_tp_comm: bool = field(False, doc="overlap tensor-parallel collectives with the GEMMs "
                                              "(Megatron --tp-comm-overlap)")
+    tp_keeps_gathered_input: bool = field(False, doc="with sequence parallelism: a column-parallel linear "
+                                                     "(QKV, fc1, the LM head) keeps its all-gathered input for the "
+                                                     "weight gradient, as PyTorch's DTensor tensor parallelism does "
+                                                     "(torchtitan: ColwiseParallel redistributes the input before "
+                                                     "the linear, whose autograd saves it), instead of its "
+                                                     "sequence shard gathered again in the backward (Megatron-LM, "
+                                                     "Transformer Engine); nothing changes without sequence "
+                                                     "parallelism")
     overlap_param_gather: bool = field(False, doc="overlap the distributed optimizer's parameter all-gather "
                                                   "with the next step's forward (Megatron --overlap-param-gather)")
     zero3_prefetch: bool = field(True, doc="ZeRO-3: gather the next module's parameters while the current one "

@@ -80,9 +80,11 @@ def interleaved(lay: Layout):
     for r in range(P):
         # warm-up: (V-1)*N forwards to reach the last chunk, plus 2 per hop to the last rank
         # (Narayanan et al. SC'21, interleaved schedule; Megatron-Core get_pp_rank_microbatches)
-        # M == P: every forward first, then every backward ("Run all forward passes and then all
-        # backward passes if number of microbatches is just the number of pipeline stages")
-        warm = total if M == P else min((V - 1) * N + 2 * (P - 1 - r), total)
+        # Megatron-LM before Megatron-Core (legacy_all_warmup): with M == P every forward first,
+        # then every backward ("Run all forward passes and then all backward passes if number of
+        # microbatches is just the number of pipeline stages"); Megatron-Core
+        # (schedules.get_pp_rank_microbatches) and torch's ScheduleInterleaved1F1B have no such case
+        warm = total if lay.legacy_all_warmup and M == P else min((V - 1) * N + 2 * (P - 1 - r), total)
         fwd = [Action(c * P + r, "F", m) for m, c in table]
         bwd = [Action((V - 1 - c) * P + r, "B", m) for m, c in table]
         row = fwd[:warm]

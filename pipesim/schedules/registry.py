@@ -21,6 +21,9 @@ class Layout:
     group: int | None = None
     """Interleaved: micro-batches per group and chunk (Megatron-Core microbatch_group_size_per_vp_stage;
     None = P)."""
+    legacy_all_warmup: bool = False
+    """Interleaved: every forward first when M == P, as Megatron-LM's interleaved schedule did before
+    Megatron-Core (2021-23); Megatron-Core and torch.distributed.pipelining warm up as for any M."""
 
 
 Generator = Callable[[Layout], tuple[tuple[int, ...], list[list[Action]]]]
@@ -84,7 +87,8 @@ def generate(name: str, stages: int, microbatches: int, virtual: int = 1, **opti
 
     options: cost hints f, b, i, w (relative, > 0) for time-based placement; recompute=True inserts
     an explicit R (recompute forward) right before every backward; group=N (interleaved only) runs
-    micro-batches in groups of N per chunk instead of P.
+    micro-batches in groups of N per chunk instead of P; legacy_all_warmup=True (interleaved only) runs
+    every forward first when M == P, as Megatron-LM did before Megatron-Core.
     """
     key = canonical(name)
     for label, v in (("stages", stages), ("microbatches", microbatches), ("virtual", virtual)):
@@ -92,6 +96,7 @@ def generate(name: str, stages: int, microbatches: int, virtual: int = 1, **opti
             raise PipesimError(f"schedule {key!r}: --{label} must be an integer >= 1, got {v!r}")
     recompute = bool(options.pop("recompute", False))
     group = options.pop("group", None)
+    legacy = bool(options.pop("legacy_all_warmup", False))
     if group is not None:
         if isinstance(group, bool) or not isinstance(group, int) or group < 1:
             raise PipesimError(f"schedule {key!r}: the micro-batch group must be an integer >= 1, got {group!r}")
@@ -101,12 +106,12 @@ def generate(name: str, stages: int, microbatches: int, virtual: int = 1, **opti
     for k in list(options):
         if k not in COST_KEYS:
             raise PipesimError(f"schedule {key!r}: unknown option {k!r}; known: {', '.join(COST_KEYS)}, recompute, "
-                               f"group")
+                               f"group, legacy_all_warmup")
         v = options.pop(k)
         if not isinstance(v, (int, float)) or not v > 0:
             raise PipesimError(f"schedule {key!r}: cost hint {k} must be a number > 0, got {v!r}")
         costs[k] = float(v)
-    stage_to_rank, rows = SCHEDULES[key](Layout(stages, microbatches, virtual, costs, group))
+    stage_to_rank, rows = SCHEDULES[key](Layout(stages, microbatches, virtual, costs, group, legacy))
     if recompute:
         rows = [[x for a in row for x in ((Action(a.stage, "R", a.microbatch), a) if a.is_backward else (a,))] for row in rows]
     return Plan(key, stages, len(stage_to_rank), microbatches, tuple(stage_to_rank), tuple(tuple(r) for r in rows))

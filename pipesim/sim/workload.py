@@ -363,7 +363,7 @@ def load_plan(s, costs):
         return lower(plan), None
     if name.lower().replace("_", "-") not in COST_PLACED:
         # loop schedules ignore cost hints
-        return _generated(name, P, M, V, None, s.training.microbatch_group_size)
+        return _generated(name, P, M, V, None, s.training.microbatch_group_size, legacy_warmup(s))
     n = len(costs)
     f = sum(c.forward for c in costs) / n
     # Relative costs to one decimal: finer hints barely move the zero-bubble placement, and
@@ -378,12 +378,25 @@ def load_plan(s, costs):
 COST_PLACED = {"zb-h1", "zbh1", "zb1p", "zb-h2", "zbh2", "zb2p", "zb-v", "zbv"}
 
 
+def legacy_warmup(s) -> bool:
+    """Whether the interleaved plan runs every forward first at M == P: Megatron-LM's interleaved
+    schedule of 2021-23, the one that exchanged through blocking, batched P2P (training.p2p_sync
+    with virtual stages; Megatron-Core's interleaved schedule overlaps its P2P and warms up as for
+    any M)."""
+    return s.training.p2p_sync and s.parallel.virtual_stages > 1
+
+
+def schedule_options(group, legacy: bool) -> dict:
+    """generate()'s interleaving options, only those set."""
+    return {**({"group": group} if group else {}), **({"legacy_all_warmup": True} if legacy else {})}
+
+
 @lru_cache(maxsize=2048)   # a sweep cycles through its plans: an LRU smaller than the set evicts each before reuse
-def _generated(name, P, M, V, hints, group=None):
+def _generated(name, P, M, V, hints, group=None, legacy=False):
     """Plans carry no durations, so one plan serves every cost model: cache them for sweeps."""
     from pipesim.schedules import generate, lower, validate
     if hints is None:
-        plan = generate(name, stages=P, microbatches=M, virtual=V, **({"group": group} if group else {}))
+        plan = generate(name, stages=P, microbatches=M, virtual=V, **schedule_options(group, legacy))
     else:
         f, b, i, w = hints
         plan = generate(name, stages=P, microbatches=M, virtual=V, f=f, b=b, i=max(i, 0.1), w=max(w, 0.1))

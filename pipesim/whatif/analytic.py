@@ -17,6 +17,7 @@ from pipesim.costs.param_gather import exposed_param_gather
 from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, param_allgather_seconds,
                                        stage_gathered_bytes, weight_gathers, zero3_gather_passes)
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
+from pipesim.sim.workload import legacy_warmup
 
 V_SHAPE = ("zb-v", "dualpipe-v")
 
@@ -63,18 +64,19 @@ def bubble_time(schedule: str, P: int, V: int, f, i, w, slow: int | None = None)
     return total(lambda r: f[r] + i[r] + w[r])
 
 
-def in_flight(schedule: str, P: int, V: int, M: int, r: int, group: int | None = None) -> float:
+def in_flight(schedule: str, P: int, V: int, M: int, r: int, group: int | None = None,
+              legacy: bool = False) -> float:
     """Micro-batch activations (in units of one rank's full set, all chunks) held at the peak.
     GPipe: all M (Huang et al. 2019); 1F1B / ZB-H1: p - r (Narayanan et al. 2021 PipeDream-Flush);
     interleaved: Megatron's warm-up of 2(p-r-1) + (v-1)N + 1 chunk-micro-batches (N = the
-    micro-batch group, default p), /v in rank units (all M·v when m = p: Megatron then runs every
-    forward first);
+    micro-batch group, default p), /v in rank units (all M·v when m = p under `legacy`:
+    Megatron-LM before Megatron-Core then ran every forward first, sim/workload.py legacy_warmup);
     ZB-H2: 2(p-r)-1 (Qi et al. ICLR'24, Table 2: about 2x 1F1B); ZB-V, DualPipeV: p chunk-pairs
     (ibid. Sec. 6; the memory peak counts their two chunks apart: v_chunk_in_flight)."""
     if schedule == "gpipe" or schedule == "looped-bfs":
         return M
     if schedule == "interleaved" and V > 1:
-        return M if M == P else min(M * V, 2 * (P - r - 1) + (V - 1) * (group or P) + 1) / V
+        return M if legacy and M == P else min(M * V, 2 * (P - r - 1) + (V - 1) * (group or P) + 1) / V
     if schedule == "zb-h2":
         return min(M, 2 * (P - r) - 1)
     if schedule in V_SHAPE:
@@ -112,7 +114,7 @@ def a2a_overlap_saving(s, chunks, r: int) -> float:
         pair = pair_time(c.forward, c.ep_comm_fwd, c.moe_block_fwd, c.backward, c.ep_comm_bwd, c.moe_block_bwd,
                          c.moe_block_wgrad, c.moe_overlap_slow_fwd, c.moe_overlap_slow_bwd)
         saved += max(0.0, c.forward + c.backward - pair)
-    warmup = in_flight(sched, P, V, M, r, s.training.microbatch_group_size) * V - 1
+    warmup = in_flight(sched, P, V, M, r, s.training.microbatch_group_size, legacy_warmup(s)) * V - 1
     pairs = max(0.0, M * V - warmup) / V          # per chunk
     return pairs * saved
 
@@ -261,7 +263,7 @@ def analytic_report(s, mode: str = "representative") -> dict:
     for r, ch in enumerate(per_rank):
         static = sum(c.static.total for c in ch)
         # offloaded activations are on the GPU one layer at a time, for the pass that runs
-        held = [in_flight(sched, P, V, M, r, s.training.microbatch_group_size)] * len(ch)
+        held = [in_flight(sched, P, V, M, r, s.training.microbatch_group_size, legacy_warmup(s))] * len(ch)
         if sched in V_SHAPE and len(ch) == 2:
             held = [v_chunk_in_flight(sched, P, M, r, c.stage < P) for c in ch]
         act = sum((c.activation_bytes - c.offload_bytes) * n + c.offload_window for c, n in zip(ch, held))

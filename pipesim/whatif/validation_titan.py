@@ -28,7 +28,8 @@ nodes of 8 with 400 Gb/s per GPU, as stated: the dgx-h200 preset.
 titan2412 (December 2024, 8-512 H100 on Meta's Grand Teton; the same keys plus model parallelism, as
 torchtitan 9dec370 applies it): `tp` -> tensor parallelism with sequence parallelism (torchtitan's
 parallelize_llama: Colwise / Rowwise linears, SequenceParallel norms) and the vocabulary-parallel
-loss; `async_tp` -> overlap_tp_comm; `cp` -> context parallelism with PyTorch's all-gather K/V
+loss, each column-parallel linear keeping its all-gathered input (tp_keeps_gathered_input: DTensor
+redistributes it before the linear); `async_tp` -> overlap_tp_comm; `cp` -> context parallelism with PyTorch's all-gather K/V
 rotation (context_parallel_rotate_method "allgather", the default then) on load-balanced causal
 chunks, FSDP sharding over data x context (torchtitan's dp_cp mesh); `pp` -> the pipeline with
 `pipeline_parallel_microbatches` unset, i.e. as many micro-batches as pipeline ranks
@@ -92,7 +93,9 @@ def titan_scenario(case) -> dict:
                 "zero_stage": 3, "zero3_collectives": "fsdp2",
                 "zero3_prefetch": True, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True,
                 # with PP, FSDP2 keeps each stage's weights gathered from forward to backward
-                "reshard_after_forward": pp == 1, "overlap_tp_comm": bool(tr_raw.get("async_tp"))}
+                "reshard_after_forward": pp == 1, "overlap_tp_comm": bool(tr_raw.get("async_tp")),
+                # DTensor TP: each column-parallel linear keeps its all-gathered input
+                "tp_keeps_gathered_input": tp > 1}
     if float8:
         training.update(precision="fp8", fp8_recipe=float8, fp8_param_gather=bool(tr_raw.get("fsdp_float8_all_gather")))
     if every:
