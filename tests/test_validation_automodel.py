@@ -27,6 +27,8 @@ def test_rows_map_the_table_and_the_config_settings():
     # attention: TE's choice for the te backend, FlashAttention-2 under PyTorch SDPA
     assert q.training.attention_kernel == "auto" and llama.training.attention_kernel == "fa2"
     assert cases["automodel-qwen3-30b-a3b-8"].target == 12040.0
+    # MaskedCrossEntropy: the MoE configs set fp32_upcast false, the Llama one keeps the default upcast
+    assert q.training.cross_entropy == "torch_16bit" and llama.training.cross_entropy == "torch"
 
 
 def test_a_pipelined_row_simulates_one_schedule_run_per_accumulation_step():

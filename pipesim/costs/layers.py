@@ -49,6 +49,11 @@ CE_BYTES = {
     # (row sum, then the write pass) with the kept output, writes once (16;
     # cunn_SoftMaxBackward), the cast to 16 bits (4 + 2) = 26. Keeps the fp32 log-softmax.
     "torch": (22, 26, 4),
+    # F.cross_entropy on the 16-bit logits, not upcast (NeMo AutoModel's MaskedCrossEntropy with
+    # fp32_upcast false): log_softmax reads the row three times and writes once in 16 bits (8);
+    # backward: nll_loss's zero-filled input gradient (2), log_softmax's backward reads it twice
+    # with the kept output and writes once (8) = 10. Keeps the 16-bit log-softmax.
+    "torch_16bit": (8, 10, 2),
     # The same loss under torch.compile (torchtitan compiles loss_fn with --training.compile since
     # 2025, torchtitan/components/loss.py build_cross_entropy_loss): Inductor fuses the cast into
     # the row reductions, reading the 16-bit logits for the max and again for the sum of

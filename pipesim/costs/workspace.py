@@ -11,6 +11,9 @@ while a stage's forward or backward runs and releases at its end (pipesim/sim/wo
           writes the kept fp32 output; backward: nll_loss's fp32 input gradient (4, zero-filled)
           and log_softmax's fp32 gradient (4) while the kept output is still alive
           (aten NLLLoss.cu, SoftMax.cu).
+   torch_16bit (F.cross_entropy on the 16-bit logits: NeMo AutoModel's                2        4
+          MaskedCrossEntropy with fp32_upcast false): the logits (2) beside the kept 16-bit
+          log-softmax; backward: the 16-bit nll and log_softmax gradients (2 + 2).
    torch over tensor-parallel logits (PyTorch's loss_parallel,                       10       12
           torch/distributed/tensor/parallel/loss.py): `_log_softmax` holds the 16-bit logits (2),
           their fp32 cast (4), x - max (4) and exp of it (4) before writing the kept result;
@@ -48,7 +51,7 @@ from dataclasses import dataclass
 
 # (forward, backward) bytes per logit held beyond the kept ones, by training.cross_entropy
 # implementation (module docstring, item 1)
-CE_WORKING = {"torch": (6, 8), "torch_loss_parallel": (10, 12), "torch_compiled": (0, 2), "megatron": (2, 2),
+CE_WORKING = {"torch": (6, 8), "torch_16bit": (2, 4), "torch_loss_parallel": (10, 12), "torch_compiled": (0, 2), "megatron": (2, 2),
               "megatron_fused": (2, 2), "te": (0, 0)}
 
 

@@ -123,6 +123,12 @@ class Engine:
         every = w.grad_every_microbatch
         refetch = w.reshard_after_forward     # else only a forward gathers; its backward keeps them
         gathers = [i for i, op in enumerate(ops) if op.gather and (refetch or op.kind == "F")] if zero3 else []
+        if w.gather_once_per_step:            # FSDP2 under pipelining: the first forward gathers for the step
+            firsts = {}
+            for i in gathers:
+                firsts.setdefault(ops[i].stage, i)
+            gathers = sorted(firsts.values())
+        gathering = set(gathers)
         gather_ev, gather_next = {}, 0
         if gathers:
             gather_ev[gathers[0]] = self._issue_gather(g, ops[gathers[0]], 0)
@@ -138,7 +144,7 @@ class Engine:
         timer = ready_event(env)
         for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, gather) in enumerate(ops):
             if code == COMPUTE:
-                gather = zero3 and gather and (refetch or kind == "F")
+                gather = idx in gathering
                 dur, m0, m1 = info[key]
                 if gather:
                     ev = gather_ev.pop(idx)

@@ -221,6 +221,7 @@ class Workload:
     zero3_gather_rate: float | None = None   # ZeRO-3: the framework's gather bytes/s per GPU, if capped
     gather_passes: tuple = (1.0, 1.0)  # ZeRO-3: weights gathered for a forward, for a backward (multiples)
     reshard_after_forward: bool = True   # ZeRO-3: the backward gathers again (else only the forward)
+    gather_once_per_step: bool = False   # ZeRO-3: only a stage's first forward gathers (FSDP2 under pipelining)
     grad_every_microbatch: bool = False  # sharded gradients: reduce-scatter after every backward
     p2p_sync: bool = False    # blocking, batched pipeline P2P (sim/p2p_sync.py)
     cache: dict = field(default_factory=dict)   # memoised collective times
@@ -567,6 +568,9 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         gather_passes=zero3_gather_passes(s),
         zero3_gather_rate=tr.zero3_gather_GBps * 1e9 if tr.zero3_gather_GBps else None,
         reshard_after_forward=tr.reshard_after_forward,
+        # FSDP2 under pipelining keeps the weights gathered until the last backward
+        # (set_reshard_after_backward(False) with the deferred gradient sync: Scenario.fsdp2_deferred_grad_sync)
+        gather_once_per_step=s.fsdp2_deferred_grad_sync and not tr.reshard_after_forward,
         # A gradient held sharded (ZeRO-2/3) cannot accumulate unreduced partial sums over
         # micro-batches, so each backward reduce-scatters its gradients: DeepSpeed ZeRO-2/3 reduce
         # in every micro-step's backward hooks (deepspeed/runtime/zero/stage_1_and_2.py,

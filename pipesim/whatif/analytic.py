@@ -185,6 +185,9 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         M = s.num_microbatches
         # without prefetch every gather waits for the compute before it: nothing hides
         hidden = compute if tr.zero3_prefetch else 0.0
+        if s.fsdp2_deferred_grad_sync and not tr.reshard_after_forward:
+            # FSDP2 under pipelining: one gather and one reduce-scatter for the step (sim/workload.py)
+            return max(0.0, per_mb - hidden), per_mb, gather if tr.zero3_prefetch else 0.0
         # (exposed, total, one pass's gather: what an idle stretch lets a prefetched gather hide)
         return M * max(0.0, per_mb - hidden), M * per_mb, gather if tr.zero3_prefetch else 0.0
     rs = bucketed("reduce_scatter") if tr.zero_stage >= 1 else 0.0

@@ -14,7 +14,8 @@ all-gather rotation -> context_mode allgather).
 Stack settings the configs imply, the same for every row: FSDP2 prefetches the next block's
 gather; gradients reduce in fp32 for the MoE models (the MoE parallelizer's MixedPrecisionPolicy
 reduce_dtype float32) and in bf16 for the dense one (FSDP2Manager's default policy); Adam; loss
-by F.cross_entropy (MaskedCrossEntropy); forced-balanced routing (fake_balanced_gate); the row's
+by F.cross_entropy (MaskedCrossEntropy; on the 16-bit logits where the config sets fp32_upcast
+false, the settings' loss_fp32_upcast: every MoE row); forced-balanced routing (fake_balanced_gate); the row's
 attention kernel (ATTENTION_KERNELS); no dropout; no multi-token prediction (the models are the
 Hugging Face ones); shared experts on a side stream beside the routed path
 (moe_shared_expert_overlap; nemo_automodel/components/moe/layers.py MoE.forward).
@@ -35,7 +36,7 @@ AUTOMODEL_MODELS = {"DeepSeek V3 671B": "deepseek-v3", "Kimi K2": "kimi-k2", "Qw
                     "Nemotron V3 Super 120B (26.02)": "nemotron-3-super",
                     "Nemotron V3 Nano 30B (26.02)": "nemotron-3-nano", "Llama3 70B": "llama3-70b"}
 SETTINGS = ("activation_checkpointing", "reshard_after_forward", "pp_microbatch_size", "dispatcher", "context_parallel",
-            "attention")
+            "attention", "loss_fp32_upcast")
 # The attention backend of a row -> training.attention_kernel: Transformer Engine's choice (cuDNN on
 # Hopper); PyTorch SDPA's flash backend is FlashAttention-2; FlexAttention compiles its own Triton
 # kernel, reported at 85-90 % of FlashAttention-2 (PyTorch blog "FlexAttention", 2024-08): costed as
@@ -80,7 +81,9 @@ def automodel_scenario(case) -> dict:
                 "schedule": "interleaved" if vp > 1 else "1f1b",
                 "recompute": "full" if st.get("activation_checkpointing") else "none",
                 "precision": "bf16", "attention": "flash", "attention_kernel": ATTENTION_KERNELS[attention],
-                "optimizer": "adam", "cross_entropy": "torch",
+                # MaskedCrossEntropy: F.cross_entropy on logits.float(), or on the 16-bit logits with
+                # the config's fp32_upcast false (every MoE row's)
+                "optimizer": "adam", "cross_entropy": "torch" if st.get("loss_fp32_upcast", True) else "torch_16bit",
                 "zero_stage": 3, "zero3_collectives": "fsdp2", "zero3_prefetch": True,
                 "reshard_after_forward": bool(st.get("reshard_after_forward", True)),
                 "overlap_grad_reduce": True, "grad_reduce_in_fp32": ep > 1}
