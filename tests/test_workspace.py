@@ -8,7 +8,7 @@ import pytest
 import pipesim
 from pipesim.costs import stage_costs
 from pipesim.costs.layers import logits_per_gpu, loss_kernel
-from pipesim.costs.workspace import CE_WORKING, Workspace
+from pipesim.costs.workspace import Workspace, ce_working
 
 from tests._sim_helpers import tiny
 
@@ -31,10 +31,19 @@ def test_the_loss_holds_its_implementations_logit_copies(ce, fwd, bwd):
 def test_pytorch_cross_entropy_over_tensor_parallel_logits_is_loss_parallel():
     s = tiny(P=1, M=1, tensor=2, extra_training={"cross_entropy": "torch"},
              extra_parallel={"sequence_parallel": True})
-    assert loss_kernel(s) == "torch_loss_parallel" and CE_WORKING["torch_loss_parallel"] == (10, 12)
+    assert loss_kernel(s) == "torch_loss_parallel" and ce_working("torch_loss_parallel", 2) == (10, 12)
     ws = stage_costs(s)[-1].workspace
     assert ws.loss_bwd == 12 * 32 * 128 / 2        # the vocabulary split over the tensor group
     assert loss_kernel(_one_stage("torch")) == "torch"
+
+
+def test_fp32_logits_have_no_16_bit_copy_and_need_no_cast():
+    assert ce_working("torch", 4) == ce_working("torch_16bit", 4) == (4, 8)
+    assert ce_working("megatron", 4) == (0, 0) and ce_working("torch_loss_parallel", 4) == (8, 12)
+    s = _one_stage("torch", precision="fp32")
+    assert stage_costs(s)[-1].workspace.loss_fwd == 4 * 32 * 128
+    with pytest.raises(ValueError):
+        ce_working("liger", 2)
 
 
 def test_the_backward_peak_is_the_larger_of_the_loss_and_a_recomputed_layer():

@@ -32,6 +32,10 @@ while a stage's forward or backward runs and releases at its end (pipesim/sim/wo
           online softmax over the 16-bit logits, the gradient written into them in place
           (transformer_engine/pytorch/triton/cross_entropy.py): nothing beyond the kept logits.
 
+   These are for 16-bit logits. Under fp32 training the logits are fp32 and `.float()` returns
+   them as they are: the 16-bit copy becomes the fp32 logits themselves and the fp32 cast
+   vanishes (torch 4 / 8, torch_16bit as torch, loss parallel 8 / 12, torch_compiled 0 / 4,
+   Megatron's 0 / 0: it works in place on the logits it is given) (`ce_working`).
    The backward's loss working set and a recomputed layer's (StageCosts.recompute_working_bytes)
    are not alive together (the loss runs first), so the backward's peak takes the larger.
 
@@ -49,10 +53,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# (forward, backward) bytes per logit held beyond the kept ones, by training.cross_entropy
-# implementation (module docstring, item 1)
-CE_WORKING = {"torch": (6, 8), "torch_16bit": (2, 4), "torch_loss_parallel": (10, 12), "torch_compiled": (0, 2), "megatron": (2, 2),
-              "megatron_fused": (2, 2), "te": (0, 0)}
+FP32 = 4
+
+
+def ce_working(kernel: str, e: int) -> tuple[float, float]:
+    """(forward, backward) bytes per logit the cross-entropy `kernel` (costs/layers.py loss_kernel)
+    holds beyond the kept ones, for logits of `e` bytes (module docstring, item 1)."""
+    cast = FP32 if e < FP32 else 0          # the fp32 copy of 16-bit logits; none of fp32 ones
+    upcast = e if e < FP32 else 0           # a 16-bit tensor beside its fp32 working copy
+    if kernel == "torch" or (kernel == "torch_16bit" and e == FP32):
+        return e + cast, 2 * FP32           # logits + their cast; nll and log_softmax gradients
+    if kernel == "torch_16bit":
+        return e, 2 * e
+    if kernel == "torch_loss_parallel":
+        return e + cast + FP32, 3 * FP32    # logits, cast, x - max, exp (the result is kept)
+    if kernel == "torch_compiled":
+        return 0, e
+    if kernel in ("megatron", "megatron_fused"):
+        return upcast, upcast
+    if kernel == "te":
+        return 0, 0
+    raise ValueError(f"unknown cross-entropy kernel {kernel!r}")
 
 
 @dataclass(frozen=True)
@@ -86,8 +107,8 @@ def stage_workspace(s, embedding_ops, head_ops) -> Workspace:
 def loss_working(s, logits: float) -> tuple[float, float]:
     """(forward, backward) bytes the cross-entropy over `logits` logits per GPU holds beyond what it
     keeps."""
-    from pipesim.costs.layers import loss_kernel
-    fwd, bwd = CE_WORKING[loss_kernel(s)]
+    from pipesim.costs.layers import loss_kernel, shapes_of
+    fwd, bwd = ce_working(loss_kernel(s), shapes_of(s).e)
     return fwd * logits, bwd * logits
 
 
