@@ -66,7 +66,8 @@ def test_the_simulated_peak_holds_the_backwards_loss_copies():
 def _fsdp2(P=1, M=1, **training):
     # a Llama-like model: untied output layer, RMSNorm, rotary positions (no position table)
     return tiny(P=P, M=M, data=4, extra_training={"zero_stage": 3, "zero3_collectives": "fsdp2",
-                                                  "grad_reduce_in_fp32": True, "cross_entropy": "te", **training},
+                                                  "fsdp2_ends_in_root": True, "grad_reduce_in_fp32": True,
+                                                  "cross_entropy": "te", **training},
                 extra_model={"tied_embeddings": False, "norm": "rmsnorm", "position": "rotary"})
 
 
@@ -78,8 +79,10 @@ def test_fsdp2s_root_unit_stays_gathered_through_each_pass():
     gathered = (emb + head) * 2 * (1 - 1 / 4)       # BF16 copies beyond the rank's quarter
     assert c.workspace.held_fwd == pytest.approx(gathered)
     assert c.workspace.held_bwd == pytest.approx(gathered + head * 2)   # + the head's unsharded gradient
-    # kept gathered (pipelining's reshard_after_forward false: resident weights) or not FSDP2: nothing
+    # kept gathered (pipelining's reshard_after_forward false: resident weights), wrapped on their own
+    # (torchtitan since July 2025, NeMo AutoModel) or not FSDP2: nothing
     assert stage_costs(_fsdp2(reshard_after_forward=False))[0].workspace.held_fwd == 0.0
+    assert stage_costs(_fsdp2(fsdp2_ends_in_root=False))[0].workspace.held_fwd == 0.0
     layer = tiny(P=1, M=1, data=4, extra_training={"zero_stage": 3, "zero3_collectives": "layer"})
     assert stage_costs(layer)[0].workspace.held_fwd == 0.0
 
@@ -110,4 +113,16 @@ def test_dtensor_tp_keeps_each_column_linears_gathered_input():
     tokens, hidden = 32, 64
     assert qkv_saved(False) == tokens / 2 * hidden * 2      # Megatron: its sequence shard
     assert qkv_saved(True) == tokens * hidden * 2           # DTensor: the all-gathered input
-    assert qkv_saved(True, sp=False) == qkv_saved(False, sp=False) == tokens * hidden * 2
+    assert qkv_saved(False, sp=False) == tokens * hidden * 2    # without SP the input is whole anyway
+
+
+@pytest.mark.parametrize("training, parallel, key", [
+    ({"fsdp2_ends_in_root": True}, {}, "training.fsdp2_ends_in_root"),
+    ({"fsdp2_ends_in_root": True, "zero_stage": 3, "zero3_collectives": "layer"}, {}, "training.fsdp2_ends_in_root"),
+    ({"tp_keeps_gathered_input": True}, {"sequence_parallel": False}, "training.tp_keeps_gathered_input"),
+    ({"cross_entropy": "torch_fp32"}, {}, "training.cross_entropy")])
+def test_the_new_keys_refuse_what_they_cannot_mean_in_one_line(training, parallel, key):
+    from pipesim.errors import ScenarioError
+    with pytest.raises(ScenarioError, match=key) as e:
+        tiny(P=1, M=1, tensor=2, data=2, extra_training=training, extra_parallel=parallel)
+    assert "\n" not in str(e.value)

@@ -39,9 +39,11 @@ while a stage's forward or backward runs and releases at its end (pipesim/sim/wo
    The backward's loss working set and a recomputed layer's (StageCosts.recompute_working_bytes)
    are not alive together (the loss runs first), so the backward's peak takes the larger.
 
-2. FSDP2's root unit (training.zero3_collectives fsdp2, torchtitan's wrapping): the blocks are
-   fully_shard-ed one by one and the model itself last, so the embedding, the final norm and the
-   output layer form the root unit (torchtitan parallelisms/parallelize_llama.py apply_fsdp). The
+2. FSDP2's root unit (training.zero3_collectives fsdp2 with fsdp2_ends_in_root): when only the
+   blocks are fully_shard-ed one by one and the model itself last, the embedding, the final norm
+   and the output layer form the root unit (torchtitan parallelisms/parallelize_llama.py apply_fsdp
+   until 2025-07-28, commit 83e6941 wrapping them on their own; NeMo AutoModel wraps them on their
+   own too, components/moe/parallelizer.py). The
    root's forward is the whole model's: its gathered weights stay from the first layer's forward
    to the last one's, and likewise through the backward, when they are gathered again
    (reshard_after_forward, FSDP2's default without pipelining; under pipelining they stay
@@ -121,7 +123,7 @@ def fsdp2_root(s, embedding_params: float, head_params: float) -> tuple[float, f
     from pipesim.costs.zero_groups import shard_size
     tr = s.training
     shard = shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas)
-    if not tr.fsdp2 or not tr.reshard_after_forward or shard <= 1:
+    if not tr.fsdp2 or not tr.fsdp2_ends_in_root or not tr.reshard_after_forward or shard <= 1:
         return 0.0, 0.0
     elem = weight_elem_bytes(tr.precision)
     gathered = (embedding_params + head_params) * elem * (1 - 1 / shard)

@@ -80,6 +80,14 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if not tr.reshard_after_forward and tr.zero_stage != 3:
         loader.fail("training.reshard_after_forward", f"keeping gathered weights from forward to backward "
                     f"is a ZeRO-3 / FSDP choice, got zero_stage: {tr.zero_stage}")
+    if tr.fsdp2_ends_in_root and not tr.fsdp2:
+        loader.fail("training.fsdp2_ends_in_root", f"says how FSDP2 wraps the embedding and the output layer: needs "
+                    f"zero_stage 3 with zero3_collectives fsdp2, got zero_stage: {tr.zero_stage}, "
+                    f"zero3_collectives: {tr.zero3_collectives}")
+    if tr.tp_keeps_gathered_input and not (s.parallel.sequence_parallel and s.parallel.tensor > 1):
+        loader.fail("training.tp_keeps_gathered_input", f"keeps the all-gathered sequence-parallel input: needs "
+                    f"parallel.sequence_parallel with tensor > 1, got sequence_parallel: "
+                    f"{s.parallel.sequence_parallel}, tensor: {s.parallel.tensor}")
     _check_zero_replicas(s, loader)
     _check_bf16_layers(s, loader)
     _check_bf16_gemms(s, loader)

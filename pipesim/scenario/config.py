@@ -510,6 +510,12 @@ class TrainingConfig:
                                                   "FULL_SHARD); false: gather once per micro-batch forward "
                                                   "and keep them to its backward (FSDP SHARD_GRAD_OP / "
                                                   "reshard_after_forward=False)")
+    fsdp2_ends_in_root: bool = field(False, doc="zero3_collectives fsdp2: the embedding, final norm and output "
+                                                "layer are left to the root unit (the model's own fully_shard, "
+                                                "torchtitan before July 2025), gathered from the first layer's "
+                                                "forward to the last one's and again through the backward; false: "
+                                                "each wrapped on its own (torchtitan since, NeMo AutoModel) and "
+                                                "gathered around its own compute like a layer")
     zero3_collectives: Literal["tensor", "layer", "fsdp2"] = field(
         "tensor", doc="ZeRO-3 collectives: one weight all-gather per parameter tensor (DeepSpeed ZeRO-3); "
                       "one all-gather and one gradient reduce-scatter per Transformer layer (layer: PyTorch "

@@ -94,6 +94,8 @@ def titan_scenario(case) -> dict:
                 "zero3_prefetch": True, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True,
                 # with PP, FSDP2 keeps each stage's weights gathered from forward to backward
                 "reshard_after_forward": pp == 1, "overlap_tp_comm": bool(tr_raw.get("async_tp")),
+                # every torchtitan here predates 2025-07-28: embedding and output in the root unit
+                "fsdp2_ends_in_root": True,
                 # DTensor TP: each column-parallel linear keeps its all-gathered input
                 "tp_keeps_gathered_input": tp > 1}
     if float8:
