@@ -80,7 +80,8 @@ def run(args) -> int:
     say(f"memory per GPU (largest stage): weights {mem['weights_bytes'] / 2**30:.3f} GiB, grads "
           f"{mem['grads_bytes'] / 2**30:.3f} GiB, optimizer {mem['optimizer_bytes'] / 2**30:.3f} GiB, "
           f"activations {mem['activations_per_microbatch_bytes'] / 2**30:.3f} GiB per micro-batch "
-          f"(recompute {sm['recompute']})")
+          f"(recompute {sm['recompute']}), up to {mem['workspace_bytes'] / 2**30:.3f} GiB more while a pass runs "
+          f"(the loss's logit copies, FSDP2's root unit: costs/workspace.py)")
     say(f"time in communication: fwd {sm['frac_comm_fwd']:.1%}, bwd {sm['frac_comm_bwd']:.1%}")
     if args.csv:
         with open(args.csv, "w", newline="") as fh:

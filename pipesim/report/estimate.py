@@ -108,6 +108,8 @@ def estimate(s: Scenario) -> dict:
         "grads_bytes": max(st.static.gradients for st in stages),
         "optimizer_bytes": max(st.static.optimizer for st in stages),
         "activations_per_microbatch_bytes": max(st.activation_bytes for st in stages),
+        # what a pass holds beyond them at its peak (the loss's logit copies, FSDP2's root unit)
+        "workspace_bytes": max(max(st.workspace.forward(), st.workspace.backward(0.0)) for st in stages),
     }
     summary = {
         "params": total_params(s),
