@@ -4,7 +4,7 @@ import pytest
 
 from pipesim.errors import ScenarioError
 from pipesim.scenario.load import load_scenario
-from pipesim.whatif.validation import Case, case_scenario, load_cases, run_case, summary_table
+from pipesim.whatif.validation import case_scenario, load_cases, run_case, summary_table
 from pipesim.whatif.validation_memory import format_memory, read_memory
 from pipesim.whatif.validation_titan import titan_split
 
