@@ -88,3 +88,12 @@ def test_sharding_over_16x_more_gpus_frees_what_the_published_peaks_lose():
     peaks = [detailed_report(load_scenario(case_scenario(cases[f"titan2412-llama3.1-8b-fsdp{n}"])),
                              "representative")["peak_memory_bytes"] / 2 ** 30 for n in (8, 128)]
     assert peaks[0] - peaks[1] == pytest.approx(15.4, rel=0.15)
+
+
+def test_bridges_recompute_study_rows_map_their_modules_and_publish_allocated_memory():
+    rows = {c.id: c for c in load_cases() if c.suite == "bridgemem"}
+    assert len(rows) == 2 and all(c.memory_kind == "allocated" for c in rows.values())
+    s = load_scenario(case_scenario(rows["bridgemem-h100-nemotron-3-nano-bf16-moe-layernorm"]))
+    assert s.training.recompute == "selective" and s.training.recompute_modules == ("moe", "layernorm")
+    assert s.training.precision == "bf16" and s.training.moe_dispatcher == "deepep"
+    assert (s.num_gpus, s.parallel.expert, s.num_microbatches, s.model.seq_length) == (16, 8, 1, 8192)

@@ -42,6 +42,7 @@ SUITES = {
     "bridge2604": ("bridge2604-", None),     # held out: the same converter, the 26.04.01 tables
     "bridge2606": ("bridge2606-", None),     # held out: the same converter, the 26.06 tables
     "bridge2608": ("bridge2608-", None),     # held out: the same converter, the 26.08 tables
+    "bridgemem": ("bridgemem-", None),       # held out: the same converter, Bridge's recompute study (memory)
     "titan2024": ("titan2024-", None),       # held out: pipesim/whatif/validation_titan.py
     "automodel": ("automodel-", None),       # held out: pipesim/whatif/validation_automodel.py
     "titan2025": ("titan2025-", None),       # held out: pipesim/whatif/validation_titan.py
@@ -53,7 +54,7 @@ SUITES = {
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
 METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
-          "bridge2604": "tokens", "bridge2606": "tokens", "bridge2608": "tokens",
+          "bridge2604": "tokens", "bridge2606": "tokens", "bridge2608": "tokens", "bridgemem": "tokens",
           "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens", "titan2412": "tokens",
           "sdpa2025": "tokens",
           "mlperf": "tokens", "mlperflora": "tokens"}
@@ -167,7 +168,7 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite == "korthikanti22":
         from pipesim.whatif.validation_heldout import rac22_scenario
         return rac22_scenario(case)
-    if case.suite in ("bridge2511", "bridge2604", "bridge2606", "bridge2608"):
+    if case.suite in ("bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem"):
         from pipesim.whatif.validation_bridge import bridge_scenario
         return bridge_scenario(case)
     if case.suite in ("titan2024", "titan2025", "titan2412"):
@@ -403,7 +404,8 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
-HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "titan2024", "automodel",
+HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem", "titan2024",
+            "automodel",
             "titan2025", "titan2412", "sdpa2025", "mlperf", "mlperflora")
 
 

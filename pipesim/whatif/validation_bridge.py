@@ -46,7 +46,8 @@ from __future__ import annotations
 
 from pipesim.errors import ScenarioError
 from pipesim.scenario.stage_split import embedding_loss_split
-from pipesim.whatif import validation_bridge_2604, validation_bridge_2606, validation_bridge_2608
+from pipesim.whatif import (validation_bridge_2604, validation_bridge_2606, validation_bridge_2608,
+                            validation_bridge_recompute)
 from pipesim.whatif.families import megatron_bucket_MB, megatron_p2p_sync
 
 # Published system names -> (pipesim system preset, GPUs per preset node: pipesim/presets/systems.py).
@@ -141,7 +142,7 @@ BRIDGE_ROW_SETTINGS = {
 # Per-row settings of the 26.x families, from each release's performance configs (the modules name
 # the config beside each row); NVFP4 rows store and gather FP4 weights in all three releases.
 BRIDGE_FAMILY_ROWS = {"bridge2604-": validation_bridge_2604.ROWS, "bridge2606-": validation_bridge_2606.ROWS,
-                      "bridge2608-": validation_bridge_2608.ROWS}
+                      "bridge2608-": validation_bridge_2608.ROWS, "bridgemem-": validation_bridge_recompute.ROWS}
 # Published precision -> (training.precision, training.fp8_recipe).
 # The 26.x tables write FP8 (current scaling, Megatron-Bridge's fp8_cs default) and MXFP8.
 BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "FP8-MX": ("fp8", "mxfp8"),
