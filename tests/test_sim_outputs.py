@@ -86,6 +86,16 @@ def test_chrome_trace_is_microseconds():
     assert b["dur"] == pytest.approx(2000.0)
 
 
+def test_a_peak_within_the_allocators_reserve_of_the_capacity_is_tight():
+    s = tiny(P=1, M=1, memory_GiB=1.05)
+    fits = pipesim.simulate(s, stage_costs=uniform(s, act=2**30))            # 1 GiB of 1.05: 5 % left
+    assert not fits.oom and fits.data["memory_tight"]
+    roomy = pipesim.simulate(tiny(P=1, M=1, memory_GiB=1.2), stage_costs=uniform(s, act=2**30))
+    assert not roomy.data["memory_tight"]
+    over = pipesim.simulate(tiny(P=1, M=1, memory_GiB=0.9), stage_costs=uniform(s, act=2**30))
+    assert over.oom and not over.data["memory_tight"]
+
+
 def test_out_of_memory_is_flagged_not_hidden():
     s = tiny(P=2, M=8, schedule="gpipe", memory_GiB=0.001)
     r = pipesim.simulate(s, stage_costs=uniform(s, act=2**20))

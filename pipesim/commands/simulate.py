@@ -64,7 +64,8 @@ def summary(rep, scenario) -> str:
         f"model TFLOP/s/GPU   {d['model_tflops_per_gpu']:12.2f}      MFU {d['mfu'] * 100:.1f} %",
         f"pipeline bubble     {d['bubble_fraction'] * 100:11.2f} %",
         f"peak memory         {_fmt_bytes(d['peak_memory_bytes']):>15} of {_fmt_bytes(d['memory_capacity_bytes'])}"
-        + ("   OUT OF MEMORY" if d["oom"] else ""),
+        + ("   OUT OF MEMORY" if d["oom"] else "")
+        + ("   tight: PyTorch's allocator reserves 9-18 % above the live bytes" if d.get("memory_tight") else ""),
         "exposed comm (max rank)  " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in d["exposed_comm_s"].items()),
     ]
     if "tensor_core_rate" in d:

@@ -22,6 +22,13 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter, sub
 
+# PyTorch's caching allocator holds more than the live tensors: reserved / allocated at the peak is
+# 1.09 to 1.18 in Megatron-Bridge's published measurements (skills/nemo-mbridge-perf-activation-
+# recompute: Moonlight 16B, 36.6 GB allocated, reserved "near 40 GB"; skills/nemo-mbridge-memory-
+# snapshot-analysis: 45.10 / 53.21 and 62.28 / 73.49 GiB). A peak within the low end of that margin
+# of the capacity is reported as tight (CUDA-graph pools and NCCL's buffers come on top).
+ALLOCATOR_RESERVE = 1.09
+
 PIPELINE_KINDS = frozenset(("F", "B", "I", "W", "R", "FB", "QUANTIZE", "DEQUANTIZE"))
 COMM_KINDS = ("P2P", "DP", "ZERO_GATHER", "ZERO_ALLGATHER")
 _START, _END, _KIND = itemgetter(0), itemgetter(1), itemgetter(2)
@@ -274,6 +281,8 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
         "peak_memory_bytes": peak_mem,
         "memory_capacity_bytes": capacity,
         "oom": peak_mem > capacity,
+        # fits, but not with the caching allocator's usual reserve above the live bytes (ALLOCATOR_RESERVE)
+        "memory_tight": ALLOCATOR_RESERVE * peak_mem > capacity >= peak_mem,
         "exposed_comm_s": exposed,
         "rank_imbalance": (min(busy) / max(busy)) if busy and max(busy) > 0 else 1.0,
         "ranks": ranks,
