@@ -42,14 +42,13 @@ while a stage's forward or backward runs and releases at its end (pipesim/sim/wo
 2. FSDP2's root unit (training.zero3_collectives fsdp2 with fsdp2_ends_in_root): when only the
    blocks are fully_shard-ed one by one and the model itself last, the embedding, the final norm
    and the output layer form the root unit (torchtitan parallelisms/parallelize_llama.py apply_fsdp
-   until 2025-07-28, commit 83e6941 wrapping them on their own; NeMo AutoModel wraps them on their
-   own too, components/moe/parallelizer.py). The
-   root's forward is the whole model's: its gathered weights stay from the first layer's forward
-   to the last one's, and likewise through the backward, when they are gathered again
-   (reshard_after_forward, FSDP2's default without pipelining; under pipelining they stay
-   gathered and count as resident weights). The root reduce-scatters its gradients only in the
-   final post-backward callback, so the output layer's unsharded 16-bit weight gradient, made
-   first in the backward, is held to its end.
+   until 2025-07-28, when commit 83e6941 wrapped them on their own, as NeMo AutoModel does too,
+   components/moe/parallelizer.py). The root's forward is the whole model's: its gathered weights
+   stay from the first layer's forward to the last one's, and likewise through the backward, when
+   they are gathered again (reshard_after_forward, FSDP2's default without pipelining; under
+   pipelining they stay gathered and count as resident weights). The root reduce-scatters its
+   gradients only in the final post-backward callback, so the output layer's unsharded 16-bit
+   weight gradient, made first in the backward, is held to its end.
 """
 from __future__ import annotations
 

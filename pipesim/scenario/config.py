@@ -411,11 +411,13 @@ class TrainingConfig:
     lora_a2a: bool = field(False, doc="with lora_rank and sequence parallelism: an adapter beside a row-parallel "
                                       "linear returns to the sequence split by one all-to-all instead of an "
                                       "all-gather and a split (Megatron-Bridge LoRA a2a_experimental)")
-    cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch", "torch_16bit", "torch_compiled"] = field(
+    cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch", "torch_16bit",
+                           "torch_compiled"] = field(
         "auto", doc="the loss kernel over the logits: megatron = Megatron-LM's unfused vocab-parallel "
                     "cross-entropy, megatron_fused = --cross-entropy-loss-fusion (native), te = Transformer "
                     "Engine's Triton kernel (cross_entropy_fusion_impl te, Megatron-Bridge's performance "
-                    "recipes), torch = F.cross_entropy on fp32 logits, torch_16bit = on the 16-bit logits "
+                    "recipes), torch = F.cross_entropy on fp32 logits (over tensor-parallel logits "
+                    "PyTorch's loss_parallel), torch_16bit = on the 16-bit logits "
                     "(no upcast), torch_compiled = F.cross_entropy on fp32 logits under "
                     "torch.compile (torchtitan's compiled loss); auto = torch with kernel_fusion eager, "
                     "megatron otherwise (pipesim/costs/layers.py CE_BYTES)")
@@ -498,8 +500,7 @@ class TrainingConfig:
                                                      "(torchtitan: ColwiseParallel redistributes the input before "
                                                      "the linear, whose autograd saves it), instead of its "
                                                      "sequence shard gathered again in the backward (Megatron-LM, "
-                                                     "Transformer Engine); nothing changes without sequence "
-                                                     "parallelism")
+                                                     "Transformer Engine); needs sequence parallelism")
     overlap_param_gather: bool = field(False, doc="overlap the distributed optimizer's parameter all-gather "
                                                   "with the next step's forward (Megatron --overlap-param-gather)")
     zero3_prefetch: bool = field(True, doc="ZeRO-3: gather the next module's parameters while the current one "

@@ -272,7 +272,8 @@ def analytic_report(s, mode: str = "representative") -> dict:
         act = sum((c.activation_bytes - c.offload_bytes) * n + c.offload_window for c, n in zip(ch, held))
         # what a running pass holds beside them (sim/workload.py): the backward's recompute working
         # set, CP receive buffers and workspace, or the forward's buffers and workspace
-        working = max((max(c.recompute_working_bytes + c.cp_buffer_bwd + c.workspace.backward(c.recompute_working_bytes),
+        working = max((max(c.recompute_working_bytes + c.cp_buffer_bwd
+                           + c.workspace.backward(c.recompute_working_bytes),
                            c.cp_buffer_fwd + c.workspace.forward()) for c in ch), default=0.0)
         # ZeRO-3: the gathered weights live beside them, as the engine holds them: the running
         # action's and, with prefetch, the next one's issued at its start

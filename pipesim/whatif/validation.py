@@ -405,8 +405,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
 HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem", "titan2024",
-            "automodel",
-            "titan2025", "titan2412", "sdpa2025", "mlperf", "mlperflora")
+            "automodel", "titan2025", "titan2412", "sdpa2025", "mlperf", "mlperflora")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:

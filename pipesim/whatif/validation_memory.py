@@ -8,8 +8,9 @@ predicts the bytes the training step holds, not an allocator's bookkeeping:
              "reserved_bytes.all.peak"): the live tensors plus the freed blocks the allocator keeps
              cached; the CUDA context and NCCL's own buffers are outside it.
   allocated  the peak of live tensor bytes ("allocated_bytes.all.peak").
-A reserved figure sits above the live bytes by the allocator's fragmentation, which pipesim does
-not model; the signed error shows it.
+A reserved figure sits above the live bytes by what the allocator keeps cached (9-18 % in
+Megatron-Bridge's published measurements, pipesim/report/metrics.py ALLOCATOR_RESERVE), which
+pipesim does not add to its prediction; the signed error shows it.
 """
 from __future__ import annotations
 

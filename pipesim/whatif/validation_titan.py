@@ -29,9 +29,9 @@ titan2412 (December 2024, 8-512 H100 on Meta's Grand Teton; the same keys plus m
 torchtitan 9dec370 applies it): `tp` -> tensor parallelism with sequence parallelism (torchtitan's
 parallelize_llama: Colwise / Rowwise linears, SequenceParallel norms) and the vocabulary-parallel
 loss, each column-parallel linear keeping its all-gathered input (tp_keeps_gathered_input: DTensor
-redistributes it before the linear); `async_tp` -> overlap_tp_comm; `cp` -> context parallelism with PyTorch's all-gather K/V
-rotation (context_parallel_rotate_method "allgather", the default then) on load-balanced causal
-chunks, FSDP sharding over data x context (torchtitan's dp_cp mesh); `pp` -> the pipeline with
+redistributes it before the linear); `async_tp` -> overlap_tp_comm; `cp` -> context parallelism
+with PyTorch's all-gather K/V rotation (context_parallel_rotate_method "allgather", the default
+then) on load-balanced causal chunks, FSDP sharding over data x context (torchtitan's dp_cp mesh); `pp` -> the pipeline with
 `pipeline_parallel_microbatches` unset, i.e. as many micro-batches as pipeline ranks
 (pipelining_utils.build_pipeline_schedule), one stage per rank for 1F1B and two for
 Interleaved1F1B, layers split as generate_split_points does (`titan_split`), and FSDP2 not
@@ -39,6 +39,10 @@ resharding after the forward (parallelize_llama.apply_fsdp: reshard_after_forwar
 The GPU: H100 SXM with 96 GB of HBM2e at 2.4 TB/s (as stated) in the dgx-h100 preset's node; its
 500 W power limit is not modelled (the preset's sustained tensor-core rate is the 700 W part's), so
 these rows' throughput is expected optimistic; their peak memory does not depend on it.
+Every torchtitan here predates 2025-07-28 (commit 83e6941), so its embedding and output layer are
+in FSDP2's root unit (training.fsdp2_ends_in_root; pipesim/costs/workspace.py). The loss is
+F.cross_entropy on fp32 logits (over TP, PyTorch's loss_parallel), compiled with the model in the
+2025 rows (titan2025) only.
 """
 from __future__ import annotations
 
