@@ -11,6 +11,7 @@ from pathlib import Path
 from pipesim.costs.documents import documents_clause
 from pipesim.costs.lora import lora_clause
 from pipesim.errors import OutOfMemoryError, PipesimError
+from pipesim.report.metrics import TIGHT_TEXT
 
 GiB = 2**30
 
@@ -65,7 +66,7 @@ def summary(rep, scenario) -> str:
         f"pipeline bubble     {d['bubble_fraction'] * 100:11.2f} %",
         f"peak memory         {_fmt_bytes(d['peak_memory_bytes']):>15} of {_fmt_bytes(d['memory_capacity_bytes'])}"
         + ("   OUT OF MEMORY" if d["oom"] else "")
-        + ("   tight: PyTorch's allocator reserves 9-18 % above the live bytes" if d.get("memory_tight") else ""),
+        + (f"   {TIGHT_TEXT}" if d.get("memory_tight") else ""),
         "exposed comm (max rank)  " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in d["exposed_comm_s"].items()),
     ]
     if "tensor_core_rate" in d:

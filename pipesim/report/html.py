@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 
+from pipesim.report.metrics import TIGHT_TEXT
 from pipesim.report.plots import COLORS
 
 MAX_BARS = 30_000          # timeline bars drawn (the trace.json keeps every event)
@@ -126,8 +127,7 @@ def _metrics(d: dict, s) -> str:
             ("pipeline bubble", f"{d['bubble_fraction'] * 100:.2f} %"),
             ("peak memory", f"{d['peak_memory_bytes'] / GiB:.2f} of {d['memory_capacity_bytes'] / GiB:.2f} GiB"
              + (" — OUT OF MEMORY" if d["oom"] else "")
-             + (" — tight: PyTorch's allocator reserves 9-18 % above the live bytes"
-                if d.get("memory_tight") else "")),
+             + (f" — {TIGHT_TEXT}" if d.get("memory_tight") else "")),
             ("exposed communication (max rank)", exposed),
             ("GPUs", f"{d['num_gpus']} (tensor {s.parallel.tensor}, pipeline {s.parallel.pipeline}, "
                      f"data {s.parallel.data}, virtual {s.parallel.virtual_stages})"),

@@ -28,6 +28,12 @@ from operator import itemgetter, sub
 # snapshot-analysis: 45.10 / 53.21 and 62.28 / 73.49 GiB). A peak within the low end of that margin
 # of the capacity is reported as tight (CUDA-graph pools and NCCL's buffers come on top).
 ALLOCATOR_RESERVE = 1.09
+TIGHT_TEXT = "tight: PyTorch's allocator reserves 9-18 % above the live bytes"
+
+
+def memory_tight(peak: float, capacity: float) -> bool:
+    """A peak that fits, but not with the caching allocator's usual reserve above the live bytes."""
+    return ALLOCATOR_RESERVE * peak > capacity >= peak
 
 PIPELINE_KINDS = frozenset(("F", "B", "I", "W", "R", "FB", "QUANTIZE", "DEQUANTIZE"))
 COMM_KINDS = ("P2P", "DP", "ZERO_GATHER", "ZERO_ALLGATHER")
@@ -281,8 +287,7 @@ def build_report(scenario, timelines, *, stage_costs=None, extras=None, events=(
         "peak_memory_bytes": peak_mem,
         "memory_capacity_bytes": capacity,
         "oom": peak_mem > capacity,
-        # fits, but not with the caching allocator's usual reserve above the live bytes (ALLOCATOR_RESERVE)
-        "memory_tight": ALLOCATOR_RESERVE * peak_mem > capacity >= peak_mem,
+        "memory_tight": memory_tight(peak_mem, capacity),
         "exposed_comm_s": exposed,
         "rank_imbalance": (min(busy) / max(busy)) if busy and max(busy) > 0 else 1.0,
         "ranks": ranks,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pipesim.errors import ScenarioError
+from pipesim.report.metrics import TIGHT_TEXT, memory_tight
 from pipesim.scenario.stage_split import embedding_loss_split
 from pipesim.whatif.analytic import analytic_report
 from pipesim.whatif.evaluate import SCREENED_SCHEDULES, evaluate_all, simulate_report
@@ -417,7 +418,9 @@ def explain(result: SearchResult, fits: list[dict], screened: list[dict]) -> lis
     lines = [f"winner: {describe(best)}",
              f"  {best['throughput_samples_per_s']:.2f} samples/s, step {best['step_time_s']:.3f} s, "
              f"{best.get('model_tflops_per_gpu', 0):.1f} TFLOP/s per GPU, peak "
-             f"{best['peak_memory_bytes'] / GiB:.1f} GiB of {best['scenario'].system.gpu.memory / GiB:.0f} GiB"]
+             f"{best['peak_memory_bytes'] / GiB:.1f} GiB of {best['scenario'].system.gpu.memory / GiB:.0f} GiB"
+             + (f" ({TIGHT_TEXT})" if memory_tight(best["peak_memory_bytes"], best["scenario"].system.gpu.memory)
+                else "")]
     sb = best["screen"]
     parts = ", ".join(f"{COMPONENTS[k]} {sb[k]:.3f} s" for k in COMPONENTS if sb.get(k))
     lines.append(f"  step breakdown (screening model): {parts}")
