@@ -7,7 +7,7 @@ import pytest
 
 import pipesim
 from pipesim.costs import stage_costs
-from pipesim.costs.layers import logits_per_gpu, loss_kernel
+from pipesim.costs.layers import logits_per_gpu, loss_kernel, shapes_of
 from pipesim.costs.workspace import Workspace, ce_working
 
 from tests._sim_helpers import tiny
@@ -21,7 +21,7 @@ def _one_stage(ce: str, **extra_training):
                                           ("megatron_fused", 2, 2), ("te", 0, 0)])
 def test_the_loss_holds_its_implementations_logit_copies(ce, fwd, bwd):
     s = _one_stage(ce)
-    logits = logits_per_gpu(s)
+    logits = logits_per_gpu(shapes_of(s))
     assert logits == 32 * 128                      # one micro-batch of 32 tokens, a 128-word vocabulary
     ws = stage_costs(s)[-1].workspace
     assert (ws.loss_fwd, ws.loss_bwd) == (fwd * logits, bwd * logits)

@@ -476,7 +476,7 @@ def head_ops(s: Scenario) -> list[Op]:
     if shares_embedding:
         head = replace(head, params=0.0)
     ops.append(head)
-    logits = logits_per_gpu(s)
+    logits = logits_per_gpu(sh)
     loss_comm = (Comm("all_reduce", 2 * T * FP32, "tp", tp.size),) if tp.size > 1 else ()
     ce = dict(tokens=int(T), vocab=int(sh.v / tp.size))
     fwd_bytes, bwd_bytes, kept = CE_BYTES[loss_kernel(s)]
@@ -504,10 +504,9 @@ def column_kept_tokens(s: Scenario, sh: Shapes) -> float:
     return sh.tokens if gathered else sh.tokens / sh.tp.token_div
 
 
-def logits_per_gpu(s: Scenario) -> float:
+def logits_per_gpu(sh: Shapes) -> float:
     """Logits of one micro-batch on one GPU: tokens x vocabulary, the vocabulary split over the
     tensor group (vocab-parallel head)."""
-    sh = shapes_of(s)
     return sh.tokens * sh.v / sh.tp.size
 
 

@@ -508,7 +508,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             params=params, static=static, grad_bytes=grad_bytes,
             activation_bytes=activation,
             recompute_working_bytes=working if n_layers + n_moe else 0.0,
-            workspace=stage_workspace(s, emb if first else [], head if last else []),
+            workspace=stage_workspace(s, emb if first else [], head if last else [], dp_shard),
             optimizer_step=opt_step, flops=flops,
             sources=acc.sources,
             param_tensors=sum(n * sum(o.param_tensors for o in d.ops) for d, n in zip(dense, n_by_kind))

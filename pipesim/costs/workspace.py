@@ -93,36 +93,36 @@ class Workspace:
         return self.held_bwd + max(0.0, self.loss_bwd - recompute_working)
 
 
-def stage_workspace(s, embedding_ops, head_ops) -> Workspace:
+def stage_workspace(s, embedding_ops, head_ops, shard: int) -> Workspace:
     """The Workspace of a stage holding `embedding_ops` (its first stage's) and `head_ops` (the
     last's: final norm, output layer, loss; an MTP depth's loss runs after the main one, so one
-    loss's working set is the peak)."""
+    loss's working set is the peak), its weights sharded over `shard` GPUs."""
     loss_f = loss_b = 0.0
     if head_ops:
-        from pipesim.costs.layers import logits_per_gpu
-        loss_f, loss_b = loss_working(s, logits_per_gpu(s))
-    held_f, held_b = fsdp2_root(s, sum(o.params for o in embedding_ops), sum(o.params for o in head_ops))
+        loss_f, loss_b = loss_working(s)
+    held_f, held_b = fsdp2_root(s, sum(o.params for o in embedding_ops), sum(o.params for o in head_ops), shard)
     return Workspace(loss_fwd=loss_f, loss_bwd=loss_b, held_fwd=held_f, held_bwd=held_b)
 
 
-def loss_working(s, logits: float) -> tuple[float, float]:
-    """(forward, backward) bytes the cross-entropy over `logits` logits per GPU holds beyond what it
-    keeps."""
-    from pipesim.costs.layers import loss_kernel, shapes_of
-    fwd, bwd = ce_working(loss_kernel(s), shapes_of(s).e)
+def loss_working(s) -> tuple[float, float]:
+    """(forward, backward) bytes the cross-entropy over one micro-batch's logits on a GPU holds
+    beyond what it keeps."""
+    from pipesim.costs.layers import logits_per_gpu, loss_kernel, shapes_of
+    sh = shapes_of(s)
+    fwd, bwd = ce_working(loss_kernel(s), sh.e)
+    logits = logits_per_gpu(sh)
     return fwd * logits, bwd * logits
 
 
-def fsdp2_root(s, embedding_params: float, head_params: float) -> tuple[float, float]:
+def fsdp2_root(s, embedding_params: float, head_params: float, shard: int) -> tuple[float, float]:
     """(forward, backward) bytes FSDP2's root unit holds on a stage with `embedding_params` and
-    `head_params` of it on this GPU (unsharded counts): its gathered weights beyond the rank's
-    shard, and in the backward the head weight's unsharded gradient (module docstring, item 2).
-    Nothing unless the stage re-gathers per pass under fsdp2 with a group to shard over."""
+    `head_params` of it on this GPU (unsharded counts), sharded over `shard` GPUs: its gathered
+    weights beyond the rank's shard, and in the backward the head weight's unsharded gradient
+    (module docstring, item 2). Nothing unless the stage re-gathers per pass with the ends in the
+    root unit (training.fsdp2_ends_in_root, which the scenario checks allow only under fsdp2)."""
     from pipesim.costs.memory import weight_elem_bytes
-    from pipesim.costs.zero_groups import shard_size
     tr = s.training
-    shard = shard_size(s.parallel.data * s.parallel.context, tr.zero_replicas)
-    if not tr.fsdp2 or not tr.fsdp2_ends_in_root or not tr.reshard_after_forward or shard <= 1:
+    if not tr.fsdp2_ends_in_root or not tr.reshard_after_forward or shard <= 1:
         return 0.0, 0.0
     elem = weight_elem_bytes(tr.precision)
     gathered = (embedding_params + head_params) * elem * (1 - 1 / shard)

@@ -22,7 +22,7 @@ def plan_for(s):
     if name.endswith(".csv"):
         plan = read_csv(name)
     else:
-        from pipesim.sim.workload import legacy_warmup, schedule_options
+        from pipesim.schedules.registry import legacy_warmup, schedule_options
         plan = generate(name, stages=P, microbatches=M, virtual=V,
                         **schedule_options(s.training.microbatch_group_size, legacy_warmup(s)))
     if (plan.num_ranks, plan.num_stages, plan.num_microbatches) != (P, P * V, M):

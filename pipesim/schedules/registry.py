@@ -115,3 +115,16 @@ def generate(name: str, stages: int, microbatches: int, virtual: int = 1, **opti
     if recompute:
         rows = [[x for a in row for x in ((Action(a.stage, "R", a.microbatch), a) if a.is_backward else (a,))] for row in rows]
     return Plan(key, stages, len(stage_to_rank), microbatches, tuple(stage_to_rank), tuple(tuple(r) for r in rows))
+
+
+def legacy_warmup(s) -> bool:
+    """Whether the interleaved plan runs every forward first at M == P: Megatron-LM's interleaved
+    schedule of 2021-23, the one that exchanged through blocking, batched P2P (training.p2p_sync
+    with virtual stages; Megatron-Core's interleaved schedule overlaps its P2P and warms up as for
+    any M)."""
+    return s.training.p2p_sync and s.parallel.virtual_stages > 1
+
+
+def schedule_options(group, legacy: bool) -> dict:
+    """generate()'s interleaving options, only those set (group=N, legacy_all_warmup)."""
+    return {**({"group": group} if group else {}), **({"legacy_all_warmup": True} if legacy else {})}

@@ -142,7 +142,7 @@ class Engine:
         mt_add, mi_add, c_add, p2p_add, recv_add = (mtimes.append, mids.append, compute.append, p2p.append,
                                                     recv_log.append)
         timer = ready_event(env)
-        for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, gather) in enumerate(ops):
+        for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, _) in enumerate(ops):
             if code == COMPUTE:
                 gather = idx in gathering
                 dur, m0, m1 = info[key]

@@ -21,6 +21,7 @@ from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, 
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
 from pipesim.errors import PlanError, ScenarioError
+from pipesim.schedules.registry import legacy_warmup, schedule_options
 
 # Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Table 1: a transformer layer's
 # backward needs M_B = 34bsh + 5as^2b bytes of activations; the weight-gradient pass W only
@@ -377,19 +378,6 @@ def load_plan(s, costs):
 
 # schedules whose generator places W (and F/B) by the cost hints (pipesim/schedules/zero_bubble.py)
 COST_PLACED = {"zb-h1", "zbh1", "zb1p", "zb-h2", "zbh2", "zb2p", "zb-v", "zbv"}
-
-
-def legacy_warmup(s) -> bool:
-    """Whether the interleaved plan runs every forward first at M == P: Megatron-LM's interleaved
-    schedule of 2021-23, the one that exchanged through blocking, batched P2P (training.p2p_sync
-    with virtual stages; Megatron-Core's interleaved schedule overlaps its P2P and warms up as for
-    any M)."""
-    return s.training.p2p_sync and s.parallel.virtual_stages > 1
-
-
-def schedule_options(group, legacy: bool) -> dict:
-    """generate()'s interleaving options, only those set."""
-    return {**({"group": group} if group else {}), **({"legacy_all_warmup": True} if legacy else {})}
 
 
 @lru_cache(maxsize=2048)   # a sweep cycles through its plans: an LRU smaller than the set evicts each before reuse

@@ -17,7 +17,7 @@ from pipesim.costs.param_gather import exposed_param_gather
 from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, param_allgather_seconds,
                                        stage_gathered_bytes, weight_gathers, zero3_gather_passes)
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
-from pipesim.sim.workload import legacy_warmup
+from pipesim.schedules.registry import legacy_warmup
 
 V_SHAPE = ("zb-v", "dualpipe-v")
 
@@ -70,7 +70,7 @@ def in_flight(schedule: str, P: int, V: int, M: int, r: int, group: int | None =
     GPipe: all M (Huang et al. 2019); 1F1B / ZB-H1: p - r (Narayanan et al. 2021 PipeDream-Flush);
     interleaved: Megatron's warm-up of 2(p-r-1) + (v-1)N + 1 chunk-micro-batches (N = the
     micro-batch group, default p), /v in rank units (all M·v when m = p under `legacy`:
-    Megatron-LM before Megatron-Core then ran every forward first, sim/workload.py legacy_warmup);
+    Megatron-LM before Megatron-Core then ran every forward first, schedules/registry.py legacy_warmup);
     ZB-H2: 2(p-r)-1 (Qi et al. ICLR'24, Table 2: about 2x 1F1B); ZB-V, DualPipeV: p chunk-pairs
     (ibid. Sec. 6; the memory peak counts their two chunks apart: v_chunk_in_flight)."""
     if schedule == "gpipe" or schedule == "looped-bfs":
@@ -182,12 +182,10 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         gathers = fwd if not tr.reshard_after_forward else fwd + bwd
         per_mb = gathers * gather + rs_mb
         compute = sum(st.forward + st.backward for st in stages_of_rank)
-        M = s.num_microbatches
+        # FSDP2 under pipelining: one gather and one reduce-scatter for the step (sim/workload.py)
+        M = 1 if s.fsdp2_deferred_grad_sync and not tr.reshard_after_forward else s.num_microbatches
         # without prefetch every gather waits for the compute before it: nothing hides
         hidden = compute if tr.zero3_prefetch else 0.0
-        if s.fsdp2_deferred_grad_sync and not tr.reshard_after_forward:
-            # FSDP2 under pipelining: one gather and one reduce-scatter for the step (sim/workload.py)
-            return max(0.0, per_mb - hidden), per_mb, gather if tr.zero3_prefetch else 0.0
         # (exposed, total, one pass's gather: what an idle stretch lets a prefetched gather hide)
         return M * max(0.0, per_mb - hidden), M * per_mb, gather if tr.zero3_prefetch else 0.0
     rs = bucketed("reduce_scatter") if tr.zero_stage >= 1 else 0.0

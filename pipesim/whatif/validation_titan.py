@@ -47,6 +47,7 @@ F.cross_entropy on fp32 logits (over TP, PyTorch's loss_parallel), compiled with
 from __future__ import annotations
 
 from pipesim.errors import ScenarioError
+from pipesim.presets.models import MODELS
 from pipesim.whatif.families import mapped
 
 TITAN_MODELS = ("llama3-8b", "llama3-70b", "llama2-13b", "llama2-70b", "llama3.1-405b")
@@ -105,13 +106,11 @@ def titan_scenario(case) -> dict:
     if float8:
         training.update(precision="fp8", fp8_recipe=float8, fp8_param_gather=bool(tr_raw.get("fsdp_float8_all_gather")))
     if every:
-        from pipesim.presets.models import MODELS
         training["recompute_num_layers"] = int(MODELS[name]["num_layers"]) // every
     parallel = {"tensor": tp, "pipeline": pp, "data": fsdp, "sequence_parallel": tp > 1}
     if cp > 1:
         parallel.update(context=cp, context_mode="allgather", context_layout="balanced")
     if pp > 1:
-        from pipesim.presets.models import MODELS
         parallel.update(virtual_stages=per_rank,
                         layers_per_stage=titan_split(int(MODELS[name]["num_layers"]), pp * per_rank))
     system_keys = {"preset": system, "num_nodes": n // 8}
