@@ -18,7 +18,8 @@ def test_suites_have_their_cases(cases):
     assert by_suite == {"sc21-table1": 10, "sc21-table2": 12, "megatron-v1": 12, "mcore-h100": 9, "nemo2407": 12,
                         "llama3-405b": 3, "korthikanti22": 9, "bridge2511": 23, "titan2024": 8, "bridge2604": 47,
                         "bridge2606": 31, "bridge2608": 18, "automodel": 9, "titan2025": 2, "sdpa2025": 24,
-                        "mlperf": 33, "mlperflora": 21, "titan2412": 18, "bridgemem": 2}
+                        "mlperf": 33, "mlperflora": 21, "titan2412": 18, "bridgemem": 2,
+                            "nemolongseq": 17}
     assert all("Narayanan" in c.source for c in cases.values() if c.suite.startswith("sc21"))
 
 
@@ -87,13 +88,16 @@ def test_mape_with_a_stub(cases):
 def test_write_scenarios_keep_the_citation_and_the_metric(tmp_path):
     files = write_scenarios(tmp_path)
     # the dense cases, bridge2511, titan2024, MoE, bridge2604, bridge2606, bridge2608 (but its 5
-    # rows without a preset), automodel, titan2025, sdpa2025, mlperf, mlperflora, titan2412, bridgemem
-    assert len(files) == 67 + 23 + 8 + 9 + 47 + 31 + 13 + 9 + 2 + 24 + 33 + 21 + 18 + 2
+    # rows without a preset), automodel, titan2025, sdpa2025, mlperf, mlperflora, titan2412, bridgemem,
+    # nemolongseq
+    assert len(files) == 67 + 23 + 8 + 9 + 47 + 31 + 13 + 9 + 2 + 24 + 33 + 21 + 18 + 2 + 17
     text = (tmp_path / "sc21-t1-1.7B.yaml").read_text()
     assert text.startswith("# sc21-t1-1.7B: Narayanan et al.") and "137 (TFLOP/s per GPU" in text
     s = load_scenario(tmp_path / "sc21-t1-1.7B.yaml")
     assert s.num_gpus == 32
     assert "# published: 16934 (tokens/s per GPU)" in (tmp_path / "nemo2407-LLAMA2-7B-8gpu.yaml").read_text()
+    assert "# published: 536 (TFLOP/s per GPU as NeMo counts them" in \
+        (tmp_path / "nemolongseq-llama2-7b-h100-1024k.yaml").read_text()
     moe = tmp_path / "moezoo-qwen3-235b-deepep-ep32-pp8.yaml"
     assert "step time 19.7 s" in moe.read_text() and load_scenario(moe).num_gpus == 256
 

@@ -50,14 +50,16 @@ SUITES = {
     "sdpa2025": ("sdpa2025-", None),         # held out: pipesim/whatif/validation_sdpa.py
     "mlperf": ("mlperf-", None),             # held out: pipesim/whatif/validation_mlperf.py
     "mlperflora": ("mlperflora-", None),     # held out: the same converter, llama2_70b_lora (LoRA)
+    "nemolongseq": ("nemolongseq-", None),   # held out: pipesim/whatif/validation_longseq.py
 }
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
-# with recompute; Megatron-Core without), "tokens" = tokens/s per GPU.
+# with recompute; Megatron-Core without), "tokens" = tokens/s per GPU, "model" = model TFLOP/s
+# with causal attention counted exactly, "nemo" = TFLOP/s per GPU by NeMo's formula.
 METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
           "bridge2604": "tokens", "bridge2606": "tokens", "bridge2608": "tokens", "bridgemem": "tokens",
           "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens", "titan2412": "tokens",
           "sdpa2025": "tokens",
-          "mlperf": "tokens", "mlperflora": "tokens"}
+          "mlperf": "tokens", "mlperflora": "tokens", "nemolongseq": "nemo"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
 # DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
@@ -183,6 +185,9 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     if case.suite == "sdpa2025":
         from pipesim.whatif.validation_sdpa import sdpa_scenario
         return sdpa_scenario(case)
+    if case.suite == "nemolongseq":
+        from pipesim.whatif.validation_longseq import longseq_scenario
+        return longseq_scenario(case)
     if case.suite in METRIC:
         from pipesim.whatif.families import mcore_scenario, nemo_scenario
         return (mcore_scenario if case.suite == "mcore-h100" else nemo_scenario)(case)
@@ -280,6 +285,9 @@ def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Res
     elif case.metric == "model":
         from pipesim.whatif.validation_cp import model_tflops
         pred = model_tflops(s, step)
+    elif case.metric == "nemo":
+        from pipesim.whatif.validation_longseq import nemo_llama_flops
+        pred = nemo_llama_flops(s) / step / s.num_gpus / 1e12
     elif case.suite == "mcore-h100":
         from pipesim.costs.summary import megatron_flops
         pred = megatron_flops(s, recompute=False) / step / s.num_gpus / 1e12
@@ -355,7 +363,8 @@ BARS = {"sc21-table1": (5.0, None, None), "sc21-table2": (5.0, None, None),
 TITLES = {"tflops": "TFLOP/s per GPU, SC'21 Eq. 3 counting recompute",
           "mcore": "model TFLOP/s per GPU, Megatron-LM count (no recompute)",
           "tokens": "tokens/s per GPU",
-          "model": "model TFLOP/s per GPU, no recompute, causal attention counted exactly"}
+          "model": "model TFLOP/s per GPU, no recompute, causal attention counted exactly",
+          "nemo": "TFLOP/s per GPU as NeMo counts them: no recompute, the whole attention matrix"}
 
 
 def metric_title(suite: str) -> str:
@@ -405,7 +414,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
 HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem", "titan2024",
-            "automodel", "titan2025", "titan2412", "sdpa2025", "mlperf", "mlperflora")
+            "automodel", "titan2025", "titan2412", "sdpa2025", "mlperf", "mlperflora", "nemolongseq")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:
