@@ -239,3 +239,15 @@ def test_a_malformed_cases_file_is_a_one_line_error(tmp_path, capsys, text, need
     assert main(["validate", "--cases", str(path), "--jobs", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err and str(path) in err
+
+
+def test_a_case_missing_a_converter_key_is_a_one_line_error(cases):
+    import dataclasses
+    from pipesim.errors import ScenarioError
+    case = cases["nemo2407-LLAMA2-7B-8gpu"]
+    parallel = {k: v for k, v in case.raw["parallel"].items() if k != "tp"}
+    for raw, words in ((dict(case.raw, parallel=parallel), "missing key 'tp'"),
+                       (dict(case.raw, parallel=dict(case.raw["parallel"], dp="four")), "wrong kind")):
+        with pytest.raises(ScenarioError, match=words) as e:
+            case_scenario(dataclasses.replace(case, raw=raw))
+        assert str(e.value).startswith(case.id + ": ") and "\n" not in str(e.value)

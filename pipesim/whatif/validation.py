@@ -161,9 +161,20 @@ def _int(value, case_id: str, key: str) -> int:
 
 def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     """The pipesim scenario (file keys) for a published case; `efficiency` picks a set from
-    EFFICIENCY_SETS (the system preset's own efficiencies with "preset")."""
+    EFFICIENCY_SETS (the system preset's own efficiencies with "preset"). A case without a key its
+    family's converter reads, or with a value of the wrong kind, is a one-line error naming it."""
     if efficiency not in EFFICIENCY_SETS:
         raise ScenarioError(f"unknown efficiency set {efficiency!r}; known: {', '.join(EFFICIENCY_SETS)}")
+    try:
+        return _converted(case, efficiency)
+    except KeyError as exc:
+        raise ScenarioError(f"{case.id}: missing key {exc} (the {case.suite} converter reads model, "
+                            f"parallel, hardware and training)") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ScenarioError(f"{case.id}: a value of the wrong kind for the {case.suite} converter: {exc}") from None
+
+
+def _converted(case: Case, efficiency: str) -> dict:
     if case.suite == "llama3-405b":
         from pipesim.whatif.validation_cp import llama3_scenario
         return llama3_scenario(case)
