@@ -193,7 +193,9 @@ def test_table_prints_the_layout_as_simulated():
     from pipesim.whatif.validation import format_results
     res = run_suite(["llama3-405b"], evaluator=fixed_step)
     row = next(x for x in format_results(res).splitlines() if "16384gpu-cp1-8k" in x)
-    assert row.split()[1:7] == ["16384", "8", "16", "128", "8", "1"]
+    assert row.split()[1:8] == ["16384", "8", "1", "16", "128", "8", "1"]
+    row = next(x for x in format_results(res).splitlines() if "16384gpu-cp16-128k" in x)
+    assert row.split()[1:8] == ["16384", "8", "16", "16", "8", "8", "1"]
 
 
 def test_the_summary_gives_every_family_its_bar_and_status():

@@ -274,7 +274,7 @@ class Result:
     step_time_s: float | None
     note: str = ""
     report: dict | None = None
-    layout: tuple | None = None      # (t, p, d, v, mb) as simulated; None when the case did not load
+    layout: tuple | None = None      # (t, cp, p, d, v, mb) as simulated; None when the case did not load
     memory_pred_gib: float | None = None      # pipesim's peak memory of the most loaded GPU
     memory_error_pct: float | None = None     # against the published peak (case.memory_gib)
 
@@ -306,7 +306,7 @@ def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Res
         pred = predicted_tflops(s, step)
     note = "out of memory in pipesim" if rep.get("oom") else ""
     par = s.parallel
-    layout = (par.tensor, par.pipeline, par.data, par.virtual_stages, s.training.micro_batch_size)
+    layout = (par.tensor, par.context, par.pipeline, par.data, par.virtual_stages, s.training.micro_batch_size)
     mem = mem_err = None
     if case.memory_gib is not None and rep.get("peak_memory_bytes"):
         from pipesim.whatif.validation_memory import predicted_gib
@@ -387,7 +387,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
     lines = []
     for suite, results in by_suite.items():
         lines.append(f"{suite}  ({metric_title(suite)})")
-        lines.append(f"  {'case':34s} {'GPUs':>5s} {'t':>2s} {'p':>3s} {'d':>4s} {'v':>2s} {'mb':>3s} "
+        lines.append(f"  {'case':34s} {'GPUs':>5s} {'t':>2s} {'cp':>2s} {'p':>3s} {'d':>4s} {'v':>2s} {'mb':>3s} "
                      f"{'step s':>8s} {'pred':>7s} {'pub':>7s} {'err %':>7s}")
         for r in results:
             p = r.case.raw["parallel"]
@@ -396,14 +396,16 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
             err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
             step = "-" if r.step_time_s is None else f"{r.step_time_s:.3f}"
             if r.layout is not None:         # what pipesim simulated (a converter may add v, mb)
-                tp, pp, dp, v, mb = r.layout
+                tp, cp, pp, dp, v, mb = r.layout
                 mb = f"{mb}*" if suite == "mcore-h100" else mb
             else:                            # the case did not load: the source's own figures
-                tp, pp, v = p.get("tp", 1), p.get("pp", 1), p.get("virtual_stages_per_gpu", p.get("vp", 1))
+                tp, cp, pp = p.get("tp", 1), p.get("cp", 1), p.get("pp", 1)
+                v = p.get("virtual_stages_per_gpu", p.get("vp", 1))
                 mb = str(p.get("micro_batch", p.get("batch_per_replica", p.get("local_batch", "-")))).split()[0]
-                # bridge2511 rows publish no dp: derived as GPUs / (tp·pp·cp)
-                dp = p.get("dp", int(n) // (int(tp) * int(pp) * int(p.get("cp", 1))))
-            lines.append(f"  {r.case.id:34s} {n:>5} {tp:>2} {pp:>3} {dp:>4} "
+                # bridge2511 rows publish no dp: derived as GPUs / (tp·pp·cp) where the figures are numbers
+                sizes = (n, tp, pp, cp)
+                dp = p.get("dp", int(n) // (tp * pp * cp) if all(isinstance(x, int) and x > 0 for x in sizes) else "-")
+            lines.append(f"  {r.case.id:34s} {n:>5} {tp:>2} {cp:>2} {pp:>3} {dp:>4} "
                          f"{v:>2} {mb:>3} {step:>8s} {pred:>7s} {r.case.target:>7.0f} {err:>7s}"
                          + (f"  {r.note}" if r.note else ""))
         lines.append("  " + summary_line(suite, results))
