@@ -51,6 +51,22 @@ def test_the_class_sums_up_its_runs_and_names_the_most_alike(tmp_path):
     assert "pipesim fit" in accuracy_text(none)
 
 
+def test_the_most_alike_run_has_the_scenarios_sequence_length(tmp_path):
+    """Attention's share of a step grows with the sequence: of two runs alike but for it, the one at
+    the scenario's length is named; a row of an older snapshot (no length) is not compared on it."""
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps({"cases": [dict(_row("short", "f", "Hopper", 2.0, size=0.5), seq=4096),
+                                          dict(_row("long", "f", "Hopper", 40.0, size=0.5), seq=1048576)]}))
+    assert accuracy_of(_s("llama3-8b"), path)["nearest"] == "short"                 # _s runs 4096 tokens
+    long = load_scenario({"model": {"preset": "llama3-8b", "seq_length": 1048576}, "system": {"preset": "dgx-h100", "num_nodes": 2},
+                          "parallel": {"data": 1, "context": 16}, "training": {"micro_batch_size": 1, "global_batch_size": 1}})
+    assert accuracy_of(long, path)["nearest"] == "long"
+    older = tmp_path / "q_old.json"                             # (rows are cached per path)
+    older.write_text(json.dumps({"cases": [_row("old", "f", "Hopper", 2.0, size=0.5),
+                                           dict(_row("long", "f", "Hopper", 40.0, size=0.5, gpus=64), seq=1048576)]}))
+    assert accuracy_of(long, older)["nearest"] == "old"         # no length: GPUs alone decide
+
+
 def test_fsdp2_runs_are_summed_apart_from_the_other_stacks(tmp_path):
     """The same MoE models measure far apart on Megatron-Core and on PyTorch FSDP2: a scenario gets
     the runs of its own stack, or, when none was published on it, the others' - said so."""

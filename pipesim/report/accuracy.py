@@ -5,7 +5,7 @@ held-out families, the MoE model zoo and its long-sequence table) with its GPU g
 kind and throughput error, + when pipesim is faster than the measurement. A report reads it:
 `class_of` puts a scenario in a class (GPU generation x dense / dense LoRA / MoE / fine-grained
 MoE) and `accuracy_of` sums up the snapshot's cases of that class and names the most alike (model size,
-GPU count, tensor and pipeline sizes). Runs on PyTorch FSDP2 (`stack_of`) are summed apart from
+GPU count, sequence length, tensor and pipeline sizes). Runs on PyTorch FSDP2 (`stack_of`) are summed apart from
 the others: the same MoE models are +15 .. +170 % on Megatron-Core's published tables and within
 about ±14 % on NeMo AutoModel's (docs/WHATIF.md), so one band for both would mislead either user. The error of a class is what the validation measured, not
 a correction: nothing here changes a prediction. tests/test_accuracy.py reruns the validation and
@@ -62,10 +62,14 @@ def size_of(s) -> float:
     return s.model.num_layers * s.model.hidden_size ** 2 / 1e9
 
 
-def _distance(c: dict, size: float, gpus: int, tensor: int, pipeline: int) -> float:
-    """How unlike a published run is: model size and GPU count as log ratios, then (half weight)
-    the tensor and pipeline sizes, so a 3D-parallel layout meets its like before a ZeRO-3 one."""
-    return (abs(math.log(c["size"] / size)) + abs(math.log(c["gpus"] / gpus))
+def _distance(c: dict, size: float, gpus: int, tensor: int, pipeline: int, seq: int) -> float:
+    """How unlike a published run is: model size, GPU count and sequence length as log ratios (the
+    attention's share of a step grows with the sequence: a 1M-token run is unlike an 8K one of the
+    same model), then (half weight) the tensor and pipeline sizes, so a 3D-parallel layout meets
+    its like before a ZeRO-3 one. A row without a sequence length (an older snapshot) is not
+    compared on it."""
+    length = abs(math.log(c["seq"] / seq)) if isinstance(c.get("seq"), int) and c["seq"] > 0 else 0.0
+    return (abs(math.log(c["size"] / size)) + abs(math.log(c["gpus"] / gpus)) + length
             + 0.5 * (abs(math.log(c["tensor"] / tensor)) + abs(math.log(c["pipeline"] / pipeline))))
 
 
@@ -103,7 +107,7 @@ def accuracy_of(s, path: Path = SNAPSHOT) -> dict | None:
            "families": ", ".join(sorted({c["family"] for c in same}))}
     if same:
         out.update(min_pct=min(errors), max_pct=max(errors), mape_pct=sum(map(abs, errors)) / len(errors))
-        this = (size_of(s), s.num_gpus, s.parallel.tensor, s.parallel.pipeline)
+        this = (size_of(s), s.num_gpus, s.parallel.tensor, s.parallel.pipeline, s.model.seq_length)
         near = min(same, key=lambda c: _distance(c, *this))
         out.update(nearest=near["id"], nearest_gpus=near["gpus"], nearest_pct=near["error_pct"])
     if s.training.document_length is not None:

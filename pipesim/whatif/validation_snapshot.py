@@ -9,7 +9,7 @@ from pipesim.report.accuracy import SNAPSHOT, class_of, size_of, stack_of
 
 
 def snapshot_rows(results: dict, moe: list, longseq: list) -> list[dict]:
-    """Rows {id, family, generation, kind, stack, error_pct, gpus, size, tensor, pipeline} from the three
+    """Rows {id, family, generation, kind, stack, error_pct, gpus, size, tensor, pipeline, seq} from the three
     validation runs: the families (throughput errors as they are), the MoE zoo (step-time errors,
     turned into throughput ones: 1 / (1 + e) - 1) and its long-sequence table (a row per routing)."""
     from pipesim.scenario.load import load_scenario
@@ -24,7 +24,7 @@ def snapshot_rows(results: dict, moe: list, longseq: list) -> list[dict]:
             rows.append({"id": case_id, "family": family, "generation": cls[0], "kind": cls[1],
                          "stack": stack_of(s),
                          "error_pct": round(error, 2), "gpus": s.num_gpus, "size": round(size_of(s), 6),
-                         "tensor": s.parallel.tensor, "pipeline": s.parallel.pipeline})
+                         "tensor": s.parallel.tensor, "pipeline": s.parallel.pipeline, "seq": s.model.seq_length})
 
     for family, rs in results.items():
         for r in rs:
