@@ -58,8 +58,9 @@ def test_the_most_alike_run_has_the_scenarios_sequence_length(tmp_path):
     path.write_text(json.dumps({"cases": [dict(_row("short", "f", "Hopper", 2.0, size=0.5), seq=4096),
                                           dict(_row("long", "f", "Hopper", 40.0, size=0.5), seq=1048576)]}))
     assert accuracy_of(_s("llama3-8b"), path)["nearest"] == "short"                 # _s runs 4096 tokens
-    long = load_scenario({"model": {"preset": "llama3-8b", "seq_length": 1048576}, "system": {"preset": "dgx-h100", "num_nodes": 2},
-                          "parallel": {"data": 1, "context": 16}, "training": {"micro_batch_size": 1, "global_batch_size": 1}})
+    long = load_scenario({"model": {"preset": "llama3-8b", "seq_length": 1048576},
+                          "system": {"preset": "dgx-h100", "num_nodes": 2}, "parallel": {"data": 1, "context": 16},
+                          "training": {"micro_batch_size": 1, "global_batch_size": 1}})
     assert accuracy_of(long, path)["nearest"] == "long"
     older = tmp_path / "q_old.json"                             # (rows are cached per path)
     older.write_text(json.dumps({"cases": [_row("old", "f", "Hopper", 2.0, size=0.5),
