@@ -166,6 +166,19 @@ WINDOW_RUNS = {
     ("h200", 1024): ((2048, 310, 264), (4096, 336, 289), (8192, 349, 300), (16384, 355, 303), (32768, 358, 299)),
     ("gb200", 128): ((2048, 153, 176), (4096, 161, 182), (8192, 165, 187), (16384, 167, 188), (32768, 104, 186)),
 }
+# 3e: NVIDIA/cudnn-frontend benchmark/benchmark_results.csv @ b740542 (2024-05-07): H200 with clocks
+# locked at 1980 MHz and 700 W, cuDNN 9.1.0, 16 heads of 128, batch x seq = 16K tokens up to 16K,
+# then batch 1; "cudnn" = cuDNN's fused attention, "pytorch" = torch's SDPA flash backend
+# (FlashAttention-2). (seq, causal): ((cuDNN fwd, bwd), (FA2 fwd, bwd)) TFLOP/s, rounded. An
+# independent check of the Hopper tables pipesim takes from the FA3 paper (not used by pipesim).
+HOPPER_MAY2024 = {
+    (4096, False): ((654, 517), (354, 287)), (8192, False): ((669, 530), (355, 303)),
+    (16384, False): ((642, 538), (357, 309)), (32768, False): ((613, 536), (349, 312)),
+    (65536, False): ((602, 535), (353, 322)),
+    (4096, True): ((542, 444), (314, 249)), (8192, True): ((573, 464), (325, 277)),
+    (16384, True): ((587, 498), (325, 305)), (32768, True): ((577, 500), (345, 317)),
+    (65536, True): ((567, 504), (343, 323)),
+}
 # the same December 2025 run's per-tensor FP8 rows (cudnn_fe_fp8), against the FP8 tables
 BLACKWELL_EARLIER_FP8 = {
     ("gb200", "cudnn_fe_fp8 Dec 2025"): ((466, 300), (870, 551), (1321, 672), (1661, 1088), (1893, 1261), (2033, 1370)),
@@ -307,6 +320,17 @@ def main() -> None:
             pf = attention_tflops(c, seq, True, "fwd", dtype=dtype)
             pb = attention_tflops(c, seq, True, "bwd", dtype=dtype)
             print(f"   {name:>6} {run:>19} {seq:>6} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
+                  f"{pb:>6.0f} {bwd:>6.0f} {100 * (pb / bwd - 1):>+6.0f}")
+    print()
+
+    print("3e. Attention on Hopper, head dim 128, 4K-64K tokens: pipesim's cuDNN and FlashAttention-2 tables vs")
+    print("    NVIDIA's May 2024 run on an H200 (cuDNN 9.1.0, PyTorch's flash backend; clocks locked at boost)")
+    print(f"   {'seq':>6} {'causal':>6} {'kernel':>6} {'fwd':>6} {'pub':>6} {'err %':>6} {'bwd':>6} {'pub':>6} {'err %':>6}")
+    h200 = KERNEL_CURVES["h200"]
+    for (seq, causal), runs in HOPPER_MAY2024.items():
+        for kernel, (fwd, bwd) in zip(("cudnn", "fa2"), runs):
+            pf, pb = (attention_tflops(h200, seq, causal, p, kernel) for p in ("fwd", "bwd"))
+            print(f"   {seq:>6} {str(causal):>6} {kernel:>6} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
                   f"{pb:>6.0f} {bwd:>6.0f} {100 * (pb / bwd - 1):>+6.0f}")
     print()
 
