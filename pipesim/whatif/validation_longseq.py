@@ -14,9 +14,9 @@ cost of ring attention almost alone.
 
 Mapped as the NeMo 24.07 family (pipesim.whatif.families.nemo_scenario: FP8 with delayed scaling,
 the distributed optimizer with overlapped reduce-scatter and all-gather, sequence parallelism and
-TP communication overlap with TP, fused cuDNN attention - Transformer Engine selects its fused
-attention on Hopper also under CP since TE 1.4, attention.py "Select FusedAttention on sm90" -
-and no recompute), CP as Transformer Engine's default ring (cp_comm_type p2p) over 2·CP
+TP communication overlap with TP, fused cuDNN attention - Transformer Engine 1.4, the release of
+March 2024, selects its fused attention on Hopper under CP too, attention.py "Select FusedAttention
+on sm90" - and no recompute), CP as Transformer Engine's default ring (cp_comm_type p2p) over 2·CP
 load-balanced chunks. Not stated by the page, assumed once for the family: micro-batch 1, no
 activation recompute. The Llama 3 table's "# of GPUs" column is 4x the product of its TP, PP, DP
 and CP columns on every row and its batch sizes divide by its DP column only, so the rows carry
