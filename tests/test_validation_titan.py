@@ -52,3 +52,17 @@ def test_h200_rows_map_compile_and_float8_as_their_command_states():
     with pytest.raises(ScenarioError, match="training.float8 'rowwise'") as e:
         case_scenario(case)
     assert "\n" not in str(e.value)
+
+
+def test_async_tp_rows_map_tp_fsdp_and_the_compiled_loss_of_june_2025():
+    cases = {c.id: c for c in load_cases() if c.suite == "titan2506"}
+    assert len(cases) == 8
+    vanilla = load_scenario(case_scenario(cases["titan2506-llama3.1-70b-fsdp32-tp8-bf16"]))
+    fast = load_scenario(case_scenario(cases["titan2506-llama3.1-70b-fsdp32-tp8-bf16-asynctp"]))
+    assert (vanilla.parallel.tensor, vanilla.parallel.data, vanilla.num_gpus) == (8, 32, 256)
+    assert vanilla.training.micro_batch_size == 16 and vanilla.training.recompute == "full"
+    assert not vanilla.training.overlap_tp_comm and fast.training.overlap_tp_comm
+    assert vanilla.training.cross_entropy == "torch_compiled" and vanilla.training.precision == "bf16"
+    f8 = load_scenario(case_scenario(cases["titan2506-llama3.1-8b-fsdp8-tp8-float8"]))
+    assert f8.training.fp8_recipe == "tensorwise" and not f8.training.fp8_param_gather
+    assert f8.training.recompute == "selective_op" and f8.training.micro_batch_size == 12

@@ -47,6 +47,7 @@ SUITES = {
     "automodel": ("automodel-", None),       # held out: pipesim/whatif/validation_automodel.py
     "titan2025": ("titan2025-", None),       # held out: pipesim/whatif/validation_titan.py
     "titan2412": ("titan2412-", None),       # held out: the same converter, 1D-4D on H100, with memory
+    "titan2506": ("titan2506-", None),       # held out: the same converter, async TP on H100 (June 2025)
     "sdpa2025": ("sdpa2025-", None),         # held out: pipesim/whatif/validation_sdpa.py
     "mlperf": ("mlperf-", None),             # held out: pipesim/whatif/validation_mlperf.py
     "mlperflora": ("mlperflora-", None),     # held out: the same converter, llama2_70b_lora (LoRA)
@@ -58,7 +59,7 @@ SUITES = {
 METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", "korthikanti22": "tokens", "bridge2511": "tokens",
           "bridge2604": "tokens", "bridge2606": "tokens", "bridge2608": "tokens", "bridgemem": "tokens",
           "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens", "titan2412": "tokens",
-          "sdpa2025": "tokens",
+          "titan2506": "tokens", "sdpa2025": "tokens",
           "mlperf": "tokens", "mlperflora": "tokens", "nemolongseq": "nemo"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
@@ -184,7 +185,7 @@ def _converted(case: Case, efficiency: str) -> dict:
     if case.suite in ("bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem"):
         from pipesim.whatif.validation_bridge import bridge_scenario
         return bridge_scenario(case)
-    if case.suite in ("titan2024", "titan2025", "titan2412"):
+    if case.suite in ("titan2024", "titan2025", "titan2412", "titan2506"):
         from pipesim.whatif.validation_titan import titan_scenario
         return titan_scenario(case)
     if case.suite == "automodel":
@@ -427,7 +428,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
 HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem", "titan2024",
-            "automodel", "titan2025", "titan2412", "sdpa2025", "mlperf", "mlperflora", "nemolongseq")
+            "automodel", "titan2025", "titan2412", "titan2506", "sdpa2025", "mlperf", "mlperflora", "nemolongseq")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:

@@ -1,7 +1,8 @@
-"""Held-out families titan2024 and titan2025 (scenarios/validation/heldout.yaml): torchtitan's FSDP2
-runs of Llama 3 8B/70B and Llama 2 13B/70B on 64 A100 80GB (pytorch/torchtitan docs/performance.md
-at commit 0413364, 2024), and of Llama 3.1 8B on 32 / 64 H200 with torch.compile and torchao's
-Float8 linears (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md, June 2025). Test only:
+"""Held-out families titan2024, titan2025, titan2412 and titan2506 (scenarios/validation/heldout.yaml):
+torchtitan's FSDP2 runs of Llama 3 8B/70B and Llama 2 13B/70B on 64 A100 80GB
+(pytorch/torchtitan docs/performance.md at commit 0413364, 2024), and of Llama 3.1 8B on 32 / 64 H200
+with torch.compile and torchao's Float8 linears (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md,
+June 2025). Test only:
 nothing in pipesim is set from these rows. Metric: tokens/s per GPU (torchtitan's WPS with no
 model parallelism).
 
@@ -39,10 +40,12 @@ resharding after the forward (parallelize_llama.apply_fsdp: reshard_after_forwar
 The GPU: H100 SXM with 96 GB of HBM2e at 2.4 TB/s (as stated) in the dgx-h100 preset's node; its
 500 W power limit is not modelled (the preset's sustained tensor-core rate is the 700 W part's), so
 these rows' throughput is expected optimistic; their peak memory does not depend on it.
+titan2506 (June 2025, the same hosts): torchtitan's async TP benchmark, Llama 3.1 70B on 256 and 8B
+on 64 with FSDP x TP 8, vanilla and async TP, BF16 and Float8 tensorwise - the titan2412 keys.
 Every torchtitan here predates 2025-07-28 (commit 83e6941), so its embedding and output layer are
 in FSDP2's root unit (training.fsdp2_ends_in_root; pipesim/costs/workspace.py). The loss is
 F.cross_entropy on fp32 logits (over TP, PyTorch's loss_parallel), compiled with the model in the
-2025 rows (titan2025) only.
+2025 rows (titan2025, titan2506: components/loss.py build_cross_entropy_loss at 820504e) only.
 """
 from __future__ import annotations
 
@@ -92,7 +95,7 @@ def titan_scenario(case) -> dict:
                 # F.cross_entropy(pred.float(), ...), torchtitan's loss; compiled with the model from
                 # 2025 (components/loss.py at e7c0cae), not at 9dec370 ("compiling loss function
                 # causes CUDA errors, turning off for now", train.py)
-                "cross_entropy": "torch_compiled" if compiled and case.suite == "titan2025" else "torch",
+                "cross_entropy": "torch_compiled" if compiled and case.suite in ("titan2025", "titan2506") else "torch",
                 # FSDP2 wraps every TransformerBlock with fully_shard (torchtitan parallelize_llama):
                 # one all-gather and one reduce-scatter per layer, and FSDP2's copy-out of each gather
                 "zero_stage": 3, "zero3_collectives": "fsdp2",
