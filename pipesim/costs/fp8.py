@@ -67,6 +67,20 @@ def weight_copy_bytes(recipe: str, curve: str | None) -> float:
     return FP8_WEIGHT_COPY_BYTES / 2 if curve in BLACKWELL_CURVES and recipe in NO_TRANSPOSE else FP8_WEIGHT_COPY_BYTES
 
 
+def fp8_gathers(fwd: tuple, bwd: tuple, e: int) -> tuple[tuple, tuple]:
+    """A sequence-parallel FP8 linear's all-gathers, which move FP8 bytes: Transformer Engine
+    quantizes a column-parallel linear's input before gathering it (module/layernorm_linear.py: the
+    norm writes FP8 and that is gathered, TE 1.4; "Perform NCCL all-gather" with the input
+    quantizer, TE 2.x; the Userbuffers overlap gathers the same FP8 buffer) and a row-parallel
+    linear's output gradient before gathering it in the backward (module/base.py
+    grad_output_preprocess: "FP8 case with gather"); torchao's Float8ColwiseParallel casts the
+    input to float8 before DTensor gathers it. One byte an element (a block recipe's scales, 1/32
+    byte or less, are left out); the reduce-scatters stay 16-bit. `e`: the 16-bit element size."""
+    def one_byte(comms: tuple) -> tuple:
+        return tuple(replace(c, bytes=c.bytes / e) if c.kind == "all_gather" else c for c in comms)
+    return one_byte(fwd), one_byte(bwd)
+
+
 def gemm_dtype(training) -> str:
     """The dtype the layers' GEMMs run in: fp4 under the NVFP4 recipe, else the precision."""
     return "fp4" if training.precision == "fp8" and training.fp8_recipe == "nvfp4" else training.precision

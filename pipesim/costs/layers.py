@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipesim.costs.documents import with_documents
+from pipesim.costs.fp8 import fp8_gathers
 from pipesim.costs.lora import with_lora
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.tensor_parallel import TensorSplit, tensor_split
@@ -122,6 +123,8 @@ def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, 
     # Roofline traffic (per GPU): read A and W, write C; backward reads dC, A, W, writes dA, dW.
     a_loc, c_loc, w_loc = a_full / _a_div(sh, role), c_full / _c_div(sh, role), w_full / wdiv
     fwd, bwd = sh.tp.matmul_comms(role, a_full, w_full, c_full)
+    if dtype == "fp8" and sh.tp.mode == "1d" and sh.tp.sequence_parallel:
+        fwd, bwd = fp8_gathers(fwd, bwd, e)
     params = k * n / wdiv + (n / _n_div(sh, role) if bias else 0)
     m_loc, k_loc, n_loc = tokens / sh.tp.token_div, k / _k_div(sh, role), n / _n_div(sh, role)
     shape = dict(m=int(m_loc), k=int(k_loc), n=int(n_loc), dtype=dtype)

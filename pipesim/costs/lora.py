@@ -81,10 +81,20 @@ def with_lora(s, ops: list[Op]) -> list[Op]:
     shares_o = any(o.flash for o in ops)        # a fused attention keeps O, proj's input
     # MLA's two down-projections read the same normed input: one tensor, kept once
     shared = {"proj": shares_o, "kv_down": "q_down" in tr.lora_targets and any(o.name == "q_down" for o in ops)}
+    # Transformer Engine gathers a column-parallel base's input in 16 bits when it must return the
+    # gathered norm output to the adapter (layernorm_linear.py: "Perform all-gather in high
+    # precision if gathered norm output will be returned"), not in FP8 (fp8.fp8_gathers)
+    wide_gather = sh.tp.sequence_parallel and not tr.lora_sp_regather
     out = []
     for op in ops:
-        out.append(frozen(op) if op.params else op)
-        if MOE_TARGET.get(op.name, op.name) not in tr.lora_targets:
+        targeted = MOE_TARGET.get(op.name, op.name) in tr.lora_targets
+        base = frozen(op) if op.params else op
+        if targeted and wide_gather and LORA_TARGETS.get(op.name) == "column" and base.gemms_fwd \
+                and base.gemms_fwd[0][4] == "fp8":
+            base = replace(base, comm_fwd=tuple(replace(c, bytes=c.bytes * sh.e) if c.kind == "all_gather" else c
+                                                for c in base.comm_fwd))
+        out.append(base)
+        if not targeted:
             continue
         if op.name.startswith("expert_"):
             out.append(expert_adapter(op, sh, tr))
