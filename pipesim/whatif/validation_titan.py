@@ -2,9 +2,8 @@
 torchtitan's FSDP2 runs of Llama 3 8B/70B and Llama 2 13B/70B on 64 A100 80GB
 (pytorch/torchtitan docs/performance.md at commit 0413364, 2024), and of Llama 3.1 8B on 32 / 64 H200
 with torch.compile and torchao's Float8 linears (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md,
-June 2025). Test only:
-nothing in pipesim is set from these rows. Metric: tokens/s per GPU (torchtitan's WPS with no
-model parallelism).
+June 2025). Test only: nothing in pipesim is set from these rows. Metric: tokens/s per GPU
+(torchtitan's WPS with no model parallelism).
 
 Mapped as published: model, sequence length, 64 GPUs, local batch, FSDP over all 64 (ZeRO-3 over
 data 64), BF16, and the activation checkpointing: "no" -> recompute none, "full" -> full,
