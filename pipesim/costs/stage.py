@@ -168,9 +168,26 @@ def op_terms(s: Scenario, cm: CostModel, op: Op) -> tuple:
     f, b = cm.time(op, "fwd"), cm.time(op, "bwd")
     return (f.seconds, f.source, b.seconds, b.source,
             exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd),
-            exposed_tp(s, comm_seconds(s, op.comm_bwd, cm.profile), b.seconds, op.gemms_bwd),
+            exposed_tp_backward(s, cm, op, b.seconds),
             sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd),
             cm.wgrad_share(op))
+
+
+def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float) -> float:
+    """The backward's exposed TP communication. With `training.tp_grad_overlap` (and no
+    Userbuffers overlap, whose pipelining `exposed_tp` times) an input-gradient reduce-scatter or
+    all-reduce - a column-parallel linear's - is issued asynchronously before the weight-gradient
+    GEMM and waited for after it (Megatron-LM tensor_parallel/layers.py
+    LinearWithGradAccumulationAndAsyncCommunication.backward: "Asynchronous reduce-scatter" /
+    "Asynchronous all-reduce", then the wgrad GEMM, then handle.wait()): only what outlasts that
+    GEMM is exposed. A row-parallel linear's gradient all-gather precedes both its GEMMs: exposed."""
+    comm = comm_seconds(s, op.comm_bwd, cm.profile)
+    if not s.training.tp_grad_overlap or s.training.overlap_tp_comm or comm <= 0:
+        return exposed_tp(s, comm, seconds, op.gemms_bwd)
+    behind = [c for c in op.comm_bwd if c.kind in ("reduce_scatter", "all_reduce")]
+    hidden = comm_seconds(s, behind, cm.profile)
+    wgrad = seconds * cm.wgrad_share(op)
+    return comm - hidden + max(0.0, hidden - wgrad)
 
 
 def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:

@@ -494,6 +494,12 @@ class TrainingConfig:
                                                  "for bf16 parameters: arguments.py, accumulate_allreduce_grads_in_fp32)")
     overlap_tp_comm: bool = field(False, doc="overlap tensor-parallel collectives with the GEMMs "
                                              "(Megatron --tp-comm-overlap)")
+    tp_grad_overlap: bool = field(False, doc="a column-parallel linear's input-gradient collective (reduce-"
+                                             "scatter with sequence parallelism, all-reduce without) runs "
+                                             "asynchronously beside its weight-gradient GEMM (Megatron-LM "
+                                             "LinearWithGradAccumulationAndAsyncCommunication, "
+                                             "--async-tensor-model-parallel-allreduce, October 2021 on; "
+                                             "Transformer Engine's Linear backward): exposed only beyond it")
     tp_keeps_gathered_input: bool = field(False, doc="with sequence parallelism: a column-parallel linear "
                                                      "(QKV, fc1, the LM head) keeps its all-gathered input for the "
                                                      "weight gradient, as PyTorch's DTensor tensor parallelism does "

@@ -71,7 +71,7 @@ def mcore_scenario(case) -> dict:
         "training": {"micro_batch_size": MCORE_MICRO_BATCH, "global_batch_size": int(par["global_batch"]),
                      "schedule": "1f1b", "recompute": "none", "precision": "bf16", "attention": "flash",
                      "zero_stage": 1, "overlap_grad_reduce": True, "overlap_param_gather": True,
-                     "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": True,
+                     "overlap_tp_comm": tp > 1, "tp_grad_overlap": True, "grad_reduce_in_fp32": True,
                      "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(1, 2024)},
     }
 
@@ -136,6 +136,7 @@ def nemo_scenario(case) -> dict:
                      "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": "fp8",
                      "fp8_recipe": "delayed", "attention": "flash", "zero_stage": 1,
                      "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_tp_comm": tp > 1,
+                     "tp_grad_overlap": True,
                      "grad_reduce_in_fp32": True, "grad_bucket_MB": megatron_bucket_MB(dp * cp),
                      "p2p_sync": megatron_p2p_sync(vp, 2024)},
     }

@@ -186,7 +186,8 @@ def bridge_scenario(case) -> dict:
     training = {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                 "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": precision,
                 "attention": "flash", "zero_stage": 3 if fsdp else 1, "overlap_grad_reduce": True,
-                "overlap_param_gather": True, "overlap_tp_comm": tp > 1, "grad_reduce_in_fp32": False,
+                "overlap_param_gather": True, "overlap_tp_comm": tp > 1, "tp_grad_overlap": True,
+                "grad_reduce_in_fp32": False,
                 "grad_bucket_MB": megatron_bucket_MB(dp * cp, grad_bytes=2.0), "p2p_sync": megatron_p2p_sync(vp, 2025),
                 "cross_entropy": "te"}
     if recipe:      # FP8 weights stored and gathered in FP8; NVFP4 keeps BF16 weights

@@ -43,7 +43,7 @@ def rac22_scenario(case) -> dict:
                      "schedule": "interleaved" if v > 1 else "1f1b",
                      "recompute": "full" if mode == "full" else "selective", "precision": "fp16",
                      "zero_stage": 0, "optimizer": "adam", "attention": "eager", "overlap_grad_reduce": False,
-                     "p2p_sync": megatron_p2p_sync(v, 2022)},
+                     "p2p_sync": megatron_p2p_sync(v, 2022), "tp_grad_overlap": True},
     }
 
 

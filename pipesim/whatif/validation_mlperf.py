@@ -102,7 +102,8 @@ def mlperf_scenario(case) -> dict:
                 "fp8_recipe": tr["recipe"], "fp8_param_gather": bool(tr["fp8_params"]),
                 "fp8_attention": bool(tr["fp8_attention"]), "attention": "flash", "zero_stage": 1,
                 "overlap_grad_reduce": True, "overlap_param_gather": True,
-                "overlap_tp_comm": bool(tr["tp_comm_overlap"]) and tp > 1, "grad_reduce_in_fp32": False,
+                "overlap_tp_comm": bool(tr["tp_comm_overlap"]) and tp > 1, "tp_grad_overlap": True,
+                "grad_reduce_in_fp32": False,
                 "grad_bucket_MB": bucket_MB(tr, dp * cp), "p2p_sync": megatron_p2p_sync(vp, 2024),
                 "cuda_graphs": graphs}
     if tr.get("nccl_max_ctas"):

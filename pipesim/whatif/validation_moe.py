@@ -104,7 +104,7 @@ def moe_case_scenario(case: dict, routing: str = "balanced") -> dict:
                      **context_parallel(par, cid)},
         "training": {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                      "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": recompute,
-                     "precision": "bf16", "attention": "flash",
+                     "precision": "bf16", "attention": "flash", "tp_grad_overlap": True,
                      **({"zero_stage": 3, "zero3_collectives": "layer"} if str(par.get("fsdp")).lower() == "on"
                         else {"zero_stage": 1}),
                      "moe_dispatcher": tr.get("moe_dispatcher", "alltoall"), "moe_a2a_overlap": overlap,

@@ -1,0 +1,43 @@
+"""training.tp_grad_overlap: a column-parallel linear's input-gradient collective runs beside its
+weight-gradient GEMM (Megatron-LM LinearWithGradAccumulationAndAsyncCommunication, Transformer
+Engine), so only what outlasts that GEMM is exposed (pipesim/costs/stage.py exposed_tp_backward)."""
+import pytest
+
+from pipesim import load_scenario
+from pipesim.costs.layers import layer_ops
+from pipesim.costs.stage import comm_seconds, cost_model_for, op_terms, stage_costs
+
+BASE = {"model": {"preset": "llama3-8b", "num_layers": 4}, "system": {"preset": "dgx-h100"},
+        "parallel": {"tensor": 8, "data": 1, "sequence_parallel": True},
+        "training": {"global_batch_size": 4, "attention": "flash"}}
+
+
+def _terms(sets=()):
+    s = load_scenario(BASE, list(sets))
+    cm = cost_model_for(s)
+    return s, cm, {o.name: (o, op_terms(s, cm, o)) for o in layer_ops(s)}
+
+
+def test_a_column_linears_gradient_scatter_hides_behind_its_weight_gradient():
+    s, cm, sync = _terms()
+    _, _, overlap = _terms(["training.tp_grad_overlap=true"])
+    for name in ("qkv", "fc1"):                         # column: reduce-scatter of dX beside dW
+        op, terms = overlap[name]
+        comm = comm_seconds(s, op.comm_bwd)
+        wgrad = terms[2] * terms[8]
+        assert sync[name][1][5] == pytest.approx(comm)                      # synchronous: all exposed
+        assert terms[5] == pytest.approx(max(0.0, comm - wgrad)) and terms[5] < comm
+    for name in ("proj", "fc2"):                        # row: dY gathered before both GEMMs
+        assert overlap[name][1][5] == pytest.approx(sync[name][1][5]) and overlap[name][1][5] > 0
+    assert stage_costs(load_scenario(BASE, ["training.tp_grad_overlap=true"]))[0].backward < \
+        stage_costs(load_scenario(BASE))[0].backward
+
+
+def test_userbuffers_overlap_and_frozen_weights_keep_their_own_rules():
+    both = ["training.overlap_tp_comm=true"]
+    assert stage_costs(load_scenario(BASE, both))[0].backward == \
+        pytest.approx(stage_costs(load_scenario(BASE, both + ["training.tp_grad_overlap=true"]))[0].backward)
+    lora = ["training.lora_rank=16", "training.lora_targets=[proj]"]        # qkv frozen: no dW to hide behind
+    _, _, frozen = _terms(lora + ["training.tp_grad_overlap=true"])
+    op, terms = frozen["qkv"]
+    assert terms[5] == pytest.approx(comm_seconds(load_scenario(BASE, lora), op.comm_bwd)) and terms[5] > 0
