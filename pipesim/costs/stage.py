@@ -177,10 +177,11 @@ def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float) -> f
     """The backward's exposed TP communication. With `training.tp_grad_overlap` (and no
     Userbuffers overlap, whose pipelining `exposed_tp` times) an input-gradient reduce-scatter or
     all-reduce - a column-parallel linear's - is issued asynchronously before the weight-gradient
-    GEMM and waited for after it (Megatron-LM tensor_parallel/layers.py
-    LinearWithGradAccumulationAndAsyncCommunication.backward: "Asynchronous reduce-scatter" /
-    "Asynchronous all-reduce", then the wgrad GEMM, then handle.wait()): only what outlasts that
-    GEMM is exposed. A row-parallel linear's gradient all-gather precedes both its GEMMs: exposed."""
+    GEMM and waited for after it (Megatron-LM LinearWithGradAccumulationAndAsyncCommunication.backward,
+    megatron/mpu/layers.py at 739cb43 of 2022, megatron/core/tensor_parallel/layers.py today: the
+    all-reduce or reduce-scatter with async_op=True, then the wgrad GEMM, then handle.wait()): only
+    what outlasts that GEMM is exposed. A row-parallel linear's gradient all-gather precedes both
+    its GEMMs: exposed."""
     comm = comm_seconds(s, op.comm_bwd, cm.profile)
     if not s.training.tp_grad_overlap or s.training.overlap_tp_comm or comm <= 0:
         return exposed_tp(s, comm, seconds, op.gemms_bwd)
