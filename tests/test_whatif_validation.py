@@ -19,7 +19,7 @@ def test_suites_have_their_cases(cases):
                         "llama3-405b": 3, "korthikanti22": 9, "bridge2511": 23, "titan2024": 8, "bridge2604": 47,
                         "bridge2606": 31, "bridge2608": 18, "automodel": 9, "titan2025": 2, "sdpa2025": 24,
                         "mlperf": 33, "mlperflora": 21, "titan2412": 18, "bridgemem": 2,
-                            "nemolongseq": 17, "titan2506": 8}
+                        "nemolongseq": 17, "titan2506": 8}
     assert all("Narayanan" in c.source for c in cases.values() if c.suite.startswith("sc21"))
 
 
