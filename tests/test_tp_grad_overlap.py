@@ -24,7 +24,7 @@ def test_a_column_linears_gradient_scatter_hides_behind_its_weight_gradient():
     for name in ("qkv", "fc1"):                         # column: reduce-scatter of dX beside dW
         op, terms = overlap[name]
         comm = comm_seconds(s, op.comm_bwd)
-        wgrad = terms[2] * terms[8]
+        wgrad = terms[2] * terms[9]
         assert sync[name][1][5] == pytest.approx(comm)                      # synchronous: all exposed
         assert terms[5] == pytest.approx(max(0.0, comm - wgrad)) and terms[5] < comm
     for name in ("proj", "fc2"):                        # row: dY gathered before both GEMMs
@@ -51,3 +51,22 @@ def test_the_22b_layer_times_of_korthikanti_table_4():
     errors = [abs(r[f"{phase}_ms"] / r[f"{phase}_pub_ms"] - 1)
               for r in layer_times_22b() for phase in ("forward", "backward")]
     assert len(errors) == 10 and max(errors) < 0.07 and sum(errors) / len(errors) < 0.04
+
+
+def test_a_split_weight_pass_leaves_the_scatter_exposed_in_its_input_gradient_pass():
+    """Zero-bubble schedules run W apart from I: the reduce-scatter issued in I has no wgrad GEMM
+    beside it, so I keeps it whole while B (I and W together) hides it."""
+    c = stage_costs(load_scenario(BASE, ["training.tp_grad_overlap=true"]))[0]
+    sync = stage_costs(load_scenario(BASE))[0]
+    assert c.tp_comm_bwd < c.tp_comm_i == pytest.approx(sync.tp_comm_bwd)
+    assert c.input_grad == pytest.approx(sync.input_grad) and c.backward < sync.backward
+    zb = ["training.schedule=zb-h1", "parallel.pipeline=2", "parallel.tensor=4", "training.global_batch_size=8"]
+    from pipesim.whatif.evaluate import simulate_report
+    plain = simulate_report(load_scenario(BASE, ["parallel.pipeline=2", "parallel.tensor=4",
+                                                 "training.global_batch_size=8"]))["step_time_s"]
+    hidden = simulate_report(load_scenario(BASE, ["parallel.pipeline=2", "parallel.tensor=4",
+                                                  "training.global_batch_size=8",
+                                                  "training.tp_grad_overlap=true"]))["step_time_s"]
+    split, split_hidden = (simulate_report(load_scenario(BASE, zb + extra))["step_time_s"]
+                           for extra in ([], ["training.tp_grad_overlap=true"]))
+    assert hidden < plain and split_hidden == pytest.approx(split, rel=1e-9)

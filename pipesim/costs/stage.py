@@ -79,6 +79,9 @@ class StageCosts:
     moe_block_bwd: float = 0.0   # ... inside B (the A2A overlap pairs them with attention, a2a_overlap.py)
     cp_comm_fwd: float = 0.0  # context-parallel K/V exchange not hidden by attention (inside F), seconds
     cp_comm_bwd: float = 0.0  # ... inside the backward (B and I)
+    # exposed TP inside I when the weight gradient is its own pass (W): without the wgrad GEMM
+    # beside it, training.tp_grad_overlap hides nothing; None = tp_comm_bwd
+    tp_comm_input_grad: float | None = None
     cp_comm_hidden: float = 0.0   # CP transfer seconds overlapped with attention (fwd + bwd)
     cp_bytes: float = 0.0     # CP bytes sent per micro-batch per GPU (fwd + bwd)
     cp_buffer_fwd: float = 0.0    # transient K/V receive buffers while F runs
@@ -93,6 +96,11 @@ class StageCosts:
     # (attention, MoE block) time beside an overlapped all-to-all / alone (moe_interference.py)
     moe_overlap_slow_fwd: tuple = (1.0, 1.0)
     moe_overlap_slow_bwd: tuple = (1.0, 1.0)
+
+    @property
+    def tp_comm_i(self) -> float:
+        """Exposed TP seconds inside I (the input-gradient pass of a split-W schedule)."""
+        return self.tp_comm_bwd if self.tp_comm_input_grad is None else self.tp_comm_input_grad
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__
@@ -136,6 +144,7 @@ class _Acc:
     wgrad: float = 0.0
     tp_fwd: float = 0.0
     tp_bwd: float = 0.0
+    tp_bwd_alone: float = 0.0     # the backward's exposed TP with no weight-gradient GEMM beside it
     tp_bytes_fwd: float = 0.0
     tp_bytes_bwd: float = 0.0
     sources: dict = field(default_factory=dict)
@@ -149,7 +158,7 @@ class _Acc:
                 hit = op_terms(s, cm, op)
                 if memo is not None:
                     memo[id(op)] = hit
-            fs, fsrc, bs, bsrc, tpf, tpb, bytes_f, bytes_b, w_share = hit
+            fs, fsrc, bs, bsrc, tpf, tpb, tpi, bytes_f, bytes_b, w_share = hit
             self.fwd += times * fs
             self.bwd += times * bs
             self.dgrad += times * bs * (1 - w_share)
@@ -158,22 +167,26 @@ class _Acc:
                 self.sources[src] = self.sources.get(src, 0.0) + times * sec
             self.tp_fwd += times * tpf
             self.tp_bwd += times * tpb
+            self.tp_bwd_alone += times * tpi
             self.tp_bytes_fwd += times * bytes_f
             self.tp_bytes_bwd += times * bytes_b
 
 
 def op_terms(s: Scenario, cm: CostModel, op: Op) -> tuple:
-    """One op's (fwd seconds, source, bwd seconds, source, exposed TP fwd, bwd, TP bytes fwd, bwd,
-    weight-gradient share of the backward)."""
+    """One op's (fwd seconds, source, bwd seconds, source, exposed TP fwd, bwd, bwd without its
+    weight-gradient GEMM beside it (a split W), TP bytes fwd, bwd, weight-gradient share of the
+    backward)."""
     f, b = cm.time(op, "fwd"), cm.time(op, "bwd")
+    w_share = cm.wgrad_share(op)
     return (f.seconds, f.source, b.seconds, b.source,
             exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd),
-            exposed_tp_backward(s, cm, op, b.seconds),
+            exposed_tp_backward(s, cm, op, b.seconds * w_share),
+            exposed_tp_backward(s, cm, op, 0.0),
             sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd),
-            cm.wgrad_share(op))
+            w_share)
 
 
-def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float) -> float:
+def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, wgrad: float) -> float:
     """The backward's exposed TP communication. With `training.tp_grad_overlap` (and no
     Userbuffers overlap, whose pipelining `exposed_tp` times) an input-gradient reduce-scatter or
     all-reduce - a column-parallel linear's - is issued asynchronously before the weight-gradient
@@ -181,13 +194,13 @@ def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float) -> f
     megatron/mpu/layers.py at 739cb43 of 2022, megatron/core/tensor_parallel/layers.py today: the
     all-reduce or reduce-scatter with async_op=True, then the wgrad GEMM, then handle.wait()): only
     what outlasts that GEMM is exposed. A row-parallel linear's gradient all-gather precedes both
-    its GEMMs: exposed."""
+    its GEMMs: exposed. `wgrad`: seconds of the weight-gradient GEMM beside it (0 when it runs as
+    its own pass, a zero-bubble schedule's W)."""
     comm = comm_seconds(s, op.comm_bwd, cm.profile)
     if not s.training.tp_grad_overlap or s.training.overlap_tp_comm or comm <= 0:
-        return exposed_tp(s, comm, seconds, op.gemms_bwd)
+        return exposed_tp(s, comm, cm.time(op, "bwd").seconds, op.gemms_bwd)
     behind = [c for c in op.comm_bwd if c.kind in ("reduce_scatter", "all_reduce")]
     hidden = comm_seconds(s, behind, cm.profile)
-    wgrad = seconds * cm.wgrad_share(op)
     return comm - hidden + max(0.0, hidden - wgrad)
 
 
@@ -514,11 +527,11 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             stage=k, layers=n_layers + n_moe, has_embedding=first, has_head=last,
             forward=forward + off_f,
             backward=backward + off_b,
-            input_grad=acc.dgrad + acc.tp_bwd + recompute + ep.bwd + host_action + cp_b + gather_b
+            input_grad=acc.dgrad + acc.tp_bwd_alone + recompute + ep.bwd + host_action + cp_b + gather_b
             + off_b,
             weight_grad=acc.wgrad + host_action,
             recompute=recompute,
-            tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd,
+            tp_comm_fwd=acc.tp_fwd, tp_comm_bwd=acc.tp_bwd, tp_comm_input_grad=acc.tp_bwd_alone,
             tp_bytes_fwd=acc.tp_bytes_fwd, tp_bytes_bwd=acc.tp_bytes_bwd,
             send_bytes=0.0 if last else send_bytes,
             grad_send_bytes=0.0 if first else elems * sh.e,

@@ -483,8 +483,9 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
                                                     ("cp_buffers", -kb), ("workspace", -wsb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd / speed,
                                           overlap_slow=c.moe_overlap_slow_bwd, moe_wgrad=c.moe_block_wgrad / speed)
-            table[st * NKINDS + 2] = Cost((c.input_grad - cb) / speed + cb - rc,
-                                          c.tp_comm_bwd + c.cp_comm_bwd, cp=c.cp_comm_bwd,
+            ci = cb - c.tp_comm_bwd + c.tp_comm_i     # I: no weight-gradient GEMM to hide TP behind
+            table[st * NKINDS + 2] = Cost((c.input_grad - ci) / speed + ci - rc,
+                                          c.tp_comm_i + c.cp_comm_bwd, cp=c.cp_comm_bwd,
                                           mem0=rc0 + keep(("cp_buffers", kb), ("activations", win), ("workspace", wsb)),
                                           mem1=keep(("activations", -(res + win - res * wf)), ("recompute", -rcw),
                                                     ("cp_buffers", -kb), ("workspace", -wsb)),
