@@ -180,13 +180,12 @@ def op_terms(s: Scenario, cm: CostModel, op: Op) -> tuple:
     w_share = cm.wgrad_share(op)
     return (f.seconds, f.source, b.seconds, b.source,
             exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd),
-            exposed_tp_backward(s, cm, op, b.seconds * w_share),
-            exposed_tp_backward(s, cm, op, 0.0),
+            *exposed_tp_backward(s, cm, op, b.seconds, w_share),
             sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd),
             w_share)
 
 
-def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, wgrad: float) -> float:
+def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float, w_share: float) -> tuple[float, float]:
     """The backward's exposed TP communication. With `training.tp_grad_overlap` (and no
     Userbuffers overlap, whose pipelining `exposed_tp` times) an input-gradient reduce-scatter or
     all-reduce - a column-parallel linear's - is issued asynchronously before the weight-gradient
@@ -194,14 +193,14 @@ def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, wgrad: float) -> flo
     megatron/mpu/layers.py at 739cb43 of 2022, megatron/core/tensor_parallel/layers.py today: the
     all-reduce or reduce-scatter with async_op=True, then the wgrad GEMM, then handle.wait()): only
     what outlasts that GEMM is exposed. A row-parallel linear's gradient all-gather precedes both
-    its GEMMs: exposed. `wgrad`: seconds of the weight-gradient GEMM beside it (0 when it runs as
-    its own pass, a zero-bubble schedule's W)."""
+    its GEMMs: exposed. Returns (exposed in B, exposed in I): a zero-bubble schedule's I pass has
+    no weight-gradient GEMM beside it (its W runs apart) and keeps the collective whole."""
     comm = comm_seconds(s, op.comm_bwd, cm.profile)
     if not s.training.tp_grad_overlap or s.training.overlap_tp_comm or comm <= 0:
-        return exposed_tp(s, comm, cm.time(op, "bwd").seconds, op.gemms_bwd)
-    behind = [c for c in op.comm_bwd if c.kind in ("reduce_scatter", "all_reduce")]
-    hidden = comm_seconds(s, behind, cm.profile)
-    return comm - hidden + max(0.0, hidden - wgrad)
+        exposed = exposed_tp(s, comm, seconds, op.gemms_bwd)
+        return exposed, exposed
+    hidden = comm_seconds(s, [c for c in op.comm_bwd if c.kind in ("reduce_scatter", "all_reduce")], cm.profile)
+    return comm - hidden + max(0.0, hidden - seconds * w_share), comm
 
 
 def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:
