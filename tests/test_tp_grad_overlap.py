@@ -58,7 +58,7 @@ def test_a_split_weight_pass_leaves_the_scatter_exposed_in_its_input_gradient_pa
     beside it, so I keeps it whole while B (I and W together) hides it."""
     c = stage_costs(load_scenario(BASE, ["training.tp_grad_overlap=true"]))[0]
     sync = stage_costs(load_scenario(BASE))[0]
-    assert c.tp_comm_bwd < c.tp_comm_i == pytest.approx(sync.tp_comm_bwd)
+    assert c.tp_comm_bwd < c.tp_comm_input_grad == pytest.approx(sync.tp_comm_bwd)
     assert c.input_grad == pytest.approx(sync.input_grad) and c.backward < sync.backward
     zb = ["training.schedule=zb-h1", "parallel.pipeline=2", "parallel.tensor=4", "training.global_batch_size=8"]
     from pipesim.whatif.evaluate import simulate_report

@@ -80,8 +80,8 @@ class StageCosts:
     cp_comm_fwd: float = 0.0  # context-parallel K/V exchange not hidden by attention (inside F), seconds
     cp_comm_bwd: float = 0.0  # ... inside the backward (B and I)
     # exposed TP inside I when the weight gradient is its own pass (W): without the wgrad GEMM
-    # beside it, training.tp_grad_overlap hides nothing; None = tp_comm_bwd
-    tp_comm_input_grad: float | None = None
+    # beside it, training.tp_grad_overlap hides nothing (= tp_comm_bwd when that is off)
+    tp_comm_input_grad: float = 0.0
     cp_comm_hidden: float = 0.0   # CP transfer seconds overlapped with attention (fwd + bwd)
     cp_bytes: float = 0.0     # CP bytes sent per micro-batch per GPU (fwd + bwd)
     cp_buffer_fwd: float = 0.0    # transient K/V receive buffers while F runs
@@ -96,11 +96,6 @@ class StageCosts:
     # (attention, MoE block) time beside an overlapped all-to-all / alone (moe_interference.py)
     moe_overlap_slow_fwd: tuple = (1.0, 1.0)
     moe_overlap_slow_bwd: tuple = (1.0, 1.0)
-
-    @property
-    def tp_comm_i(self) -> float:
-        """Exposed TP seconds inside I (the input-gradient pass of a split-W schedule)."""
-        return self.tp_comm_bwd if self.tp_comm_input_grad is None else self.tp_comm_input_grad
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__

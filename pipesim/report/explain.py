@@ -155,7 +155,7 @@ def slowest_stage(contents: list[dict]) -> dict | None:
 def _free_comm(c):
     return dataclasses.replace(
         c, forward=c.forward - c.tp_comm_fwd, backward=c.backward - c.tp_comm_bwd,
-        input_grad=c.input_grad - c.tp_comm_i, tp_comm_fwd=0.0, tp_comm_bwd=0.0, tp_comm_input_grad=None,
+        input_grad=c.input_grad - c.tp_comm_input_grad, tp_comm_fwd=0.0, tp_comm_bwd=0.0, tp_comm_input_grad=0.0,
         tp_bytes_fwd=0.0, tp_bytes_bwd=0.0, send_bytes=0.0, grad_send_bytes=0.0, grad_bytes=0.0, quantize=0.0,
         dequantize=0.0)
 

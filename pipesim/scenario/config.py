@@ -646,6 +646,13 @@ class Scenario:
         return self.training.fsdp2 and self.parallel.pipeline > 1 and self.num_microbatches > 1
 
     @property
+    def fsdp2_gathers_once_per_step(self) -> bool:
+        """FSDP2 under pipelining that keeps the weights gathered until the last backward
+        (set_reshard_after_backward(False) with the deferred gradient sync): one all-gather and
+        one reduce-scatter a step, not one per micro-batch."""
+        return self.fsdp2_deferred_grad_sync and not self.training.reshard_after_forward
+
+    @property
     def num_model_stages(self) -> int:
         return self.parallel.pipeline * self.parallel.virtual_stages
 

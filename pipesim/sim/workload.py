@@ -483,9 +483,9 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
                                                     ("cp_buffers", -kb), ("workspace", -wsb)),
                                           a2a=c.ep_comm_bwd, moe_block=c.moe_block_bwd / speed,
                                           overlap_slow=c.moe_overlap_slow_bwd, moe_wgrad=c.moe_block_wgrad / speed)
-            ci = cb - c.tp_comm_bwd + c.tp_comm_i     # I: no weight-gradient GEMM to hide TP behind
+            ci = cb - c.tp_comm_bwd + c.tp_comm_input_grad     # I: no weight-gradient GEMM to hide TP behind
             table[st * NKINDS + 2] = Cost((c.input_grad - ci) / speed + ci - rc,
-                                          c.tp_comm_i + c.cp_comm_bwd, cp=c.cp_comm_bwd,
+                                          c.tp_comm_input_grad + c.cp_comm_bwd, cp=c.cp_comm_bwd,
                                           mem0=rc0 + keep(("cp_buffers", kb), ("activations", win), ("workspace", wsb)),
                                           mem1=keep(("activations", -(res + win - res * wf)), ("recompute", -rcw),
                                                     ("cp_buffers", -kb), ("workspace", -wsb)),
@@ -557,9 +557,7 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         gather_passes=zero3_gather_passes(s),
         zero3_gather_rate=tr.zero3_gather_GBps * 1e9 if tr.zero3_gather_GBps else None,
         reshard_after_forward=tr.reshard_after_forward,
-        # FSDP2 under pipelining keeps the weights gathered until the last backward
-        # (set_reshard_after_backward(False) with the deferred gradient sync: Scenario.fsdp2_deferred_grad_sync)
-        gather_once_per_step=s.fsdp2_deferred_grad_sync and not tr.reshard_after_forward,
+        gather_once_per_step=s.fsdp2_gathers_once_per_step,
         # A gradient held sharded (ZeRO-2/3) cannot accumulate unreduced partial sums over
         # micro-batches, so each backward reduce-scatters its gradients: DeepSpeed ZeRO-2/3 reduce
         # in every micro-step's backward hooks (deepspeed/runtime/zero/stage_1_and_2.py,

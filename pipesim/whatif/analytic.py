@@ -183,7 +183,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         per_mb = gathers * gather + rs_mb
         compute = sum(st.forward + st.backward for st in stages_of_rank)
         # FSDP2 under pipelining: one gather and one reduce-scatter for the step (sim/workload.py)
-        M = 1 if s.fsdp2_deferred_grad_sync and not tr.reshard_after_forward else s.num_microbatches
+        M = 1 if s.fsdp2_gathers_once_per_step else s.num_microbatches
         # without prefetch every gather waits for the compute before it: nothing hides
         hidden = compute if tr.zero3_prefetch else 0.0
         # (exposed, total, one pass's gather: what an idle stretch lets a prefetched gather hide)
