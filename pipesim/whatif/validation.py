@@ -52,7 +52,10 @@ SUITES = {
     "mlperf": ("mlperf-", None),             # held out: pipesim/whatif/validation_mlperf.py
     "mlperflora": ("mlperflora-", None),     # held out: the same converter, llama2_70b_lora (LoRA)
     "nemolongseq": ("nemolongseq-", None),   # held out: pipesim/whatif/validation_longseq.py
+    "other": ("", None),                     # any other id: pipesim/whatif/validation_generic.py
 }
+# Ids read by suites of their own (pipesim validate moezoo-qwen3), not by the `other` family.
+OWN_SUITE_PREFIXES = ("moezoo-qwen3-235b-",)
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
 # with recompute; Megatron-Core without), "tokens" = tokens/s per GPU, "model" = model TFLOP/s
 # with causal attention counted exactly, "nemo" = TFLOP/s per GPU by NeMo's formula.
@@ -92,10 +95,11 @@ class Case:
     raw: dict
     memory_gib: float | None = None      # published peak memory per GPU (validation_memory.py)
     memory_kind: str | None = None       # what that figure counts: reserved | allocated
+    own_metric: str | None = None        # the `other` family's per-case metric (validation_generic.py)
 
     @property
     def metric(self) -> str:
-        return METRIC.get(self.suite, "tflops")
+        return self.own_metric or METRIC.get(self.suite, "tflops")
 
 
 def load_cases(path=None) -> list[Case]:
@@ -134,21 +138,35 @@ def _load_file(path: Path) -> list[Case]:
         if c.get("kind") != "training_throughput":
             continue
         cid = str(c.get("id", ""))
-        suite = next((name for name, (prefix, _) in SUITES.items() if cid.startswith(prefix)), None)
-        if suite is None:
+        suite = next((name for name, (prefix, _) in SUITES.items() if prefix and cid.startswith(prefix)), None)
+        if suite is None and cid.startswith(OWN_SUITE_PREFIXES):
             continue
+        suite = suite or "other"
         src = c.get("source") if isinstance(c.get("source"), dict) else {}
-        key = {"tokens": "tokens_per_s_per_gpu", "model": "model_tflops_per_gpu"}.get(METRIC.get(suite), "tflops_per_gpu")
         measured = c.get("measured")
+        own_metric = None
+        if suite == "other":
+            from pipesim.whatif.validation_generic import MEASURED_KEYS, measured_metric
+            found = measured_metric(measured) if isinstance(measured, dict) else None
+            if found is None:
+                raise ScenarioError(f"{path}: {cid}: measured: expected one of {', '.join(MEASURED_KEYS)} "
+                                    f"(the id names no family, so the case is read as `other`)")
+            key, own_metric = found
+        else:
+            key = {"tokens": "tokens_per_s_per_gpu", "model": "model_tflops_per_gpu"}.get(METRIC.get(suite),
+                                                                                         "tflops_per_gpu")
         value = measured.get(key) if isinstance(measured, dict) else None
         if not positive_number(value):
             raise ScenarioError(f"{path}: {cid}: measured.{key}: expected a positive number (the {suite} "
                                 f"suite's metric), got {value!r}")
+        if suite == "other":
+            from pipesim.whatif.validation_generic import published_value
+            value = published_value(c, key, f"{path}: {cid}")
         from pipesim.whatif.validation_memory import read_memory
         memory, kind = read_memory(measured, f"{path}: {cid}")
         out.append(Case(id=cid, suite=suite, target=float(value),
                         source=f"{src.get('ref', '')}, {src.get('where', '')}".strip(", "), raw=c,
-                        memory_gib=memory, memory_kind=kind))
+                        memory_gib=memory, memory_kind=kind, own_metric=own_metric))
     return out
 
 
@@ -200,6 +218,9 @@ def _converted(case: Case, efficiency: str) -> dict:
     if case.suite == "nemolongseq":
         from pipesim.whatif.validation_longseq import longseq_scenario
         return longseq_scenario(case)
+    if case.suite == "other":
+        from pipesim.whatif.validation_generic import generic_scenario
+        return generic_scenario(case)
     if case.suite in METRIC:
         from pipesim.whatif.families import mcore_scenario, nemo_scenario
         return (mcore_scenario if case.suite == "mcore-h100" else nemo_scenario)(case)
@@ -300,6 +321,9 @@ def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Res
     elif case.metric == "nemo":
         from pipesim.whatif.validation_longseq import nemo_llama_flops
         pred = nemo_llama_flops(s) / step / s.num_gpus / 1e12
+    elif case.metric == "megatron":
+        from pipesim.whatif.validation_generic import megatron_counted_flops
+        pred = megatron_counted_flops(s) / step / s.num_gpus / 1e12
     elif case.suite == "mcore-h100":
         from pipesim.costs.summary import megatron_flops
         pred = megatron_flops(s, recompute=False) / step / s.num_gpus / 1e12
@@ -381,12 +405,17 @@ TITLES = {"tflops": "TFLOP/s per GPU, SC'21 Eq. 3 counting recompute",
 
 def metric_title(suite: str) -> str:
     """What a suite's published figure is, in words."""
+    if suite == "other":
+        return ("each case's own figure: tokens/s per GPU (a step time too, converted), model TFLOP/s or "
+                "Megatron's TFLOP/s; pipesim/whatif/validation_generic.py")
     return TITLES["mcore" if suite == "mcore-h100" else METRIC.get(suite, "tflops")]
 
 
 def format_results(by_suite: dict[str, list[Result]]) -> str:
     lines = []
     for suite, results in by_suite.items():
+        if not results:            # a cases file (--cases) without this family
+            continue
         lines.append(f"{suite}  ({metric_title(suite)})")
         lines.append(f"  {'case':34s} {'GPUs':>5s} {'t':>2s} {'cp':>2s} {'p':>3s} {'d':>4s} {'v':>2s} {'mb':>3s} "
                      f"{'step s':>8s} {'pred':>7s} {'pub':>7s} {'err %':>7s}")

@@ -1,0 +1,236 @@
+"""Validation family `other`: a published (or your own) training run whose case id matches no
+family's prefix, mapped from what the case states alone, so a cases file of new runs is predicted
+instead of skipped (`pipesim validate other --cases my_runs.yaml`).
+
+The case has the published.yaml shape: model (name or label, family, layers, hidden, heads,
+kv_heads, ffn_hidden, vocab, seq_len, num_experts, moe_top_k, moe_ffn_hidden), parallel (tp, pp,
+dp, cp, ep, vp or virtual_stages_per_gpu, micro_batch, global_batch or tokens_per_batch), hardware
+(gpu, num_gpus, gpus_per_node), training (precision, recompute, moe_dispatcher) and measured.
+
+Read when stated: training.attention (flash | eager), parallel.zero_stage (or fsdp on: ZeRO-3;
+ddp_impl local / torch: no distributed optimizer, local not overlapped), `--tp-comm-overlap` in
+parallel.overlap. What the case does not state is the stack most published runs of 2024-26 use,
+Megatron-Core with Transformer Engine, assumed once for every case here (never per case):
+micro-batch 1; sequence parallelism with TP; flash (cuDNN) attention; the distributed optimizer
+(ZeRO-1) with overlapped gradient reduce-scatter and parameter all-gather, gradients reduced in
+fp32 (Megatron-LM arguments.py with --bf16) in its default buckets; the TP gradient all-reduce
+behind the weight-gradient GEMM (Megatron's default); no TP communication overlap (a flag Megatron
+leaves off); ring CP with load-balanced chunks (TE's default); the interleaved schedule when vp >
+1; layers that do not divide over the stages split counting the embedding and the loss as layers
+(Megatron's --account-for-embedding/loss-in-pipeline-split);
+FP8 with the tensorwise (current) scaling recipe, MXFP8 on Blackwell (TE's only FP8 recipe with
+per-block scales there). The model is the pipesim preset whose name matches the case's name or
+label and whose shape agrees with the dimensions it gives; otherwise it is built from those
+dimensions: a `GPT` family as Megatron's GPT (GeLU 4h MLP, LayerNorm, learned positions, biases,
+tied embeddings, dropout), any other family as Llama (SwiGLU, RMSNorm, RoPE, no biases, untied),
+which then needs ffn_hidden.
+
+Metric, from the first figure the case measures: tokens/s per GPU (`tokens_per_s_per_gpu`, or
+`iteration_time_s` / `iteration_time_ms` as global batch x sequence / time / GPUs), model TFLOP/s
+per GPU (`model_tflops_per_gpu`: no recompute, causal attention counted exactly), or TFLOP/s per
+GPU as Megatron counts them (`tflops_per_gpu`, megatron_counted_flops).
+"""
+from __future__ import annotations
+
+import re
+
+from pipesim.errors import ScenarioError
+from pipesim.whatif.families import mapped, megatron_bucket_MB, megatron_p2p_sync
+
+SUITE = "other"
+# measured key -> metric (pipesim/whatif/validation.py METRIC names), in order of preference
+MEASURED_KEYS = {"tokens_per_s_per_gpu": "tokens", "iteration_time_s": "tokens", "iteration_time_ms": "tokens",
+                 "model_tflops_per_gpu": "model", "tflops_per_gpu": "megatron"}
+# GPU name fragments -> system preset (pipesim/presets/systems.py), the most specific first
+GPU_PRESETS = (("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"), ("B200", "dgx-b200"),
+               ("H200", "dgx-h200"), ("H800", "hgx-h800"), ("H100", "dgx-h100"), ("A100-SXM4-40", "dgx-a100-40gb"),
+               ("A100 40", "dgx-a100-40gb"), ("A100", "dgx-a100-80gb"), ("V100", "dgx1-v100"))
+BLACKWELL = ("gb300-nvl72", "gb200-nvl72", "dgx-b300", "dgx-b200")
+GPT_STYLE = dict(activation="gelu", norm="layernorm", position="learned", tied_embeddings=True, bias=True,
+                 dropout=True)
+LLAMA_STYLE = dict(activation="swiglu", norm="rmsnorm", position="rotary", tied_embeddings=False, bias=False,
+                   dropout=False)
+# case model key -> pipesim model key, for the dimensions a case may state
+MODEL_DIMS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+              "kv_heads": "num_kv_heads", "ffn_hidden": "ffn_hidden_size", "vocab": "vocab_size",
+              "num_experts": "num_experts", "moe_top_k": "moe_top_k", "moe_ffn_hidden": "moe_ffn_hidden_size"}
+RECOMPUTE = {"none": "none", "no": "none", "false": "none", "not stated": "none", "selective": "selective",
+             "full": "full"}
+DISPATCHERS = {"alltoall": "alltoall", "deepep": "deepep"}
+ATTENTION = {"flash": "flash", "eager": "eager", "cudnn": "flash", "fused": "flash"}
+
+
+def measured_metric(measured: dict) -> tuple[str, str] | None:
+    """(measured key, metric) of the first figure of MEASURED_KEYS the case gives, or None."""
+    return next(((k, m) for k, m in MEASURED_KEYS.items() if k in measured), None)
+
+
+def published_value(case_raw: dict, key: str, where: str) -> float:
+    """The published figure in the family's metric: a step time becomes tokens/s per GPU."""
+    value = case_raw["measured"][key]
+    if key.startswith("iteration_time"):
+        par, m = case_raw.get("parallel") or {}, case_raw.get("model") or {}
+        seconds = value / 1000.0 if key.endswith("_ms") else value
+        tokens = _int(par.get("tokens_per_batch"), where, "parallel.tokens_per_batch") if "tokens_per_batch" in par \
+            else _int(par.get("global_batch"), where, "parallel.global_batch") * _int(m.get("seq_len"), where,
+                                                                                       "model.seq_len")
+        return tokens / seconds / _int((case_raw.get("hardware") or {}).get("num_gpus"), where, "hardware.num_gpus")
+    return float(value)
+
+
+def megatron_counted_flops(s) -> float:
+    """FLOPs per step as Megatron reports them: SC'21 Eq. 3 for a GPT (4h MLP, full multi-head
+    attention), counting the re-run forward of a full-recompute run as the paper does; Megatron-
+    Core's logger count (no recompute) for any other model."""
+    from pipesim.costs.summary import megatron_core_flops, megatron_flops
+    m = s.model
+    gpt = (m.activation == "gelu" and not m.is_moe and m.kv_heads == m.num_attention_heads
+           and m.ffn == 4 * m.hidden_size)
+    if gpt:
+        return megatron_flops(s, recompute=s.training.recompute == "full")
+    return megatron_core_flops(s)
+
+
+def _int(value, cid: str, key: str) -> int:
+    if isinstance(value, bool):
+        raise ScenarioError(f"{cid}: {key}: expected a positive integer, got {value!r}")
+    if isinstance(value, str) and value.split() and value.split()[0].isdigit():   # '16 (derived: 2048/128)'
+        value = int(value.split()[0])
+    if isinstance(value, int) and value > 0:
+        return value
+    raise ScenarioError(f"{cid}: {key}: expected a positive integer, got {value!r}")
+
+
+def _opt_int(d: dict, key: str, cid: str, section: str, default: int = 1) -> int:
+    value = d.get(key)
+    return default if value is None or value == "not stated" else _int(value, cid, f"{section}.{key}")
+
+
+def _squash(name) -> str:
+    return re.sub(r"[^a-z0-9.]", "", str(name).lower())
+
+
+def _model(m: dict, cid: str) -> dict:
+    """The model keys: a matching preset, or the case's dimensions in its family's style."""
+    from pipesim.presets.models import MODELS
+    seq = _int(m.get("seq_len"), cid, "model.seq_len")
+    stated = {MODEL_DIMS[k]: _int(v, cid, f"model.{k}") for k, v in m.items() if k in MODEL_DIMS and v is not None}
+    by_name = {_squash(n): n for n in MODELS}
+    for label in (m.get("name"), m.get("label")):
+        preset = by_name.get(_squash(label)) if label is not None else None
+        if preset and all(MODELS[preset].get(k) == v for k, v in stated.items() if k in MODELS[preset]):
+            return {"preset": preset, "name": cid, "seq_length": seq}
+    for key in ("layers", "hidden", "heads", "vocab"):
+        if key not in m:
+            raise ScenarioError(f"{cid}: model.{key}: missing (needed when model.name names no pipesim preset "
+                                f"whose shape matches)")
+    gpt = "gpt" in str(m.get("family", "")).lower()
+    if not gpt and "ffn_hidden" not in m:
+        raise ScenarioError(f"{cid}: model.ffn_hidden: missing (a {m.get('family', 'non-GPT')!r} model is built "
+                            f"as Llama, whose MLP width has no default)")
+    return dict(GPT_STYLE if gpt else LLAMA_STYLE, name=cid, seq_length=seq, **stated)
+
+
+def _system(hw: dict, cid: str, n: int) -> dict:
+    from pipesim.presets.systems import SYSTEMS
+    gpu = str(hw.get("gpu", ""))
+    preset = next((p for frag, p in GPU_PRESETS if frag.lower() in gpu.lower()), None)
+    if preset is None or "pcie" in gpu.lower():
+        raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: "
+                            f"{', '.join(dict.fromkeys(f for f, _ in GPU_PRESETS))} (SXM parts)")
+    per_node = _opt_int(hw, "gpus_per_node", cid, "hardware", SYSTEMS[preset]["gpus_per_node"])
+    if preset in ("gb200-nvl72", "gb300-nvl72"):
+        per_node = SYSTEMS[preset]["gpus_per_node"]
+    if n < per_node:
+        return {"preset": preset, "num_nodes": 1, "gpus_per_node": n}
+    if n % per_node:
+        raise ScenarioError(f"{cid}: hardware.num_gpus {n} is not a whole number of {per_node}-GPU nodes")
+    system = {"preset": preset, "num_nodes": n // per_node, "gpus_per_node": per_node}
+    if "nvlink_domain" in SYSTEMS[preset]:       # an NVL72 rack: the largest domain of trays dividing n
+        system["nvlink_domain"] = max(d for d in range(per_node, 73, per_node) if n % d == 0)
+    return system
+
+
+def _precision(tr: dict, cid: str, preset: str) -> dict:
+    text = str(tr.get("precision") or "bf16").lower()
+    if "fp8" in text:
+        recipe = ("mxfp8" if "mx" in text or preset in BLACKWELL else "delayed" if "delayed" in text
+                  else "blockwise" if "block" in text else "tensorwise")
+        return {"precision": "fp8", "fp8_recipe": recipe}
+    for name in ("fp16", "tf32", "fp32", "bf16"):
+        if name in text:
+            return {"precision": name}
+    if "not stated" in text:
+        return {"precision": "bf16"}
+    raise ScenarioError(f"{cid}: training.precision {tr.get('precision')!r}: expected bf16, fp16, fp8, tf32 or fp32")
+
+
+def _preset_layers(model: dict) -> int:
+    from pipesim.presets.models import MODELS
+    return MODELS[model["preset"]]["num_layers"]
+
+
+def _zero_stage(par: dict, cid: str) -> int:
+    """parallel.zero_stage as stated; FSDP ("on", true) as ZeRO-3; Megatron's local DDP (no
+    distributed optimizer) as 0; else the distributed optimizer, ZeRO-1."""
+    if par.get("zero_stage") is not None:
+        return mapped({0: 0, 1: 1, 2: 2, 3: 3}, par["zero_stage"], cid, "parallel.zero_stage")
+    if str(par.get("fsdp", "")).lower() in ("on", "true", "yes", "1"):
+        return 3
+    return 0 if str(par.get("ddp_impl", "")).lower() in ("local", "torch") else 1
+
+
+def generic_scenario(case) -> dict:
+    c, cid = case.raw, case.id
+    m, par, hw, tr = (c.get(k) or {} for k in ("model", "parallel", "hardware", "training"))
+    n = _int(hw.get("num_gpus"), cid, "hardware.num_gpus")
+    tp, pp, cp, ep = (_opt_int(par, k, cid, "parallel") for k in ("tp", "pp", "cp", "ep"))
+    vp = _opt_int(par, "vp", cid, "parallel", _opt_int(par, "virtual_stages_per_gpu", cid, "parallel"))
+    if n % (tp * pp * cp):
+        raise ScenarioError(f"{cid}: hardware.num_gpus {n} is not a multiple of tp({tp}) x pp({pp}) x cp({cp})")
+    dp = _opt_int(par, "dp", cid, "parallel", n // (tp * pp * cp))
+    if tp * pp * cp * dp != n:
+        raise ScenarioError(f"{cid}: parallel: tp({tp}) x pp({pp}) x cp({cp}) x dp({dp}) = {tp * pp * cp * dp}, "
+                            f"not hardware.num_gpus {n}")
+    model = _model(m, cid)
+    seq = model["seq_length"]
+    if "global_batch" in par:
+        gbs = _int(par["global_batch"], cid, "parallel.global_batch")
+    elif "tokens_per_batch" in par:
+        tokens = _int(par["tokens_per_batch"], cid, "parallel.tokens_per_batch")
+        if tokens % seq:
+            raise ScenarioError(f"{cid}: parallel.tokens_per_batch {tokens} is not a multiple of model.seq_len {seq}")
+        gbs = tokens // seq
+    else:
+        raise ScenarioError(f"{cid}: parallel.global_batch: missing (or parallel.tokens_per_batch)")
+    system = _system(hw, cid, n)
+    recompute = str(tr.get("recompute") or "none").lower()
+    recompute = mapped(RECOMPUTE, next((k for k in RECOMPUTE if recompute.startswith(k)), recompute), cid,
+                       "training.recompute")
+    from pipesim.whatif.validation_cp import context_parallel
+    parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp,
+                **context_parallel(par, cid)}
+    if ep > 1:
+        parallel["expert"] = ep
+    layers = model.get("num_layers") or _preset_layers(model)
+    if layers % (pp * vp):
+        from pipesim.scenario.stage_split import embedding_loss_split
+        split = embedding_loss_split(layers, pp * vp)
+        if not split:
+            raise ScenarioError(f"{cid}: model.layers {layers} do not split over pp({pp}) x vp({vp}) stages, "
+                                f"even counting the embedding and the loss as layers")
+        parallel["layers_per_stage"] = list(split)    # Megatron's --account-for-embedding/loss-in-pipeline-split
+    flags = str(par.get("overlap", ""))
+    zero = _zero_stage(par, cid)
+    training = {"micro_batch_size": _opt_int(par, "micro_batch", cid, "parallel"), "global_batch_size": gbs,
+                "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": recompute,
+                **_precision(tr, cid, system["preset"]),
+                "attention": mapped(ATTENTION, str(tr.get("attention", "flash")).lower(), cid, "training.attention"),
+                "zero_stage": zero, "overlap_grad_reduce": str(par.get("ddp_impl", "")).lower() != "local",
+                "overlap_param_gather": zero == 1, "overlap_tp_comm": tp > 1 and "--tp-comm-overlap" in flags,
+                "tp_grad_overlap": True, "grad_reduce_in_fp32": True, "grad_bucket_MB": megatron_bucket_MB(dp * cp),
+                "p2p_sync": megatron_p2p_sync(vp, 2024)}
+    if tr.get("moe_dispatcher") is not None:
+        training["moe_dispatcher"] = mapped(DISPATCHERS, str(tr["moe_dispatcher"]).lower(), cid,
+                                            "training.moe_dispatcher")
+    return {"model": model, "system": system, "parallel": parallel, "training": training}

@@ -1,0 +1,122 @@
+"""The `other` validation family: a case whose id names no family, mapped from what it states."""
+import dataclasses
+
+import pytest
+
+from pipesim import load_scenario
+from pipesim.errors import ScenarioError
+from pipesim.whatif.validation import case_scenario, load_cases, run_case, run_suite
+
+LLAMA_ROW = """
+- id: {id}
+  kind: training_throughput
+  source: {{ref: a test row}}
+  model: {{name: {name}, family: Llama, layers: 80, hidden: 8192, heads: 64, kv_heads: 8, ffn_hidden: 28672,
+          vocab: 128256, seq_len: 8192}}
+  parallel: {{tp: 4, pp: 4, vp: 5, cp: 2, micro_batch: 1, global_batch: 128}}
+  hardware: {{gpu: {gpu}, num_gpus: 64}}
+  training: {{precision: {precision}, recompute: none}}
+  measured: {measured}
+"""
+
+
+def _cases(tmp_path, **kw):
+    row = dict(id="myrun-llama3-70b", name="LLAMA3-70B", gpu="H100-SXM5-80GB", precision="BF16",
+               measured="{iteration_time_s: 10.0}")
+    row.update(kw)
+    path = tmp_path / "runs.yaml"
+    path.write_text(LLAMA_ROW.format(**row))
+    return path
+
+
+def test_an_unnamed_family_is_read_as_other_with_its_step_time_as_tokens(tmp_path):
+    [case] = load_cases(_cases(tmp_path))
+    assert case.suite == "other" and case.metric == "tokens"
+    assert case.target == pytest.approx(128 * 8192 / 10.0 / 64)          # GBS x seq / step / GPUs
+    s = load_scenario(case_scenario(case))
+    assert s.model.num_layers == 80 and s.model.num_kv_heads == 8 and s.model.activation == "swiglu"
+    assert (s.parallel.tensor, s.parallel.pipeline, s.parallel.context, s.parallel.data) == (4, 4, 2, 2)
+    assert s.parallel.virtual_stages == 5 and s.training.schedule == "interleaved"
+    assert s.training.zero_stage == 1 and s.training.precision == "bf16" and s.parallel.sequence_parallel
+
+
+def test_a_preset_is_used_only_when_the_stated_shape_matches(tmp_path):
+    [case] = load_cases(_cases(tmp_path))
+    assert case_scenario(case)["model"]["preset"] == "llama3-70b"
+    raw = dict(case.raw, model=dict(case.raw["model"], layers=40))
+    model = case_scenario(dataclasses.replace(case, raw=raw))["model"]
+    assert "preset" not in model and model["num_layers"] == 40 and model["norm"] == "rmsnorm"
+
+
+def test_fp8_on_blackwell_is_mxfp8_and_on_hopper_tensorwise(tmp_path):
+    hopper = case_scenario(load_cases(_cases(tmp_path, precision="FP8"))[0])["training"]
+    blackwell = case_scenario(load_cases(_cases(tmp_path, precision="FP8", gpu="B200"))[0])
+    assert (hopper["precision"], hopper["fp8_recipe"]) == ("fp8", "tensorwise")
+    assert blackwell["training"]["fp8_recipe"] == "mxfp8" and blackwell["system"]["preset"] == "dgx-b200"
+
+
+def test_a_gb200_run_is_one_nvlink_domain_of_the_trays_it_fills(tmp_path):
+    system = case_scenario(load_cases(_cases(tmp_path, gpu="GB200"))[0])["system"]
+    assert system["preset"] == "gb200-nvl72" and system["num_nodes"] == 16 and 64 % system["nvlink_domain"] == 0
+
+
+def test_a_published_family_row_read_as_other_keeps_what_it_states():
+    """The Megatron-Core H100 32B row, renamed: its --tp-comm-overlap flag and the distributed
+    optimizer are read from the row, so the generic mapping times it as its family does."""
+    case = next(c for c in load_cases() if c.id == "mcore-h100-32B")
+    other = dataclasses.replace(case, suite="other", own_metric="megatron", id="renamed-32B")
+    sc = case_scenario(other)
+    assert sc["training"]["overlap_tp_comm"] and sc["training"]["zero_stage"] == 1
+    from pipesim.whatif.evaluate import detailed_report
+    family, generic = run_case(case, detailed_report), run_case(other, detailed_report)
+    assert generic.predicted == pytest.approx(family.predicted, rel=0.03)
+
+
+def test_layers_that_do_not_divide_split_counting_the_embedding_and_the_loss(tmp_path):
+    case = next(c for c in load_cases() if c.id == "llama3-405b-8192gpu-cp1-8k")
+    other = dataclasses.replace(case, suite="other", own_metric="model")
+    par = case_scenario(other)["parallel"]
+    assert len(par["layers_per_stage"]) == 16 and sum(par["layers_per_stage"]) == 126
+    assert par["layers_per_stage"][0] < par["layers_per_stage"][1]
+
+
+def test_megatron_count_is_eq3_for_a_gpt_and_the_core_count_otherwise(tmp_path):
+    from pipesim.costs.summary import megatron_core_flops, megatron_flops
+    from pipesim.whatif.validation_generic import megatron_counted_flops
+    gpt = load_scenario(case_scenario(next(c for c in load_cases() if c.id == "sc21-t1-1.7B")))
+    assert megatron_counted_flops(gpt) == megatron_flops(gpt, recompute=True)
+    llama = load_scenario(case_scenario(load_cases(_cases(tmp_path))[0]))
+    assert megatron_counted_flops(llama) == megatron_core_flops(llama)
+
+
+def test_the_default_files_have_no_other_case_and_moezoo_is_not_swallowed():
+    assert not [c for c in load_cases() if c.suite == "other"]
+    assert run_suite(["other"]) == {"other": []}
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(gpu="H100-PCIe"), "hardware.gpu 'H100-PCIe' has no system preset"),
+    (dict(gpu="MI300X"), "hardware.gpu 'MI300X' has no system preset"),
+    (dict(precision="int4"), "training.precision 'int4'"),
+    (dict(name="custom"), None),
+])
+def test_bad_rows_are_one_line_errors_naming_the_key(tmp_path, kw, needle):
+    [case] = load_cases(_cases(tmp_path, **kw))
+    if needle is None:                                        # an unknown name with every dimension: built
+        assert case_scenario(case)["model"]["ffn_hidden_size"] == 28672
+        return
+    with pytest.raises(ScenarioError, match=needle) as e:
+        case_scenario(case)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_shape_gpu_count_and_metric_are_named(tmp_path):
+    [case] = load_cases(_cases(tmp_path))
+    for section, change, needle in (("model", {"ffn_hidden": None, "name": "x"}, "model.ffn_hidden: missing"),
+                                    ("parallel", {"dp": 3}, r"tp\(4\) x pp\(4\) x cp\(2\) x dp\(3\) = 96"),
+                                    ("parallel", {"global_batch": None}, "parallel.global_batch: missing")):
+        block = {k: v for k, v in dict(case.raw[section], **change).items() if v is not None}
+        with pytest.raises(ScenarioError, match=needle):
+            case_scenario(dataclasses.replace(case, raw=dict(case.raw, **{section: block})))
+    with pytest.raises(ScenarioError, match="measured: expected one of"):
+        load_cases(_cases(tmp_path, measured="{mfu_pct: 40}"))
