@@ -1,0 +1,53 @@
+"""How far the `other` family's defaults carry: every published training row of the shared file
+renamed (`anon-` + id) so that no family converter reads it, predicted through
+pipesim/whatif/validation_generic.py, and the error summarised per original family.
+
+    python benchmarks/generic_mapping.py [--jobs 2]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+from pipesim.whatif.validation import DEFAULT_FILE, OWN_SUITE_PREFIXES, SUITES, run_suite
+
+
+def family_of(case_id: str) -> str:
+    if case_id.startswith("sc21-t2-ZeRO-3"):
+        return "sc21-table2 ZeRO-3"
+    if case_id.startswith("sc21-t2-PTD-P"):
+        return "sc21-table2 PTD-P"
+    return next(name for name, (prefix, _) in SUITES.items() if prefix and case_id.startswith(prefix))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    rows = [copy.deepcopy(c) for c in yaml.safe_load(DEFAULT_FILE.read_text())
+            if c.get("kind") == "training_throughput" and not str(c["id"]).startswith(OWN_SUITE_PREFIXES)]
+    for c in rows:
+        c["id"] = "anon-" + c["id"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "anon.yaml"
+        path.write_text(yaml.safe_dump(rows, sort_keys=False))
+        results = run_suite(["other"], path=path, jobs=args.jobs)["other"]
+    by_family = defaultdict(list)
+    for r in results:
+        by_family[family_of(r.case.id[len("anon-"):])].append(r)
+    print(f"{'family (as read by the other family)':36s} {'ran':>6s} {'MAPE %':>7s} {'bias %':>7s}  first error")
+    for family, rs in by_family.items():
+        errs = [r.error_pct for r in rs if r.error_pct is not None]
+        mape = sum(map(abs, errs)) / len(errs) if errs else float("nan")
+        bias = sum(errs) / len(errs) if errs else float("nan")
+        note = next((r.note for r in rs if r.error_pct is None), "")
+        print(f"{family:36s} {len(errs):>2d}/{len(rs):<3d} {mape:7.1f} {bias:+7.1f}  {note[:80]}")
+
+
+if __name__ == "__main__":
+    main()
