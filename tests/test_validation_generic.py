@@ -120,3 +120,21 @@ def test_missing_shape_gpu_count_and_metric_are_named(tmp_path):
             case_scenario(dataclasses.replace(case, raw=dict(case.raw, **{section: block})))
     with pytest.raises(ScenarioError, match="measured: expected one of"):
         load_cases(_cases(tmp_path, measured="{mfu_pct: 40}"))
+
+
+@pytest.mark.parametrize("stated, keys", [
+    ("norm, act", {"recompute": "selective", "recompute_modules": ["layernorm", "moe_act"]}),
+    ("full (--activations-checkpoint-method uniform)", {"recompute": "full"}),
+    ("not stated", {"recompute": "none"}),
+    (None, {"recompute": "none"}),
+    ("selective", {"recompute": "selective"}),
+])
+def test_recompute_as_stated_or_as_megatron_modules(stated, keys):
+    from pipesim.whatif.validation_generic import _recompute
+    assert _recompute({"recompute": stated}, "x") == keys
+
+
+def test_an_unknown_recompute_is_named():
+    from pipesim.whatif.validation_generic import _recompute
+    with pytest.raises(ScenarioError, match="training.recompute 'sometimes'"):
+        _recompute({"recompute": "sometimes"}, "x")

@@ -7,7 +7,9 @@ kv_heads, ffn_hidden, vocab, seq_len, num_experts, moe_top_k, moe_ffn_hidden), p
 dp, cp, ep, vp or virtual_stages_per_gpu, micro_batch, global_batch or tokens_per_batch), hardware
 (gpu, num_gpus, gpus_per_node), training (precision, recompute, moe_dispatcher) and measured.
 
-Read when stated: training.attention (flash | eager), parallel.zero_stage (or fsdp on: ZeRO-3;
+Read when stated: training.attention (flash | eager), training.recompute (none, selective, full,
+or Megatron-Core recompute modules such as "norm, act"), training.moe_routing and moe_dispatcher,
+parallel.zero_stage (or fsdp on: ZeRO-3;
 ddp_impl local / torch: no distributed optimizer, local not overlapped), `--tp-comm-overlap` in
 parallel.overlap. What the case does not state is the stack most published runs of 2024-26 use,
 Megatron-Core with Transformer Engine, assumed once for every case here (never per case):
@@ -54,8 +56,12 @@ LLAMA_STYLE = dict(activation="swiglu", norm="rmsnorm", position="rotary", tied_
 MODEL_DIMS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
               "kv_heads": "num_kv_heads", "ffn_hidden": "ffn_hidden_size", "vocab": "vocab_size",
               "num_experts": "num_experts", "moe_top_k": "moe_top_k", "moe_ffn_hidden": "moe_ffn_hidden_size"}
-RECOMPUTE = {"none": "none", "no": "none", "false": "none", "not stated": "none", "selective": "selective",
-             "full": "full"}
+RECOMPUTE = {"none": "none", "no": "none", "false": "none", "not": "none", "selective": "selective", "full": "full"}
+# Megatron-Core --recompute-modules names (and their short forms in published tables) -> pipesim's
+RECOMPUTE_MODULES = {"norm": "layernorm", "layernorm": "layernorm", "act": "moe_act", "moe_act": "moe_act",
+                     "core_attn": "core_attn", "mlp": "mlp", "moe": "moe", "mla_up_proj": "mla_up_proj",
+                     "shared_experts": "shared_experts"}
+ROUTING = {"balanced": "balanced", "dropless": "dropless", "capacity": "capacity"}
 DISPATCHERS = {"alltoall": "alltoall", "deepep": "deepep"}
 ATTENTION = {"flash": "flash", "eager": "eager", "cudnn": "flash", "fused": "flash"}
 
@@ -165,6 +171,16 @@ def _precision(tr: dict, cid: str, preset: str) -> dict:
     raise ScenarioError(f"{cid}: training.precision {tr.get('precision')!r}: expected bf16, fp16, fp8, tf32 or fp32")
 
 
+def _recompute(tr: dict, cid: str) -> dict:
+    """training.recompute: none / not stated, selective, full (with any parenthesised detail), or
+    a list of Megatron-Core recompute modules ("norm, act" = layernorm, moe_act) as selective."""
+    text = str(tr.get("recompute") or "none").lower()
+    words = [w for w in re.split(r"[\s,;()/]+", text) if w]
+    if words and all(w in RECOMPUTE_MODULES for w in words):
+        return {"recompute": "selective", "recompute_modules": [RECOMPUTE_MODULES[w] for w in words]}
+    return {"recompute": mapped(RECOMPUTE, words[0] if words else "none", cid, "training.recompute")}
+
+
 def _preset_layers(model: dict) -> int:
     from pipesim.presets.models import MODELS
     return MODELS[model["preset"]]["num_layers"]
@@ -204,9 +220,7 @@ def generic_scenario(case) -> dict:
     else:
         raise ScenarioError(f"{cid}: parallel.global_batch: missing (or parallel.tokens_per_batch)")
     system = _system(hw, cid, n)
-    recompute = str(tr.get("recompute") or "none").lower()
-    recompute = mapped(RECOMPUTE, next((k for k in RECOMPUTE if recompute.startswith(k)), recompute), cid,
-                       "training.recompute")
+    recompute = _recompute(tr, cid)
     from pipesim.whatif.validation_cp import context_parallel
     parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp,
                 **context_parallel(par, cid)}
@@ -223,13 +237,16 @@ def generic_scenario(case) -> dict:
     flags = str(par.get("overlap", ""))
     zero = _zero_stage(par, cid)
     training = {"micro_batch_size": _opt_int(par, "micro_batch", cid, "parallel"), "global_batch_size": gbs,
-                "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": recompute,
+                "schedule": "interleaved" if vp > 1 else "1f1b", **recompute,
                 **_precision(tr, cid, system["preset"]),
                 "attention": mapped(ATTENTION, str(tr.get("attention", "flash")).lower(), cid, "training.attention"),
                 "zero_stage": zero, "overlap_grad_reduce": str(par.get("ddp_impl", "")).lower() != "local",
                 "overlap_param_gather": zero == 1, "overlap_tp_comm": tp > 1 and "--tp-comm-overlap" in flags,
                 "tp_grad_overlap": True, "grad_reduce_in_fp32": True, "grad_bucket_MB": megatron_bucket_MB(dp * cp),
                 "p2p_sync": megatron_p2p_sync(vp, 2024)}
+    routing = str(tr.get("moe_routing", "")).lower()
+    if routing in ROUTING:
+        training["moe_routing"] = routing
     if tr.get("moe_dispatcher") is not None:
         training["moe_dispatcher"] = mapped(DISPATCHERS, str(tr["moe_dispatcher"]).lower(), cid,
                                             "training.moe_dispatcher")
