@@ -92,11 +92,14 @@ class CostModel:
     """Times ops on one GPU type at one precision, optionally from a measured profile."""
 
     def __init__(self, gpu: GPUSpec, precision: str, profile=None, grad_bytes: int = 0,
-                 attention_kernel: str = "auto"):
+                 attention_kernel: str = "auto", fp8_recipe: str | None = None):
         """`grad_bytes`: element size of the gradient buffer that weight-gradient GEMMs
         accumulate into (0: the 16-bit C store of a plain GEMM). `attention_kernel`: which
-        published fused-attention table times flash attention (`training.attention_kernel`)."""
+        published fused-attention table times flash attention (`training.attention_kernel`).
+        `fp8_recipe`: the run's FP8 recipe; under mxfp8 (and the MXFP8 GEMMs of an nvfp4 run)
+        the FP8 GEMMs are block-scaled, at the curve's `mxfp8_gemm_rate` of per-tensor FP8."""
         self.gpu, self.precision, self.profile, self.grad_bytes = gpu, precision, profile, grad_bytes
+        self.block_scaled_fp8 = precision == "fp8" and fp8_recipe in ("mxfp8", "nvfp4")
         # the kernel curves apply unless the user pinned a flat matmul efficiency
         self.curve = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
         self.attention_kernel = attention_kernel
@@ -191,6 +194,8 @@ class CostModel:
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
                                     fill_rate(c), shape, c["persistent"], self._mem_rate, anchor, out,
                                     self._anchor_mem_rate) / self.curve_factor(dt)
+        if dt == "fp8" and self.block_scaled_fp8:
+            compute /= c.get("mxfp8_gemm_rate", 1.0)
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)
 
     def sustained(self, dtype: str) -> float:

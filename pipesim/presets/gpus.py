@@ -370,6 +370,15 @@ def _fp4_anchor(scale: float) -> tuple:
 # glennklockwood.com/garden/peak-FLOPS). V100: no measurement, 1.0.
 # Other dtypes take the BF16 ratio (the same clock; A100 runs FP8 as BF16).
 _HOPPER_SUSTAINED = dict(bf16=708.5 / 841.9, fp8=1288.7 / 1491.9)
+# Block-scaled FP8 GEMMs (MXFP8: an E8M0 scale per 32 elements along K, read and applied in the
+# GEMM's main loop) against per-tensor FP8 ones of the same shapes. Every FP8 MAMF above is timed
+# with per-tensor scales (torch._scaled_mm). Transformer Engine's GEMM profiling guide (NVIDIA/
+# TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst, PR #2863, May 2026; B300 SXM6,
+# a 5B layer's twelve GEMMs at M = 15,872, pre-quantized operands, "Per-Layer GEMM Time"): FP8
+# current scaling 2.158 + 2.329 + 2.325 ms (Fprop, Dgrad, Wgrad) against MXFP8 2.365 + 2.397 +
+# 2.400 ms, i.e. MXFP8 at 0.951 x the per-tensor rate (benchmarks/fp8_recipe_gemms.py prints both).
+# Measured on B300 only; the other Blackwell parts run the same tcgen05 block-scaled MMA.
+_MXFP8_GEMM_RATE = (2.158 + 2.329 + 2.325) / (2.365 + 2.397 + 2.400)
 _BLACKWELL_SUSTAINED = dict(bf16=1456.3 / 1770.9, fp8=2795.7 / 3435.2)
 _A100_SUSTAINED = dict(bf16=1305 / 1410)
 
@@ -407,7 +416,8 @@ KERNEL_CURVES: dict[str, dict] = {
     "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
                  anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0,
-                 sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1.0), sdpa_cudnn=(_B200_SDPA_CUDNN, 1.0),
+                 sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(_B200_FA2, 1.0),
+                 sdpa_cudnn=(_B200_SDPA_CUDNN, 1.0),
                  attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8), attention_window=_GB200_CUDNN_WINDOW),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
@@ -415,7 +425,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_GB200_CUDNN, attention_scale=1.0,
-                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
+                  sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(_B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(_B200_SDPA_CUDNN, 1822.0 / 1745.0),
                   attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8), attention_window=_GB200_CUDNN_WINDOW),
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
@@ -426,7 +436,7 @@ KERNEL_CURVES: dict[str, dict] = {
                                   fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
                  anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_GB300_CUDNN,
                  attention_scale=1769.0 / 1822.0,
-                 sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1769.0 / 1745.0),
+                 sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(_B200_FA2, 1769.0 / 1745.0),
                  sdpa_cudnn=(_GB300_SDPA_CUDNN, 1769.0 / 1822.0),
                  attention_fp8=dict(fp8=_GB300_CUDNN_FP8, mxfp8=_GB300_CUDNN_MXFP8), attention_window=_GB300_CUDNN_WINDOW),
     # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
@@ -438,7 +448,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=75 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5 * 1.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1.0,
-                  sustained=_BLACKWELL_SUSTAINED, fa2=(_B200_FA2, 1822.0 / 1745.0),
+                  sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(_B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(_GB300_SDPA_CUDNN, 1.0),
                   attention_fp8=dict(fp8=_GB300_CUDNN_FP8, mxfp8=_GB300_CUDNN_MXFP8), attention_window=_GB300_CUDNN_WINDOW),
 }
