@@ -138,3 +138,34 @@ def test_an_unknown_recompute_is_named():
     from pipesim.whatif.validation_generic import _recompute
     with pytest.raises(ScenarioError, match="training.recompute 'sometimes'"):
         _recompute({"recompute": "sometimes"}, "x")
+
+
+VALUES = [None, 0, -1, 3, 7, "x", "not stated", [], {}, True, 2.5, "16 (derived)", "FP8", "full", "B200", 10**9]
+
+
+def test_mutated_rows_load_or_fail_in_one_line(tmp_path):
+    """Any value in any key of a row: a scenario that loads, or one line naming the case."""
+    from hypothesis import given, settings, strategies as st
+    from pipesim.errors import PipesimError
+
+    base = load_cases(_cases(tmp_path))[0].raw
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(st.lists(st.tuples(st.sampled_from(["model", "parallel", "hardware", "training"]), st.integers(0, 20),
+                              st.sampled_from(VALUES + ["<drop>"])), min_size=1, max_size=3))
+    def check(changes):
+        import copy
+        raw = copy.deepcopy(base)
+        for section, index, value in changes:
+            block = raw[section]
+            key = sorted(block)[index % len(block)]
+            if value == "<drop>":
+                block.pop(key)
+            else:
+                block[key] = value
+        case = dataclasses.replace(load_cases(_cases(tmp_path))[0], raw=raw)
+        try:
+            load_scenario(case_scenario(case))
+        except PipesimError as err:
+            assert "\n" not in str(err)
+    check()

@@ -118,6 +118,8 @@ def run(args) -> int:
         from pipesim.commands.progress import status
         from pipesim.whatif.diagnose import diagnose, format_diagnosis
         for suite, rs in results.items():
+            if not rs:                 # a cases file (--cases) without this family
+                continue
             with status(f"diagnosing {suite}"):
                 groups = diagnose(suite, rs, args.cases, args.efficiency, args.engine, max(1, args.jobs))
             for label, now, rows in groups:
