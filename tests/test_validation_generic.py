@@ -48,11 +48,15 @@ def test_a_preset_is_used_only_when_the_stated_shape_matches(tmp_path):
     assert "preset" not in model and model["num_layers"] == 40 and model["norm"] == "rmsnorm"
 
 
-def test_fp8_on_blackwell_is_mxfp8_and_on_hopper_tensorwise(tmp_path):
-    hopper = case_scenario(load_cases(_cases(tmp_path, precision="FP8"))[0])["training"]
-    blackwell = case_scenario(load_cases(_cases(tmp_path, precision="FP8", gpu="B200"))[0])
-    assert (hopper["precision"], hopper["fp8_recipe"]) == ("fp8", "tensorwise")
-    assert blackwell["training"]["fp8_recipe"] == "mxfp8" and blackwell["system"]["preset"] == "dgx-b200"
+@pytest.mark.parametrize("stated, gpu, recipe", [("FP8", "H100-SXM5-80GB", "tensorwise"), ("FP8", "B200", "tensorwise"),
+                                                 ("FP8-MX", "B200", "mxfp8"), ("MXFP8", "GB300", "mxfp8"),
+                                                 ("fp8 delayed", "H100", "delayed"), ("NVFP4", "B200", "nvfp4")])
+def test_the_fp8_recipe_is_the_one_named(tmp_path, stated, gpu, recipe):
+    """FP8 alone is per-tensor current scaling on every GPU (Megatron-Bridge's FP8-CS rows run it on
+    Blackwell too); a block recipe only when the row names it."""
+    sc = case_scenario(load_cases(_cases(tmp_path, precision=stated, gpu=gpu))[0])
+    assert (sc["training"]["precision"], sc["training"]["fp8_recipe"]) == ("fp8", recipe)
+    assert load_scenario(sc).training.fp8_recipe == recipe
 
 
 def test_a_gb200_run_is_one_nvlink_domain_of_the_trays_it_fills(tmp_path):

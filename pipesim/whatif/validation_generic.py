@@ -9,9 +9,10 @@ dp, cp, ep, vp or virtual_stages_per_gpu, micro_batch, global_batch or tokens_pe
 
 Read when stated: training.attention (flash | eager), training.recompute (none, selective, full,
 or Megatron-Core recompute modules such as "norm, act"), training.moe_routing and moe_dispatcher,
-parallel.zero_stage (or fsdp on: ZeRO-3;
-ddp_impl local / torch: no distributed optimizer, local not overlapped), `--tp-comm-overlap` in
-parallel.overlap. What the case does not state is the stack most published runs of 2024-26 use,
+parallel.zero_stage (or fsdp on: ZeRO-3; ddp_impl local / torch: no distributed optimizer, local
+not overlapped), `--tp-comm-overlap` in parallel.overlap, and the precision (FP8 is per-tensor
+current scaling unless MXFP8, delayed or blockwise is named; NVFP4). What the case does not state
+is the stack most published runs of 2024-26 use,
 Megatron-Core with Transformer Engine, assumed once for every case here (never per case):
 micro-batch 1; sequence parallelism with TP; flash (cuDNN) attention; the distributed optimizer
 (ZeRO-1) with overlapped gradient reduce-scatter and parameter all-gather, gradients reduced in
@@ -19,9 +20,7 @@ fp32 (Megatron-LM arguments.py with --bf16) in its default buckets; the TP gradi
 behind the weight-gradient GEMM (Megatron's default); no TP communication overlap (a flag Megatron
 leaves off); ring CP with load-balanced chunks (TE's default); the interleaved schedule when vp >
 1; layers that do not divide over the stages split counting the embedding and the loss as layers
-(Megatron's --account-for-embedding/loss-in-pipeline-split);
-FP8 with the tensorwise (current) scaling recipe, MXFP8 on Blackwell (TE's only FP8 recipe with
-per-block scales there). The model is the pipesim preset whose name matches the case's name or
+(Megatron's --account-for-embedding/loss-in-pipeline-split). The model is the pipesim preset whose name matches the case's name or
 label and whose shape agrees with the dimensions it gives; otherwise it is built from those
 dimensions: a `GPT` family as Megatron's GPT (GeLU 4h MLP, LayerNorm, learned positions, biases,
 tied embeddings, dropout), any other family as Llama (SwiGLU, RMSNorm, RoPE, no biases, untied),
@@ -39,7 +38,6 @@ import re
 from pipesim.errors import ScenarioError
 from pipesim.whatif.families import mapped, megatron_bucket_MB, megatron_p2p_sync
 
-SUITE = "other"
 # measured key -> metric (pipesim/whatif/validation.py METRIC names), in order of preference
 MEASURED_KEYS = {"tokens_per_s_per_gpu": "tokens", "iteration_time_s": "tokens", "iteration_time_ms": "tokens",
                  "model_tflops_per_gpu": "model", "tflops_per_gpu": "megatron"}
@@ -47,7 +45,6 @@ MEASURED_KEYS = {"tokens_per_s_per_gpu": "tokens", "iteration_time_s": "tokens",
 GPU_PRESETS = (("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"), ("B200", "dgx-b200"),
                ("H200", "dgx-h200"), ("H800", "hgx-h800"), ("H100", "dgx-h100"), ("A100-SXM4-40", "dgx-a100-40gb"),
                ("A100 40", "dgx-a100-40gb"), ("A100", "dgx-a100-80gb"), ("V100", "dgx1-v100"))
-BLACKWELL = ("gb300-nvl72", "gb200-nvl72", "dgx-b300", "dgx-b200")
 GPT_STYLE = dict(activation="gelu", norm="layernorm", position="learned", tied_embeddings=True, bias=True,
                  dropout=True)
 LLAMA_STYLE = dict(activation="swiglu", norm="rmsnorm", position="rotary", tied_embeddings=False, bias=False,
@@ -138,29 +135,30 @@ def _model(m: dict, cid: str) -> dict:
 
 
 def _system(hw: dict, cid: str, n: int) -> dict:
+    """The system section: the preset the GPU's name picks, in nodes of hardware.gpus_per_node (the
+    preset's, and always 4-GPU trays in an NVL72 rack), as Megatron-Bridge's rows are placed."""
     from pipesim.presets.systems import SYSTEMS
+    from pipesim.whatif.validation_bridge import NVL72, node_system
     gpu = str(hw.get("gpu", ""))
     preset = next((p for frag, p in GPU_PRESETS if frag.lower() in gpu.lower()), None)
     if preset is None or "pcie" in gpu.lower():
         raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: "
                             f"{', '.join(dict.fromkeys(f for f, _ in GPU_PRESETS))} (SXM parts)")
-    per_node = _opt_int(hw, "gpus_per_node", cid, "hardware", SYSTEMS[preset]["gpus_per_node"])
-    if preset in ("gb200-nvl72", "gb300-nvl72"):
-        per_node = SYSTEMS[preset]["gpus_per_node"]
-    if n < per_node:
-        return {"preset": preset, "num_nodes": 1, "gpus_per_node": n}
-    if n % per_node:
-        raise ScenarioError(f"{cid}: hardware.num_gpus {n} is not a whole number of {per_node}-GPU nodes")
-    system = {"preset": preset, "num_nodes": n // per_node, "gpus_per_node": per_node}
-    if "nvlink_domain" in SYSTEMS[preset]:       # an NVL72 rack: the largest domain of trays dividing n
-        system["nvlink_domain"] = max(d for d in range(per_node, 73, per_node) if n % d == 0)
-    return system
+    per_node = SYSTEMS[preset]["gpus_per_node"]
+    if preset not in NVL72:
+        per_node = _opt_int(hw, "gpus_per_node", cid, "hardware", per_node)
+    return dict(node_system(cid, gpu, preset, per_node, n), gpus_per_node=min(per_node, n))
 
 
-def _precision(tr: dict, cid: str, preset: str) -> dict:
+def _precision(tr: dict, cid: str) -> dict:
+    """training.precision as stated: "FP8" is per-tensor current scaling (Megatron-Bridge's FP8-CS,
+    TE's default recipe) unless the text names MX, delayed or block scaling; NVFP4 / FP4 the NVFP4
+    recipe (Blackwell only: pipesim refuses it elsewhere, in one line)."""
     text = str(tr.get("precision") or "bf16").lower()
+    if "fp4" in text:
+        return {"precision": "fp8", "fp8_recipe": "nvfp4"}
     if "fp8" in text:
-        recipe = ("mxfp8" if "mx" in text or preset in BLACKWELL else "delayed" if "delayed" in text
+        recipe = ("mxfp8" if "mx" in text else "delayed" if "delayed" in text
                   else "blockwise" if "block" in text else "tensorwise")
         return {"precision": "fp8", "fp8_recipe": recipe}
     for name in ("fp16", "tf32", "fp32", "bf16"):
@@ -238,7 +236,7 @@ def generic_scenario(case) -> dict:
     zero = _zero_stage(par, cid)
     training = {"micro_batch_size": _opt_int(par, "micro_batch", cid, "parallel"), "global_batch_size": gbs,
                 "schedule": "interleaved" if vp > 1 else "1f1b", **recompute,
-                **_precision(tr, cid, system["preset"]),
+                **_precision(tr, cid),
                 "attention": mapped(ATTENTION, str(tr.get("attention", "flash")).lower(), cid, "training.attention"),
                 "zero_stage": zero, "overlap_grad_reduce": str(par.get("ddp_impl", "")).lower() != "local",
                 "overlap_param_gather": zero == 1, "overlap_tp_comm": tp > 1 and "--tp-comm-overlap" in flags,
