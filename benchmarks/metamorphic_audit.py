@@ -20,7 +20,11 @@ behind whole gradient buckets on one FIFO port (a tenth of the link latencies ma
 8,192 H100 3 % slower and 10 such violations in all; sends now share the port: sim/network.py
 Port.send). Left (283 scenarios): Llama 3.1 405B on 2,496 GB200 is 0.2 % slower with a tenth of
 the latencies; its pipeline sends meet the reordered gradient buckets more often (P2P exposed 39 ->
-42 ms), a list-scheduling anomaly rather than a wrong cost.
+42 ms), a list-scheduling anomaly rather than a wrong cost. Since MXFP8 GEMMs run at their
+block-scaled rate (session 32) Megatron-Bridge 25.11's Llama 3.1 405B MXFP8 on 128 B200 (TP 4, PP 8,
+VP 8) shows the same: 0.4 % slower with a tenth of the latencies while every other exposed term
+shrinks (TP 113.5 -> 108.0 ms, DP 21.2 -> 20.0 ms) and the pipeline sends' share of the bubble
+grows (1.0 -> 1.3 %).
 
     python benchmarks/metamorphic_audit.py [--jobs 2] [--tolerance 0.05]
 """
