@@ -173,3 +173,15 @@ def test_mutated_rows_load_or_fail_in_one_line(tmp_path):
         except PipesimError as err:
             assert "\n" not in str(err)
     check()
+
+
+def test_the_bundled_example_runs_as_the_other_family_alone(capsys):
+    """`pipesim validate --cases scenarios/validation/own-runs-example.yaml`: its three rows, and no
+    empty table of the suites the file has no rows for."""
+    from pathlib import Path
+    from pipesim.cli import main
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "validation" / "own-runs-example.yaml"
+    assert main(["validate", "--cases", str(path), "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("example-") == 3 + 1 and "(3 of 3 cases)" in out      # the rows and the error budget
+    assert "moezoo" not in out and "nccl" not in out and "nan" not in out
