@@ -389,7 +389,10 @@ def reproduce_args(s, raw: dict) -> list[str]:
             lps = list(value)
             auto = embedding_loss_split(s.model.num_layers, s.parallel.pipeline * s.parallel.virtual_stages)
             value = "auto" if lps == auto else "[" + ",".join(map(str, lps)) + "]"
-        if value is None or value == given_value(raw, section, name):
+        given = given_value(raw, section, name)
+        if isinstance(value, (list, tuple)) and isinstance(given, (list, tuple)):   # a file's list, a field's tuple
+            value, given = list(value), list(given)
+        if value is None or value == given:
             continue
         out.append(f"--set {key}={str(value).lower() if isinstance(value, bool) else value}")
     return out
