@@ -185,3 +185,13 @@ def test_the_bundled_example_runs_as_the_other_family_alone(capsys):
     out = capsys.readouterr().out
     assert out.count("example-") == 3 + 1 and "(3 of 3 cases)" in out      # the rows and the error budget
     assert "moezoo" not in out and "nccl" not in out and "nan" not in out
+
+
+def test_a_row_without_parallel_or_hardware_prints_its_reason(tmp_path, capsys):
+    """The table printed `raw["parallel"]` of a row that did not load: a KeyError traceback."""
+    from pipesim.cli import main
+    path = tmp_path / "runs.yaml"
+    path.write_text("- id: bare\n  kind: training_throughput\n  measured: {tokens_per_s_per_gpu: 5}\n")
+    assert main(["validate", "--cases", str(path), "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "bare: hardware.num_gpus: expected a positive integer, got None" in out

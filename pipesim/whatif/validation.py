@@ -420,8 +420,9 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
         lines.append(f"  {'case':34s} {'GPUs':>5s} {'t':>2s} {'cp':>2s} {'p':>3s} {'d':>4s} {'v':>2s} {'mb':>3s} "
                      f"{'step s':>8s} {'pred':>7s} {'pub':>7s} {'err %':>7s}")
         for r in results:
-            p = r.case.raw["parallel"]
-            n = r.case.raw["hardware"]["num_gpus"]
+            p = r.case.raw.get("parallel") if isinstance(r.case.raw.get("parallel"), dict) else {}
+            hw = r.case.raw.get("hardware") if isinstance(r.case.raw.get("hardware"), dict) else {}
+            n = hw.get("num_gpus", "-")         # a row that did not load may lack either section
             pred = "-" if r.predicted is None else f"{r.predicted:.1f}"
             err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
             step = "-" if r.step_time_s is None else f"{r.step_time_s:.3f}"
