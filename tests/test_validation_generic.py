@@ -195,3 +195,13 @@ def test_a_row_without_parallel_or_hardware_prints_its_reason(tmp_path, capsys):
     assert main(["validate", "--cases", str(path), "--jobs", "1"]) == 0
     out = capsys.readouterr().out
     assert "bare: hardware.num_gpus: expected a positive integer, got None" in out
+
+
+def test_a_section_that_is_not_a_mapping_is_named(tmp_path, capsys):
+    """`parallel: 5` with a step time: a TypeError traceback while converting the time."""
+    from pipesim.cli import main
+    path = tmp_path / "runs.yaml"
+    path.write_text("- id: odd\n  kind: training_throughput\n  parallel: 5\n  measured: {iteration_time_ms: 900}\n")
+    assert main(["validate", "--cases", str(path), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "odd: parallel: expected a mapping of keys, got 5" in err and "\n" not in err

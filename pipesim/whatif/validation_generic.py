@@ -68,16 +68,27 @@ def measured_metric(measured: dict) -> tuple[str, str] | None:
     return next(((k, m) for k, m in MEASURED_KEYS.items() if k in measured), None)
 
 
+def section(case_raw: dict, key: str, cid: str) -> dict:
+    """A case's `key` section (model, parallel, hardware, training): a mapping, or absent ({})."""
+    value = case_raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ScenarioError(f"{cid}: {key}: expected a mapping of keys, got {value!r}")
+    return value
+
+
 def published_value(case_raw: dict, key: str, where: str) -> float:
     """The published figure in the family's metric: a step time becomes tokens/s per GPU."""
     value = case_raw["measured"][key]
     if key.startswith("iteration_time"):
-        par, m = case_raw.get("parallel") or {}, case_raw.get("model") or {}
+        par, m = section(case_raw, "parallel", where), section(case_raw, "model", where)
         seconds = value / 1000.0 if key.endswith("_ms") else value
         tokens = _int(par.get("tokens_per_batch"), where, "parallel.tokens_per_batch") if "tokens_per_batch" in par \
             else _int(par.get("global_batch"), where, "parallel.global_batch") * _int(m.get("seq_len"), where,
                                                                                        "model.seq_len")
-        return tokens / seconds / _int((case_raw.get("hardware") or {}).get("num_gpus"), where, "hardware.num_gpus")
+        return tokens / seconds / _int(section(case_raw, "hardware", where).get("num_gpus"), where,
+                                       "hardware.num_gpus")
     return float(value)
 
 
@@ -196,7 +207,7 @@ def _zero_stage(par: dict, cid: str) -> int:
 
 def generic_scenario(case) -> dict:
     c, cid = case.raw, case.id
-    m, par, hw, tr = (c.get(k) or {} for k in ("model", "parallel", "hardware", "training"))
+    m, par, hw, tr = (section(c, k, cid) for k in ("model", "parallel", "hardware", "training"))
     n = _int(hw.get("num_gpus"), cid, "hardware.num_gpus")
     tp, pp, cp, ep = (_opt_int(par, k, cid, "parallel") for k in ("tp", "pp", "cp", "ep"))
     vp = _opt_int(par, "vp", cid, "parallel", _opt_int(par, "virtual_stages_per_gpu", cid, "parallel"))
