@@ -205,3 +205,14 @@ def test_a_section_that_is_not_a_mapping_is_named(tmp_path, capsys):
     assert main(["validate", "--cases", str(path), "--jobs", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "odd: parallel: expected a mapping of keys, got 5" in err and "\n" not in err
+
+
+def test_written_scenarios_name_each_cases_own_metric(tmp_path):
+    from pathlib import Path
+    from pipesim.whatif.validation import write_scenarios
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "validation" / "own-runs-example.yaml"
+    files = write_scenarios(tmp_path, path, "preset", ["other"])
+    heads = {Path(f).stem: Path(f).read_text().splitlines()[1] for f in files}
+    assert heads["example-llama3-70b-fp8-64xh100"] == "# published: 1524 (tokens/s per GPU)"
+    assert "as Megatron counts them" in heads["example-gpt-16b-192xh100"]
+    assert load_scenario(str(Path(tmp_path) / "example-gpt-16b-192xh100.yaml")).num_gpus == 192

@@ -411,6 +411,14 @@ def metric_title(suite: str) -> str:
     return TITLES["mcore" if suite == "mcore-h100" else METRIC.get(suite, "tflops")]
 
 
+def case_metric_title(case: Case) -> str:
+    """What one case's published figure is: its family's metric, or an `other` case's own."""
+    if case.suite == "other":
+        return TITLES.get(case.metric) or ("TFLOP/s per GPU as Megatron counts them (SC'21 Eq. 3 for a GPT, "
+                                           "Megatron-Core's logger otherwise)")
+    return metric_title(case.suite)
+
+
 def format_results(by_suite: dict[str, list[Result]]) -> str:
     lines = []
     for suite, results in by_suite.items():
@@ -584,7 +592,7 @@ def write_scenarios(directory, path=None, efficiency: str = "preset", suites=Non
                 if "skipped:" in str(exc):          # a row pipesim cannot express (validate lists it)
                     continue
                 raise
-            write(case.id, f"# {case.id}: {case.source}\n# published: {case.target:g} ({metric_title(case.suite)})\n",
+            write(case.id, f"# {case.id}: {case.source}\n# published: {case.target:g} ({case_metric_title(case)})\n",
                   scenario)
     if not suites or "moezoo-qwen3" in suites:
         from pipesim.whatif.validation_moe import load_moe_cases, moe_case_scenario
