@@ -52,6 +52,7 @@ SUITES = {
     "mlperf": ("mlperf-", None),             # held out: pipesim/whatif/validation_mlperf.py
     "mlperflora": ("mlperflora-", None),     # held out: the same converter, llama2_70b_lora (LoRA)
     "nemolongseq": ("nemolongseq-", None),   # held out: pipesim/whatif/validation_longseq.py
+    "dsv3": ("dsv3-", None),                 # held out: pipesim/whatif/validation_dsv3.py
     "other": ("", None),                     # any other id: pipesim/whatif/validation_generic.py
 }
 # Ids read by suites of their own (pipesim validate moezoo-qwen3), not by the `other` family.
@@ -63,7 +64,7 @@ METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", 
           "bridge2604": "tokens", "bridge2606": "tokens", "bridge2608": "tokens", "bridgemem": "tokens",
           "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens", "titan2412": "tokens",
           "titan2506": "tokens", "sdpa2025": "tokens",
-          "mlperf": "tokens", "mlperflora": "tokens", "nemolongseq": "nemo"}
+          "mlperf": "tokens", "mlperflora": "tokens", "nemolongseq": "nemo", "dsv3": "tokens"}
 
 # Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
 # DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
@@ -218,6 +219,9 @@ def _converted(case: Case, efficiency: str) -> dict:
     if case.suite == "nemolongseq":
         from pipesim.whatif.validation_longseq import longseq_scenario
         return longseq_scenario(case)
+    if case.suite == "dsv3":
+        from pipesim.whatif.validation_dsv3 import dsv3_scenario
+        return dsv3_scenario(case)
     if case.suite == "other":
         from pipesim.whatif.validation_generic import generic_scenario
         return generic_scenario(case)
@@ -466,7 +470,8 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
 HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem", "titan2024",
-            "automodel", "titan2025", "titan2412", "titan2506", "sdpa2025", "mlperf", "mlperflora", "nemolongseq")
+            "automodel", "titan2025", "titan2412", "titan2506", "sdpa2025", "mlperf", "mlperflora", "nemolongseq",
+            "dsv3")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:
