@@ -7,24 +7,23 @@ kv_heads, ffn_hidden, vocab, seq_len, num_experts, moe_top_k, moe_ffn_hidden), p
 dp, cp, ep, vp or virtual_stages_per_gpu, micro_batch, global_batch or tokens_per_batch), hardware
 (gpu, num_gpus, gpus_per_node), training (precision, recompute, moe_dispatcher) and measured.
 
-Read when stated: training.attention (flash | eager), training.recompute (none, selective, full,
-or Megatron-Core recompute modules such as "norm, act"), training.moe_routing and moe_dispatcher,
-parallel.zero_stage (or fsdp on: ZeRO-3; ddp_impl local / torch: no distributed optimizer, local
-not overlapped), `--tp-comm-overlap` in parallel.overlap, and the precision (FP8 is per-tensor
-current scaling unless MXFP8, delayed or blockwise is named; NVFP4). What the case does not state
-is the stack most published runs of 2024-26 use,
-Megatron-Core with Transformer Engine, assumed once for every case here (never per case):
-micro-batch 1; sequence parallelism with TP; flash (cuDNN) attention; the distributed optimizer
-(ZeRO-1) with overlapped gradient reduce-scatter and parameter all-gather, gradients reduced in
-fp32 (Megatron-LM arguments.py with --bf16) in its default buckets; the TP gradient all-reduce
-behind the weight-gradient GEMM (Megatron's default); no TP communication overlap (a flag Megatron
-leaves off); ring CP with load-balanced chunks (TE's default); the interleaved schedule when vp >
-1; layers that do not divide over the stages split counting the embedding and the loss as layers
-(Megatron's --account-for-embedding/loss-in-pipeline-split). The model is the pipesim preset whose name matches the case's name or
-label and whose shape agrees with the dimensions it gives; otherwise it is built from those
-dimensions: a `GPT` family as Megatron's GPT (GeLU 4h MLP, LayerNorm, learned positions, biases,
-tied embeddings, dropout), any other family as Llama (SwiGLU, RMSNorm, RoPE, no biases, untied),
-which then needs ffn_hidden.
+Read when stated: training.attention (flash | eager), training.recompute (none, selective, full, or
+Megatron-Core recompute modules such as "norm, act"), training.moe_routing and moe_dispatcher,
+parallel.zero_stage (or fsdp on: ZeRO-3; ddp_impl local / torch: no distributed optimizer, local not
+overlapped), `--tp-comm-overlap` in parallel.overlap, and the precision (FP8 is per-tensor current
+scaling unless MXFP8, delayed or blockwise is named; NVFP4). What the case does not state is the
+stack most published runs of 2024-26 use, Megatron-Core with Transformer Engine, assumed once for
+every case here (never per case): micro-batch 1; sequence parallelism with TP; flash (cuDNN)
+attention; the distributed optimizer (ZeRO-1) with overlapped gradient reduce-scatter and parameter
+all-gather, gradients reduced in fp32 (Megatron-LM arguments.py with --bf16) in its default buckets;
+the TP gradient all-reduce behind the weight-gradient GEMM (Megatron's default); no TP communication
+overlap (a flag Megatron leaves off); ring CP with load-balanced chunks (TE's default); the
+interleaved schedule when vp > 1; layers that do not divide over the stages split counting the
+embedding and the loss as layers (Megatron's --account-for-embedding/loss-in-pipeline-split). The
+model is the pipesim preset whose name matches the case's name or label and whose shape agrees with
+the dimensions it gives; otherwise it is built from those dimensions: a `GPT` family as Megatron's
+GPT (GeLU 4h MLP, LayerNorm, learned positions, biases, tied embeddings, dropout), any other family
+as Llama (SwiGLU, RMSNorm, RoPE, no biases, untied), which then needs ffn_hidden.
 
 Metric, from the first figure the case measures: tokens/s per GPU (`tokens_per_s_per_gpu`, or
 `iteration_time_s` / `iteration_time_ms` as global batch x sequence / time / GPUs), model TFLOP/s
