@@ -254,3 +254,14 @@ def test_a_case_missing_a_converter_key_is_a_one_line_error(cases):
         with pytest.raises(ScenarioError, match=words) as e:
             case_scenario(dataclasses.replace(case, raw=raw))
         assert str(e.value).startswith(case.id + ": ") and "\n" not in str(e.value)
+
+
+def test_the_dsv3_row_runs_its_bundled_scenario_without_the_run_section(cases):
+    import dataclasses
+    from pipesim.errors import ScenarioError
+    case = cases["dsv3-pretrain-2048xh800"]
+    sc = case_scenario(case)
+    assert "run" not in sc and sc["training"]["schedule"] == "dualpipe-v" and sc["parallel"]["expert"] == 64
+    assert load_scenario(sc).num_gpus == 2048
+    with pytest.raises(ScenarioError, match="dsv3-pretrain-2048xh800: scenario: expected a bundled scenario file"):
+        case_scenario(dataclasses.replace(case, raw=dict(case.raw, scenario="nope.yaml")))
