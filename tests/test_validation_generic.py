@@ -216,3 +216,27 @@ def test_written_scenarios_name_each_cases_own_metric(tmp_path):
     assert heads["example-llama3-70b-fp8-64xh100"] == "# published: 1524 (tokens/s per GPU)"
     assert "as Megatron counts them" in heads["example-gpt-16b-192xh100"]
     assert load_scenario(str(Path(tmp_path) / "example-gpt-16b-192xh100.yaml")).num_gpus == 192
+
+
+def test_a_row_may_name_the_scenario_it_ran(tmp_path):
+    """`scenario` (relative to the cases file) with `set` overrides is the row's whole mapping."""
+    from pathlib import Path
+    from pipesim.whatif.evaluate import detailed_report
+    import os
+    bundled = Path(__file__).resolve().parents[1] / "scenarios" / "gpt-13b-2-nodes.yaml"   # its presets are files
+    (tmp_path / "runs").mkdir()
+    path = tmp_path / "runs" / "mine.yaml"
+    relative = os.path.relpath(bundled, path.parent)
+    path.write_text(f"- id: mine-tp4\n  kind: training_throughput\n  scenario: {relative}\n"
+                    "  set: {parallel.tensor: 4, parallel.pipeline: 1, parallel.data: 4}\n"
+                    "  measured: {tokens_per_s_per_gpu: 2000}\n")
+    [case] = load_cases(path)
+    sc = case_scenario(case)
+    assert (sc["parallel"]["tensor"], sc["parallel"]["data"]) == (4, 4) and "run" not in sc
+    r = run_case(case, detailed_report)
+    assert r.predicted > 0 and r.layout[0] == 4
+    for raw, needle in ((dict(case.raw, scenario="../missing.yaml"), "scenario: expected a scenario file"),
+                        (dict(case.raw, set={"tensor": 2}), "set: 'tensor': expected section.key"),
+                        (dict(case.raw, set=[1]), "set: expected a mapping of dotted keys")):
+        with pytest.raises(ScenarioError, match=needle):
+            case_scenario(dataclasses.replace(case, raw=raw))

@@ -263,5 +263,5 @@ def test_the_dsv3_row_runs_its_bundled_scenario_without_the_run_section(cases):
     sc = case_scenario(case)
     assert "run" not in sc and sc["training"]["schedule"] == "dualpipe-v" and sc["parallel"]["expert"] == 64
     assert load_scenario(sc).num_gpus == 2048
-    with pytest.raises(ScenarioError, match="dsv3-pretrain-2048xh800: scenario: expected a bundled scenario file"):
+    with pytest.raises(ScenarioError, match="dsv3-pretrain-2048xh800: scenario: expected a scenario file"):
         case_scenario(dataclasses.replace(case, raw=dict(case.raw, scenario="nope.yaml")))

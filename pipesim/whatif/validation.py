@@ -97,6 +97,7 @@ class Case:
     memory_gib: float | None = None      # published peak memory per GPU (validation_memory.py)
     memory_kind: str | None = None       # what that figure counts: reserved | allocated
     own_metric: str | None = None        # the `other` family's per-case metric (validation_generic.py)
+    origin: str | None = None            # the cases file (a row's `scenario` path is relative to it)
 
     @property
     def metric(self) -> str:
@@ -167,7 +168,7 @@ def _load_file(path: Path) -> list[Case]:
         memory, kind = read_memory(measured, f"{path}: {cid}")
         out.append(Case(id=cid, suite=suite, target=float(value),
                         source=f"{src.get('ref', '')}, {src.get('where', '')}".strip(", "), raw=c,
-                        memory_gib=memory, memory_kind=kind, own_metric=own_metric))
+                        memory_gib=memory, memory_kind=kind, own_metric=own_metric, origin=str(path)))
     return out
 
 

@@ -22,17 +22,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipesim.errors import ScenarioError
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def dsv3_scenario(case) -> dict:
     """The scenario dict of the bundled file the case names (relative to the repository)."""
-    from pipesim.scenario.safe_yaml import load_text
-    name = case.raw.get("scenario")
-    path = ROOT / str(name)
-    if not isinstance(name, str) or not path.is_file():
-        raise ScenarioError(f"{case.id}: scenario: expected a bundled scenario file, got {name!r}")
-    data = load_text(path.read_text(), str(path))
-    return {k: v for k, v in data.items() if k != "run"}
+    from pipesim.whatif.validation_generic import named_scenario
+    return named_scenario(case, ROOT)

@@ -5,7 +5,9 @@ instead of skipped (`pipesim validate other --cases my_runs.yaml`).
 The case has the published.yaml shape: model (name or label, family, layers, hidden, heads,
 kv_heads, ffn_hidden, vocab, seq_len, num_experts, moe_top_k, moe_ffn_hidden), parallel (tp, pp,
 dp, cp, ep, vp or virtual_stages_per_gpu, micro_batch, global_batch or tokens_per_batch), hardware
-(gpu, num_gpus, gpus_per_node), training (precision, recompute, moe_dispatcher) and measured.
+(gpu, num_gpus, gpus_per_node), training (precision, recompute, moe_dispatcher) and measured. Or
+the row names the scenario it ran (`scenario`: a YAML file relative to the cases file, with
+optional `set` overrides of dotted keys), which is then its whole mapping.
 
 Read when stated: training.attention (flash | eager), training.recompute (none, selective, full, or
 Megatron-Core recompute modules such as "norm, act"), training.moe_routing and moe_dispatcher,
@@ -33,6 +35,7 @@ GPU as Megatron counts them (`tflops_per_gpu`, megatron_counted_flops).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from pipesim.errors import ScenarioError
 from pipesim.whatif.families import mapped, megatron_bucket_MB, megatron_p2p_sync
@@ -204,8 +207,41 @@ def _zero_stage(par: dict, cid: str) -> int:
     return 0 if str(par.get("ddp_impl", "")).lower() in ("local", "torch") else 1
 
 
+# Scenario keys that may name a file relative to the scenario (pipesim/scenario/load.py)
+FILE_KEYS = (("model", "preset"), ("system", "preset"), ("training", "schedule"), ("costs", "profile"))
+
+
+def named_scenario(case, base: Path) -> dict:
+    """The scenario file a row names (`scenario`: a YAML path relative to `base`) as a dict, without
+    its `run` section (the row compares one step), with the row's `set` overrides (dotted keys, as
+    `--set` takes them) applied."""
+    from pipesim.scenario.safe_yaml import load_text
+    name, overrides = case.raw.get("scenario"), case.raw.get("set") or {}
+    path = base / str(name)
+    if not isinstance(name, str) or not path.is_file():
+        raise ScenarioError(f"{case.id}: scenario: expected a scenario file (relative to {base}), got {name!r}")
+    if not isinstance(overrides, dict):
+        raise ScenarioError(f"{case.id}: set: expected a mapping of dotted keys, got {overrides!r}")
+    data = load_text(path.read_text(), str(path))
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: expected a scenario mapping")
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items() if k != "run"}
+    for section_name, field_name in FILE_KEYS:         # files the scenario names, relative to it
+        value = out.get(section_name, {}).get(field_name) if isinstance(out.get(section_name), dict) else None
+        if isinstance(value, str) and (path.parent / value).is_file():
+            out[section_name][field_name] = str((path.parent / value).resolve())
+    for key, value in overrides.items():
+        section_name, _, field_name = str(key).partition(".")
+        if not field_name or not isinstance(out.get(section_name, {}), dict):
+            raise ScenarioError(f"{case.id}: set: {key!r}: expected section.key")
+        out.setdefault(section_name, {})[field_name] = value
+    return out
+
+
 def generic_scenario(case) -> dict:
     c, cid = case.raw, case.id
+    if "scenario" in c:             # the row names the scenario it ran: its own mapping
+        return named_scenario(case, Path(case.origin).parent if case.origin else Path.cwd())
     m, par, hw, tr = (section(c, k, cid) for k in ("model", "parallel", "hardware", "training"))
     n = _int(hw.get("num_gpus"), cid, "hardware.num_gpus")
     tp, pp, cp, ep = (_opt_int(par, k, cid, "parallel") for k in ("tp", "pp", "cp", "ep"))
