@@ -82,7 +82,7 @@ def read_runs(path: str) -> list[MeasuredRun]:
         if not isinstance(scenario, str) or not scenario:
             raise PipesimError(f"{where}.scenario: expected the path of a scenario file")
         scenario = str(p.parent / scenario) if not Path(scenario).is_absolute() else scenario
-        sets = _sets(entry.get("set"), f"{where}.set")
+        sets = override_texts(entry.get("set"), f"{where}.set")
         given = [k for k in MEASURES if k in entry]
         if len(given) != 1:
             raise PipesimError(f"{where}: expected exactly one measured figure ({', '.join(MEASURES)}), "
@@ -107,7 +107,7 @@ def read_runs(path: str) -> list[MeasuredRun]:
     return out
 
 
-def _sets(value, where: str) -> tuple[str, ...]:
+def override_texts(value, where: str) -> tuple[str, ...]:
     """`set:` as a mapping {key.path: value} or a list of KEY=VALUE texts -> KEY=VALUE texts."""
     if value is None:
         return ()

@@ -96,6 +96,12 @@ def as_nvfp4(ops: list[Op], keep=()) -> list[Op]:
             if o.gemms_fwd and o.gemms_fwd[0][4] == "fp8" and o.name not in keep else o for o in ops]
 
 
+def block_scaled_fp8(recipe: str | None) -> bool:
+    """Whether a run's FP8-dtype GEMMs are MXFP8 (block-scaled): under mxfp8, and the MXFP8 GEMMs
+    of an nvfp4 run (op_recipe)."""
+    return recipe in ("mxfp8", "nvfp4")
+
+
 def op_recipe(op: Op, recipe: str) -> str:
     """The recipe an op's low-precision GEMMs run: an FP8 GEMM inside an NVFP4 run is MXFP8."""
     return "mxfp8" if recipe == "nvfp4" and op.gemms_fwd and op.gemms_fwd[0][4] == "fp8" else recipe

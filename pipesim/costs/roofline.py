@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipesim.costs.flash import attention_source, attention_tflops
+from pipesim.costs.fp8 import block_scaled_fp8
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
 from pipesim.costs.ops import Op
 from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor, sustained_ratio
@@ -99,7 +100,7 @@ class CostModel:
         `fp8_recipe`: the run's FP8 recipe; under mxfp8 (and the MXFP8 GEMMs of an nvfp4 run)
         the FP8 GEMMs are block-scaled, at the curve's `mxfp8_gemm_rate` of per-tensor FP8."""
         self.gpu, self.precision, self.profile, self.grad_bytes = gpu, precision, profile, grad_bytes
-        self.block_scaled_fp8 = precision == "fp8" and fp8_recipe in ("mxfp8", "nvfp4")
+        self.block_scaled_fp8 = precision == "fp8" and block_scaled_fp8(fp8_recipe)
         # the kernel curves apply unless the user pinned a flat matmul efficiency
         self.curve = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
         self.attention_kernel = attention_kernel

@@ -261,6 +261,26 @@ def resolve_paths(training: TrainingConfig, base: Path) -> TrainingConfig:
     return training
 
 
+# The keys a scenario may give as a file path relative to itself (resolved against its folder
+# above): a preset file, a Hugging Face config.json, an action CSV, a cost profile.
+FILE_KEYS = (("model", "preset"), ("model", "hf_config"), ("system", "preset"), ("training", "schedule"),
+             ("costs", "profile"))
+
+
+def absolute_files(raw: dict, base: Path) -> dict:
+    """`raw` with the files it names relative to `base` made absolute, so the dict loads from any
+    folder as the file it came from does (a section given as a preset name alone counts too)."""
+    out = dict(raw)
+    for section_name, key in FILE_KEYS:
+        section = out.get(section_name)
+        if isinstance(section, str) and key == "preset":
+            section = {"preset": section}
+        value = section.get(key) if isinstance(section, dict) else None
+        if isinstance(value, str) and (base / value).is_file():
+            out[section_name] = dict(section, **{key: _resolve(value, base)})
+    return out
+
+
 def _resolve(path: str | None, base: Path) -> str | None:
     if path is None or os.path.isabs(path):
         return path

@@ -35,6 +35,16 @@ def mapped(table, value, case_id: str, key: str, what: str = "is not mapped"):
     return table[value]
 
 
+def published_int(value) -> int | None:
+    """An integer as a published table gives it: a number, or a text that starts with one
+    ('16 (derived: 2048/128)'); None for anything else."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.split() and value.split()[0].isdigit():
+        return int(value.split()[0])
+    return None
+
+
 def megatron_p2p_sync(virtual_stages: int, code_year: int) -> bool:
     """Whether Megatron's pipeline P2P is batched and blocking (training.p2p_sync). Megatron-LM's
     2021-22 code sends and receives through one batch_isend_irecv per exchange, waits on it and

@@ -5,6 +5,7 @@ Suites (by case id prefix):
   sc21-table1   Narayanan et al. SC'21 Table 1 (weak scaling, PTD-P)    target MAPE <= 5 %
   sc21-table2   Narayanan et al. SC'21 Table 2 (PTD-P vs ZeRO-3)        target MAPE <= 10 %
   megatron-v1   NVIDIA/Megatron-LM README 2020 (tensor/data scaling)     no target (reported)
+                (these three: converter in pipesim/whatif/validation_sc21.py)
   llama3-405b   Dubey et al. 2024 (Llama 3) Table 4, CP1 / CP16           target MAPE <= 10 %
                 (converter and metric in pipesim/whatif/validation_cp.py: model FLOPs, no recompute)
 
@@ -24,7 +25,6 @@ from typing import Callable
 import yaml
 
 from pipesim.errors import PipesimError, ScenarioError
-from pipesim.whatif.families import megatron_p2p_sync
 
 DEFAULT_FILE = Path(__file__).resolve().parents[2] / "scenarios" / "validation" / "published.yaml"
 # Published runs outside the shared set, kept apart so the shared file stays a verbatim copy.
@@ -66,25 +66,10 @@ METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", 
           "titan2506": "tokens", "sdpa2025": "tokens",
           "mlperf": "tokens", "mlperflora": "tokens", "nemolongseq": "nemo", "dsv3": "tokens"}
 
-# Published GPU names -> system presets (pipesim/presets/systems.py) and node overrides.
-# DGX-2: 16 V100-SXM3 32 GB on NVSwitch (6 NVLink2 links = 150 GB/s per direction per GPU, as in
-# the dgx1-v100 preset), 8x 100 Gb/s EDR per 16 GPUs (6.25 GB/s per GPU) - NVIDIA DGX-2 datasheet.
-# "A100-SXM4" without a size in the 2020 README: DGX A100 shipped with 40 GB parts then.
-GPU_SYSTEMS = {
-    "A100-SXM4-80GB": ("dgx-a100-80gb", {}),
-    "A100-SXM4": ("dgx-a100-40gb", {}),
-    "V100 (DGX-2)": ("dgx1-v100", {"gpus_per_node": 16}),
-}
-
-
 # Efficiency sets for `--efficiency`: "preset" = the system presets (kernel curves from published
 # kernel benchmarks, pipesim/presets/gpus.py). The per-GPU matmul efficiencies once fitted on
 # SC'21 Table 1 are gone: a scalar tuned until a table matches is not a cost model.
 EFFICIENCY_SETS = {"preset": {}}
-
-
-def gpu_family(gpu_name: str) -> str:
-    return "V100" if "V100" in gpu_name else "A100" if "A100" in gpu_name else gpu_name
 
 
 @dataclass
@@ -131,6 +116,14 @@ def positive_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
+def measured_value(measured, key: str, where: str, what: str) -> float:
+    """measured[key] when it is a positive number, else one line naming it."""
+    value = measured.get(key) if isinstance(measured, dict) else None
+    if not positive_number(value):
+        raise ScenarioError(f"{where}: measured.{key}: expected a positive number ({what}), got {value!r}")
+    return value
+
+
 def _load_file(path: Path) -> list[Case]:
     """The training-throughput cases of a published-cases file whose id starts with a suite's
     prefix (other kinds of entry, e.g. NCCL bus bandwidths, are read by their own suites); a
@@ -148,36 +141,18 @@ def _load_file(path: Path) -> list[Case]:
         measured = c.get("measured")
         own_metric = None
         if suite == "other":
-            from pipesim.whatif.validation_generic import MEASURED_KEYS, measured_metric
-            found = measured_metric(measured) if isinstance(measured, dict) else None
-            if found is None:
-                raise ScenarioError(f"{path}: {cid}: measured: expected one of {', '.join(MEASURED_KEYS)} "
-                                    f"(the id names no family, so the case is read as `other`)")
-            key, own_metric = found
+            from pipesim.whatif.validation_generic import other_target
+            own_metric, value = other_target(c, f"{path}: {cid}")
         else:
             key = {"tokens": "tokens_per_s_per_gpu", "model": "model_tflops_per_gpu"}.get(METRIC.get(suite),
                                                                                          "tflops_per_gpu")
-        value = measured.get(key) if isinstance(measured, dict) else None
-        if not positive_number(value):
-            raise ScenarioError(f"{path}: {cid}: measured.{key}: expected a positive number (the {suite} "
-                                f"suite's metric), got {value!r}")
-        if suite == "other":
-            from pipesim.whatif.validation_generic import published_value
-            value = published_value(c, key, f"{path}: {cid}")
+            value = measured_value(measured, key, f"{path}: {cid}", f"the {suite} suite's metric")
         from pipesim.whatif.validation_memory import read_memory
         memory, kind = read_memory(measured, f"{path}: {cid}")
         out.append(Case(id=cid, suite=suite, target=float(value),
                         source=f"{src.get('ref', '')}, {src.get('where', '')}".strip(", "), raw=c,
                         memory_gib=memory, memory_kind=kind, own_metric=own_metric, origin=str(path)))
     return out
-
-
-def _int(value, case_id: str, key: str) -> int:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.split()[0].isdigit():     # '16 (derived: 2048/128)'
-        return int(value.split()[0])
-    raise ScenarioError(f"{case_id}: {key}: expected an integer, got {value!r}")
 
 
 def case_scenario(case: Case, efficiency: str = "preset") -> dict:
@@ -229,62 +204,8 @@ def _converted(case: Case, efficiency: str) -> dict:
     if case.suite in METRIC:
         from pipesim.whatif.families import mcore_scenario, nemo_scenario
         return (mcore_scenario if case.suite == "mcore-h100" else nemo_scenario)(case)
-    c, cid = case.raw, case.id
-    m, par, hw = c["model"], c["parallel"], c["hardware"]
-    gpu = hw["gpu"]
-    if gpu not in GPU_SYSTEMS:
-        raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: {', '.join(GPU_SYSTEMS)}")
-    preset, node = GPU_SYSTEMS[gpu]
-    n = _int(hw["num_gpus"], cid, "hardware.num_gpus")
-    from pipesim.presets.systems import SYSTEMS
-    per_node = node.get("gpus_per_node", SYSTEMS[preset]["gpus_per_node"])
-    system = {"preset": preset, **node}
-    eff = EFFICIENCY_SETS[efficiency].get(gpu_family(gpu))
-    if eff:
-        system["gpu"] = dict(eff)
-    if n < per_node:
-        system.update(num_nodes=1, gpus_per_node=n)
-    else:
-        if n % per_node:
-            raise ScenarioError(f"{cid}: {n} GPUs is not a whole number of {per_node}-GPU nodes")
-        system["num_nodes"] = n // per_node
-    tp, pp, dp = (_int(par.get(k, 1), cid, f"parallel.{k}") for k in ("tp", "pp", "dp"))
-    v = _int(par.get("virtual_stages_per_gpu", 1), cid, "parallel.virtual_stages_per_gpu")
-    micro = _int(par.get("micro_batch", par.get("batch_per_replica", 1)), cid, "parallel.micro_batch")
-    gbs = _int(par["global_batch"], cid, "parallel.global_batch")
-    zero = _int(par.get("zero_stage", 0), cid, "parallel.zero_stage")
-    sched = str(par.get("schedule", "1F1B")).lower()
-    # Megatron's "local" DDP (the SC'21 runs of >= 39B) all-reduces after the backward; torch DDP
-    # and DeepSpeed ZeRO overlap it with the backward. The 2020 README runs used Megatron's
-    # default, local DDP.
-    ddp = par.get("ddp_impl", "torch" if zero else "local")
-    # Gradient buckets as each framework cuts them: torch DDP bucket_cap_mb = 25 MB (pipesim's
-    # default); DeepSpeed ZeRO reduce_bucket_size = 5e8 elements (deepspeed/runtime/zero/
-    # constants.py, ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT), fp16 here: 1000 MB.
-    bucket = {"grad_bucket_MB": 5e8 * 2 / 1e6} if zero else {}
-    if zero == 3:
-        # DeepSpeed's ZeRO-3 as of the paper (arXiv v1, April 2021; DeepSpeed <= 0.3.16): each
-        # parameter all-gather calls torch.cuda.synchronize() and is followed by an explicit copy
-        # (deepspeedai/DeepSpeed PR #1188, June 2021, which removed both), so gathers do not
-        # overlap compute; measured on 8 A100 with NVLink at DeepSpeed 0.3.16, a 5.1B model's
-        # forward took 480 ms under ZeRO-3 against 60 ms under ZeRO-2 (issue #1174): 10.2 GB x 7/8
-        # gathered in 420 ms = 21 GB/s per GPU.
-        bucket.update(zero3_prefetch=False, zero3_gather_GBps=21.0)
-    return {
-        "model": {"name": cid, "num_layers": m["layers"], "hidden_size": m["hidden"],
-                  "num_attention_heads": m["heads"], "ffn_hidden_size": m.get("ffn_hidden", 4 * m["hidden"]),
-                  "seq_length": m["seq_len"], "vocab_size": m["vocab"], "activation": "gelu",
-                  "norm": "layernorm", "tied_embeddings": True, "bias": True,
-                  "reference_params": float(m["params_b"]) * 1e9},
-        "system": system,
-        "parallel": {"tensor": tp, "pipeline": pp, "data": dp, "virtual_stages": v,
-                     "sequence_parallel": False},
-        "training": {"micro_batch_size": micro, "global_batch_size": gbs,
-                     "schedule": "interleaved" if v > 1 or "interleav" in sched else "1f1b",
-                     "recompute": "full", "precision": "fp16", "zero_stage": zero, "optimizer": "adam",
-                     "attention": "eager", "overlap_grad_reduce": ddp != "local",
-                     "p2p_sync": megatron_p2p_sync(v, 2021), **bucket},
-    }
+    from pipesim.whatif.validation_sc21 import sc21_scenario
+    return sc21_scenario(case, EFFICIENCY_SETS[efficiency])
 
 
 def predicted_tflops(s, step_time: float) -> float:
@@ -405,7 +326,8 @@ TITLES = {"tflops": "TFLOP/s per GPU, SC'21 Eq. 3 counting recompute",
           "mcore": "model TFLOP/s per GPU, Megatron-LM count (no recompute)",
           "tokens": "tokens/s per GPU",
           "model": "model TFLOP/s per GPU, no recompute, causal attention counted exactly",
-          "nemo": "TFLOP/s per GPU as NeMo counts them: no recompute, the whole attention matrix"}
+          "nemo": "TFLOP/s per GPU as NeMo counts them: no recompute, the whole attention matrix",
+          "megatron": "TFLOP/s per GPU as Megatron counts them (SC'21 Eq. 3 for a GPT, Megatron-Core's logger otherwise)"}
 
 
 def metric_title(suite: str) -> str:
@@ -418,10 +340,7 @@ def metric_title(suite: str) -> str:
 
 def case_metric_title(case: Case) -> str:
     """What one case's published figure is: its family's metric, or an `other` case's own."""
-    if case.suite == "other":
-        return TITLES.get(case.metric) or ("TFLOP/s per GPU as Megatron counts them (SC'21 Eq. 3 for a GPT, "
-                                           "Megatron-Core's logger otherwise)")
-    return metric_title(case.suite)
+    return TITLES[case.metric] if case.suite == "other" else metric_title(case.suite)
 
 
 def format_results(by_suite: dict[str, list[Result]]) -> str:

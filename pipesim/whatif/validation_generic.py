@@ -38,7 +38,7 @@ import re
 from pathlib import Path
 
 from pipesim.errors import ScenarioError
-from pipesim.whatif.families import mapped, megatron_bucket_MB, megatron_p2p_sync
+from pipesim.whatif.families import mapped, megatron_bucket_MB, megatron_p2p_sync, published_int
 
 # measured key -> metric (pipesim/whatif/validation.py METRIC names), in order of preference
 MEASURED_KEYS = {"tokens_per_s_per_gpu": "tokens", "iteration_time_s": "tokens", "iteration_time_ms": "tokens",
@@ -80,6 +80,20 @@ def section(case_raw: dict, key: str, cid: str) -> dict:
     return value
 
 
+def other_target(case_raw: dict, where: str) -> tuple[str, float]:
+    """(metric, published figure) of a case read as `other`: the first figure of MEASURED_KEYS it
+    measures, a step time as tokens/s per GPU; one line naming what is missing or wrong."""
+    from pipesim.whatif.validation import measured_value
+    measured = case_raw.get("measured")
+    found = measured_metric(measured) if isinstance(measured, dict) else None
+    if found is None:
+        raise ScenarioError(f"{where}: measured: expected one of {', '.join(MEASURED_KEYS)} "
+                            f"(the id names no family, so the case is read as `other`)")
+    key, metric = found
+    measured_value(measured, key, where, "the other suite's metric")
+    return metric, published_value(case_raw, key, where)
+
+
 def published_value(case_raw: dict, key: str, where: str) -> float:
     """The published figure in the family's metric: a step time becomes tokens/s per GPU."""
     value = case_raw["measured"][key]
@@ -108,12 +122,9 @@ def megatron_counted_flops(s) -> float:
 
 
 def _int(value, cid: str, key: str) -> int:
-    if isinstance(value, bool):
-        raise ScenarioError(f"{cid}: {key}: expected a positive integer, got {value!r}")
-    if isinstance(value, str) and value.split() and value.split()[0].isdigit():   # '16 (derived: 2048/128)'
-        value = int(value.split()[0])
-    if isinstance(value, int) and value > 0:
-        return value
+    number = None if isinstance(value, bool) else published_int(value)
+    if number is not None and number > 0:
+        return number
     raise ScenarioError(f"{cid}: {key}: expected a positive integer, got {value!r}")
 
 
@@ -207,35 +218,26 @@ def _zero_stage(par: dict, cid: str) -> int:
     return 0 if str(par.get("ddp_impl", "")).lower() in ("local", "torch") else 1
 
 
-# Scenario keys that may name a file relative to the scenario (pipesim/scenario/load.py)
-FILE_KEYS = (("model", "preset"), ("system", "preset"), ("training", "schedule"), ("costs", "profile"))
-
-
 def named_scenario(case, base: Path) -> dict:
-    """The scenario file a row names (`scenario`: a YAML path relative to `base`) as a dict, without
-    its `run` section (the row compares one step), with the row's `set` overrides (dotted keys, as
-    `--set` takes them) applied."""
-    from pipesim.scenario.safe_yaml import load_text
+    """The scenario file a row names (`scenario`: a YAML path relative to `base`) as a dict that
+    loads from anywhere (the files it names made absolute), with the row's `set` overrides (dotted
+    keys, as `--set` and `pipesim fit`'s runs take them), without its `run` section (the row
+    compares one step)."""
+    from pipesim.calibrate.runs_file import override_texts
+    from pipesim.scenario.load import absolute_files, apply_override, read_yaml
     name, overrides = case.raw.get("scenario"), case.raw.get("set") or {}
     path = base / str(name)
     if not isinstance(name, str) or not path.is_file():
         raise ScenarioError(f"{case.id}: scenario: expected a scenario file (relative to {base}), got {name!r}")
     if not isinstance(overrides, dict):
         raise ScenarioError(f"{case.id}: set: expected a mapping of dotted keys, got {overrides!r}")
-    data = load_text(path.read_text(), str(path))
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{path}: expected a scenario mapping")
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items() if k != "run"}
-    for section_name, field_name in FILE_KEYS:         # files the scenario names, relative to it
-        value = out.get(section_name, {}).get(field_name) if isinstance(out.get(section_name), dict) else None
-        if isinstance(value, str) and (path.parent / value).is_file():
-            out[section_name][field_name] = str((path.parent / value).resolve())
-    for key, value in overrides.items():
-        section_name, _, field_name = str(key).partition(".")
-        if not field_name or not isinstance(out.get(section_name, {}), dict):
-            raise ScenarioError(f"{case.id}: set: {key!r}: expected section.key")
-        out.setdefault(section_name, {})[field_name] = value
-    return out
+    bad = next((k for k in overrides if "." not in str(k)), None)
+    if bad is not None:
+        raise ScenarioError(f"{case.id}: set: {bad!r}: expected section.key")
+    raw = absolute_files(read_yaml(path), path.parent)
+    for text in override_texts(overrides, f"{case.id}: set"):
+        raw = apply_override(raw, text)
+    return {k: v for k, v in raw.items() if k != "run"}
 
 
 def generic_scenario(case) -> dict:
