@@ -1,8 +1,10 @@
 """How far the `other` family's defaults carry: every published training row of the shared file
-renamed (`anon-` + id) so that no family converter reads it, predicted through
-pipesim/whatif/validation_generic.py, and the error summarised per original family.
+(and, with --heldout, of pipesim's held-out file) renamed (`anon-` + id) so that no family converter
+reads it, predicted through pipesim/whatif/validation_generic.py, and the error summarised per
+original family. The held-out rows were transcribed in shapes of their own (per-rank batches,
+`system` for the GPU, "n/a"): how many of them run at all measures how much a row must say.
 
-    python benchmarks/generic_mapping.py [--jobs 2]
+    python benchmarks/generic_mapping.py [--jobs 2] [--heldout]
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from pipesim.whatif.validation import DEFAULT_FILE, OWN_SUITE_PREFIXES, SUITES, run_suite
+from pipesim.whatif.validation import DEFAULT_FILE, HELDOUT_FILE, OWN_SUITE_PREFIXES, SUITES, run_suite
 from pipesim.whatif.validation_generic import measured_metric
 
 
@@ -25,14 +27,23 @@ def family_of(case_id: str) -> str:
         return "sc21-table2 ZeRO-3"
     if case_id.startswith("sc21-t2-PTD-P"):
         return "sc21-table2 PTD-P"
-    return next(name for name, (prefix, _) in SUITES.items() if prefix and case_id.startswith(prefix))
+    return next((name for name, (prefix, _) in SUITES.items() if prefix and case_id.startswith(prefix)),
+                case_id.split("-")[0])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--heldout", action="store_true", help="also the held-out file's rows")
     args = ap.parse_args()
-    rows = [copy.deepcopy(c) for c in yaml.safe_load(DEFAULT_FILE.read_text()) if c.get("kind") == "training_throughput"]
+    rows = []
+    for path in (DEFAULT_FILE, HELDOUT_FILE) if args.heldout else (DEFAULT_FILE,):
+        for c in yaml.safe_load(path.read_text()):
+            if c.get("kind") == "training_throughput":
+                c = copy.deepcopy(c)
+                if "scenario" in c:       # the held-out file's are relative to the repository
+                    c["scenario"] = str(Path(__file__).resolve().parents[1] / c["scenario"])
+                rows.append(c)
     skipped = [c["id"] for c in rows if measured_metric(c.get("measured") or {}) is None]
     rows = [c for c in rows if c["id"] not in skipped]
     for c in rows:

@@ -135,13 +135,13 @@ def test_missing_shape_gpu_count_and_metric_are_named(tmp_path):
 ])
 def test_recompute_as_stated_or_as_megatron_modules(stated, keys):
     from pipesim.whatif.validation_generic import _recompute
-    assert _recompute({"recompute": stated}, "x") == keys
+    assert _recompute({"recompute": stated}, "x", None) == keys
 
 
 def test_an_unknown_recompute_is_named():
     from pipesim.whatif.validation_generic import _recompute
     with pytest.raises(ScenarioError, match="training.recompute 'sometimes'"):
-        _recompute({"recompute": "sometimes"}, "x")
+        _recompute({"recompute": "sometimes"}, "x", None)
 
 
 VALUES = [None, 0, -1, 3, 7, "x", "not stated", [], {}, True, 2.5, "16 (derived)", "FP8", "full", "B200", 10**9]
@@ -240,3 +240,96 @@ def test_a_row_may_name_the_scenario_it_ran(tmp_path):
                         (dict(case.raw, set=[1]), "set: expected a mapping of dotted keys")):
         with pytest.raises(ScenarioError, match=needle):
             case_scenario(dataclasses.replace(case, raw=raw))
+
+
+GPT_ROW = """
+- id: oldrun-gpt
+  kind: training_throughput
+  source: {{ref: "{ref}"}}
+  model: {{family: GPT, layers: 24, hidden: 2048, heads: 16, vocab: 51200, seq_len: 2048}}
+  parallel: {{tp: 2, pp: 1, global_batch: 64, micro_batch: 4}}
+  hardware: {{gpu: A100-SXM4, num_gpus: 16}}
+  training: {{precision: fp16 mixed, recompute: not stated}}
+  measured: {{tflops_per_gpu: 100}}
+"""
+
+
+def _gpt_scenario(tmp_path, ref: str) -> dict:
+    path = tmp_path / "gpt.yaml"
+    path.write_text(GPT_ROW.format(ref=ref))
+    [case] = load_cases(path)
+    return case_scenario(case)
+
+
+def test_a_row_reported_before_megatrons_2022_features_runs_the_stack_of_its_time(tmp_path):
+    old = _gpt_scenario(tmp_path, "Some paper (arXiv:2104.04473)")
+    new = _gpt_scenario(tmp_path, "A 2024 table, commit abc (2024-07-15)")
+    for scenario, flash, sp, zero, overlap, recompute in ((old, "eager", False, 0, False, "full"),
+                                                          (new, "flash", True, 1, True, "none")):
+        tr = scenario["training"]
+        assert (tr["attention"], scenario["parallel"]["sequence_parallel"], tr["zero_stage"],
+                tr["overlap_grad_reduce"], tr["recompute"]) == (flash, sp, zero, overlap, recompute)
+        assert tr["grad_reduce_in_fp32"] is False             # fp16: Megatron reduces fp32 with --bf16 only
+    # an A100 of unstated size reported before November 2020 is the 40 GB part
+    assert old["system"]["preset"] == "dgx-a100-80gb"
+    assert _gpt_scenario(tmp_path, "README (2020-09)")["system"]["preset"] == "dgx-a100-40gb"
+    assert old["training"]["p2p_sync"] and not old["training"]["tp_grad_overlap"]
+    assert new["training"]["tp_grad_overlap"]
+
+
+def test_a_deepspeed_zero3_row_of_early_2021_gathers_without_overlap(tmp_path):
+    path = tmp_path / "z3.yaml"
+    path.write_text(GPT_ROW.format(ref="SC'21 (arXiv:2104.04473)").replace("tp: 2, pp: 1", "tp: 1, pp: 1, zero_stage: 3"))
+    [case] = load_cases(path)
+    tr = case_scenario(case)["training"]
+    assert tr["zero_stage"] == 3 and tr["zero3_prefetch"] is False and tr["grad_bucket_MB"] == 1000.0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Narayanan et al., SC'21 (arXiv:2104.04473)", "2021-04-30"),
+    ("README.md (2020-09) + images", "2020-09-30"),
+    ("images/model_table.png @ commit f2e5db402c (2024-07-15)", "2024-07-15"),
+    ("Llama 3 Herd of Models (arXiv 2407.21783)", "2024-07-31"),
+    ("DeepSeek-V3 report, 2024", "2024-12-31"),
+    ("settings @ 2013a4dd6", None),                           # a commit hash is not a year
+    ("a table of runs", None),
+])
+def test_the_date_a_source_states_is_the_latest_its_run_can_have(text, expected):
+    from pipesim.whatif.megatron_era import reported_by
+    found = reported_by({"source": {"ref": text}})
+    assert (found.isoformat() if found else None) == expected
+
+
+def test_rows_in_other_shapes_are_read(tmp_path):
+    """A per-rank batch, the GPU named by the system, "n/a", precision beside the sections, FP8-DS,
+    a parenthesised remark in the name, and a pipesim key with a value pipesim has no setting for."""
+    path = tmp_path / "shapes.yaml"
+    path.write_text("""
+- id: shapes-llama
+  kind: training_throughput
+  source: {ref: a table}
+  model: {name: "Llama 3.1 70B (pre-training)", seq_len: 8192}
+  hardware: {system: DGX-H100, num_gpus: 64}
+  precision: FP8-DS
+  parallel: {tp: 4, pp: 1, cp: 1, vp: n/a, ep: n/a, local_batch: 2}
+  training: {cuda_graphs: per_layer, fp8_attention: true}
+  measured: {step_time_s: 5.0}
+""")
+    [case] = load_cases(path)
+    assert case.target == pytest.approx(2 * 16 * 8192 / 5.0 / 64)       # local batch x dp(16) x seq / step / GPUs
+    scenario = case_scenario(case)
+    s = load_scenario(scenario)
+    assert scenario["model"]["preset"] == "llama3-70b" and scenario["system"]["preset"] == "dgx-h100"
+    assert (s.training.precision, s.training.fp8_recipe) == ("fp8", "delayed")
+    assert (s.training.global_batch_size, s.training.micro_batch_size) == (32, 2)
+    assert s.training.fp8_attention and s.training.cuda_graphs == "none"
+
+
+def test_a_converted_scenario_error_names_the_case_not_a_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(LLAMA_ROW.format(id="myrun-bad", name="LLAMA3-70B", gpu="H100-SXM5-80GB", precision="BF16",
+                                     measured="{iteration_time_s: 10.0}").replace("recompute: none",
+                                                                                  "recompute: none, fp8_attention: 3"))
+    [case] = load_cases(path)
+    result = run_case(case, lambda s, mode: {})
+    assert result.note.startswith("myrun-bad: training.fp8_attention") and "<dict>" not in result.note

@@ -234,6 +234,8 @@ def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Res
         rep = evaluator(s, "representative")
     except PipesimError as exc:
         note = str(exc).splitlines()[0]
+        if note.startswith("<dict>: "):         # the converted scenario has no file: name the case
+            note = f"{case.id}: {note[len('<dict>: '):]}"
         if "parallel.context" in note or "parallel: context" in note:
             note = "needs context parallelism (parallel.context, issue 15)"
         return Result(case, None, None, None, note=note)

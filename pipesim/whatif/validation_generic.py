@@ -39,14 +39,18 @@ from pathlib import Path
 
 from pipesim.errors import ScenarioError
 from pipesim.whatif.families import mapped, megatron_bucket_MB, megatron_p2p_sync, published_int
+from pipesim.whatif.megatron_era import had, reported_by
 
 # measured key -> metric (pipesim/whatif/validation.py METRIC names), in order of preference
 MEASURED_KEYS = {"tokens_per_s_per_gpu": "tokens", "iteration_time_s": "tokens", "iteration_time_ms": "tokens",
+                 "step_time_s": "tokens",
                  "model_tflops_per_gpu": "model", "tflops_per_gpu": "megatron"}
 # GPU name fragments -> system preset (pipesim/presets/systems.py), the most specific first
 GPU_PRESETS = (("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"), ("B200", "dgx-b200"),
                ("H200", "dgx-h200"), ("H800", "hgx-h800"), ("H100", "dgx-h100"), ("A100-SXM4-40", "dgx-a100-40gb"),
                ("A100 40", "dgx-a100-40gb"), ("A100", "dgx-a100-80gb"), ("V100", "dgx1-v100"))
+# A DGX-2 node: 16 V100 on NVSwitch (NVIDIA DGX-2 datasheet), the dgx1-v100 preset's GPU and links
+DGX2_GPUS = 16
 GPT_STYLE = dict(activation="gelu", norm="layernorm", position="learned", tied_embeddings=True, bias=True,
                  dropout=True)
 LLAMA_STYLE = dict(activation="swiglu", norm="rmsnorm", position="rotary", tied_embeddings=False, bias=False,
@@ -60,9 +64,16 @@ RECOMPUTE = {"none": "none", "no": "none", "false": "none", "not": "none", "sele
 RECOMPUTE_MODULES = {"norm": "layernorm", "layernorm": "layernorm", "act": "moe_act", "moe_act": "moe_act",
                      "core_attn": "core_attn", "mlp": "mlp", "moe": "moe", "mla_up_proj": "mla_up_proj",
                      "shared_experts": "shared_experts"}
+OPTIMIZERS = ("adam", "sgd", "muon")
+# training keys the mapping reads itself (a row's text there is not a pipesim value)
+READ_TRAINING_KEYS = {"precision", "fp8_recipe", "recompute", "attention", "optimizer", "moe_routing", "moe_dispatcher"}
 ROUTING = {"balanced": "balanced", "dropless": "dropless", "capacity": "capacity"}
 DISPATCHERS = {"alltoall": "alltoall", "deepep": "deepep"}
-ATTENTION = {"flash": "flash", "eager": "eager", "cudnn": "flash", "fused": "flash"}
+ATTENTION = {"flash": "flash", "eager": "eager", "cudnn": "flash", "fused": "flash", "te": "flash", "sdpa": "flash"}
+# a batch per data-parallel rank, as tables state it when they give no global batch
+PER_RANK_BATCH = ("batch_per_replica", "local_batch", "batch")
+ABSENT = ("n/a", "na", "none", "-", "not stated", "not used", "")
+BOOLEAN = {"true": True, "on": True, "yes": True, "1": True, "false": False, "off": False, "no": False, "0": False}
 
 
 def measured_metric(measured: dict) -> tuple[str, str] | None:
@@ -97,14 +108,13 @@ def other_target(case_raw: dict, where: str) -> tuple[str, float]:
 def published_value(case_raw: dict, key: str, where: str) -> float:
     """The published figure in the family's metric: a step time becomes tokens/s per GPU."""
     value = case_raw["measured"][key]
-    if key.startswith("iteration_time"):
+    if key.startswith(("iteration_time", "step_time")):
         par, m = section(case_raw, "parallel", where), section(case_raw, "model", where)
         seconds = value / 1000.0 if key.endswith("_ms") else value
+        n = _int(section(case_raw, "hardware", where).get("num_gpus"), where, "hardware.num_gpus")
         tokens = _int(par.get("tokens_per_batch"), where, "parallel.tokens_per_batch") if "tokens_per_batch" in par \
-            else _int(par.get("global_batch"), where, "parallel.global_batch") * _int(m.get("seq_len"), where,
-                                                                                       "model.seq_len")
-        return tokens / seconds / _int(section(case_raw, "hardware", where).get("num_gpus"), where,
-                                       "hardware.num_gpus")
+            else _global_batch(par, where, n) * _int(m.get("seq_len"), where, "model.seq_len")
+        return tokens / seconds / n
     return float(value)
 
 
@@ -128,61 +138,89 @@ def _int(value, cid: str, key: str) -> int:
     raise ScenarioError(f"{cid}: {key}: expected a positive integer, got {value!r}")
 
 
+def _absent(value) -> bool:
+    """A value a published table writes for "not given": missing, "n/a", "none", "-", "not stated"."""
+    return value is None or str(value).strip().lower() in ABSENT
+
+
 def _opt_int(d: dict, key: str, cid: str, section: str, default: int = 1) -> int:
     value = d.get(key)
-    return default if value is None or value == "not stated" else _int(value, cid, f"{section}.{key}")
+    return default if _absent(value) else _int(value, cid, f"{section}.{key}")
 
 
 def _squash(name) -> str:
     return re.sub(r"[^a-z0-9.]", "", str(name).lower())
 
 
+def _name_keys(label) -> list[str]:
+    """The squashed forms a model's name is looked up by: as written; Llama 3.x as Llama 3; without
+    a parenthesised remark ("DeepSeekV3 (w/o MTP)") or a trailing parameter count ("DeepSeek V3
+    671B")."""
+    if label is None:
+        return []
+    bare = re.sub(r"\s*\(.*?\)", "", str(label)).strip()
+    forms = [_squash(label), _squash(bare), _squash(re.sub(r"[\s_-]+\d+(\.\d+)?\s*[BbMm]$", "", bare))]
+    return forms + [re.sub(r"^(meta)?llama3\.\d", "llama3", f) for f in forms]
+
+
 def _model(m: dict, cid: str) -> dict:
-    """The model keys: a matching preset, or the case's dimensions in its family's style."""
+    """The model keys: a pipesim preset or a NeMo model (families.NEMO_MODELS) the name or label
+    names (_name_keys; Llama 3.1 / 3.3 as Llama 3 of the same size: the same shapes, Dubey et al.
+    2024 Table 3) whose shape agrees with the dimensions stated; else those dimensions in the family's style."""
     from pipesim.presets.models import MODELS
+    from pipesim.whatif.families import NEMO_MODELS
     seq = _int(m.get("seq_len"), cid, "model.seq_len")
     stated = {MODEL_DIMS[k]: _int(v, cid, f"model.{k}") for k, v in m.items() if k in MODEL_DIMS and v is not None}
-    by_name = {_squash(n): n for n in MODELS}
+    known = {**{_squash(n): {"preset": n} for n in MODELS}, **{_squash(n): v for n, v in NEMO_MODELS.items()}}
     for label in (m.get("name"), m.get("label")):
-        preset = by_name.get(_squash(label)) if label is not None else None
-        if preset and all(MODELS[preset].get(k) == v for k, v in stated.items() if k in MODELS[preset]):
-            return {"preset": preset, "name": cid, "seq_length": seq}
+        shape = next((known[k] for k in _name_keys(label) if k in known), None)
+        dims = shape and (MODELS[shape["preset"]] if "preset" in shape else shape)
+        if shape and all(dims.get(k) == v for k, v in stated.items() if k in dims):
+            return {**shape, "name": cid, "seq_length": seq}
     for key in ("layers", "hidden", "heads", "vocab"):
         if key not in m:
             raise ScenarioError(f"{cid}: model.{key}: missing (needed when model.name names no pipesim preset "
                                 f"whose shape matches)")
-    gpt = "gpt" in str(m.get("family", "")).lower()
+    family = str(m.get("family", "")).lower()
+    gpt = "gpt" in family or (not family and "ffn_hidden" not in m)
     if not gpt and "ffn_hidden" not in m:
         raise ScenarioError(f"{cid}: model.ffn_hidden: missing (a {m.get('family', 'non-GPT')!r} model is built "
                             f"as Llama, whose MLP width has no default)")
     return dict(GPT_STYLE if gpt else LLAMA_STYLE, name=cid, seq_length=seq, **stated)
 
 
-def _system(hw: dict, cid: str, n: int) -> dict:
-    """The system section: the preset the GPU's name picks, in nodes of hardware.gpus_per_node (the
+def _system(hw: dict, cid: str, n: int, when) -> dict:
+    """The system section: the preset the GPU's name picks (an A100 of unstated size reported
+    before the 80 GB part existed: the 40 GB one), in nodes of hardware.gpus_per_node (the
     preset's, and always 4-GPU trays in an NVL72 rack), as Megatron-Bridge's rows are placed."""
     from pipesim.presets.systems import SYSTEMS
     from pipesim.whatif.validation_bridge import NVL72, node_system
-    gpu = str(hw.get("gpu", ""))
+    gpu = " ".join(str(hw[k]) for k in ("gpu", "system", "node") if not _absent(hw.get(k)))
     preset = next((p for frag, p in GPU_PRESETS if frag.lower() in gpu.lower()), None)
+    if preset == "dgx-a100-80gb" and "80" not in gpu and not had("a100_80gb", when):
+        preset = "dgx-a100-40gb"
     if preset is None or "pcie" in gpu.lower():
         raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: "
                             f"{', '.join(dict.fromkeys(f for f, _ in GPU_PRESETS))} (SXM parts)")
     per_node = SYSTEMS[preset]["gpus_per_node"]
+    if "dgx-2" in f"{gpu} {hw.get('node', '')}".lower():
+        per_node = DGX2_GPUS
     if preset not in NVL72:
         per_node = _opt_int(hw, "gpus_per_node", cid, "hardware", per_node)
     return dict(node_system(cid, gpu, preset, per_node, n), gpus_per_node=min(per_node, n))
 
 
 def _precision(tr: dict, cid: str) -> dict:
-    """training.precision as stated: "FP8" is per-tensor current scaling (Megatron-Bridge's FP8-CS,
-    TE's default recipe) unless the text names MX, delayed or block scaling; NVFP4 / FP4 the NVFP4
-    recipe (Blackwell only: pipesim refuses it elsewhere, in one line)."""
-    text = str(tr.get("precision") or "bf16").lower()
+    """training.precision (with training.fp8_recipe or .recipe) as stated: "FP8" is per-tensor
+    current scaling (Megatron-Bridge's FP8-CS, TE's default recipe) unless the text names MX,
+    delayed ("DS") or block scaling; NVFP4 / FP4 the NVFP4 recipe (Blackwell only: pipesim refuses
+    it elsewhere, in one line)."""
+    text = f"{tr.get('precision') or 'bf16'} {tr.get('fp8_recipe') or tr.get('recipe') or ''}".lower()
+    words = set(re.split(r"[^a-z0-9]+", text))
     if "fp4" in text:
         return {"precision": "fp8", "fp8_recipe": "nvfp4"}
     if "fp8" in text:
-        recipe = ("mxfp8" if "mx" in text else "delayed" if "delayed" in text
+        recipe = ("mxfp8" if "mx" in text else "delayed" if "delayed" in text or "ds" in words
                   else "blockwise" if "block" in text else "tensorwise")
         return {"precision": "fp8", "fp8_recipe": recipe}
     for name in ("fp16", "tf32", "fp32", "bf16"):
@@ -193,14 +231,43 @@ def _precision(tr: dict, cid: str) -> dict:
     raise ScenarioError(f"{cid}: training.precision {tr.get('precision')!r}: expected bf16, fp16, fp8, tf32 or fp32")
 
 
-def _recompute(tr: dict, cid: str) -> dict:
-    """training.recompute: none / not stated, selective, full (with any parenthesised detail), or
-    a list of Megatron-Core recompute modules ("norm, act" = layernorm, moe_act) as selective."""
-    text = str(tr.get("recompute") or "none").lower()
+def _recompute(tr: dict, cid: str, when) -> dict:
+    """training.recompute: none, selective, full (with any parenthesised detail), or a list of
+    Megatron-Core recompute modules ("norm, act" = layernorm, moe_act) as selective. Not stated:
+    none, or full for a run reported before selective recompute existed (megatron_era)."""
+    text = str(tr.get("recompute") or "not stated").lower()
+    if text.startswith("not stated"):
+        return {"recompute": "none" if had("sequence_parallel", when) else "full"}
     words = [w for w in re.split(r"[\s,;()/]+", text) if w]
     if words and all(w in RECOMPUTE_MODULES for w in words):
         return {"recompute": "selective", "recompute_modules": [RECOMPUTE_MODULES[w] for w in words]}
     return {"recompute": mapped(RECOMPUTE, words[0] if words else "none", cid, "training.recompute")}
+
+
+def _per_rank_batch(par: dict) -> str | None:
+    return next((k for k in PER_RANK_BATCH if not _absent(par.get(k))), None)
+
+
+def _global_batch(par: dict, cid: str, n: int) -> int:
+    """parallel.global_batch; else a batch per data-parallel rank (PER_RANK_BATCH) times the ranks
+    (dp, else the GPUs over tp x pp x cp)."""
+    if not _absent(par.get("global_batch")):
+        return _int(par["global_batch"], cid, "parallel.global_batch")
+    key = _per_rank_batch(par)
+    if key is None:
+        raise ScenarioError(f"{cid}: parallel.global_batch: missing (or parallel.tokens_per_batch, or a batch per "
+                            f"data-parallel rank: {', '.join(PER_RANK_BATCH)})")
+    tp, pp, cp = (_opt_int(par, k, cid, "parallel") for k in ("tp", "pp", "cp"))
+    return _int(par[key], cid, f"parallel.{key}") * _opt_int(par, "dp", cid, "parallel", n // (tp * pp * cp))
+
+
+def _micro_batch(par: dict, cid: str, pp: int) -> int:
+    """parallel.micro_batch; without one, a run with no pipeline that states its batch per rank
+    runs it as one micro-batch (no accumulation stated); else 1."""
+    key = _per_rank_batch(par)
+    if _absent(par.get("micro_batch")) and pp == 1 and key is not None:
+        return _int(par[key], cid, f"parallel.{key}")
+    return _opt_int(par, "micro_batch", cid, "parallel")
 
 
 def _preset_layers(model: dict) -> int:
@@ -208,14 +275,38 @@ def _preset_layers(model: dict) -> int:
     return MODELS[model["preset"]]["num_layers"]
 
 
-def _zero_stage(par: dict, cid: str) -> int:
-    """parallel.zero_stage as stated; FSDP ("on", true) as ZeRO-3; Megatron's local DDP (no
-    distributed optimizer) as 0; else the distributed optimizer, ZeRO-1."""
+def _zero_stage(par: dict, cid: str, when) -> int:
+    """parallel.zero_stage as stated; FSDP ("on", true, or the number of ranks it shards over) as ZeRO-3; Megatron's local DDP (no
+    distributed optimizer) as 0; else the distributed optimizer, ZeRO-1, once it existed."""
     if par.get("zero_stage") is not None:
         return mapped({0: 0, 1: 1, 2: 2, 3: 3}, par["zero_stage"], cid, "parallel.zero_stage")
-    if str(par.get("fsdp", "")).lower() in ("on", "true", "yes", "1"):
+    fsdp = str(par.get("fsdp", "")).lower()
+    if fsdp in ("on", "true", "yes") or (fsdp.isdigit() and int(fsdp) >= 1):
         return 3
-    return 0 if str(par.get("ddp_impl", "")).lower() in ("local", "torch") else 1
+    if str(par.get("ddp_impl", "")).lower() in ("local", "torch"):
+        return 0
+    return 1 if had("distributed_optimizer", when) else 0
+
+
+def _data_parallel(par: dict, cid: str, when, dp: int, cp: int, precision: str) -> dict:
+    """How gradients and parameters move over the data-parallel group. A ZeRO stage stated for a
+    run from before Megatron's distributed optimizer is DeepSpeed's (its buckets; before its PR
+    #1188 its ZeRO-3 gathers waited on the compute). Megatron's local DDP reduced after the
+    backward, torch DDP and DeepSpeed during it; otherwise the reduction and the parameter gather
+    overlap once Megatron could (megatron_era). Gradients reduce in fp32 unless the run is fp16
+    (Megatron-LM arguments.py sets accumulate_allreduce_grads_in_fp32 with --bf16 only)."""
+    from pipesim.whatif.validation_sc21 import DEEPSPEED_03_ZERO3, DEEPSPEED_BUCKET_MB
+    zero = _zero_stage(par, cid, when)
+    ddp = str(par.get("ddp_impl", "")).lower()
+    deepspeed = zero > 0 and not had("distributed_optimizer", when)
+    out = {"zero_stage": zero,
+           "overlap_grad_reduce": ddp == "torch" or deepspeed or (ddp != "local" and had("overlap_grad_reduce", when)),
+           "overlap_param_gather": zero == 1 and had("overlap_param_gather", when),
+           "grad_reduce_in_fp32": precision != "fp16",
+           "grad_bucket_MB": DEEPSPEED_BUCKET_MB if deepspeed else megatron_bucket_MB(dp * cp)}
+    if deepspeed and zero == 3 and not had("deepspeed_zero3_async_gather", when):
+        out.update(DEEPSPEED_03_ZERO3)
+    return out
 
 
 def named_scenario(case, base: Path) -> dict:
@@ -245,6 +336,8 @@ def generic_scenario(case) -> dict:
     if "scenario" in c:             # the row names the scenario it ran: its own mapping
         return named_scenario(case, Path(case.origin).parent if case.origin else Path.cwd())
     m, par, hw, tr = (section(c, k, cid) for k in ("model", "parallel", "hardware", "training"))
+    if "precision" in c and "precision" not in tr:      # some tables state it beside the sections
+        tr = {**tr, "precision": c["precision"]}
     n = _int(hw.get("num_gpus"), cid, "hardware.num_gpus")
     tp, pp, cp, ep = (_opt_int(par, k, cid, "parallel") for k in ("tp", "pp", "cp", "ep"))
     vp = _opt_int(par, "vp", cid, "parallel", _opt_int(par, "virtual_stages_per_gpu", cid, "parallel"))
@@ -256,20 +349,22 @@ def generic_scenario(case) -> dict:
                             f"not hardware.num_gpus {n}")
     model = _model(m, cid)
     seq = model["seq_length"]
-    if "global_batch" in par:
-        gbs = _int(par["global_batch"], cid, "parallel.global_batch")
-    elif "tokens_per_batch" in par:
+    if _absent(par.get("global_batch")) and "tokens_per_batch" in par:
         tokens = _int(par["tokens_per_batch"], cid, "parallel.tokens_per_batch")
         if tokens % seq:
             raise ScenarioError(f"{cid}: parallel.tokens_per_batch {tokens} is not a multiple of model.seq_len {seq}")
         gbs = tokens // seq
     else:
-        raise ScenarioError(f"{cid}: parallel.global_batch: missing (or parallel.tokens_per_batch)")
-    system = _system(hw, cid, n)
-    recompute = _recompute(tr, cid)
+        gbs = _global_batch(par, cid, n)
+    when = reported_by(c)
+    system = _system(hw, cid, n, when)
+    recompute = _recompute(tr, cid, when)
     from pipesim.whatif.validation_cp import context_parallel
-    parallel = {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp,
-                **context_parallel(par, cid)}
+    sp = par.get("sequence_parallel")
+    parallel = {"tensor": tp, "pipeline": pp, "data": dp, "virtual_stages": vp, **context_parallel(par, cid),
+                "sequence_parallel": tp > 1 and (had("sequence_parallel", when) if sp is None
+                                                 else mapped(BOOLEAN, str(sp).lower(), cid,
+                                                             "parallel.sequence_parallel"))}
     if ep > 1:
         parallel["expert"] = ep
     layers = model.get("num_layers") or _preset_layers(model)
@@ -281,19 +376,35 @@ def generic_scenario(case) -> dict:
                                 f"even counting the embedding and the loss as layers")
         parallel["layers_per_stage"] = list(split)    # Megatron's --account-for-embedding/loss-in-pipeline-split
     flags = str(par.get("overlap", ""))
-    zero = _zero_stage(par, cid)
-    training = {"micro_batch_size": _opt_int(par, "micro_batch", cid, "parallel"), "global_batch_size": gbs,
-                "schedule": "interleaved" if vp > 1 else "1f1b", **recompute,
-                **_precision(tr, cid),
-                "attention": mapped(ATTENTION, str(tr.get("attention", "flash")).lower(), cid, "training.attention"),
-                "zero_stage": zero, "overlap_grad_reduce": str(par.get("ddp_impl", "")).lower() != "local",
-                "overlap_param_gather": zero == 1, "overlap_tp_comm": tp > 1 and "--tp-comm-overlap" in flags,
-                "tp_grad_overlap": True, "grad_reduce_in_fp32": True, "grad_bucket_MB": megatron_bucket_MB(dp * cp),
-                "p2p_sync": megatron_p2p_sync(vp, 2024)}
+    precision = _precision(tr, cid)
+    attention = str(tr.get("attention") or ("flash" if had("flash_attention", when) else "eager")).lower()
+    training = {"micro_batch_size": _micro_batch(par, cid, pp), "global_batch_size": gbs,
+                "schedule": "interleaved" if vp > 1 else "1f1b", **recompute, **precision,
+                "attention": mapped(ATTENTION, attention, cid, "training.attention"),
+                **_data_parallel(par, cid, when, dp, cp, precision["precision"]),
+                "overlap_tp_comm": tp > 1 and ("--tp-comm-overlap" in flags or tr.get("tp_comm_overlap") is True),
+                "tp_grad_overlap": had("tp_grad_overlap", when),
+                "p2p_sync": megatron_p2p_sync(vp, when.year if when else 2024)}
     routing = str(tr.get("moe_routing", "")).lower()
     if routing in ROUTING:
         training["moe_routing"] = routing
     if tr.get("moe_dispatcher") is not None:
         training["moe_dispatcher"] = mapped(DISPATCHERS, str(tr["moe_dispatcher"]).lower(), cid,
                                             "training.moe_dispatcher")
+    optimizer = str(tr.get("optimizer", "")).lower().split()
+    if optimizer and optimizer[0] in OPTIMIZERS:
+        training["optimizer"] = optimizer[0]
+    training.update(_pipesim_keys(tr))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
+
+
+def _pipesim_keys(tr: dict) -> dict:
+    """The row's training keys that are pipesim's own (training.cuda_graphs, fp8_attention, ...)
+    and that the mapping above does not read: taken as written (the scenario loader checks them),
+    except a value outside the key's choices (`cuda_graphs: per_layer`), which pipesim has no
+    setting for and so reads as not stated."""
+    from typing import Literal, get_args, get_origin, get_type_hints
+    from pipesim.scenario.config import TrainingConfig
+    own = {k: t for k, t in get_type_hints(TrainingConfig).items() if k not in READ_TRAINING_KEYS}
+    return {k: v for k, v in tr.items() if k in own
+            and not (get_origin(own[k]) is Literal and v not in get_args(own[k]))}

@@ -20,6 +20,17 @@ GPU_SYSTEMS = {
 }
 
 
+# DeepSpeed ZeRO's gradient buckets: reduce_bucket_size = 5e8 elements (deepspeed/runtime/zero/
+# constants.py, ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT), fp16 gradients: 1000 MB.
+DEEPSPEED_BUCKET_MB = 5e8 * 2 / 1e6
+# DeepSpeed's ZeRO-3 before PR #1188 (June 2021; DeepSpeed <= 0.3.16, the SC'21 paper's): each
+# parameter all-gather calls torch.cuda.synchronize() and is followed by an explicit copy, so
+# gathers do not overlap compute; measured on 8 A100 with NVLink at DeepSpeed 0.3.16, a 5.1B
+# model's forward took 480 ms under ZeRO-3 against 60 ms under ZeRO-2 (issue #1174): 10.2 GB x 7/8
+# gathered in 420 ms = 21 GB/s per GPU.
+DEEPSPEED_03_ZERO3 = dict(zero3_prefetch=False, zero3_gather_GBps=21.0)
+
+
 def gpu_family(gpu_name: str) -> str:
     return "V100" if "V100" in gpu_name else "A100" if "A100" in gpu_name else gpu_name
 
@@ -63,17 +74,10 @@ def sc21_scenario(case, efficiencies: dict) -> dict:
     # default, local DDP.
     ddp = par.get("ddp_impl", "torch" if zero else "local")
     # Gradient buckets as each framework cuts them: torch DDP bucket_cap_mb = 25 MB (pipesim's
-    # default); DeepSpeed ZeRO reduce_bucket_size = 5e8 elements (deepspeed/runtime/zero/
-    # constants.py, ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT), fp16 here: 1000 MB.
-    bucket = {"grad_bucket_MB": 5e8 * 2 / 1e6} if zero else {}
+    # default); DeepSpeed ZeRO's DEEPSPEED_BUCKET_MB.
+    bucket = {"grad_bucket_MB": DEEPSPEED_BUCKET_MB} if zero else {}
     if zero == 3:
-        # DeepSpeed's ZeRO-3 as of the paper (arXiv v1, April 2021; DeepSpeed <= 0.3.16): each
-        # parameter all-gather calls torch.cuda.synchronize() and is followed by an explicit copy
-        # (deepspeedai/DeepSpeed PR #1188, June 2021, which removed both), so gathers do not
-        # overlap compute; measured on 8 A100 with NVLink at DeepSpeed 0.3.16, a 5.1B model's
-        # forward took 480 ms under ZeRO-3 against 60 ms under ZeRO-2 (issue #1174): 10.2 GB x 7/8
-        # gathered in 420 ms = 21 GB/s per GPU.
-        bucket.update(zero3_prefetch=False, zero3_gather_GBps=21.0)
+        bucket.update(DEEPSPEED_03_ZERO3)
     return {
         "model": {"name": cid, "num_layers": m["layers"], "hidden_size": m["hidden"],
                   "num_attention_heads": m["heads"], "ffn_hidden_size": m.get("ffn_hidden", 4 * m["hidden"]),

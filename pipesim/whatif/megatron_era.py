@@ -1,0 +1,88 @@
+"""Which training-stack features (and GPUs) a published run could have used, from the date its
+source was published: a run reported before a feature reached Megatron-LM's main branch ran
+without it.
+
+The `other` validation family (validation_generic.py) assumes the 2024-26 Megatron-Core stack for
+whatever a row does not state; for a row from 2020-22 that stack did not exist (no FlashAttention,
+no sequence parallelism, no distributed optimizer, gradients reduced after the backward). The
+dates below are the merges into NVIDIA/Megatron-LM main (`git log --first-parent -S<flag>` of
+megatron/arguments.py, read at d98e8a64dd, 2026), each beside its commit.
+"""
+from __future__ import annotations
+
+import re
+from datetime import date
+
+FEATURE_DATES = {
+    # --async-tensor-model-parallel-allreduce: the TP input-gradient all-reduce behind the
+    # weight-gradient GEMM (6e1bde1e0f, merge of slym/allreduce_custom)
+    "tp_grad_overlap": date(2021, 9, 2),
+    # --sequence-parallel and selective recompute (9aad9203aa; Korthikanti et al. 2022,
+    # arXiv:2205.05198). Before it the only recompute was the full layer, which Megatron-LM's
+    # example scripts turned on (examples/pretrain_gpt.sh @ 152aab304d, Jan 2021:
+    # --checkpoint-activations)
+    "sequence_parallel": date(2022, 5, 20),
+    # --use-distributed-optimizer (d07d29df14, merge of lmcafee/distrib-opt-nodupe); before it
+    # Megatron's default --DDP-impl local all-reduced the gradients after the backward
+    "distributed_optimizer": date(2022, 6, 8),
+    # --use-flash-attn (285068c810, PR #267); before it attention materialised the scores
+    # (fused scale-mask-softmax)
+    "flash_attention": date(2023, 1, 11),
+    # --overlap-grad-reduce (e801b2bb2f) and --overlap-param-gather (3b417268a2): before them the
+    # gradient reduction and the parameter gather waited for the whole backward / optimizer step
+    "overlap_grad_reduce": date(2023, 9, 7),
+    "overlap_param_gather": date(2023, 11, 17),
+    # DeepSpeed's ZeRO-3 gathers one parameter at a time with torch.cuda.synchronize() and an
+    # explicit copy until deepspeedai/DeepSpeed PR #1188 (opened 2021-06-25)
+    "deepspeed_zero3_async_gather": date(2021, 6, 25),
+    # the A100 80GB (NVIDIA press release "NVIDIA Doubles Down: Announces A100 80GB GPU", SC20,
+    # 2020-11-16): an "A100" of an earlier run is the 40 GB part
+    "a100_80gb": date(2020, 11, 16),
+}
+
+_LAST_DAY = {2: 28, 4: 30, 6: 30, 9: 30, 11: 30}
+
+
+def _month_end(year: int, month: int) -> date:
+    return date(year, month, _LAST_DAY.get(month, 31))
+
+
+def _dates_in(text: str) -> list[date]:
+    """Every date a source text states, each as the latest day it can mean: ISO dates
+    (2024-07-15, or 2024-07 as the month's end), arXiv identifiers (2104.04473: April 2021's end),
+    bare years (2020: its last day) and conference years ('SC'21')."""
+    found = []
+    for y, m, d in re.findall(r"(?<![\w.])(20\d\d)-(\d\d)(?:-(\d\d))?\b", text):
+        if 1 <= int(m) <= 12:
+            found.append(date(int(y), int(m), int(d)) if d and 1 <= int(d) <= 28 else _month_end(int(y), int(m)))
+    for yy, mm in re.findall(r"arXiv[:\s]*(\d\d)(\d\d)\.\d{4,5}", text, flags=re.IGNORECASE):
+        if 1 <= int(mm) <= 12:
+            found.append(_month_end(2000 + int(yy), int(mm)))
+    stripped = re.sub(r"\b20\d\d-\d\d(-\d\d)?\b", " ", text)
+    found += [date(int(y), 12, 31) for y in re.findall(r"(?<![\w.])(20[12]\d)(?![\w.])", stripped)]
+    found += [date(2000 + int(yy), 12, 31) for yy in re.findall(r"[A-Za-z]'(\d\d)\b", text)]
+    return found
+
+
+def reported_by(case_raw: dict) -> date | None:
+    """The latest date the run can have: the earliest date its `source` states (a run cannot be
+    newer than a document that reports it); None when the source states no date."""
+    source = case_raw.get("source")
+    if source is None:
+        return None
+    dates = _dates_in(_flatten(source))
+    return min(dates) if dates else None
+
+
+def _flatten(value) -> str:
+    if isinstance(value, dict):
+        return " ".join(_flatten(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return " ".join(_flatten(v) for v in value)
+    return str(value)
+
+
+def had(feature: str, when: date | None) -> bool:
+    """Whether a run reported by `when` could use `feature` (True when the date is unknown: the
+    current stack)."""
+    return when is None or when >= FEATURE_DATES[feature]
