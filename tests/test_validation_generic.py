@@ -295,7 +295,7 @@ def test_a_deepspeed_zero3_row_of_early_2021_gathers_without_overlap(tmp_path):
     ("a table of runs", None),
 ])
 def test_the_date_a_source_states_is_the_latest_its_run_can_have(text, expected):
-    from pipesim.whatif.megatron_era import reported_by
+    from pipesim.whatif.published_stack import reported_by
     found = reported_by({"source": {"ref": text}})
     assert (found.isoformat() if found else None) == expected
 
@@ -333,3 +333,57 @@ def test_a_converted_scenario_error_names_the_case_not_a_file(tmp_path):
     [case] = load_cases(path)
     result = run_case(case, lambda s, mode: {})
     assert result.note.startswith("myrun-bad: training.fp8_attention") and "<dict>" not in result.note
+
+
+def _row_scenario(tmp_path, text: str):
+    path = tmp_path / "row.yaml"
+    path.write_text(text)
+    [case] = load_cases(path)
+    return case, case_scenario(case)
+
+
+def test_a_torchtitan_row_runs_torchtitans_stack(tmp_path):
+    case, scenario = _row_scenario(tmp_path, """
+- id: t-llama
+  kind: training_throughput
+  source: {ref: "pytorch/torchtitan benchmarks (2025-06)"}
+  model: {name: llama3-8b, seq_len: 8192}
+  hardware: {gpu: H200-SXM, num_gpus: 32}
+  parallel: {fsdp: 32, local_batch: 2}
+  training: {activation_checkpointing: selective op, compile: true, float8: tensorwise, fsdp_float8_all_gather: true}
+  measured: {tokens_per_s_per_gpu: 10000}
+""")
+    tr = scenario["training"]
+    assert (tr["zero_stage"], tr["zero3_collectives"], tr["kernel_fusion"], tr["cross_entropy"]) == \
+        (3, "fsdp2", "fused", "torch_compiled")
+    assert tr["recompute"] == "selective_op" and tr["fsdp2_ends_in_root"] is True
+    assert (tr["precision"], tr["fp8_recipe"], tr["fp8_param_gather"]) == ("fp8", "tensorwise", True)
+    assert (tr["global_batch_size"], tr["micro_batch_size"]) == (64, 2)
+
+
+def test_a_nemo_row_runs_nemos_recipes_and_is_counted_as_nemo_counts(tmp_path):
+    case, scenario = _row_scenario(tmp_path, """
+- id: n-llama
+  kind: training_throughput
+  source: {ref: NVIDIA NeMo performance summary (NeMo 24.09 container)}
+  model: {name: LLAMA2-7B, seq_len: 4096}
+  hardware: {gpu: H100-SXM5-80GB, num_gpus: 16}
+  parallel: {tp: 2, pp: 1, global_batch: 128, micro_batch: 1}
+  training: {precision: FP8}
+  measured: {tflops_per_gpu: 600}
+""")
+    assert case.metric == "nemo"
+    tr = scenario["training"]
+    assert (tr["fp8_recipe"], tr["overlap_tp_comm"]) == ("delayed", True)
+
+
+def test_a_lora_row_trains_adapters(tmp_path):
+    _, scenario = _row_scenario(tmp_path, LLAMA_ROW.format(
+        id="lora-run", name="LLAMA3-70B", gpu="H100-SXM5-80GB", precision="BF16", measured="{iteration_time_s: 10.0}"
+    ).replace("recompute: none", "recompute: none, lora: {rank: 16, targets: [qkv, proj], dropout: 0.1}"))
+    tr = scenario["training"]
+    assert (tr["lora_rank"], tr["lora_targets"], tr["lora_dropout"]) == (16, ["qkv", "proj"], 0.1)
+    with pytest.raises(ScenarioError, match="training.lora: expected a mapping with rank"):
+        _row_scenario(tmp_path, LLAMA_ROW.format(
+            id="lora-bad", name="LLAMA3-70B", gpu="H100-SXM5-80GB", precision="BF16",
+            measured="{iteration_time_s: 10.0}").replace("recompute: none", "recompute: none, lora: 16"))

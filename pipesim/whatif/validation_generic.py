@@ -28,9 +28,10 @@ GPT (GeLU 4h MLP, LayerNorm, learned positions, biases, tied embeddings, dropout
 as Llama (SwiGLU, RMSNorm, RoPE, no biases, untied), which then needs ffn_hidden.
 
 Metric, from the first figure the case measures: tokens/s per GPU (`tokens_per_s_per_gpu`, or
-`iteration_time_s` / `iteration_time_ms` as global batch x sequence / time / GPUs), model TFLOP/s
-per GPU (`model_tflops_per_gpu`: no recompute, causal attention counted exactly), or TFLOP/s per
-GPU as Megatron counts them (`tflops_per_gpu`, megatron_counted_flops).
+`iteration_time_s` / `iteration_time_ms` / `step_time_s` as global batch x sequence / time / GPUs),
+model TFLOP/s per GPU (`model_tflops_per_gpu`: no recompute, causal attention counted exactly), or
+TFLOP/s per GPU as Megatron counts them (`tflops_per_gpu`, megatron_counted_flops; as NeMo counts
+them for a NeMo run of a model that is not a GPT).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from pathlib import Path
 
 from pipesim.errors import ScenarioError
 from pipesim.whatif.families import mapped, megatron_bucket_MB, megatron_p2p_sync, published_int
-from pipesim.whatif.megatron_era import had, reported_by
+from pipesim.whatif.published_stack import framework_of, had, reported_by
 
 # measured key -> metric (pipesim/whatif/validation.py METRIC names), in order of preference
 MEASURED_KEYS = {"tokens_per_s_per_gpu": "tokens", "iteration_time_s": "tokens", "iteration_time_ms": "tokens",
@@ -67,6 +68,13 @@ RECOMPUTE_MODULES = {"norm": "layernorm", "layernorm": "layernorm", "act": "moe_
 OPTIMIZERS = ("adam", "sgd", "muon")
 # training keys the mapping reads itself (a row's text there is not a pipesim value)
 READ_TRAINING_KEYS = {"precision", "fp8_recipe", "recompute", "attention", "optimizer", "moe_routing", "moe_dispatcher"}
+# torchtitan's activation_checkpoint modes (and a plain on / off) -> (recompute, every n-th layer):
+# the same reading as the torchtitan families' (validation_titan.TITAN_AC)
+ACTIVATION_CHECKPOINTING = {"no": ("none", None), "none": ("none", None), "false": ("none", None),
+                            "full": ("full", None), "true": ("full", None), "selective layer": ("full", 2),
+                            "selective op": ("selective_op", None)}
+# torchao Float8 scaling recipes pipesim has (its rowwise scaling is not pipesim's 1x128 blockwise)
+FLOAT8 = {"tensorwise": "tensorwise"}
 ROUTING = {"balanced": "balanced", "dropless": "dropless", "capacity": "capacity"}
 DISPATCHERS = {"alltoall": "alltoall", "deepep": "deepep"}
 ATTENTION = {"flash": "flash", "eager": "eager", "cudnn": "flash", "fused": "flash", "te": "flash", "sdpa": "flash"}
@@ -102,7 +110,14 @@ def other_target(case_raw: dict, where: str) -> tuple[str, float]:
                             f"(the id names no family, so the case is read as `other`)")
     key, metric = found
     measured_value(measured, key, where, "the other suite's metric")
+    model = case_raw.get("model") if isinstance(case_raw.get("model"), dict) else {}
+    if metric == "megatron" and framework_of(case_raw) == "nemo" and "gpt" not in _flatten_lower(model):
+        metric = "nemo"             # NeMo's own count (validation_longseq.nemo_llama_flops)
     return metric, published_value(case_raw, key, where)
+
+
+def _flatten_lower(model: dict) -> str:
+    return " ".join(str(model.get(k, "")) for k in ("family", "name", "label")).lower()
 
 
 def published_value(case_raw: dict, key: str, where: str) -> float:
@@ -210,18 +225,21 @@ def _system(hw: dict, cid: str, n: int, when) -> dict:
     return dict(node_system(cid, gpu, preset, per_node, n), gpus_per_node=min(per_node, n))
 
 
-def _precision(tr: dict, cid: str) -> dict:
+def _precision(tr: dict, cid: str, framework: str = "megatron") -> dict:
     """training.precision (with training.fp8_recipe or .recipe) as stated: "FP8" is per-tensor
     current scaling (Megatron-Bridge's FP8-CS, TE's default recipe) unless the text names MX,
-    delayed ("DS") or block scaling; NVFP4 / FP4 the NVFP4 recipe (Blackwell only: pipesim refuses
-    it elsewhere, in one line)."""
+    delayed ("DS") or block scaling, or the run is NeMo's, whose plain FP8 recipe
+    (bf16_with_fp8_mixed) is delayed scaling (its current-scaling and MXFP8 recipes are named
+    ones); NVFP4 / FP4 the NVFP4 recipe (Blackwell only: pipesim refuses it elsewhere, in one
+    line)."""
     text = f"{tr.get('precision') or 'bf16'} {tr.get('fp8_recipe') or tr.get('recipe') or ''}".lower()
     words = set(re.split(r"[^a-z0-9]+", text))
     if "fp4" in text:
         return {"precision": "fp8", "fp8_recipe": "nvfp4"}
     if "fp8" in text:
         recipe = ("mxfp8" if "mx" in text else "delayed" if "delayed" in text or "ds" in words
-                  else "blockwise" if "block" in text else "tensorwise")
+                  else "blockwise" if "block" in text else "tensorwise" if "cs" in words or "current" in text
+                  else "delayed" if framework == "nemo" else "tensorwise")
         return {"precision": "fp8", "fp8_recipe": recipe}
     for name in ("fp16", "tf32", "fp32", "bf16"):
         if name in text:
@@ -233,8 +251,14 @@ def _precision(tr: dict, cid: str) -> dict:
 
 def _recompute(tr: dict, cid: str, when) -> dict:
     """training.recompute: none, selective, full (with any parenthesised detail), or a list of
-    Megatron-Core recompute modules ("norm, act" = layernorm, moe_act) as selective. Not stated:
-    none, or full for a run reported before selective recompute existed (megatron_era)."""
+    Megatron-Core recompute modules ("norm, act" = layernorm, moe_act) as selective; or, without
+    one, torchtitan's / AutoModel's training.activation_checkpointing (ACTIVATION_CHECKPOINTING;
+    `every`: the layers divisor of a checkpoint every n-th layer). Not stated: none, or full for a
+    run reported before selective recompute existed (published_stack)."""
+    if _absent(tr.get("recompute")) and not _absent(tr.get("activation_checkpointing")):
+        ac = str(tr["activation_checkpointing"]).lower()
+        recompute, every = mapped(ACTIVATION_CHECKPOINTING, ac, cid, "training.activation_checkpointing")
+        return {"recompute": recompute, **({"every": every} if every else {})}
     text = str(tr.get("recompute") or "not stated").lower()
     if text.startswith("not stated"):
         return {"recompute": "none" if had("sequence_parallel", when) else "full"}
@@ -293,7 +317,7 @@ def _data_parallel(par: dict, cid: str, when, dp: int, cp: int, precision: str) 
     run from before Megatron's distributed optimizer is DeepSpeed's (its buckets; before its PR
     #1188 its ZeRO-3 gathers waited on the compute). Megatron's local DDP reduced after the
     backward, torch DDP and DeepSpeed during it; otherwise the reduction and the parameter gather
-    overlap once Megatron could (megatron_era). Gradients reduce in fp32 unless the run is fp16
+    overlap once Megatron could (published_stack). Gradients reduce in fp32 unless the run is fp16
     (Megatron-LM arguments.py sets accumulate_allreduce_grads_in_fp32 with --bf16 only)."""
     from pipesim.whatif.validation_sc21 import DEEPSPEED_03_ZERO3, DEEPSPEED_BUCKET_MB
     zero = _zero_stage(par, cid, when)
@@ -368,6 +392,9 @@ def generic_scenario(case) -> dict:
     if ep > 1:
         parallel["expert"] = ep
     layers = model.get("num_layers") or _preset_layers(model)
+    every = recompute.pop("every", None)
+    if every:
+        recompute["recompute_num_layers"] = layers // every
     if layers % (pp * vp):
         from pipesim.scenario.stage_split import embedding_loss_split
         split = embedding_loss_split(layers, pp * vp)
@@ -376,13 +403,15 @@ def generic_scenario(case) -> dict:
                                 f"even counting the embedding and the loss as layers")
         parallel["layers_per_stage"] = list(split)    # Megatron's --account-for-embedding/loss-in-pipeline-split
     flags = str(par.get("overlap", ""))
-    precision = _precision(tr, cid)
+    framework = framework_of(c)
+    precision = _precision(tr, cid, framework)
     attention = str(tr.get("attention") or ("flash" if had("flash_attention", when) else "eager")).lower()
     training = {"micro_batch_size": _micro_batch(par, cid, pp), "global_batch_size": gbs,
                 "schedule": "interleaved" if vp > 1 else "1f1b", **recompute, **precision,
                 "attention": mapped(ATTENTION, attention, cid, "training.attention"),
                 **_data_parallel(par, cid, when, dp, cp, precision["precision"]),
-                "overlap_tp_comm": tp > 1 and ("--tp-comm-overlap" in flags or tr.get("tp_comm_overlap") is True),
+                "overlap_tp_comm": tp > 1 and ("--tp-comm-overlap" in flags or tr.get("tp_comm_overlap") is True
+                                               or (framework == "nemo" and tr.get("tp_comm_overlap") is None)),
                 "tp_grad_overlap": had("tp_grad_overlap", when),
                 "p2p_sync": megatron_p2p_sync(vp, when.year if when else 2024)}
     routing = str(tr.get("moe_routing", "")).lower()
@@ -391,11 +420,52 @@ def generic_scenario(case) -> dict:
     if tr.get("moe_dispatcher") is not None:
         training["moe_dispatcher"] = mapped(DISPATCHERS, str(tr["moe_dispatcher"]).lower(), cid,
                                             "training.moe_dispatcher")
+    if framework == "torchtitan":
+        training.update(_torchtitan(tr, par, tp, pp, when, cid))
+        if cp > 1:
+            parallel["context_mode"] = "allgather"      # PyTorch's context_parallel rotate method of the time
     optimizer = str(tr.get("optimizer", "")).lower().split()
     if optimizer and optimizer[0] in OPTIMIZERS:
         training["optimizer"] = optimizer[0]
-    training.update(_pipesim_keys(tr))
+    training.update(_pipesim_keys(tr), **_lora(tr, cid))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
+
+
+def _torchtitan(tr: dict, par: dict, tp: int, pp: int, when, cid: str) -> dict:
+    """torchtitan's FSDP2 stack (validation_titan.torchtitan_stack, the torchtitan families'
+    reading): compiled or eager kernels as training.compile says, the loss compiled from 2025, the
+    embedding and output in FSDP2's root unit before 2025-07-28; a local batch cut into as many
+    micro-batches as pipeline ranks (no accumulation); async_tp as TP overlap."""
+    from pipesim.whatif.validation_titan import torchtitan_stack
+    out = torchtitan_stack(bool(tr.get("compile")), tp, pp, had("torchtitan_compiled_loss", when))
+    out.update(fsdp2_ends_in_root=not had("torchtitan_own_end_units", when))
+    if not _absent(tr.get("float8")):           # torchao Float8 linears (--model.converters float8)
+        out.update(precision="fp8", fp8_recipe=mapped(FLOAT8, str(tr["float8"]).lower(), cid, "training.float8"),
+                   fp8_param_gather=bool(tr.get("fsdp_float8_all_gather")))
+    if tr.get("async_tp") is not None:
+        out["overlap_tp_comm"] = tp > 1 and bool(tr["async_tp"])
+    key = _per_rank_batch(par)
+    if key and _absent(par.get("micro_batch")) and pp > 1:
+        local = _int(par[key], cid, f"parallel.{key}")
+        if local % pp:
+            raise ScenarioError(f"{cid}: parallel.{key} {local} does not split into {pp} pipeline micro-batches")
+        out["micro_batch_size"] = local // pp
+    return out
+
+
+def _lora(tr: dict, cid: str) -> dict:
+    """training.lora {rank, targets, dropout, a2a} as pipesim's lora_* keys (a fine-tuning run:
+    the base weights frozen, adapters beside the targeted linears)."""
+    lora = tr.get("lora")
+    if lora is None:
+        return {}
+    if not isinstance(lora, dict) or "rank" not in lora:
+        raise ScenarioError(f"{cid}: training.lora: expected a mapping with rank (and targets, dropout, a2a)")
+    out = {"lora_rank": _int(lora["rank"], cid, "training.lora.rank")}
+    for key in ("targets", "dropout", "a2a"):
+        if key in lora:
+            out[f"lora_{key}"] = list(lora[key]) if key == "targets" else lora[key]
+    return out
 
 
 def _pipesim_keys(tr: dict) -> dict:

@@ -51,6 +51,7 @@ from __future__ import annotations
 from pipesim.errors import ScenarioError
 from pipesim.presets.models import MODELS
 from pipesim.whatif.families import mapped
+from pipesim.whatif.validation_generic import ACTIVATION_CHECKPOINTING
 
 TITAN_MODELS = ("llama3-8b", "llama3-70b", "llama2-13b", "llama2-70b", "llama3.1-405b")
 # Published GPU -> system preset (pipesim/presets/systems.py)
@@ -62,8 +63,7 @@ TITAN_GPUS = {"H100-SXM-96GB-HBM2e (500 W)": {"memory_GiB": 96, "hbm_bandwidth_G
 TITAN_PP = {"1F1B": ("1f1b", 1), "Interleaved1F1B": ("interleaved", 2)}
 TITAN_FLOAT8 = ("tensorwise",)
 # torchtitan activation_checkpoint mode -> (training.recompute, layers divisor for block recompute)
-TITAN_AC = {"no": ("none", None), "full": ("full", None), "selective layer": ("full", 2),
-            "selective op": ("selective_op", None)}
+TITAN_AC = ACTIVATION_CHECKPOINTING
 
 
 def titan_scenario(case) -> dict:
@@ -90,21 +90,10 @@ def titan_scenario(case) -> dict:
     compiled = bool(tr_raw.get("compile"))
     training = {"micro_batch_size": local // pp, "global_batch_size": local * fsdp, "schedule": schedule,
                 "recompute": recompute, "precision": "bf16", "attention": "flash",
-                "kernel_fusion": "fused" if compiled else "eager", "attention_kernel": "fa2",
-                # F.cross_entropy(pred.float(), ...), torchtitan's loss; compiled with the model from
-                # 2025 (components/loss.py at e7c0cae), not at 9dec370 ("compiling loss function
-                # causes CUDA errors, turning off for now", train.py)
-                "cross_entropy": "torch_compiled" if compiled and case.suite in ("titan2025", "titan2506") else "torch",
-                # FSDP2 wraps every TransformerBlock with fully_shard (torchtitan parallelize_llama):
-                # one all-gather and one reduce-scatter per layer, and FSDP2's copy-out of each gather
-                "zero_stage": 3, "zero3_collectives": "fsdp2",
-                "zero3_prefetch": True, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True,
-                # with PP, FSDP2 keeps each stage's weights gathered from forward to backward
-                "reshard_after_forward": pp == 1, "overlap_tp_comm": bool(tr_raw.get("async_tp")),
+                **torchtitan_stack(compiled, tp, pp, case.suite in ("titan2025", "titan2506")),
+                "overlap_tp_comm": bool(tr_raw.get("async_tp")),
                 # every torchtitan here predates 2025-07-28: embedding and output in the root unit
-                "fsdp2_ends_in_root": True,
-                # DTensor TP: each column-parallel linear keeps its all-gathered input
-                "tp_keeps_gathered_input": tp > 1}
+                "fsdp2_ends_in_root": True}
     if float8:
         training.update(precision="fp8", fp8_recipe=float8, fp8_param_gather=bool(tr_raw.get("fsdp_float8_all_gather")))
     if every:
@@ -120,6 +109,24 @@ def titan_scenario(case) -> dict:
         system_keys["gpu"] = dict(TITAN_GPUS[c["hardware"]["gpu"]])
     return {"model": {"preset": name, "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False},
             "system": system_keys, "parallel": parallel, "training": training}
+
+
+def torchtitan_stack(compiled: bool, tp: int, pp: int, loss_compiled: bool) -> dict:
+    """The training keys of torchtitan's FSDP2 stack (module docstring); `loss_compiled`: the loss
+    compiled with the model, as torchtitan does from 2025."""
+    return {"kernel_fusion": "fused" if compiled else "eager", "attention_kernel": "fa2",
+            # F.cross_entropy(pred.float(), ...), torchtitan's loss; compiled with the model from
+            # 2025 (components/loss.py at e7c0cae), not at 9dec370 ("compiling loss function
+            # causes CUDA errors, turning off for now", train.py)
+            "cross_entropy": "torch_compiled" if compiled and loss_compiled else "torch",
+            # FSDP2 wraps every TransformerBlock with fully_shard (torchtitan parallelize_llama):
+            # one all-gather and one reduce-scatter per layer, and FSDP2's copy-out of each gather
+            "zero_stage": 3, "zero3_collectives": "fsdp2",
+            "zero3_prefetch": True, "overlap_grad_reduce": True, "grad_reduce_in_fp32": True,
+            # with PP, FSDP2 keeps each stage's weights gathered from forward to backward
+            "reshard_after_forward": pp == 1,
+            # DTensor TP: each column-parallel linear keeps its all-gathered input
+            "tp_keeps_gathered_input": tp > 1}
 
 
 def titan_split(layers: int, stages: int) -> list[int]:

@@ -1,6 +1,6 @@
-"""Which training-stack features (and GPUs) a published run could have used, from the date its
-source was published: a run reported before a feature reached Megatron-LM's main branch ran
-without it.
+"""The training stack a published run used, as far as its row tells: the framework its source
+names (framework_of), and which features (and GPUs) it could have used, from the date its source
+was published: a run reported before a feature reached Megatron-LM's main branch ran without it.
 
 The `other` validation family (validation_generic.py) assumes the 2024-26 Megatron-Core stack for
 whatever a row does not state; for a row from 2020-22 that stack did not exist (no FlashAttention,
@@ -35,6 +35,12 @@ FEATURE_DATES = {
     # DeepSpeed's ZeRO-3 gathers one parameter at a time with torch.cuda.synchronize() and an
     # explicit copy until deepspeedai/DeepSpeed PR #1188 (opened 2021-06-25)
     "deepspeed_zero3_async_gather": date(2021, 6, 25),
+    # torchtitan wraps the embedding and the output layer in FSDP2 units of their own
+    # (pytorch/torchtitan 83e6941); before, they sat in the root unit (training.fsdp2_ends_in_root)
+    "torchtitan_own_end_units": date(2025, 7, 28),
+    # torchtitan compiles the loss with the model (components/loss.py at e7c0cae, 2025); at 9dec370
+    # (Dec 2024) it did not ("compiling loss function causes CUDA errors")
+    "torchtitan_compiled_loss": date(2025, 1, 1),
     # the A100 80GB (NVIDIA press release "NVIDIA Doubles Down: Announces A100 80GB GPU", SC20,
     # 2020-11-16): an "A100" of an earlier run is the 40 GB part
     "a100_80gb": date(2020, 11, 16),
@@ -86,3 +92,18 @@ def had(feature: str, when: date | None) -> bool:
     """Whether a run reported by `when` could use `feature` (True when the date is unknown: the
     current stack)."""
     return when is None or when >= FEATURE_DATES[feature]
+
+
+# framework -> words in a row's source (or training.stack / training.framework) that name it, the
+# most specific first; anything else is read as Megatron-LM / Megatron-Core
+FRAMEWORKS = (("torchtitan", ("torchtitan",)), ("automodel", ("automodel",)),
+              ("nemo", ("nemo", "megatron-bridge")))
+
+
+def framework_of(case_raw: dict) -> str:
+    """torchtitan, automodel (NeMo AutoModel), nemo (NeMo or Megatron-Bridge, both on Megatron-Core
+    with NVIDIA's performance recipes) or megatron: from the words of the row's source and stack."""
+    training = case_raw.get("training") if isinstance(case_raw.get("training"), dict) else {}
+    text = " ".join(_flatten(v) for v in (case_raw.get("source"), training.get("stack"),
+                                          training.get("framework")) if v is not None).lower()
+    return next((name for name, words in FRAMEWORKS if any(w in text for w in words)), "megatron")
