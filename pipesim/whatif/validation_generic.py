@@ -9,23 +9,27 @@ dp, cp, ep, vp or virtual_stages_per_gpu, micro_batch, global_batch or tokens_pe
 the row names the scenario it ran (`scenario`: a YAML file relative to the cases file, with
 optional `set` overrides of dotted keys), which is then its whole mapping.
 
-Read when stated: training.attention (flash | eager), training.recompute (none, selective, full, or
-Megatron-Core recompute modules such as "norm, act"), training.moe_routing and moe_dispatcher,
-parallel.zero_stage (or fsdp on: ZeRO-3; ddp_impl local / torch: no distributed optimizer, local not
-overlapped), `--tp-comm-overlap` in parallel.overlap, and the precision (FP8 is per-tensor current
-scaling unless MXFP8, delayed or blockwise is named; NVFP4). What the case does not state is the
-stack most published runs of 2024-26 use, Megatron-Core with Transformer Engine, assumed once for
-every case here (never per case): micro-batch 1; sequence parallelism with TP; flash (cuDNN)
-attention; the distributed optimizer (ZeRO-1) with overlapped gradient reduce-scatter and parameter
-all-gather, gradients reduced in fp32 (Megatron-LM arguments.py with --bf16) in its default buckets;
-the TP gradient all-reduce behind the weight-gradient GEMM (Megatron's default); no TP communication
-overlap (a flag Megatron leaves off); ring CP with load-balanced chunks (TE's default); the
+Read when stated: training.attention, training.recompute (none, selective, full, Megatron-Core
+recompute modules such as "norm, act", or torchtitan's activation_checkpointing), the precision
+and FP8 recipe, a LoRA section, the MoE routing and dispatcher, parallel.zero_stage (fsdp: ZeRO-3;
+ddp_impl local / torch: no distributed optimizer, local not overlapped), `--tp-comm-overlap`, a
+batch per data-parallel rank, and pipesim's own training keys. What the case does not state comes
+from when and with what it ran (published_stack.py): Megatron-LM's features only from the date
+they were merged (the earliest date the source states bounds the run's), torchtitan's or NeMo's
+stack when the source names them, otherwise the stack most published runs of 2024-26 use,
+Megatron-Core with Transformer Engine, assumed once for every case here (never per case):
+micro-batch 1; sequence parallelism with TP; flash (cuDNN) attention; the distributed optimizer
+(ZeRO-1) with overlapped gradient reduce-scatter and parameter all-gather, gradients reduced in
+fp32 (Megatron-LM arguments.py with --bf16; fp16 runs in fp16) in its default buckets; the TP
+gradient all-reduce behind the weight-gradient GEMM; no TP communication overlap (a flag Megatron
+leaves off; NeMo's recipes set it); ring CP with load-balanced chunks (TE's default); the
 interleaved schedule when vp > 1; layers that do not divide over the stages split counting the
 embedding and the loss as layers (Megatron's --account-for-embedding/loss-in-pipeline-split). The
-model is the pipesim preset whose name matches the case's name or label and whose shape agrees with
-the dimensions it gives; otherwise it is built from those dimensions: a `GPT` family as Megatron's
-GPT (GeLU 4h MLP, LayerNorm, learned positions, biases, tied embeddings, dropout), any other family
-as Llama (SwiGLU, RMSNorm, RoPE, no biases, untied), which then needs ffn_hidden.
+model is the pipesim preset or NeMo model whose name matches the case's name or label and whose
+shape agrees with the dimensions it gives; otherwise it is built from those dimensions: a `GPT`
+family (or none, without ffn_hidden) as Megatron's GPT (GeLU 4h MLP, LayerNorm, learned positions,
+biases, tied embeddings, dropout), any other family as Llama (SwiGLU, RMSNorm, RoPE, no biases,
+untied), which then needs ffn_hidden.
 
 Metric, from the first figure the case measures: tokens/s per GPU (`tokens_per_s_per_gpu`, or
 `iteration_time_s` / `iteration_time_ms` / `step_time_s` as global batch x sequence / time / GPUs),
