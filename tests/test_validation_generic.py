@@ -279,7 +279,8 @@ def test_a_row_reported_before_megatrons_2022_features_runs_the_stack_of_its_tim
 
 def test_a_deepspeed_zero3_row_of_early_2021_gathers_without_overlap(tmp_path):
     path = tmp_path / "z3.yaml"
-    path.write_text(GPT_ROW.format(ref="SC'21 (arXiv:2104.04473)").replace("tp: 2, pp: 1", "tp: 1, pp: 1, zero_stage: 3"))
+    row = GPT_ROW.format(ref="SC'21 (arXiv:2104.04473)")
+    path.write_text(row.replace("tp: 2, pp: 1", "tp: 1, pp: 1, zero_stage: 3"))
     [case] = load_cases(path)
     tr = case_scenario(case)["training"]
     assert tr["zero_stage"] == 3 and tr["zero3_prefetch"] is False and tr["grad_bucket_MB"] == 1000.0

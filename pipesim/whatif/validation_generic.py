@@ -185,7 +185,8 @@ def _name_keys(label) -> list[str]:
 def _model(m: dict, cid: str) -> dict:
     """The model keys: a pipesim preset or a NeMo model (families.NEMO_MODELS) the name or label
     names (_name_keys; Llama 3.1 / 3.3 as Llama 3 of the same size: the same shapes, Dubey et al.
-    2024 Table 3) whose shape agrees with the dimensions stated; else those dimensions in the family's style."""
+    2024 Table 3) whose shape agrees with the dimensions stated; else those dimensions in the
+    family's style."""
     from pipesim.presets.models import MODELS
     from pipesim.whatif.families import NEMO_MODELS
     seq = _int(m.get("seq_len"), cid, "model.seq_len")
@@ -222,7 +223,7 @@ def _system(hw: dict, cid: str, n: int, when) -> dict:
         raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: "
                             f"{', '.join(dict.fromkeys(f for f, _ in GPU_PRESETS))} (SXM parts)")
     per_node = SYSTEMS[preset]["gpus_per_node"]
-    if "dgx-2" in f"{gpu} {hw.get('node', '')}".lower():
+    if "dgx-2" in gpu.lower():
         per_node = DGX2_GPUS
     if preset not in NVL72:
         per_node = _opt_int(hw, "gpus_per_node", cid, "hardware", per_node)
@@ -304,8 +305,9 @@ def _preset_layers(model: dict) -> int:
 
 
 def _zero_stage(par: dict, cid: str, when) -> int:
-    """parallel.zero_stage as stated; FSDP ("on", true, or the number of ranks it shards over) as ZeRO-3; Megatron's local DDP (no
-    distributed optimizer) as 0; else the distributed optimizer, ZeRO-1, once it existed."""
+    """parallel.zero_stage as stated; FSDP ("on", true, or the number of ranks it shards over) as
+    ZeRO-3; Megatron's local DDP (no distributed optimizer) as 0; else the distributed optimizer,
+    ZeRO-1, once it existed."""
     if par.get("zero_stage") is not None:
         return mapped({0: 0, 1: 1, 2: 2, 3: 3}, par["zero_stage"], cid, "parallel.zero_stage")
     fsdp = str(par.get("fsdp", "")).lower()
