@@ -185,6 +185,8 @@ def test_the_bundled_example_runs_as_the_other_family_alone(capsys):
     out = capsys.readouterr().out
     assert out.count("example-") == 3 + 1 and "(3 of 3 cases)" in out      # the rows and the error budget
     assert "moezoo" not in out and "nccl" not in out and "nan" not in out
+    # each row says what its stack was read as
+    assert "stack: nemo of 2024-09" in out and "stack: megatron of 2024-07" in out and "stack: megatron, undated" in out
 
 
 def test_a_row_without_parallel_or_hardware_prints_its_reason(tmp_path, capsys):

@@ -107,3 +107,10 @@ def framework_of(case_raw: dict) -> str:
     text = " ".join(_flatten(v) for v in (case_raw.get("source"), training.get("stack"),
                                           training.get("framework")) if v is not None).lower()
     return next((name for name, words in FRAMEWORKS if any(w in text for w in words)), "megatron")
+
+
+def stack_label(case_raw: dict) -> str:
+    """What a row was read as, for the validation table: the framework and the date that bound
+    its stack ("stack: megatron of 2021-04", "stack: torchtitan, undated")."""
+    when = reported_by(case_raw)
+    return f"stack: {framework_of(case_raw)}" + (f" of {when:%Y-%m}" if when else ", undated")

@@ -370,9 +370,13 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
                 # bridge2511 rows publish no dp: derived as GPUs / (tp·pp·cp) where the figures are numbers
                 sizes = (n, tp, pp, cp)
                 dp = p.get("dp", int(n) // (tp * pp * cp) if all(isinstance(x, int) and x > 0 for x in sizes) else "-")
+            note = r.note
+            if suite == "other" and "scenario" not in r.case.raw:     # what the row's stack was read as
+                from pipesim.whatif.published_stack import stack_label
+                note = "; ".join(x for x in (note, stack_label(r.case.raw)) if x)
             lines.append(f"  {r.case.id:34s} {n:>5} {tp:>2} {cp:>2} {pp:>3} {dp:>4} "
                          f"{v:>2} {mb:>3} {step:>8s} {pred:>7s} {r.case.target:>7.0f} {err:>7s}"
-                         + (f"  {r.note}" if r.note else ""))
+                         + (f"  {note}" if note else ""))
         lines.append("  " + summary_line(suite, results))
         worst = max((r for r in results if r.error_pct is not None), key=lambda r: abs(r.error_pct), default=None)
         if worst is not None and worst.report:
