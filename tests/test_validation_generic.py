@@ -390,3 +390,31 @@ def test_a_lora_row_trains_adapters(tmp_path):
         _row_scenario(tmp_path, LLAMA_ROW.format(
             id="lora-bad", name="LLAMA3-70B", gpu="H100-SXM5-80GB", precision="BF16",
             measured="{iteration_time_s: 10.0}").replace("recompute: none", "recompute: none, lora: 16"))
+
+
+@pytest.mark.parametrize("text, per_gpu", [
+    ("8x 200 Gb/s HDR InfiniBand per node (fat tree)", 25.0),      # the node's NICs over its 8 GPUs
+    ("8x 400 Gb/s IB (50 GB/s per GPU)", 50.0),                    # bytes stated per GPU win
+    ("RoCE 400 Gb/s per GPU", 50.0),
+    ("4x 100 Gbps Omni-Path per node", 6.25),
+    ("NVSwitch", None),
+])
+def test_the_network_a_row_states_is_read_per_gpu(text, per_gpu):
+    from pipesim.whatif.validation_generic import _nic_GBps
+    assert _nic_GBps({"inter_node": text}, 8) == per_gpu
+
+
+def test_a_2022_model_is_named_and_its_network_taken(tmp_path):
+    _, scenario = _row_scenario(tmp_path, """
+- id: b-176b
+  kind: training_throughput
+  source: {ref: "BLOOM (arXiv:2211.05100)"}
+  model: {name: BLOOM-176B, seq_len: 2048}
+  parallel: {tp: 4, pp: 12, dp: 8, global_batch: 2048, micro_batch: 2}
+  hardware: {gpu: A100-SXM4-80GB, num_gpus: 384, inter_node: "4x 100 Gb/s Omni-Path per node"}
+  training: {precision: bf16, recompute: full}
+  measured: {tflops_per_gpu: 150}
+""")
+    assert scenario["model"]["preset"] == "bloom-176b"
+    assert scenario["system"]["inter_node"] == {"bandwidth_GBps": 6.25}
+    assert scenario["training"]["attention"] == "eager"          # November 2022: before Megatron's FlashAttention

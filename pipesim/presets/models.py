@@ -319,4 +319,22 @@ HYBRID = {
                                hybrid_layer_pattern="GEGEGE*E" * 12, reference_params=80e9),
 }
 
-MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE, **LLAMA31, **QWEN3, **HYBRID}
+# Dense models of 2022 whose training runs are published (their throughput in their papers).
+# BLOOM: Le Scao et al. 2022, arXiv:2211.05100, Sec. 3.2 / Table 3 (70 layers, d 14336, 112 heads,
+# seq 2048, ALiBi - no position parameters, pipesim's "none" - GeLU, LayerNorm also on the word
+# embeddings, tied embeddings, dropout 0), vocab 250,880 (the released bigscience/bloom config,
+# the 250,680 tokens padded); 176,247M parameters (the paper). OPT-175B: Zhang et al. 2022,
+# arXiv:2205.01068, Table 1 (96 layers, 96 heads, d 12288; ReLU, learned positions, seq 2048,
+# vocab 50,272 of the released configs). MT-NLG 530B: Smith et al. 2022, arXiv:2201.11990,
+# Sec. 3.1 (105 layers, d 20480, 128 heads, seq 2048, the GPT-2 vocabulary as Megatron pads it).
+DENSE_2022 = {
+    "bloom-176b": dict(_GPT3, position="none", num_layers=70, hidden_size=14336, num_attention_heads=112,
+                       vocab_size=250880, dropout=False, reference_params=176.247e9),
+    "opt-175b": dict(_GPT3, activation="relu", num_layers=96, hidden_size=12288, num_attention_heads=96,
+                     vocab_size=50272, reference_params=175.0e9),
+    "mt-nlg-530b": dict(_GPT3, num_layers=105, hidden_size=20480, num_attention_heads=128, vocab_size=51200,
+                        reference_params=530.0e9),
+}
+
+MODELS: dict[str, dict] = {**GPT2, **GPT3, **LLAMA, **BERT, **CNNS, **MOE, **LLAMA31, **QWEN3, **HYBRID,
+                           **DENSE_2022}

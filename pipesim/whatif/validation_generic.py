@@ -227,7 +227,23 @@ def _system(hw: dict, cid: str, n: int, when) -> dict:
         per_node = DGX2_GPUS
     if preset not in NVL72:
         per_node = _opt_int(hw, "gpus_per_node", cid, "hardware", per_node)
-    return dict(node_system(cid, gpu, preset, per_node, n), gpus_per_node=min(per_node, n))
+    system = dict(node_system(cid, gpu, preset, per_node, n), gpus_per_node=min(per_node, n))
+    nic = None if preset in NVL72 else _nic_GBps(hw, per_node)
+    if nic:
+        system["inter_node"] = {"bandwidth_GBps": nic}
+    return system
+
+
+def _nic_GBps(hw: dict, per_node: int) -> float | None:
+    """The network a row states (hardware.inter_node or .network), in GB/s per GPU: "8x 200 Gb/s
+    HDR InfiniBand per node" is the node's NICs shared by its GPUs, "400 Gb/s per GPU" one GPU's;
+    None when it states no rate (the preset's)."""
+    text = " ".join(str(hw[k]) for k in ("inter_node", "network") if not _absent(hw.get(k)))
+    per_gpu = re.search(r"(\d+(?:\.\d+)?)\s*(Gb|GB)(?:/s|ps)?\s*(?:\([^)]*\)\s*)?per GPU", text)
+    if per_gpu:                           # Gb: bits, GB: bytes
+        return float(per_gpu[1]) / (8 if per_gpu[2] == "Gb" else 1)
+    nics = re.search(r"(\d+)\s*[x×]\s*(\d+(?:\.\d+)?)\s*Gb", text)
+    return int(nics[1]) * float(nics[2]) / 8 / per_node if nics else None
 
 
 def _precision(tr: dict, cid: str, framework: str = "megatron") -> dict:
