@@ -53,8 +53,11 @@ SUITES = {
     "mlperflora": ("mlperflora-", None),     # held out: the same converter, llama2_70b_lora (LoRA)
     "nemolongseq": ("nemolongseq-", None),   # held out: pipesim/whatif/validation_longseq.py
     "dsv3": ("dsv3-", None),                 # held out: pipesim/whatif/validation_dsv3.py
+    "megds": ("megds-", None),               # held out: Megatron-DeepSpeed runs, read as `other` rows are
     "other": ("", None),                     # any other id: pipesim/whatif/validation_generic.py
 }
+# Suites whose rows the generic mapping reads (validation_generic.py), each row with its own metric
+GENERIC_SUITES = ("megds", "other")
 # Ids read by suites of their own (pipesim validate moezoo-qwen3), not by the `other` family.
 OWN_SUITE_PREFIXES = ("moezoo-qwen3-235b-",)
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
@@ -140,7 +143,7 @@ def _load_file(path: Path) -> list[Case]:
         src = c.get("source") if isinstance(c.get("source"), dict) else {}
         measured = c.get("measured")
         own_metric = None
-        if suite == "other":
+        if suite in GENERIC_SUITES:
             from pipesim.whatif.validation_generic import other_target
             own_metric, value = other_target(c, f"{path}: {cid}")
         else:
@@ -198,7 +201,7 @@ def _converted(case: Case, efficiency: str) -> dict:
     if case.suite == "dsv3":
         from pipesim.whatif.validation_dsv3 import dsv3_scenario
         return dsv3_scenario(case)
-    if case.suite == "other":
+    if case.suite in GENERIC_SUITES:
         from pipesim.whatif.validation_generic import generic_scenario
         return generic_scenario(case)
     if case.suite in METRIC:
@@ -334,7 +337,7 @@ TITLES = {"tflops": "TFLOP/s per GPU, SC'21 Eq. 3 counting recompute",
 
 def metric_title(suite: str) -> str:
     """What a suite's published figure is, in words."""
-    if suite == "other":
+    if suite in GENERIC_SUITES:
         return ("each case's own figure: tokens/s per GPU (a step time too, converted), model TFLOP/s or "
                 "Megatron's TFLOP/s; pipesim/whatif/validation_generic.py")
     return TITLES["mcore" if suite == "mcore-h100" else METRIC.get(suite, "tflops")]
@@ -342,7 +345,7 @@ def metric_title(suite: str) -> str:
 
 def case_metric_title(case: Case) -> str:
     """What one case's published figure is: its family's metric, or an `other` case's own."""
-    return TITLES[case.metric] if case.suite == "other" else metric_title(case.suite)
+    return TITLES[case.metric] if case.suite in GENERIC_SUITES else metric_title(case.suite)
 
 
 def format_results(by_suite: dict[str, list[Result]]) -> str:
@@ -371,7 +374,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
                 sizes = (n, tp, pp, cp)
                 dp = p.get("dp", int(n) // (tp * pp * cp) if all(isinstance(x, int) and x > 0 for x in sizes) else "-")
             note = r.note
-            if suite == "other" and "scenario" not in r.case.raw:     # what the row's stack was read as
+            if suite in GENERIC_SUITES and "scenario" not in r.case.raw:     # what the row's stack was read as
                 from pipesim.whatif.published_stack import stack_label
                 note = "; ".join(x for x in (note, stack_label(r.case.raw)) if x)
             lines.append(f"  {r.case.id:34s} {n:>5} {tp:>2} {cp:>2} {pp:>3} {dp:>4} "
@@ -397,7 +400,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 # Families whose cases only test: never read while building the model (validation_heldout.py).
 HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem", "titan2024",
             "automodel", "titan2025", "titan2412", "titan2506", "sdpa2025", "mlperf", "mlperflora", "nemolongseq",
-            "dsv3")
+            "dsv3", "megds")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:
