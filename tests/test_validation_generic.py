@@ -418,3 +418,30 @@ def test_a_2022_model_is_named_and_its_network_taken(tmp_path):
     assert scenario["model"]["preset"] == "bloom-176b"
     assert scenario["system"]["inter_node"] == {"bandwidth_GBps": 6.25}
     assert scenario["training"]["attention"] == "eager"          # November 2022: before Megatron's FlashAttention
+
+
+def test_moe_shapes_a_row_states_are_built(tmp_path):
+    _, scenario = _row_scenario(tmp_path, """
+- id: my-moe
+  kind: training_throughput
+  source: {ref: my run, 2026-03}
+  model: {family: DeepSeek, layers: 8, hidden: 2048, heads: 16, head_dim: 128, ffn_hidden: 8192, vocab: 32000,
+          seq_len: 4096, num_experts: 64, moe_top_k: 6, moe_ffn_hidden: 1024, num_shared_experts: 2,
+          first_dense_layers: 1}
+  parallel: {tp: 1, pp: 1, ep: 8, global_batch: 64}
+  hardware: {gpu: H100, num_gpus: 8}
+  training: {precision: bf16}
+  measured: {tokens_per_s_per_gpu: 20000}
+""")
+    m = load_scenario(scenario).model
+    assert (m.kv_channels, m.num_shared_experts, m.moe_first_dense_layers, m.moe_ffn_hidden_size) == (128, 2, 1, 1024)
+    with pytest.raises(ScenarioError, match="model.num_shared_experts: expected a count"):
+        _row_scenario(tmp_path, """
+- id: my-moe
+  kind: training_throughput
+  model: {family: DeepSeek, layers: 8, hidden: 2048, heads: 16, ffn_hidden: 8192, vocab: 32000, seq_len: 4096,
+          num_experts: 64, num_shared_experts: -1}
+  parallel: {global_batch: 64}
+  hardware: {gpu: H100, num_gpus: 8}
+  measured: {tokens_per_s_per_gpu: 20000}
+""")

@@ -63,7 +63,11 @@ LLAMA_STYLE = dict(activation="swiglu", norm="rmsnorm", position="rotary", tied_
 # case model key -> pipesim model key, for the dimensions a case may state
 MODEL_DIMS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
               "kv_heads": "num_kv_heads", "ffn_hidden": "ffn_hidden_size", "vocab": "vocab_size",
-              "num_experts": "num_experts", "moe_top_k": "moe_top_k", "moe_ffn_hidden": "moe_ffn_hidden_size"}
+              "num_experts": "num_experts", "moe_top_k": "moe_top_k", "moe_ffn_hidden": "moe_ffn_hidden_size",
+              "head_dim": "kv_channels", "num_shared_experts": "num_shared_experts",
+              "moe_layer_freq": "moe_layer_freq", "first_dense_layers": "moe_first_dense_layers"}
+# of those, the counts that may be 0
+MODEL_COUNTS = ("num_shared_experts", "first_dense_layers")
 RECOMPUTE = {"none": "none", "no": "none", "false": "none", "not": "none", "selective": "selective", "full": "full"}
 # Megatron-Core --recompute-modules names (and their short forms in published tables) -> pipesim's
 RECOMPUTE_MODULES = {"norm": "layernorm", "layernorm": "layernorm", "act": "moe_act", "moe_act": "moe_act",
@@ -157,6 +161,13 @@ def _int(value, cid: str, key: str) -> int:
     raise ScenarioError(f"{cid}: {key}: expected a positive integer, got {value!r}")
 
 
+def _count(value, cid: str, key: str) -> int:
+    number = None if isinstance(value, bool) else published_int(value)
+    if number is not None and number >= 0:
+        return number
+    raise ScenarioError(f"{cid}: {key}: expected a count (0 or more), got {value!r}")
+
+
 def _absent(value) -> bool:
     """A value a published table writes for "not given": missing, "n/a", "none", "-", "not stated"."""
     return value is None or str(value).strip().lower() in ABSENT
@@ -190,7 +201,8 @@ def _model(m: dict, cid: str) -> dict:
     from pipesim.presets.models import MODELS
     from pipesim.whatif.families import NEMO_MODELS
     seq = _int(m.get("seq_len"), cid, "model.seq_len")
-    stated = {MODEL_DIMS[k]: _int(v, cid, f"model.{k}") for k, v in m.items() if k in MODEL_DIMS and v is not None}
+    stated = {MODEL_DIMS[k]: (_count if k in MODEL_COUNTS else _int)(v, cid, f"model.{k}")
+              for k, v in m.items() if k in MODEL_DIMS and v is not None}
     known = {**{_squash(n): {"preset": n} for n in MODELS}, **{_squash(n): v for n, v in NEMO_MODELS.items()}}
     for label in (m.get("name"), m.get("label")):
         shape = next((known[k] for k in _name_keys(label) if k in known), None)
