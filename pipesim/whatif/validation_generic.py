@@ -3,9 +3,11 @@ family's prefix, mapped from what the case states alone, so a cases file of new 
 instead of skipped (`pipesim validate other --cases my_runs.yaml`).
 
 The case has the published.yaml shape: model (name or label, family, layers, hidden, heads,
-kv_heads, ffn_hidden, vocab, seq_len, num_experts, moe_top_k, moe_ffn_hidden), parallel (tp, pp,
-dp, cp, ep, vp or virtual_stages_per_gpu, micro_batch, global_batch or tokens_per_batch), hardware
-(gpu, num_gpus, gpus_per_node), training (precision, recompute, moe_dispatcher) and measured. Or
+kv_heads, head_dim, ffn_hidden, vocab, seq_len, num_experts, moe_top_k, moe_ffn_hidden,
+num_shared_experts, moe_layer_freq, first_dense_layers), parallel (tp, pp, dp, cp, ep, vp or
+virtual_stages_per_gpu, micro_batch, global_batch or tokens_per_batch or a batch per rank),
+hardware (gpu or system, num_gpus, gpus_per_node, inter_node), training (precision, recompute,
+moe_dispatcher, ...) and measured. Or
 the row names the scenario it ran (`scenario`: a YAML file relative to the cases file, with
 optional `set` overrides of dotted keys), which is then its whole mapping.
 
