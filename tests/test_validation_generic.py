@@ -123,7 +123,7 @@ def test_missing_shape_gpu_count_and_metric_are_named(tmp_path):
         with pytest.raises(ScenarioError, match=needle):
             case_scenario(dataclasses.replace(case, raw=dict(case.raw, **{section: block})))
     with pytest.raises(ScenarioError, match="measured: expected one of"):
-        load_cases(_cases(tmp_path, measured="{mfu_pct: 40}"))
+        load_cases(_cases(tmp_path, measured="{loss: 2.1}"))
 
 
 @pytest.mark.parametrize("stated, keys", [
@@ -445,3 +445,14 @@ def test_moe_shapes_a_row_states_are_built(tmp_path):
   hardware: {gpu: H100, num_gpus: 8}
   measured: {tokens_per_s_per_gpu: 20000}
 """)
+
+
+@pytest.mark.parametrize("measured, metric, value", [
+    ("{mfu_pct: 40}", "model", 0.40 * 989),                 # over the H100's dense BF16 peak
+    ("{tokens_per_s: 64000}", "tokens", 1000.0),            # the run's, over 64 GPUs
+    ("{samples_per_s: 8}", "tokens", 8 * 8192 / 64),
+    ("{step_time_ms: 10000}", "tokens", 128 * 8192 / 10.0 / 64),
+])
+def test_other_measured_figures_are_converted(tmp_path, measured, metric, value):
+    [case] = load_cases(_cases(tmp_path, measured=measured))
+    assert case.metric == metric and case.target == pytest.approx(value)

@@ -33,11 +33,13 @@ family (or none, without ffn_hidden) as Megatron's GPT (GeLU 4h MLP, LayerNorm, 
 biases, tied embeddings, dropout), any other family as Llama (SwiGLU, RMSNorm, RoPE, no biases,
 untied), which then needs ffn_hidden.
 
-Metric, from the first figure the case measures: tokens/s per GPU (`tokens_per_s_per_gpu`, or
-`iteration_time_s` / `iteration_time_ms` / `step_time_s` as global batch x sequence / time / GPUs),
-model TFLOP/s per GPU (`model_tflops_per_gpu`: no recompute, causal attention counted exactly), or
-TFLOP/s per GPU as Megatron counts them (`tflops_per_gpu`, megatron_counted_flops; as NeMo counts
-them for a NeMo run of a model that is not a GPT).
+Metric, from the first figure the case measures (MEASURED_KEYS' order): tokens/s per GPU
+(`tokens_per_s_per_gpu`; `iteration_time_s` / `_ms`, `step_time_s` / `_ms` as global batch x
+sequence / time / GPUs; the run's `tokens_per_s` or `samples_per_s` over its GPUs), model TFLOP/s
+per GPU (`model_tflops_per_gpu`: no recompute, causal attention counted exactly; `mfu_pct` as that
+share of the GPU's dense BF16 peak, PaLM's MFU), or TFLOP/s per GPU as Megatron counts them
+(`tflops_per_gpu`, megatron_counted_flops; as NeMo counts them for a NeMo run of a model that is
+not a GPT).
 """
 from __future__ import annotations
 
@@ -50,8 +52,8 @@ from pipesim.whatif.published_stack import framework_of, had, reported_by
 
 # measured key -> metric (pipesim/whatif/validation.py METRIC names), in order of preference
 MEASURED_KEYS = {"tokens_per_s_per_gpu": "tokens", "iteration_time_s": "tokens", "iteration_time_ms": "tokens",
-                 "step_time_s": "tokens",
-                 "model_tflops_per_gpu": "model", "tflops_per_gpu": "megatron"}
+                 "step_time_s": "tokens", "step_time_ms": "tokens", "tokens_per_s": "tokens", "samples_per_s": "tokens",
+                 "model_tflops_per_gpu": "model", "tflops_per_gpu": "megatron", "mfu_pct": "model"}
 # GPU name fragments -> system preset (pipesim/presets/systems.py), the most specific first
 GPU_PRESETS = (("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"), ("B200", "dgx-b200"),
                ("H200", "dgx-h200"), ("H800", "hgx-h800"), ("H100", "dgx-h100"), ("A100-SXM4-40", "dgx-a100-40gb"),
@@ -133,14 +135,23 @@ def _flatten_lower(model: dict) -> str:
 def published_value(case_raw: dict, key: str, where: str) -> float:
     """The published figure in the family's metric: a step time becomes tokens/s per GPU."""
     value = case_raw["measured"][key]
-    if key.startswith(("iteration_time", "step_time")):
-        par, m = section(case_raw, "parallel", where), section(case_raw, "model", where)
-        seconds = value / 1000.0 if key.endswith("_ms") else value
-        n = _int(section(case_raw, "hardware", where).get("num_gpus"), where, "hardware.num_gpus")
-        tokens = _int(par.get("tokens_per_batch"), where, "parallel.tokens_per_batch") if "tokens_per_batch" in par \
-            else _global_batch(par, where, n) * _int(m.get("seq_len"), where, "model.seq_len")
-        return tokens / seconds / n
-    return float(value)
+    hw = section(case_raw, "hardware", where)
+    if key in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "tflops_per_gpu"):
+        return float(value)
+    if key == "mfu_pct":             # model FLOPs over the GPU's dense BF16 peak (PaLM's MFU)
+        from pipesim.presets.systems import SYSTEMS
+        return value / 100 * SYSTEMS[_gpu_preset(hw, where)]["gpu"]["peak_tflops_bf16"]
+    par, m = section(case_raw, "parallel", where), section(case_raw, "model", where)
+    n = _int(hw.get("num_gpus"), where, "hardware.num_gpus")
+    seq = _int(m.get("seq_len"), where, "model.seq_len")
+    if key == "tokens_per_s":        # the whole run's
+        return value / n
+    if key == "samples_per_s":
+        return value * seq / n
+    seconds = value / 1000.0 if key.endswith("_ms") else value
+    tokens = _int(par.get("tokens_per_batch"), where, "parallel.tokens_per_batch") if "tokens_per_batch" in par \
+        else _global_batch(par, where, n) * seq
+    return tokens / seconds / n
 
 
 def megatron_counted_flops(s) -> float:
@@ -229,13 +240,10 @@ def _system(hw: dict, cid: str, n: int, when) -> dict:
     preset's, and always 4-GPU trays in an NVL72 rack), as Megatron-Bridge's rows are placed."""
     from pipesim.presets.systems import SYSTEMS
     from pipesim.whatif.validation_bridge import NVL72, node_system
-    gpu = " ".join(str(hw[k]) for k in ("gpu", "system", "node") if not _absent(hw.get(k)))
-    preset = next((p for frag, p in GPU_PRESETS if frag.lower() in gpu.lower()), None)
+    gpu = _gpu_text(hw)
+    preset = _gpu_preset(hw, cid)
     if preset == "dgx-a100-80gb" and "80" not in gpu and not had("a100_80gb", when):
         preset = "dgx-a100-40gb"
-    if preset is None or "pcie" in gpu.lower():
-        raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: "
-                            f"{', '.join(dict.fromkeys(f for f, _ in GPU_PRESETS))} (SXM parts)")
     per_node = SYSTEMS[preset]["gpus_per_node"]
     if "dgx-2" in gpu.lower():
         per_node = DGX2_GPUS
@@ -246,6 +254,20 @@ def _system(hw: dict, cid: str, n: int, when) -> dict:
     if nic:
         system["inter_node"] = {"bandwidth_GBps": nic}
     return system
+
+
+def _gpu_text(hw: dict) -> str:
+    return " ".join(str(hw[k]) for k in ("gpu", "system", "node") if not _absent(hw.get(k)))
+
+
+def _gpu_preset(hw: dict, cid: str) -> str:
+    """The system preset the GPU's name picks (GPU_PRESETS); PCIe parts and unknown names refused."""
+    gpu = _gpu_text(hw)
+    preset = next((p for frag, p in GPU_PRESETS if frag.lower() in gpu.lower()), None)
+    if preset is None or "pcie" in gpu.lower():
+        raise ScenarioError(f"{cid}: hardware.gpu {gpu!r} has no system preset; known: "
+                            f"{', '.join(dict.fromkeys(f for f, _ in GPU_PRESETS))} (SXM parts)")
+    return preset
 
 
 def _nic_GBps(hw: dict, per_node: int) -> float | None:
