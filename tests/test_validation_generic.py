@@ -456,3 +456,10 @@ def test_moe_shapes_a_row_states_are_built(tmp_path):
 def test_other_measured_figures_are_converted(tmp_path, measured, metric, value):
     [case] = load_cases(_cases(tmp_path, measured=measured))
     assert case.metric == metric and case.target == pytest.approx(value)
+
+
+def test_a_part_with_its_own_memory_size_keeps_it():
+    from pipesim.whatif.validation_generic import _system
+    assert _system({"gpu": "H100-SXM-96GB-HBM2e (500 W)"}, "x", 8, None)["gpu"] == {"memory_GiB": 96}
+    for same in ("A100-SXM4-80GB", "H200 141GB", "B200 180GB"):      # the preset's, in GiB or GB
+        assert "gpu" not in _system({"gpu": same}, "x", 8, None)

@@ -253,6 +253,10 @@ def _system(hw: dict, cid: str, n: int, when) -> dict:
     nic = None if preset in NVL72 else _nic_GBps(hw, per_node)
     if nic:
         system["inter_node"] = {"bandwidth_GBps": nic}
+    # a part of its own memory size ("H100-SXM-96GB"), where it is not the preset's in GB or GiB
+    memory = re.search(r"(\d+)\s*GB\b", gpu)
+    if memory and abs(int(memory[1]) / SYSTEMS[preset]["gpu"]["memory_GiB"] - 1.037) > 0.06:
+        system["gpu"] = {"memory_GiB": int(memory[1])}
     return system
 
 
