@@ -326,7 +326,7 @@ HYBRID = {
 # the 250,680 tokens padded); 176,247M parameters (the paper). OPT-175B: Zhang et al. 2022,
 # arXiv:2205.01068, Table 1 (96 layers, 96 heads, d 12288; ReLU, learned positions, seq 2048,
 # vocab 50,272 of the released configs). MT-NLG 530B: Smith et al. 2022, arXiv:2201.11990,
-# Sec. 3.1 (105 layers, d 20480, 128 heads, seq 2048, the GPT-2 vocabulary as Megatron pads it).
+# Sec. 3.2 (105 layers, d 20480, 128 heads, seq 2048, the GPT-2 vocabulary as Megatron pads it).
 DENSE_2022 = {
     "bloom-176b": dict(_GPT3, position="none", num_layers=70, hidden_size=14336, num_attention_heads=112,
                        vocab_size=250880, dropout=False, reference_params=176.247e9),
