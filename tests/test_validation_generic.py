@@ -463,3 +463,21 @@ def test_a_part_with_its_own_memory_size_keeps_it():
     assert _system({"gpu": "H100-SXM-96GB-HBM2e (500 W)"}, "x", 8, None)["gpu"] == {"memory_GiB": 96}
     for same in ("A100-SXM4-80GB", "H200 141GB", "B200 180GB"):      # the preset's, in GiB or GB
         assert "gpu" not in _system({"gpu": same}, "x", 8, None)
+
+
+def test_an_automodel_row_runs_its_fsdp2_stack_with_its_settings(tmp_path):
+    _, scenario = _row_scenario(tmp_path, """
+- id: a-llama
+  kind: training_throughput
+  source: {ref: NVIDIA-NeMo/Automodel docs/performance-summary.md}
+  model: {name: Llama3 70B, seq_len: 8192}
+  hardware: {system: DGX-H100, num_gpus: 64}
+  precision: BF16
+  parallel: {global_batch: 64, local_batch: 1, tp: 1, pp: 1, cp: 2, fsdp: 32}
+  settings: {activation_checkpointing: true, reshard_after_forward: false, attention: flex}
+  measured: {tokens_per_s_per_gpu: 300}
+""")
+    tr = scenario["training"]
+    assert (tr["zero_stage"], tr["zero3_collectives"], tr["recompute"]) == (3, "fsdp2", "full")
+    assert tr["reshard_after_forward"] is False and tr["attention_kernel"] == "fa2"
+    assert scenario["parallel"]["context_mode"] == "allgather"

@@ -52,9 +52,6 @@ def automodel_scenario(case) -> dict:
     unknown = sorted(set(st) - set(SETTINGS))
     if unknown:
         raise ScenarioError(f"{cid}: settings.{unknown[0]} is not mapped; known: {', '.join(SETTINGS)}")
-    attention = st.get("attention", "te")
-    if attention not in ATTENTION_KERNELS:
-        raise ScenarioError(f"{cid}: settings.attention {attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}")
     n = int(c["hardware"]["num_gpus"])
     pp, vp, cp, ep, fsdp = (int(par[k]) for k in ("pp", "vp", "cp", "ep", "fsdp"))
     gbs, lbs, ga = int(par["global_batch"]), int(par["local_batch"]), int(par["grad_accumulation"])
@@ -80,17 +77,27 @@ def automodel_scenario(case) -> dict:
     training = {"micro_batch_size": micro, "global_batch_size": batch,
                 "schedule": "interleaved" if vp > 1 else "1f1b",
                 "recompute": "full" if st.get("activation_checkpointing") else "none",
-                "precision": "bf16", "attention": "flash", "attention_kernel": ATTENTION_KERNELS[attention],
-                # MaskedCrossEntropy: F.cross_entropy on logits.float(), or on the 16-bit logits with
-                # the config's fp32_upcast false (every MoE row's)
-                "optimizer": "adam", "cross_entropy": "torch" if st.get("loss_fp32_upcast", True) else "torch_16bit",
-                "zero_stage": 3, "zero3_collectives": "fsdp2", "zero3_prefetch": True,
-                "reshard_after_forward": bool(st.get("reshard_after_forward", True)),
-                "overlap_grad_reduce": True, "grad_reduce_in_fp32": ep > 1}
-    if ep > 1:
-        training.update(moe_dispatcher=st.get("dispatcher", "alltoall"), moe_routing="balanced",
-                        moe_shared_expert_overlap=bool(MODELS[preset].get("num_shared_experts")))
+                "precision": "bf16", **automodel_stack(st, ep, bool(MODELS[preset].get("num_shared_experts")), cid)}
     return {"model": {"preset": preset, "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False,
                       "mtp_layers": 0},
             "system": {"preset": "dgx-h100", "num_nodes": n // 8},
             "parallel": parallel, "training": training}
+
+
+def automodel_stack(settings: dict, ep: int, shared_experts: bool, cid: str) -> dict:
+    """The training keys of AutoModel's FSDP2 stack (module docstring) for a run's `settings`
+    (attention, loss_fp32_upcast, reshard_after_forward, dispatcher) with expert parallelism `ep`."""
+    attention = settings.get("attention", "te")
+    if attention not in ATTENTION_KERNELS:
+        raise ScenarioError(f"{cid}: settings.attention {attention!r}: expected one of {', '.join(ATTENTION_KERNELS)}")
+    out = {"attention": "flash", "attention_kernel": ATTENTION_KERNELS[attention],
+           # MaskedCrossEntropy: F.cross_entropy on logits.float(), or on the 16-bit logits with
+           # the config's fp32_upcast false (every MoE row's)
+           "optimizer": "adam", "cross_entropy": "torch" if settings.get("loss_fp32_upcast", True) else "torch_16bit",
+           "zero_stage": 3, "zero3_collectives": "fsdp2", "zero3_prefetch": True,
+           "reshard_after_forward": bool(settings.get("reshard_after_forward", True)),
+           "overlap_grad_reduce": True, "grad_reduce_in_fp32": ep > 1}
+    if ep > 1:
+        out.update(moe_dispatcher=settings.get("dispatcher", "alltoall"), moe_routing="balanced",
+                   moe_shared_expert_overlap=shared_experts)
+    return out

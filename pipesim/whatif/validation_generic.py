@@ -89,7 +89,8 @@ ACTIVATION_CHECKPOINTING = {"no": ("none", None), "none": ("none", None), "false
 FLOAT8 = {"tensorwise": "tensorwise"}
 ROUTING = {"balanced": "balanced", "dropless": "dropless", "capacity": "capacity"}
 DISPATCHERS = {"alltoall": "alltoall", "deepep": "deepep"}
-ATTENTION = {"flash": "flash", "eager": "eager", "cudnn": "flash", "fused": "flash", "te": "flash", "sdpa": "flash"}
+ATTENTION = {"flash": "flash", "eager": "eager", "cudnn": "flash", "fused": "flash", "te": "flash", "sdpa": "flash",
+             "flex": "flash"}
 # a batch per data-parallel rank, as tables state it when they give no global batch
 PER_RANK_BATCH = ("batch_per_replica", "local_batch", "batch")
 ABSENT = ("n/a", "na", "none", "-", "not stated", "not used", "")
@@ -424,6 +425,7 @@ def generic_scenario(case) -> dict:
     m, par, hw, tr = (section(c, k, cid) for k in ("model", "parallel", "hardware", "training"))
     if "precision" in c and "precision" not in tr:      # some tables state it beside the sections
         tr = {**tr, "precision": c["precision"]}
+    tr = {**section(c, "settings", cid), **tr}            # a table's run settings, read as training keys
     n = _int(hw.get("num_gpus"), cid, "hardware.num_gpus")
     tp, pp, cp, ep = (_opt_int(par, k, cid, "parallel") for k in ("tp", "pp", "cp", "ep"))
     vp = _opt_int(par, "vp", cid, "parallel", _opt_int(par, "virtual_stages_per_gpu", cid, "parallel"))
@@ -484,8 +486,13 @@ def generic_scenario(case) -> dict:
                                             "training.moe_dispatcher")
     if framework == "torchtitan":
         training.update(_torchtitan(tr, par, tp, pp, when, cid))
-        if cp > 1:
-            parallel["context_mode"] = "allgather"      # PyTorch's context_parallel rotate method of the time
+    elif framework == "automodel":          # NeMo AutoModel's FSDP2 stack, the automodel family's reading
+        from pipesim.whatif.validation_automodel import automodel_stack
+        from pipesim.presets.models import MODELS
+        shared = model.get("num_shared_experts") or MODELS.get(model.get("preset"), {}).get("num_shared_experts")
+        training.update(automodel_stack(tr, ep, bool(shared), cid))
+    if framework in ("torchtitan", "automodel") and cp > 1:
+        parallel["context_mode"] = "allgather"          # PyTorch's context_parallel rotate method of the time
     optimizer = str(tr.get("optimizer", "")).lower().split()
     if optimizer and optimizer[0] in OPTIMIZERS:
         training["optimizer"] = optimizer[0]
