@@ -481,3 +481,19 @@ def test_an_automodel_row_runs_its_fsdp2_stack_with_its_settings(tmp_path):
     assert (tr["zero_stage"], tr["zero3_collectives"], tr["recompute"]) == (3, "fsdp2", "full")
     assert tr["reshard_after_forward"] is False and tr["attention_kernel"] == "fa2"
     assert scenario["parallel"]["context_mode"] == "allgather"
+
+
+def test_a_hugging_face_row_runs_eager_ops_and_its_sdpa_backend(tmp_path):
+    _, scenario = _row_scenario(tmp_path, """
+- id: h-1b
+  kind: training_throughput
+  source: {ref: a benchmark}
+  model: {name: llama3.2-1b, seq_len: 2048}
+  hardware: {gpu: H200, num_gpus: 1}
+  parallel: {batch: 8}
+  training: {sdpa_backend: CUDNN_ATTENTION, optimizer: sgd, stack: hf-transformers-eager}
+  measured: {tokens_per_s_per_gpu: 50000}
+""")
+    tr = scenario["training"]
+    assert (tr["kernel_fusion"], tr["attention_kernel"], tr["cross_entropy"], tr["zero_stage"], tr["optimizer"]) == \
+        ("eager", "sdpa-cudnn", "torch", 0, "sgd")

@@ -97,12 +97,14 @@ def had(feature: str, when: date | None) -> bool:
 # framework -> words in a row's source (or training.stack / training.framework) that name it, the
 # most specific first; anything else is read as Megatron-LM / Megatron-Core
 FRAMEWORKS = (("torchtitan", ("torchtitan",)), ("automodel", ("automodel",)),
-              ("nemo", ("nemo", "megatron-bridge")))
+              ("nemo", ("nemo", "megatron-bridge")),
+              ("transformers", ("hf-transformers", "hugging face transformers", "huggingface transformers")))
 
 
 def framework_of(case_raw: dict) -> str:
     """torchtitan, automodel (NeMo AutoModel), nemo (NeMo or Megatron-Bridge, both on Megatron-Core
-    with NVIDIA's performance recipes) or megatron: from the words of the row's source and stack."""
+    with NVIDIA's performance recipes), transformers (Hugging Face's eager modeling code) or
+    megatron: from the words of the row's source and stack."""
     training = case_raw.get("training") if isinstance(case_raw.get("training"), dict) else {}
     text = " ".join(_flatten(v) for v in (case_raw.get("source"), training.get("stack"),
                                           training.get("framework")) if v is not None).lower()

@@ -491,6 +491,11 @@ def generic_scenario(case) -> dict:
         from pipesim.presets.models import MODELS
         shared = model.get("num_shared_experts") or MODELS.get(model.get("preset"), {}).get("num_shared_experts")
         training.update(automodel_stack(tr, ep, bool(shared), cid))
+    elif framework == "transformers":       # Hugging Face's eager code, the sdpa2025 family's reading
+        from pipesim.whatif.validation_sdpa import transformers_stack
+        training.update(transformers_stack(tr, cid))
+        if "zero_stage" not in par and "fsdp" not in par:      # plain DDP: no sharded optimizer
+            training.update(zero_stage=0, overlap_param_gather=False)
     if framework in ("torchtitan", "automodel") and cp > 1:
         parallel["context_mode"] = "allgather"          # PyTorch's context_parallel rotate method of the time
     optimizer = str(tr.get("optimizer", "")).lower().split()
