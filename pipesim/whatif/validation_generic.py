@@ -484,18 +484,7 @@ def generic_scenario(case) -> dict:
     if tr.get("moe_dispatcher") is not None:
         training["moe_dispatcher"] = mapped(DISPATCHERS, str(tr["moe_dispatcher"]).lower(), cid,
                                             "training.moe_dispatcher")
-    if framework == "torchtitan":
-        training.update(_torchtitan(tr, par, tp, pp, when, cid))
-    elif framework == "automodel":          # NeMo AutoModel's FSDP2 stack, the automodel family's reading
-        from pipesim.whatif.validation_automodel import automodel_stack
-        from pipesim.presets.models import MODELS
-        shared = model.get("num_shared_experts") or MODELS.get(model.get("preset"), {}).get("num_shared_experts")
-        training.update(automodel_stack(tr, ep, bool(shared), cid))
-    elif framework == "transformers":       # Hugging Face's eager code, the sdpa2025 family's reading
-        from pipesim.whatif.validation_sdpa import transformers_stack
-        training.update(transformers_stack(tr, cid))
-        if "zero_stage" not in par and "fsdp" not in par:      # plain DDP: no sharded optimizer
-            training.update(zero_stage=0, overlap_param_gather=False)
+    training.update(_framework_stack(framework, tr, par, model, (tp, pp, ep), when, cid))
     if framework in ("torchtitan", "automodel") and cp > 1:
         parallel["context_mode"] = "allgather"          # PyTorch's context_parallel rotate method of the time
     optimizer = str(tr.get("optimizer", "")).lower().split()
@@ -503,6 +492,24 @@ def generic_scenario(case) -> dict:
         training["optimizer"] = optimizer[0]
     training.update(_pipesim_keys(tr), **_lora(tr, cid))
     return {"model": model, "system": system, "parallel": parallel, "training": training}
+
+
+def _framework_stack(framework: str, tr: dict, par: dict, model: dict, sizes: tuple, when, cid: str) -> dict:
+    """The training keys a framework other than Megatron-Core sets (published_stack.framework_of),
+    each as its own family converter reads it; `sizes` = (tp, pp, ep)."""
+    tp, pp, ep = sizes
+    if framework == "torchtitan":
+        return _torchtitan(tr, par, tp, pp, when, cid)
+    if framework == "automodel":
+        from pipesim.presets.models import MODELS
+        from pipesim.whatif.validation_automodel import automodel_stack
+        shared = model.get("num_shared_experts") or MODELS.get(model.get("preset"), {}).get("num_shared_experts")
+        return automodel_stack(tr, ep, bool(shared), cid)
+    if framework == "transformers":
+        from pipesim.whatif.validation_sdpa import transformers_stack
+        plain_ddp = "zero_stage" not in par and "fsdp" not in par       # no sharded optimizer stated
+        return {**transformers_stack(tr, cid), **(dict(zero_stage=0, overlap_param_gather=False) if plain_ddp else {})}
+    return {}
 
 
 def _torchtitan(tr: dict, par: dict, tp: int, pp: int, when, cid: str) -> dict:
