@@ -113,8 +113,8 @@ def section(case_raw: dict, key: str, cid: str) -> dict:
 
 
 def other_target(case_raw: dict, where: str) -> tuple[str, float]:
-    """(metric, published figure) of a case read as `other`: the first figure of MEASURED_KEYS it
-    measures, a step time as tokens/s per GPU; one line naming what is missing or wrong."""
+    """(metric, published figure) of a case read by the generic mapping: the first figure of
+    MEASURED_KEYS it measures (published_value); one line naming what is missing or wrong."""
     from pipesim.whatif.validation import measured_value
     measured = case_raw.get("measured")
     found = measured_metric(measured) if isinstance(measured, dict) else None
@@ -134,7 +134,8 @@ def _flatten_lower(model: dict) -> str:
 
 
 def published_value(case_raw: dict, key: str, where: str) -> float:
-    """The published figure in the family's metric: a step time becomes tokens/s per GPU."""
+    """The published figure in the case's metric: a step time, or the run's tokens/s or samples/s,
+    becomes tokens/s per GPU; an MFU becomes model TFLOP/s per GPU."""
     value = case_raw["measured"][key]
     hw = section(case_raw, "hardware", where)
     if key in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "tflops_per_gpu"):
