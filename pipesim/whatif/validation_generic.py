@@ -37,7 +37,9 @@ Metric, from the first figure the case measures (MEASURED_KEYS' order): tokens/s
 (`tokens_per_s_per_gpu`; `iteration_time_s` / `_ms`, `step_time_s` / `_ms` as global batch x
 sequence / time / GPUs; the run's `tokens_per_s` or `samples_per_s` over its GPUs), model TFLOP/s
 per GPU (`model_tflops_per_gpu`: no recompute, causal attention counted exactly; `mfu_pct` as that
-share of the GPU's dense BF16 peak, PaLM's MFU), or TFLOP/s per GPU as Megatron counts them
+share of the GPU's dense BF16 peak; an MFU that counts the whole attention matrix, as PaLM's
+does, then reads pipesim low by the causal half it adds at long sequences), or TFLOP/s per GPU as
+Megatron counts them
 (`tflops_per_gpu`, megatron_counted_flops; as NeMo counts them for a NeMo run of a model that is
 not a GPT).
 """
@@ -140,7 +142,7 @@ def published_value(case_raw: dict, key: str, where: str) -> float:
     hw = section(case_raw, "hardware", where)
     if key in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "tflops_per_gpu"):
         return float(value)
-    if key == "mfu_pct":             # model FLOPs over the GPU's dense BF16 peak (PaLM's MFU)
+    if key == "mfu_pct":             # model FLOPs over the GPU's dense BF16 peak
         from pipesim.presets.systems import SYSTEMS
         return value / 100 * SYSTEMS[_gpu_preset(hw, where)]["gpu"]["peak_tflops_bf16"]
     par, m = section(case_raw, "parallel", where), section(case_raw, "model", where)
