@@ -39,9 +39,8 @@ sequence / time / GPUs; the run's `tokens_per_s` or `samples_per_s` over its GPU
 per GPU (`model_tflops_per_gpu`: no recompute, causal attention counted exactly; `mfu_pct` as that
 share of the GPU's dense BF16 peak; an MFU that counts the whole attention matrix, as PaLM's
 does, then reads pipesim low by the causal half it adds at long sequences), or TFLOP/s per GPU as
-Megatron counts them
-(`tflops_per_gpu`, megatron_counted_flops; as NeMo counts them for a NeMo run of a model that is
-not a GPT).
+Megatron counts them (`tflops_per_gpu`, megatron_counted_flops; as NeMo counts them for a NeMo run
+of a model that is not a GPT).
 """
 from __future__ import annotations
 
