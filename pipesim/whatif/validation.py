@@ -79,13 +79,14 @@ EFFICIENCY_SETS = {"preset": {}}
 class Case:
     id: str
     suite: str
-    target: float            # published TFLOP/s per GPU (or tokens/s per GPU: METRIC)
+    target: float | None     # published TFLOP/s per GPU (or tokens/s per GPU: METRIC); None: see load_error
     source: str              # citation
     raw: dict
     memory_gib: float | None = None      # published peak memory per GPU (validation_memory.py)
     memory_kind: str | None = None       # what that figure counts: reserved | allocated
     own_metric: str | None = None        # the `other` family's per-case metric (validation_generic.py)
     origin: str | None = None            # the cases file (a row's `scenario` path is relative to it)
+    load_error: str | None = None        # a generic row whose figure could not be read: why (the row's note)
 
     @property
     def metric(self) -> str:
@@ -142,19 +143,28 @@ def _load_file(path: Path) -> list[Case]:
         suite = suite or "other"
         src = c.get("source") if isinstance(c.get("source"), dict) else {}
         measured = c.get("measured")
-        own_metric = None
-        if suite in GENERIC_SUITES:
+        own_metric = load_error = None
+        if suite in GENERIC_SUITES:         # a new row's figure it cannot read is its own note, not the file's
             from pipesim.whatif.validation_generic import other_target
-            own_metric, value = other_target(c, f"{path}: {cid}")
+            try:
+                own_metric, value = other_target(c, cid)
+            except ScenarioError as exc:
+                own_metric, value, load_error = "tokens", None, str(exc)
         else:
             key = {"tokens": "tokens_per_s_per_gpu", "model": "model_tflops_per_gpu"}.get(METRIC.get(suite),
                                                                                          "tflops_per_gpu")
             value = measured_value(measured, key, f"{path}: {cid}", f"the {suite} suite's metric")
         from pipesim.whatif.validation_memory import read_memory
-        memory, kind = read_memory(measured, f"{path}: {cid}")
-        out.append(Case(id=cid, suite=suite, target=float(value),
+        try:
+            memory, kind = read_memory(measured, f"{path}: {cid}") if isinstance(measured, dict) else (None, None)
+        except ScenarioError as exc:
+            if suite not in GENERIC_SUITES:
+                raise
+            memory, kind, load_error = None, None, load_error or str(exc)
+        out.append(Case(id=cid, suite=suite, target=None if value is None else float(value),
                         source=f"{src.get('ref', '')}, {src.get('where', '')}".strip(", "), raw=c,
-                        memory_gib=memory, memory_kind=kind, own_metric=own_metric, origin=str(path)))
+                        memory_gib=memory, memory_kind=kind, own_metric=own_metric, origin=str(path),
+                        load_error=load_error))
     return out
 
 
@@ -232,6 +242,8 @@ class Result:
 
 def run_case(case: Case, evaluator: Callable, efficiency: str = "preset") -> Result:
     from pipesim.scenario.load import load_scenario
+    if case.load_error:
+        return Result(case, None, None, None, note=case.load_error)
     try:
         s = load_scenario(case_scenario(case, efficiency))
         rep = evaluator(s, "representative")
@@ -348,6 +360,12 @@ def case_metric_title(case: Case) -> str:
     return TITLES[case.metric] if case.suite in GENERIC_SUITES else metric_title(case.suite)
 
 
+def _cell(value) -> str:
+    """A layout figure for the table: as written when it is a number or a word, "-" otherwise (a
+    row that did not load may hold anything there)."""
+    return str(value) if isinstance(value, (int, float, str)) and len(str(value)) <= 8 else "-"
+
+
 def format_results(by_suite: dict[str, list[Result]]) -> str:
     lines = []
     for suite, results in by_suite.items():
@@ -363,6 +381,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
             pred = "-" if r.predicted is None else f"{r.predicted:.1f}"
             err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
             step = "-" if r.step_time_s is None else f"{r.step_time_s:.3f}"
+            published = "-" if r.case.target is None else f"{r.case.target:.0f}"
             if r.layout is not None:         # what pipesim simulated (a converter may add v, mb)
                 tp, cp, pp, dp, v, mb = r.layout
                 mb = f"{mb}*" if suite == "mcore-h100" else mb
@@ -377,8 +396,9 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
             if suite in GENERIC_SUITES and "scenario" not in r.case.raw:     # what the row's stack was read as
                 from pipesim.whatif.published_stack import stack_label
                 note = "; ".join(x for x in (note, stack_label(r.case.raw)) if x)
+            n, tp, cp, pp, dp, v, mb = (_cell(x) for x in (n, tp, cp, pp, dp, v, mb))
             lines.append(f"  {r.case.id:34s} {n:>5} {tp:>2} {cp:>2} {pp:>3} {dp:>4} "
-                         f"{v:>2} {mb:>3} {step:>8s} {pred:>7s} {r.case.target:>7.0f} {err:>7s}"
+                         f"{v:>2} {mb:>3} {step:>8s} {pred:>7s} {published:>7s} {err:>7s}"
                          + (f"  {note}" if note else ""))
         lines.append("  " + summary_line(suite, results))
         worst = max((r for r in results if r.error_pct is not None), key=lambda r: abs(r.error_pct), default=None)
@@ -526,8 +546,8 @@ def write_scenarios(directory, path=None, efficiency: str = "preset", suites=Non
                 if "skipped:" in str(exc):          # a row pipesim cannot express (validate lists it)
                     continue
                 raise
-            write(case.id, f"# {case.id}: {case.source}\n# published: {case.target:g} ({case_metric_title(case)})\n",
-                  scenario)
+            published = case.load_error if case.target is None else f"{case.target:g} ({case_metric_title(case)})"
+            write(case.id, f"# {case.id}: {case.source}\n# published: {published}\n", scenario)
     if not suites or "moezoo-qwen3" in suites:
         from pipesim.whatif.validation_moe import load_moe_cases, moe_case_scenario
         for c in load_moe_cases(path):
