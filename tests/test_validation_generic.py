@@ -514,3 +514,13 @@ def test_a_row_whose_figure_cannot_be_read_does_not_stop_the_others(tmp_path, ca
     out = capsys.readouterr().out
     assert "no-figure: measured: expected one of" in out and "mfu-run: hardware.gpu 'MI300X'" in out
     assert "(1 of 3 cases)" in out
+
+
+@pytest.mark.parametrize("name, preset", [("Qwen3 MoE 30B", "qwen3-30b-a3b"),
+                                          ("Nemotron V3 Super 120B (26.02)", "nemotron-3-super"),
+                                          ("Meta-Llama-3.1-70B", "llama3-70b"), ("DeepSeekV3 (w/o MTP)", "deepseek-v3"),
+                                          ("GPT3-20B", None)])
+def test_model_names_tables_use_resolve(name, preset):
+    from pipesim.whatif.validation_generic import _model
+    model = _model({"name": name, "seq_len": 4096}, "x")
+    assert model.get("preset") == preset and (preset or model["num_layers"] == 44)     # GPT3-20B: NeMo's shape

@@ -73,6 +73,11 @@ MODEL_DIMS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_att
               "moe_layer_freq": "moe_layer_freq", "first_dense_layers": "moe_first_dense_layers"}
 # of those, the counts that may be 0
 MODEL_COUNTS = ("num_shared_experts", "first_dense_layers")
+# Names published tables give models, for the presets they are (NeMo AutoModel's performance summary
+# names Qwen3-30B-A3B and Nemotron 3 by size: "Qwen3 MoE 30B", "Nemotron V3 Nano 30B (26.02)")
+MODEL_ALIASES = {"Qwen3 MoE 30B": "qwen3-30b-a3b", "Qwen3 MoE 235B": "qwen3-235b-a22b",
+                 "Nemotron V3 Nano 30B": "nemotron-3-nano", "Nemotron V3 Super 120B": "nemotron-3-super",
+                 "Nemotron 3 Nano 30B": "nemotron-3-nano", "Nemotron 3 Super 120B": "nemotron-3-super"}
 RECOMPUTE = {"none": "none", "no": "none", "false": "none", "not": "none", "selective": "selective", "full": "full"}
 # Megatron-Core --recompute-modules names (and their short forms in published tables) -> pipesim's
 RECOMPUTE_MODULES = {"norm": "layernorm", "layernorm": "layernorm", "act": "moe_act", "moe_act": "moe_act",
@@ -219,7 +224,8 @@ def _model(m: dict, cid: str) -> dict:
     seq = _int(m.get("seq_len"), cid, "model.seq_len")
     stated = {MODEL_DIMS[k]: (_count if k in MODEL_COUNTS else _int)(v, cid, f"model.{k}")
               for k, v in m.items() if k in MODEL_DIMS and v is not None}
-    known = {**{_squash(n): {"preset": n} for n in MODELS}, **{_squash(n): v for n, v in NEMO_MODELS.items()}}
+    known = {**{_squash(n): {"preset": n} for n in MODELS}, **{_squash(n): v for n, v in NEMO_MODELS.items()},
+             **{_squash(n): {"preset": p} for n, p in MODEL_ALIASES.items()}}
     for label in (m.get("name"), m.get("label")):
         shape = next((known[k] for k in _name_keys(label) if k in known), None)
         dims = shape and (MODELS[shape["preset"]] if "preset" in shape else shape)
