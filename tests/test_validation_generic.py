@@ -524,3 +524,44 @@ def test_model_names_tables_use_resolve(name, preset):
     from pipesim.whatif.validation_generic import _model
     model = _model({"name": name, "seq_len": 4096}, "x")
     assert model.get("preset") == preset and (preset or model["num_layers"] == 44)     # GPT3-20B: NeMo's shape
+
+
+def test_a_nemo_family_row_of_a_model_it_has_no_shape_for_is_read_as_a_new_row(tmp_path):
+    """A NeMo 24.07 row naming a model outside the family's table (Mixtral) is mapped by the generic
+    reading - its preset by name and NeMo's recipes - instead of failing."""
+    path = tmp_path / "nemo.yaml"
+    path.write_text("""
+- id: nemo2407-Mixtral-8x7B-64gpu
+  kind: training_throughput
+  source: {ref: NVIDIA NeMo performance summary (NeMo 24.07 container), repo_path: "NVIDIA/NeMo (2024-09-09)"}
+  model: {name: Mixtral-8x7B, seq_len: 4096}
+  parallel: {tp: 1, pp: 4, cp: 1, vp: 8, dp: 16, ep: 8, global_batch: 256, micro_batch: 1}
+  hardware: {gpu: H100-SXM5-80GB, num_gpus: 64}
+  training: {precision: FP8}
+  measured: {tokens_per_s_per_gpu: 8000}
+""")
+    [case] = load_cases(path)
+    assert case.suite == "nemo2407"
+    scenario = case_scenario(case)
+    assert scenario["model"]["preset"] == "mixtral-8x7b" and scenario["training"]["fp8_recipe"] == "delayed"
+    assert load_scenario(scenario).parallel.expert == 8
+
+
+def test_a_family_row_naming_a_model_outside_its_table_is_read_as_a_new_row(tmp_path):
+    """The torchtitan family knows five Llama models; a row of the same shape naming another is read
+    by the generic mapping (torchtitan's stack, as its source names it) rather than refused."""
+    path = tmp_path / "titan.yaml"
+    path.write_text("""
+- id: titan2024-qwen3-8b-64
+  kind: training_throughput
+  source: {ref: pytorch/torchtitan docs/performance.md (2024)}
+  model: {name: qwen3-8b, seq_len: 8192}
+  hardware: {gpu: A100-SXM4-80GB, num_gpus: 64}
+  parallel: {fsdp: 64, local_batch: 1}
+  training: {activation_checkpointing: full}
+  measured: {tokens_per_s_per_gpu: 2000}
+""")
+    [case] = load_cases(path)
+    scenario = case_scenario(case)
+    assert case.suite == "titan2024" and scenario["model"]["preset"] == "qwen3-8b"
+    assert (scenario["training"]["zero3_collectives"], scenario["training"]["recompute"]) == ("fsdp2", "full")

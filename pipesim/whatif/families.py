@@ -129,8 +129,9 @@ NEMO_MODELS = {
 def nemo_scenario(case) -> dict:
     c = case.raw
     name, par = c["model"]["name"], c["parallel"]
-    if name not in NEMO_MODELS:
-        raise ScenarioError(f"{case.id}: model.name {name!r} has no shape in pipesim/whatif/families.py")
+    if name not in NEMO_MODELS:         # a model of the same tables this family has no shape for:
+        from pipesim.whatif.validation_generic import generic_scenario
+        return generic_scenario(case)   # read as any new row (a preset by its name, NeMo's recipes)
     tp, pp, dp = int(par["tp"]), int(par["pp"]), int(par["dp"])
     cp, vp = int(par.get("cp", 1)), int(par.get("vp", 1))
     n = int(c["hardware"]["num_gpus"])

@@ -47,8 +47,9 @@ ATTENTION_KERNELS = {"te": "auto", "sdpa": "fa2", "flex": "fa2"}
 def automodel_scenario(case) -> dict:
     c, cid = case.raw, case.id
     name, par, st = c["model"]["name"], c["parallel"], c.get("settings", {})
-    if name not in AUTOMODEL_MODELS:
-        raise ScenarioError(f"{cid}: model.name {name!r} has no preset mapping; known: {', '.join(AUTOMODEL_MODELS)}")
+    if name not in AUTOMODEL_MODELS:    # a model this family has no entry for: read as any new row
+        from pipesim.whatif.validation_generic import generic_scenario
+        return generic_scenario(case)
     unknown = sorted(set(st) - set(SETTINGS))
     if unknown:
         raise ScenarioError(f"{cid}: settings.{unknown[0]} is not mapped; known: {', '.join(SETTINGS)}")

@@ -156,8 +156,9 @@ def bridge_scenario(case) -> dict:
         raise ScenarioError(f"{cid}: skipped: {BRIDGE_NO_PRESET[name]}")
     if (name, c.get("precision")) in BRIDGE_NOT_EXPRESSIBLE:
         raise ScenarioError(f"{cid}: skipped: {BRIDGE_NOT_EXPRESSIBLE[name, c.get('precision')]}")
-    if name not in BRIDGE_MODELS:
-        raise ScenarioError(f"{cid}: model.name {name!r} has no preset mapping; known: {', '.join(BRIDGE_MODELS)}")
+    if name not in BRIDGE_MODELS:       # a model this family has no entry for: read as any new row
+        from pipesim.whatif.validation_generic import generic_scenario
+        return generic_scenario(case)
     if hw["system"] not in BRIDGE_SYSTEMS:
         raise ScenarioError(f"{cid}: hardware.system {hw['system']!r} has no system preset; "
                             f"known: {', '.join(BRIDGE_SYSTEMS)}")

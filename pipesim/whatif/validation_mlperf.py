@@ -73,8 +73,10 @@ ASYM_PIPELINE_SPLIT = ("llama3.1-405b",)
 def mlperf_scenario(case) -> dict:
     c, cid = case.raw, case.id
     name, par, hw, tr = c["model"]["name"], c["parallel"], c["hardware"], c["training"]
-    model = dict(mapped(MLPERF_MODELS, name, cid, "model.name", "has no shape"), name=cid,
-                 seq_length=int(c["model"]["seq_len"]))
+    if name not in MLPERF_MODELS:       # a model this family has no entry for: read as any new row
+        from pipesim.whatif.validation_generic import generic_scenario
+        return generic_scenario(case)
+    model = dict(MLPERF_MODELS[name], name=cid, seq_length=int(c["model"]["seq_len"]))
     preset, per_node = mapped(MLPERF_SYSTEMS, hw["system"], cid, "hardware.system", "has no system preset")
     recipes = mapped(MLPERF_PRECISIONS, tr["precision"], cid, "training.precision")
     if tr["recipe"] not in recipes:

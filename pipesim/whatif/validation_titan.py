@@ -69,7 +69,9 @@ TITAN_AC = ACTIVATION_CHECKPOINTING
 def titan_scenario(case) -> dict:
     c, cid = case.raw, case.id
     name = c["model"]["name"]
-    mapped(dict.fromkeys(TITAN_MODELS), name, cid, "model.name", "has no preset")
+    if name not in TITAN_MODELS:        # a model this family has no entry for: read as any new row
+        from pipesim.whatif.validation_generic import generic_scenario
+        return generic_scenario(case)
     recompute, every = mapped(TITAN_AC, c["training"]["activation_checkpointing"], cid,
                               "skipped: activation checkpointing", "has no pipesim equivalent")
     tr_raw = c["training"]
