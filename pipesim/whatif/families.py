@@ -27,6 +27,15 @@ from pipesim.errors import ScenarioError
 MCORE_MICRO_BATCH = 1
 
 
+class UnknownModel(ScenarioError):
+    """A family's converter met a model its table has no entry for: the row is read by the generic
+    mapping instead (validation._converted), as any new row would be."""
+
+
+def unknown_model(case_id: str, name) -> UnknownModel:
+    return UnknownModel(f"{case_id}: model.name {name!r} is not in this family's table")
+
+
 def mapped(table, value, case_id: str, key: str, what: str = "is not mapped"):
     """A converter's lookup: table[value], or a one-line error naming the case, the key, the value
     and the known ones."""
@@ -129,9 +138,8 @@ NEMO_MODELS = {
 def nemo_scenario(case) -> dict:
     c = case.raw
     name, par = c["model"]["name"], c["parallel"]
-    if name not in NEMO_MODELS:         # a model of the same tables this family has no shape for:
-        from pipesim.whatif.validation_generic import generic_scenario
-        return generic_scenario(case)   # read as any new row (a preset by its name, NeMo's recipes)
+    if name not in NEMO_MODELS:
+        raise unknown_model(case.id, name)
     tp, pp, dp = int(par["tp"]), int(par["pp"]), int(par["dp"])
     cp, vp = int(par.get("cp", 1)), int(par.get("vp", 1))
     n = int(c["hardware"]["num_gpus"])

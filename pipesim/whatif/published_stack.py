@@ -10,6 +10,7 @@ megatron/arguments.py, read at d98e8a64dd, 2026), each beside its commit.
 """
 from __future__ import annotations
 
+import calendar
 import re
 from datetime import date
 
@@ -46,11 +47,8 @@ FEATURE_DATES = {
     "a100_80gb": date(2020, 11, 16),
 }
 
-_LAST_DAY = {2: 28, 4: 30, 6: 30, 9: 30, 11: 30}
-
-
 def _month_end(year: int, month: int) -> date:
-    return date(year, month, _LAST_DAY.get(month, 31))
+    return date(year, month, calendar.monthrange(year, month)[1])
 
 
 def _dates_in(text: str) -> list[date]:

@@ -174,8 +174,13 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
     family's converter reads, or with a value of the wrong kind, is a one-line error naming it."""
     if efficiency not in EFFICIENCY_SETS:
         raise ScenarioError(f"unknown efficiency set {efficiency!r}; known: {', '.join(EFFICIENCY_SETS)}")
+    from pipesim.whatif.families import UnknownModel
     try:
-        return _converted(case, efficiency)
+        try:
+            return _converted(case, efficiency)
+        except UnknownModel:            # a model the family's table lacks: read as any new row
+            from pipesim.whatif.validation_generic import generic_scenario
+            return generic_scenario(case)
     except KeyError as exc:
         raise ScenarioError(f"{case.id}: missing key {exc} (the {case.suite} converter reads model, "
                             f"parallel, hardware and training)") from None

@@ -29,6 +29,7 @@ from __future__ import annotations
 from pipesim.errors import ScenarioError
 from pipesim.presets.models import MODELS
 from pipesim.scenario.stage_split import embedding_loss_split
+from pipesim.whatif.families import unknown_model
 
 # Published model names -> pipesim model presets (pipesim/presets/models.py).
 AUTOMODEL_MODELS = {"DeepSeek V3 671B": "deepseek-v3", "Kimi K2": "kimi-k2", "Qwen3 MoE 30B": "qwen3-30b-a3b",
@@ -47,9 +48,8 @@ ATTENTION_KERNELS = {"te": "auto", "sdpa": "fa2", "flex": "fa2"}
 def automodel_scenario(case) -> dict:
     c, cid = case.raw, case.id
     name, par, st = c["model"]["name"], c["parallel"], c.get("settings", {})
-    if name not in AUTOMODEL_MODELS:    # a model this family has no entry for: read as any new row
-        from pipesim.whatif.validation_generic import generic_scenario
-        return generic_scenario(case)
+    if name not in AUTOMODEL_MODELS:
+        raise unknown_model(cid, name)
     unknown = sorted(set(st) - set(SETTINGS))
     if unknown:
         raise ScenarioError(f"{cid}: settings.{unknown[0]} is not mapped; known: {', '.join(SETTINGS)}")

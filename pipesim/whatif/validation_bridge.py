@@ -48,7 +48,7 @@ from pipesim.errors import ScenarioError
 from pipesim.scenario.stage_split import embedding_loss_split
 from pipesim.whatif import (validation_bridge_2604, validation_bridge_2606, validation_bridge_2608,
                             validation_bridge_recompute)
-from pipesim.whatif.families import megatron_bucket_MB, megatron_p2p_sync
+from pipesim.whatif.families import megatron_bucket_MB, megatron_p2p_sync, unknown_model
 
 # Published system names -> (pipesim system preset, GPUs per preset node: pipesim/presets/systems.py).
 BRIDGE_SYSTEMS = {"DGX-H100": ("dgx-h100", 8), "DGX-B200": ("dgx-b200", 8), "DGX-GB200": ("gb200-nvl72", 4),
@@ -156,9 +156,8 @@ def bridge_scenario(case) -> dict:
         raise ScenarioError(f"{cid}: skipped: {BRIDGE_NO_PRESET[name]}")
     if (name, c.get("precision")) in BRIDGE_NOT_EXPRESSIBLE:
         raise ScenarioError(f"{cid}: skipped: {BRIDGE_NOT_EXPRESSIBLE[name, c.get('precision')]}")
-    if name not in BRIDGE_MODELS:       # a model this family has no entry for: read as any new row
-        from pipesim.whatif.validation_generic import generic_scenario
-        return generic_scenario(case)
+    if name not in BRIDGE_MODELS:
+        raise unknown_model(cid, name)
     if hw["system"] not in BRIDGE_SYSTEMS:
         raise ScenarioError(f"{cid}: hardware.system {hw['system']!r} has no system preset; "
                             f"known: {', '.join(BRIDGE_SYSTEMS)}")

@@ -45,7 +45,9 @@ of a model that is not a GPT).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
+from typing import Literal, get_args, get_origin
 
 from pipesim.errors import ScenarioError
 from pipesim.whatif.families import mapped, megatron_bucket_MB, megatron_p2p_sync, published_int
@@ -87,7 +89,7 @@ OPTIMIZERS = ("adam", "sgd", "muon")
 # training keys the mapping reads itself (a row's text there is not a pipesim value)
 READ_TRAINING_KEYS = {"precision", "fp8_recipe", "recompute", "attention", "optimizer", "moe_routing", "moe_dispatcher"}
 # torchtitan's activation_checkpoint modes (and a plain on / off) -> (recompute, every n-th layer):
-# the same reading as the torchtitan families' (validation_titan.TITAN_AC)
+# the torchtitan families read it with this table too (validation_titan)
 ACTIVATION_CHECKPOINTING = {"no": ("none", None), "none": ("none", None), "false": ("none", None),
                             "full": ("full", None), "true": ("full", None), "selective layer": ("full", 2),
                             "selective op": ("selective_op", None)}
@@ -175,18 +177,13 @@ def megatron_counted_flops(s) -> float:
     return megatron_core_flops(s)
 
 
-def _int(value, cid: str, key: str) -> int:
+def _int(value, cid: str, key: str, minimum: int = 1) -> int:
+    """A published integer of at least `minimum` (1: a size; 0: a count that may be none)."""
     number = None if isinstance(value, bool) else published_int(value)
-    if number is not None and number > 0:
+    if number is not None and number >= minimum:
         return number
-    raise ScenarioError(f"{cid}: {key}: expected a positive integer, got {value!r}")
-
-
-def _count(value, cid: str, key: str) -> int:
-    number = None if isinstance(value, bool) else published_int(value)
-    if number is not None and number >= 0:
-        return number
-    raise ScenarioError(f"{cid}: {key}: expected a count (0 or more), got {value!r}")
+    raise ScenarioError(f"{cid}: {key}: expected " + ("a positive integer" if minimum else "a count (0 or more)")
+                        + f", got {value!r}")
 
 
 def _absent(value) -> bool:
@@ -214,18 +211,25 @@ def _name_keys(label) -> list[str]:
     return forms + [re.sub(r"^(meta)?llama3\.\d", "llama3", f) for f in forms]
 
 
+@lru_cache(maxsize=None)
+def _known_names() -> dict:
+    """Squashed model name -> its shape: pipesim's presets, NeMo's models, the tables' aliases."""
+    from pipesim.presets.models import MODELS
+    from pipesim.whatif.families import NEMO_MODELS
+    return {**{_squash(n): {"preset": n} for n in MODELS}, **{_squash(n): v for n, v in NEMO_MODELS.items()},
+            **{_squash(n): {"preset": p} for n, p in MODEL_ALIASES.items()}}
+
+
 def _model(m: dict, cid: str) -> dict:
     """The model keys: a pipesim preset or a NeMo model (families.NEMO_MODELS) the name or label
     names (_name_keys; Llama 3.1 / 3.3 as Llama 3 of the same size: the same shapes, Dubey et al.
     2024 Table 3) whose shape agrees with the dimensions stated; else those dimensions in the
     family's style."""
     from pipesim.presets.models import MODELS
-    from pipesim.whatif.families import NEMO_MODELS
     seq = _int(m.get("seq_len"), cid, "model.seq_len")
-    stated = {MODEL_DIMS[k]: (_count if k in MODEL_COUNTS else _int)(v, cid, f"model.{k}")
+    stated = {MODEL_DIMS[k]: _int(v, cid, f"model.{k}", 0 if k in MODEL_COUNTS else 1)
               for k, v in m.items() if k in MODEL_DIMS and v is not None}
-    known = {**{_squash(n): {"preset": n} for n in MODELS}, **{_squash(n): v for n, v in NEMO_MODELS.items()},
-             **{_squash(n): {"preset": p} for n, p in MODEL_ALIASES.items()}}
+    known = _known_names()
     for label in (m.get("name"), m.get("label")):
         shape = next((known[k] for k in _name_keys(label) if k in known), None)
         dims = shape and (MODELS[shape["preset"]] if "preset" in shape else shape)
@@ -557,13 +561,19 @@ def _lora(tr: dict, cid: str) -> dict:
     return out
 
 
+@lru_cache(maxsize=None)
+def _own_training_keys() -> dict:
+    """pipesim's training keys the mapping does not read itself -> their types."""
+    from typing import get_type_hints
+    from pipesim.scenario.config import TrainingConfig
+    return {k: t for k, t in get_type_hints(TrainingConfig).items() if k not in READ_TRAINING_KEYS}
+
+
 def _pipesim_keys(tr: dict) -> dict:
     """The row's training keys that are pipesim's own (training.cuda_graphs, fp8_attention, ...)
     and that the mapping above does not read: taken as written (the scenario loader checks them),
     except a value outside the key's choices (`cuda_graphs: per_layer`), which pipesim has no
     setting for and so reads as not stated."""
-    from typing import Literal, get_args, get_origin, get_type_hints
-    from pipesim.scenario.config import TrainingConfig
-    own = {k: t for k, t in get_type_hints(TrainingConfig).items() if k not in READ_TRAINING_KEYS}
+    own = _own_training_keys()
     return {k: v for k, v in tr.items() if k in own
             and not (get_origin(own[k]) is Literal and v not in get_args(own[k]))}

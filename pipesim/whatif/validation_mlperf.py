@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from pipesim.errors import ScenarioError
 from pipesim.scenario.stage_split import embedding_loss_split
-from pipesim.whatif.families import NEMO_MODELS, mapped, megatron_bucket_MB, megatron_p2p_sync
+from pipesim.whatif.families import NEMO_MODELS, mapped, megatron_bucket_MB, megatron_p2p_sync, unknown_model
 from pipesim.whatif.validation_bridge import BRIDGE_SYSTEMS, node_system
 
 # published system -> (pipesim system preset, GPUs per node): the Megatron-Bridge families' table
@@ -73,9 +73,8 @@ ASYM_PIPELINE_SPLIT = ("llama3.1-405b",)
 def mlperf_scenario(case) -> dict:
     c, cid = case.raw, case.id
     name, par, hw, tr = c["model"]["name"], c["parallel"], c["hardware"], c["training"]
-    if name not in MLPERF_MODELS:       # a model this family has no entry for: read as any new row
-        from pipesim.whatif.validation_generic import generic_scenario
-        return generic_scenario(case)
+    if name not in MLPERF_MODELS:
+        raise unknown_model(cid, name)
     model = dict(MLPERF_MODELS[name], name=cid, seq_length=int(c["model"]["seq_len"]))
     preset, per_node = mapped(MLPERF_SYSTEMS, hw["system"], cid, "hardware.system", "has no system preset")
     recipes = mapped(MLPERF_PRECISIONS, tr["precision"], cid, "training.precision")

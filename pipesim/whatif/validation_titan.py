@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from pipesim.errors import ScenarioError
 from pipesim.presets.models import MODELS
-from pipesim.whatif.families import mapped
+from pipesim.whatif.families import mapped, unknown_model
 from pipesim.whatif.validation_generic import ACTIVATION_CHECKPOINTING
 
 TITAN_MODELS = ("llama3-8b", "llama3-70b", "llama2-13b", "llama2-70b", "llama3.1-405b")
@@ -62,17 +62,14 @@ TITAN_GPUS = {"H100-SXM-96GB-HBM2e (500 W)": {"memory_GiB": 96, "hbm_bandwidth_G
 # torch.distributed.pipelining schedule -> (training.schedule, stages per pipeline rank)
 TITAN_PP = {"1F1B": ("1f1b", 1), "Interleaved1F1B": ("interleaved", 2)}
 TITAN_FLOAT8 = ("tensorwise",)
-# torchtitan activation_checkpoint mode -> (training.recompute, layers divisor for block recompute)
-TITAN_AC = ACTIVATION_CHECKPOINTING
 
 
 def titan_scenario(case) -> dict:
     c, cid = case.raw, case.id
     name = c["model"]["name"]
-    if name not in TITAN_MODELS:        # a model this family has no entry for: read as any new row
-        from pipesim.whatif.validation_generic import generic_scenario
-        return generic_scenario(case)
-    recompute, every = mapped(TITAN_AC, c["training"]["activation_checkpointing"], cid,
+    if name not in TITAN_MODELS:
+        raise unknown_model(cid, name)
+    recompute, every = mapped(ACTIVATION_CHECKPOINTING, c["training"]["activation_checkpointing"], cid,
                               "skipped: activation checkpointing", "has no pipesim equivalent")
     tr_raw = c["training"]
     system = mapped(TITAN_SYSTEMS, c["hardware"]["gpu"], cid, "hardware.gpu", "has no system preset")
