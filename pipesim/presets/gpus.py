@@ -382,6 +382,15 @@ _MXFP8_GEMM_RATE = (2.158 + 2.329 + 2.325) / (2.365 + 2.397 + 2.400)
 _BLACKWELL_SUSTAINED = dict(bf16=1456.3 / 1770.9, fp8=2795.7 / 3435.2)
 _A100_SUSTAINED = dict(bf16=1305 / 1410)
 
+# Blackwell's GEMM pipeline fill, in the H100-timed K-elements of TILE_FILL_K (below), chosen the
+# way TILE_FILL_K was, on Blackwell's own kernel tables: the OpenXLA sm_100 tables of benchmarks/kernel_curves.py section 1d (80 BF16 + 18 FP8
+# cuBLAS shapes; grid 384-704 in steps of 32). At 576 their mean |log error| is 3.9 % (BF16 +0.7 %,
+# FP8 -5.0 % mean signed); with the H100's 384 it was 8.2 % (BF16 +8.2 %, every mid-size shape too
+# fast). The FP4 rows of section 1e, not used in the choice, move from 23.2 to 18.2 %. Why the
+# fill is longer: Blackwell's tcgen05 GEMMs stage more K-slices per tile (deeper TMA pipelines into
+# the larger shared memory, the tensor-memory accumulator allocated per tile) before the first MMA.
+BLACKWELL_FILL_K = 576
+
 KERNEL_CURVES: dict[str, dict] = {
     # V100: 80 SMs (Volta whitepaper Table 1). The MAMF table has no V100 row: the generic
     # MAMF/peak of 0.80 (below) times the 125 TFLOP/s FP16 tensor peak. No BF16/TF32/FP8 tensor
@@ -413,7 +422,7 @@ KERNEL_CURVES: dict[str, dict] = {
     # 3432.5. Attention: GB200's cuDNN table (the same die) scaled by the BF16 MAMF ratio
     # 1745.0 / 1822.0 -- NVIDIA's B200 table was measured through PyTorch's cuDNN path, not the
     # one Transformer Engine calls; FA2 measured on B200 (_B200_FA2).
-    "b200": dict(persistent=True, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
+    "b200": dict(persistent=True, fill_k=BLACKWELL_FILL_K, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
                  anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(_B200_FA2, 1.0),
@@ -421,7 +430,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8), attention_window=_GB200_CUDNN_WINDOW),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
-    "gb200": dict(persistent=True, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
+    "gb200": dict(persistent=True, fill_k=BLACKWELL_FILL_K, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_GB200_CUDNN, attention_scale=1.0,
@@ -431,7 +440,7 @@ KERNEL_CURVES: dict[str, dict] = {
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
     # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
     # by the BF16 MAMF ratio 1769.0 / 1822.0 (GB300's MAMF stand-in, below).
-    "b300": dict(persistent=True, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168), fp4=_FP4_SHAPE),
+    "b300": dict(persistent=True, fill_k=BLACKWELL_FILL_K, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3,
                                   fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
                  anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_GB300_CUDNN,
@@ -444,7 +453,7 @@ KERNEL_CURVES: dict[str, dict] = {
     # at 1.1 kW, presets/systems.py), so the measured GB200 MAMF stands in for BF16 and FP8 (and its
     # best shapes), on the B300's 160 SMs; FP4 is GB200's times Blackwell Ultra's 1.5x dense FP4.
     # Attention: its own cuDNN table; FA2 as GB200's.
-    "gb300": dict(persistent=True, sms=160, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
+    "gb300": dict(persistent=True, fill_k=BLACKWELL_FILL_K, sms=160, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=75 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5 * 1.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1.0,
@@ -518,12 +527,13 @@ def fill_rate(c: dict) -> float:
     latency of its first TMA loads from HBM, which a faster tensor core does not shorten: it
     takes the seconds it takes on the H100 it was chosen on, on every Hopper/Blackwell GPU
     (against the OpenXLA sm_100 table, benchmarks/kernel_curves.py section 1d, timing it at
-    B200's own rate left mid-size GEMMs +22 % too fast; at the H100's, +7 %). Volta/Ampere
-    kernels (one fill per wave) keep their own rate: no table to test another choice on."""
+    B200's own rate left mid-size GEMMs +22 % too fast; at the H100's, +7 %), times the curve's
+    own fill depth (`fill_k`: BLACKWELL_FILL_K on Blackwell). Volta/Ampere kernels (one fill per
+    wave) keep their own rate: no table to test another choice on."""
     if not c["persistent"]:
         return c["mamf_tflops"]["fp16"] * 1e12
     ref = KERNEL_CURVES["h100"]
-    return ref["mamf_tflops"]["fp16"] * 1e12 / ref["sms"] * c["sms"]
+    return ref["mamf_tflops"]["fp16"] * 1e12 / ref["sms"] * c["sms"] * TILE_FILL_K / c.get("fill_k", TILE_FILL_K)
 # Output tiles cuBLAS/CUTLASS choose between (M x N) and their per-SM throughput relative to the
 # largest (smaller tiles reuse each loaded operand less). CUTLASS 3 Hopper tile shapes:
 # NVIDIA/cutlass include/cutlass/gemm/collective/builders/sm90_gmma_builder.inl.
