@@ -9,7 +9,8 @@ from pipesim.costs.layers import layer_ops
 from pipesim.costs.moe import TE_GEMM_STREAMS, expert_gemm_rounds
 from pipesim.costs.moe_host import (SYNC_ROUND_TRIP_S, TORCH_OP_HOST_S, kernels_of, lockstep_exposed,
                                     post_sync_sequence)
-from pipesim.costs.moe_interference import DEEPEP_SMS, comm_sms, cta_makespan, gemm_slowdown
+from pipesim.costs.moe_dispatch import DEFAULT_SMS
+from pipesim.costs.moe_interference import comm_sms, cta_makespan, gemm_slowdown
 from pipesim.costs.stage import cost_model_for
 from pipesim.sim.a2a_overlap import pair_cost, two_streams
 from pipesim.sim.workload import Cost
@@ -64,7 +65,9 @@ def test_host_exposure_is_a_real_term():
 
 
 def test_held_sms_and_two_stream_pair():
-    assert comm_sms(moe(training={"moe_dispatcher": "deepep"})) == DEEPEP_SMS == 20
+    assert comm_sms(moe(training={"moe_dispatcher": "deepep"})) == DEFAULT_SMS["deepep"] == 20
+    assert comm_sms(moe(training={"moe_dispatcher": "hybridep"})) == DEFAULT_SMS["hybridep"] == 32
+    assert comm_sms(moe(training={"moe_dispatcher": "hybridep", "moe_dispatcher_sms": 16})) == 16
     assert comm_sms(moe(training={"moe_dispatcher": "alltoall"})) == 0
     w = dict(F_att=0.69, F_moe=1.15, F_dis=1.15, F_com=1.15, B_att=1.62, B_dg=0.99, B_wg=0.99, B_com=1.15, B_dis=1.15)
     # no slowdown: F_att under B_com; then the compute stream never waits: B_dg (under F_dis),

@@ -74,7 +74,7 @@ def test_rows_whose_script_layout_matches_take_its_recompute_dispatch_and_overla
     cases = _cases()
     ds = case_scenario(cases["bridge2511-gb200-deepseekv3-bf16"])["training"]
     assert ds["recompute"] == "selective" and ds["recompute_modules"] == ["mla_up_proj"]
-    assert ds["moe_dispatcher"] == "deepep"
+    assert ds["moe_dispatcher"] == "hybridep"            # v0.2.0: only DeepSeek-V3 on H100 named deepep
     assert case_scenario(cases["bridge2511-h100-qwen3-235b-a22b"])["training"]["moe_a2a_overlap"] is True
     other = case_scenario(cases["bridge2511-gb200-deepseekv3-mx"])["training"]     # PP 8 here, 4 in the script
     assert other["recompute"] == "none" and other["moe_dispatcher"] == "alltoall"
@@ -110,7 +110,10 @@ def test_the_2604_tables_map_with_the_same_converter():
 def test_2604_rows_take_their_release_configs_settings():
     cases = {c.id: c for c in load_cases() if c.suite == "bridge2604"}
     b200 = case_scenario(cases["bridge2604-b200-deepseekv3-mxfp8"])["training"]    # DEEPSEEK_V3 ..._B200_FP8_MX_V2
-    assert (b200["moe_dispatcher"], b200["moe_a2a_overlap"]) == ("deepep", True)
+    assert (b200["moe_dispatcher"], b200["moe_a2a_overlap"]) == ("deepep", True)    # the one config naming deepep
+    # every other flex row of v0.4.2 names hybridep
+    assert {case_scenario(cases[c])["training"].get("moe_dispatcher") for c in cases
+            if "deepseekv3" not in c or "b200" not in c} <= {None, "alltoall", "hybridep"}
     assert b200["recompute"] == "selective" and b200["recompute_modules"] == ["mla_up_proj", "mlp"]
     fsdp = case_scenario(cases["bridge2604-gb300-llama3-70b-fp8"])["training"]     # Megatron-FSDP, 20 offloaded
     assert (fsdp["zero_stage"], fsdp["zero3_collectives"], fsdp["offload_activation_layers"]) == (3, "layer", 20)
@@ -160,20 +163,20 @@ def test_2606_and_2608_rows_take_their_release_configs_settings():
     for prefix, rows in (("bridge2606-", validation_bridge_2606.ROWS), ("bridge2608-", validation_bridge_2608.ROWS)):
         assert all(prefix + row in cases for row in rows)              # every entry names a published row
     ds = case_scenario(cases["bridge2606-gb200-deepseekv3-mxfp8"])["training"]   # ..._GB200_FP8_MX_V2 (v0.5.1)
-    assert (ds["moe_dispatcher"], ds["moe_a2a_overlap"], ds["moe_shared_expert_overlap"]) == ("deepep", True, False)
+    assert (ds["moe_dispatcher"], ds["moe_a2a_overlap"], ds["moe_shared_expert_overlap"]) == ("hybridep", True, False)
     assert ds["recompute"] == "selective" and ds["recompute_modules"] == ["mla_up_proj"]
     gbs = case_scenario(cases["bridge2606-gb300-deepseekv3-mxfp8-gbs15360"])["training"]   # ..._GB300_FP8_MX_GBS15360
-    assert (gbs["moe_dispatcher"], gbs["moe_a2a_overlap"], gbs["recompute"]) == ("deepep", True, "none")
+    assert (gbs["moe_dispatcher"], gbs["moe_a2a_overlap"], gbs["recompute"]) == ("hybridep", True, "none")
     b300 = case_scenario(cases["bridge2606-b300-deepseekv3-mxfp8"])["training"]   # its layout's v0.5.0 config
-    assert b300["moe_dispatcher"] == "deepep" and b300["recompute_modules"] == ["mla_up_proj"]
+    assert b300["moe_dispatcher"] == "hybridep" and b300["recompute_modules"] == ["mla_up_proj"]
     sup = case_scenario(cases["bridge2606-b300-nemotron-3-super-nvfp4"])["training"]
     assert sup["recompute_modules"] == ["moe_act", "layernorm"] and sup["fp8_param_gather"] is False
     # the release's NVFP4 precision config gathers FP4 weights, as v0.4.2's
     assert case_scenario(cases["bridge2606-gb300-llama3.1-405b-nvfp4"])["training"]["fp8_param_gather"] is True
     qwen = case_scenario(cases["bridge2608-gb300-qwen3-235b-a22b-mxfp8"])["training"]   # perf_recipes (v0.6.0)
-    assert (qwen["moe_dispatcher"], qwen["moe_a2a_overlap"]) == ("deepep", True)
+    assert (qwen["moe_dispatcher"], qwen["moe_a2a_overlap"]) == ("hybridep", True)
     nano = case_scenario(cases["bridge2608-gb300-nemotron-3-nano-mxfp8"])["training"]
-    assert nano["moe_dispatcher"] == "deepep" and not nano.get("moe_a2a_overlap")
+    assert nano["moe_dispatcher"] == "hybridep" and not nano.get("moe_a2a_overlap")
     # FP8 attention as each recipe sets fp8_dot_product_attention: the Qwen3 / GB300 DeepSeek-V3
     # MXFP8 recipes do, GB200 DeepSeek-V3's (and every 26.04.01 row's config) does not
     assert qwen["fp8_attention"] is True

@@ -95,5 +95,5 @@ def test_bridges_recompute_study_rows_map_their_modules_and_publish_allocated_me
     assert len(rows) == 2 and all(c.memory_kind == "allocated" for c in rows.values())
     s = load_scenario(case_scenario(rows["bridgemem-h100-nemotron-3-nano-bf16-moe-layernorm"]))
     assert s.training.recompute == "selective" and s.training.recompute_modules == ("moe", "layernorm")
-    assert s.training.precision == "bf16" and s.training.moe_dispatcher == "deepep"
+    assert s.training.precision == "bf16" and s.training.moe_dispatcher == "hybridep"
     assert (s.num_gpus, s.parallel.expert, s.num_microbatches, s.model.seq_length) == (16, 8, 1, 8192)

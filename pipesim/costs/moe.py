@@ -29,6 +29,7 @@ from statistics import NormalDist
 
 from pipesim.costs.collectives import Link, collective_time
 from pipesim.costs.layers import Shapes, high_precision, matmul, vector
+from pipesim.costs.moe_dispatch import FUSED_DISPATCHERS, kernel_rate
 from pipesim.costs.moe_host import host_exposed_fwd
 from pipesim.costs.moe_interference import overlap_slowdown
 from pipesim.costs.moe_parallel import expert_placement
@@ -143,7 +144,7 @@ def moe_block_ops(s: Scenario, sh: Shapes) -> list[Op]:
     # read + write each copy once; backward is the inverse gather. DeepEP sends the tokens
     # themselves and returns the distinct ones a rank received (`recv`), which one permute
     # expands to the rows (Megatron-Core MoEFlexTokenDispatcher.get_permuted_hidden_states_by_experts).
-    deepep = s.training.moe_dispatcher == "deepep"
+    deepep = s.training.moe_dispatcher in FUSED_DISPATCHERS
     moved = ((0.0 if deepep else T_loc * k) + rows) * d * e
     ops.append(Op("permute", "vector", 0.0, 0.0, 2 * moved, 2 * moved))
     fc1_n = m.moe_ffn * (2 if gated else 1)
@@ -265,6 +266,9 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
       Sec. 2.1.2: `moe_router_num_groups` G, at most g = `moe_router_group_topk` per token) whose
       groups are whole parts or unions of them draws the k from the g·E/G experts of the chosen
       groups, which span g·n/G parts; other groupings keep the uniform expectation.
+    hybridep — NVIDIA's HybridEP kernels (Megatron-Core flex dispatcher, backend hybridep): deepep's
+      traffic; on Blackwell its SMs, not NVLink, set the rate (costs/moe_dispatch.py kernel_rate,
+      the published GB200 table), so each phase takes max(wire, received bytes / kernel rate).
     ETP > 1 adds an all-gather (dispatch) / reduce-scatter (combine) of the received tokens over
     the ETP group (Megatron-Core alltoall dispatcher with expert tensor parallelism).
     """
@@ -283,7 +287,7 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     g = expert_placement(s, "ep")
     per, islands = g.per_node, max(1, math.ceil(ep / g.per_node))
     intra_link, inter_link = g.intra, g.inter
-    if tr.moe_dispatcher == "deepep":
+    if tr.moe_dispatcher in FUSED_DISPATCHERS:
         inter = T_loc * d * sh.e * parts_hit(m, islands) * (islands - 1) / islands
         intra = T_loc * d * sh.e * parts_hit(m, ep) * (per - 1) / per
         alpha = intra_link.latency + (inter_link.latency if inter > 0 else 0.0)
@@ -293,7 +297,11 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
         slow: Link = inter_link if inter > 0 else intra_link
         alpha = (ep - 1) * slow.latency
     wire = max(intra / intra_link.bandwidth, inter / inter_link.bandwidth if inter else 0.0)
-    one = alpha + lam * wire + etp_s
+    # the fused kernels' own SMs may not keep up with the link (costs/moe_dispatch.py): each phase
+    # takes the longer of the wire and the bytes the rank receives at the kernel's rate
+    recv = T_loc * d * sh.e * parts_hit(m, ep)
+    dispatch, combine = (alpha + lam * max(wire, recv / rate if rate else 0.0) + etp_s
+                         for rate in (kernel_rate(s, per, phase, sh.e) for phase in ("dispatch", "combine")))
     sent = 2 * (intra + inter)
     # The alltoall dispatcher first exchanges the copies per expert (Megatron-Core
     # MoEAlltoAllTokenDispatcher preprocess: an all-to-all of E/EP counts per peer), a
@@ -306,9 +314,9 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
         # over this EP group, latency + bytes to the other ranks / bandwidth; moe_calibration.py),
         # plus the wake-up of the ranks that wait asleep for the last one (measured the same way)
         wake = cal.get("wakeup_s", 0.0)
-        one = cal["latency_s"] + wake + lam * X * (ep - 1) / ep / cal["bandwidth_Bps"] + etp_s
+        dispatch = combine = cal["latency_s"] + wake + lam * X * (ep - 1) / ep / cal["bandwidth_Bps"] + etp_s
         counts = cal["counts_s"] + wake
-    return A2ACost(2 * one + counts, 2 * one, sent, sent, intra, inter)
+    return A2ACost(dispatch + combine + counts, dispatch + combine, sent, sent, intra, inter)
 
 
 def parts_hit(m, parts: int) -> float:

@@ -35,21 +35,19 @@ import heapq
 import math
 from functools import lru_cache
 
+from pipesim.costs.moe_dispatch import dispatcher_sms
 from pipesim.costs.ops import Op
 
-# SMs a DeepEP normal-mode kernel occupies while it runs: Megatron-Core's default
-# `moe_deepep_num_sms = 20` (megatron/core/transformer/transformer_config.py, DeepEP V1; the
-# DeepEP V2 README: "For V3-like legacy training, SM usage reduced from 24 to 4 - 6").
-DEEPEP_SMS = 20
 # The output tile of cuBLAS's Hopper BF16 GEMMs: 256 x 128 (the nvjet kernels are named
 # `nvjet_hsh_256x128_...`; CUTLASS 3 Hopper's largest tile, pipesim/presets/gpus.py TILES).
 GEMM_TILE = (256, 128)
 
 
 def comm_sms(s) -> int:
-    """SMs the all-to-all kernels hold while they run: DeepEP's normal kernels DEEPEP_SMS; NCCL's
+    """SMs the all-to-all kernels hold while they run: the fused dispatchers' (costs/moe_dispatch.py;
+    DeepEP V2's README: "For V3-like legacy training, SM usage reduced from 24 to 4 - 6"); NCCL's
     all-to-all none (not modelled)."""
-    return DEEPEP_SMS if s.training.moe_dispatcher == "deepep" else 0
+    return dispatcher_sms(s)
 
 
 def gemm_tiles(m: float, n: float) -> int:

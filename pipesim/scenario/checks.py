@@ -37,6 +37,7 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     _check_window(s, loader)
     _check_hybrid(s, loader)
     _check_router_groups(s, loader)
+    _check_dispatcher_sms(s, loader)
     tp_split = {"1d": t, "2d": _root(t, 2), "2.5d": _root(t // par.tensor_depth, 2), "3d": _root(t, 3)}
     _check_tensor_shape(par, loader)
     q = tp_split[par.tensor_mode]
@@ -201,6 +202,21 @@ def _check_router_groups(s: Scenario, loader: Loader) -> None:
     if m.moe_top_k > top * m.num_experts // groups:
         loader.fail("model.moe_router_group_topk", f"moe_top_k({m.moe_top_k}) experts do not fit in "
                     f"moe_router_group_topk({top}) groups of {m.num_experts // groups}")
+
+
+def _check_dispatcher_sms(s: Scenario, loader: Loader) -> None:
+    """The fused dispatcher's kernels run on SMs of the GPU: no more than it has."""
+    from pipesim.presets.gpus import curve
+    sms = s.training.moe_dispatcher_sms
+    if sms is None:
+        return
+    if s.training.moe_dispatcher == "alltoall":
+        loader.fail("training.moe_dispatcher_sms", "sets the SMs of a fused dispatcher (deepep or hybridep); "
+                    "moe_dispatcher is alltoall (NCCL's channels)")
+    known = (curve(s.system.gpu.kernel_curve) or {}).get("sms")
+    if known and sms >= known:
+        loader.fail("training.moe_dispatcher_sms", f"{sms} SMs of the {s.system.gpu.name}'s {known} leave "
+                    f"none for compute; expected fewer than {known}")
 
 
 def _check_hybrid(s: Scenario, loader: Loader) -> None:

@@ -438,8 +438,13 @@ class TrainingConfig:
     moe_capacity_factor: float = field(1.0, doc="expert capacity / mean load (moe_routing: capacity)")
     moe_routing_skew: float = field(0.25, doc="coefficient of variation of expert popularity per "
                                               "micro-batch (moe_routing: dropless; docs/MOE.md)")
-    moe_dispatcher: Literal["alltoall", "deepep"] = field("alltoall", doc="token dispatcher: NCCL "
-                                                          "all-to-all or a DeepEP-like fused kernel")
+    moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = field(
+        "alltoall", doc="token dispatcher: NCCL all-to-all, DeepEP's fused normal kernels, or HybridEP "
+                        "(NVIDIA's fused kernels in DeepEP, Megatron's flex dispatcher backend hybridep); "
+                        "costs/moe_dispatch.py")
+    moe_dispatcher_sms: Optional[int] = field(
+        None, doc="SMs the fused dispatcher's kernels run on (Megatron-Core moe_flex_dispatcher_num_sms); "
+                  "default deepep 20, hybridep 32")
     moe_a2a_overlap: bool = field(False, doc="hide one micro-batch's all-to-all under the paired "
                                              "micro-batch's compute (1F1B A2A overlap, DualPipeV)")
     cuda_graphs: Literal["none", "full_iteration"] = field(
@@ -578,6 +583,8 @@ class TrainingConfig:
             raise ValueError(f"document_length_cv must be a finite number >= 0, got {self.document_length_cv}")
         if self.moe_capacity_factor <= 0:
             raise ValueError(f"moe_capacity_factor must be positive, got {self.moe_capacity_factor}")
+        if self.moe_dispatcher_sms is not None and self.moe_dispatcher_sms < 1:
+            raise ValueError(f"moe_dispatcher_sms must be at least 1, got {self.moe_dispatcher_sms}")
         if self.moe_routing_skew < 0:
             raise ValueError(f"moe_routing_skew must not be negative, got {self.moe_routing_skew}")
         if not 1 <= self.muon_ns_steps < 100:     # torch.optim.Muon refuses 100 and more

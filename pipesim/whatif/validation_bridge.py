@@ -124,18 +124,19 @@ BRIDGE_LAYOUTS = {"DeepSeekV3": {(2, 8): _DS_16, (4, 4): _DS_16, (8, 2): _DS_16,
 # scripts/performance/configs/*/workload_base_configs.py), mapped for the rows whose layout there
 # (GPUs, TP, PP, VP, EP, micro-batch, global batch) is the table's: the other rows' configs at that
 # tag differ from the table, so what they ran is not known. HybridEP / DeepEP dispatch ->
-# moe_dispatcher deepep; recompute_modules -> recompute selective with those modules; moe_a2a_overlap
+# moe_dispatcher hybridep / deepep (v0.2.0's GB200 rows name hybridep, at 32 SMs:
+# scripts/performance/utils/helpers.py); recompute_modules -> recompute selective with those modules; moe_a2a_overlap
 # as set. CUDA graphs (host time pipesim does not model) are not mapped.
 BRIDGE_ROW_SETTINGS = {
     # DEEPSEEK_V3_GB200_BASE_CONFIG
-    "bridge2511-gb200-deepseekv3-bf16": dict(moe_dispatcher="deepep", recompute="selective",
+    "bridge2511-gb200-deepseekv3-bf16": dict(moe_dispatcher="hybridep", recompute="selective",
                                              recompute_modules=["mla_up_proj"]),
     # DEEPSEEK_V3_B200_BASE_CONFIG
     "bridge2511-b200-deepseekv3-mtp-mx": dict(recompute="selective", recompute_modules=["mla_up_proj"]),
     # QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG
     "bridge2511-h100-qwen3-235b-a22b": dict(moe_a2a_overlap=True),
     # QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG
-    "bridge2511-gb200-qwen3-30b-a3b-mx": dict(moe_dispatcher="deepep"),
+    "bridge2511-gb200-qwen3-30b-a3b-mx": dict(moe_dispatcher="hybridep"),
     # GPT_OSS_120B_B200_BF16_BASE_CONFIG
     "bridge2511-b200-gpt-oss-120b-bf16": dict(recompute="selective", recompute_modules=["layernorm", "moe_act"]),
 }

@@ -5,8 +5,10 @@ the tag whose docs hold the 26.04.01 tables), scripts/performance/configs/*/
 (GPUs, global and micro batch, TP, PP, VP, CP, EP) is the table's; the comment names it. Test only.
 
 Mapped (pipesim/whatif/validation_bridge.py applies them over the family's defaults):
-- moe_flex_dispatcher_backend hybridep / deepep -> training.moe_dispatcher deepep (the fused
-  dispatch-combine kernels; as bridge2511's rows);
+- moe_flex_dispatcher_backend hybridep / deepep -> training.moe_dispatcher hybridep / deepep (the
+  fused dispatch-combine kernels, at their default SMs: the scripts set moe_hybridep_num_sms = 32 for
+  every hybridep run, utils/overrides.py; costs/moe_dispatch.py). Only DeepSeek-V3 on B200 (FP8_MX,
+  NVFP4) and Qwen3-Next on B200/B300 name deepep in v0.4.2-v0.5.1; every other flex row hybridep;
 - moe_a2a_overlap -> training.moe_a2a_overlap;
 - recompute_modules -> recompute selective with those modules (Megatron-Core recompute_modules);
 - cpu_offloading_num_layers -> training.offload_activation_layers;
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 def _recipe(deepep: bool = False, a2a: bool = False, modules=None, offload: int = 0,
             megatron_fsdp: bool = False, fp8_attention: bool = False, full_graph: bool = False,
-            fp8_lm_head: bool = False) -> dict:
+            fp8_lm_head: bool = False, backend: str = "hybridep") -> dict:
+    """`deepep`: the row runs Megatron's flex dispatcher, with `backend` (hybridep unless the config
+    names deepep)."""
     out = {}
     if fp8_lm_head:
         out["fp8_lm_head"] = True
@@ -36,7 +40,7 @@ def _recipe(deepep: bool = False, a2a: bool = False, modules=None, offload: int 
     if fp8_attention:
         out["fp8_attention"] = True
     if deepep:
-        out["moe_dispatcher"] = "deepep"
+        out["moe_dispatcher"] = backend
     if a2a:
         out["moe_a2a_overlap"] = True
     if modules:
@@ -61,7 +65,7 @@ ROWS = {
     # DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2
     "b300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2
-    "b200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj', 'mlp']),
+    "b200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj', 'mlp'], backend="deepep"),
     # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2
     "gb200-gpt-oss-120b-bf16": _recipe(a2a=True, modules=['layernorm', 'moe_act']),
     # GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2

@@ -10,7 +10,7 @@ gigabytes would read 7 % lower). The rows that did not fit (no recompute, `core_
 `layernorm` + `moe_act`: out of memory in iteration 1 or 2) have no step to compare and are left
 out. Test only.
 
-Mapped as the bridge families (validation_bridge.py) with: HybridEP -> moe_dispatcher deepep; the
+Mapped as the bridge families (validation_bridge.py) with: HybridEP -> moe_dispatcher hybridep; the
 row's recompute_modules. Not mapped: Transformer Engine CUDA graphs of attention and Mamba (their
 private memory pools included), as for the bridge2604 rows.
 """

@@ -96,7 +96,7 @@ ACTIVATION_CHECKPOINTING = {"no": ("none", None), "none": ("none", None), "false
 # torchao Float8 scaling recipes pipesim has (its rowwise scaling is not pipesim's 1x128 blockwise)
 FLOAT8 = {"tensorwise": "tensorwise"}
 ROUTING = {"balanced": "balanced", "dropless": "dropless", "capacity": "capacity"}
-DISPATCHERS = {"alltoall": "alltoall", "deepep": "deepep"}
+DISPATCHERS = {"alltoall": "alltoall", "deepep": "deepep", "hybridep": "hybridep", "hybrid-ep": "hybridep"}
 ATTENTION = {"flash": "flash", "eager": "eager", "cudnn": "flash", "fused": "flash", "te": "flash", "sdpa": "flash",
              "flex": "flash"}
 # a batch per data-parallel rank, as tables state it when they give no global batch

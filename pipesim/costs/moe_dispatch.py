@@ -1,0 +1,64 @@
+"""The fused MoE dispatchers' kernels: how many SMs they hold and how fast those SMs move tokens.
+
+DeepEP's normal kernels and HybridEP (NVIDIA's hybrid-ep kernels in DeepEP, Megatron-Core's flex
+dispatcher backend `hybridep`) copy tokens over NVLink with a fixed set of SMs, so within an
+NVLink domain a dispatch or combine runs at the lower of the link's bandwidth and the rate those
+SMs reach. On Hopper's 450 GB/s NVLink the SMs keep up with the link (DeepEP README: 153 / 158
+GB/s on H800's 160 GB/s NVLink, NVLink-bound); on Blackwell's 900 GB/s they do not, and the
+published per-SM-count tables are the rate (costs/moe.py a2a_costs takes the min).
+
+Rates are bytes received per rank per second, the rank's own tokens included (DeepEP's and
+HybridEP's tests divide `nvl_recv_bytes`, every token the rank receives, by the kernel time).
+"""
+from __future__ import annotations
+
+# SMs each backend's kernels run on unless `training.moe_dispatcher_sms` says: DeepEP, Megatron-Core's
+# `moe_deepep_num_sms = 20` (megatron/core/transformer/transformer_config.py, 2025-26); HybridEP, 32:
+# the HybridEPBuffer's own default (deepseek-ai/DeepEP hybrid-ep branch, deep_ep/hybrid_ep_buffer.py
+# `num_sms_dispatch_api: int = 32`, `num_sms_combine_api: int = 32`), which Megatron-Core keeps when
+# `moe_hybridep_num_sms` is None, and the value Megatron-Bridge's performance scripts set for every
+# hybridep run (scripts/performance/utils/overrides.py `moe_hybridep_num_sms = 32`, v0.2.0-v0.6.0).
+DEFAULT_SMS = {"deepep": 20, "hybridep": 32}
+FUSED_DISPATCHERS = tuple(DEFAULT_SMS)       # one copy per destination rank (costs/moe.py a2a_costs)
+
+# HybridEP intranode on GB200, deepseek-ai/DeepEP PR #420 ("Add HybridEP solution for normal mode
+# intranode dispatch/combine", NVIDIA, 2025-09), its GB200 table, "Torch API" columns:
+# ranks -> SMs -> (dispatch FP8, dispatch BF16, combine) GB/s. B200 / B300 / GB300 run the same
+# NVLink 5 at the same 900 GB/s and take it (no table of their own is published).
+HYBRIDEP_BLACKWELL = {
+    8: {16: (248.86, 362.01, 310.21), 24: (350.97, 512.72, 425.95), 32: (447.76, 615.78, 519.57)},
+    16: {16: (242.51, 328.80, 278.34), 24: (338.87, 442.47, 378.32), 32: (393.72, 520.76, 442.51)},
+    24: {16: (258.33, 324.64, 126.53), 24: (351.05, 450.22, 163.62), 32: (405.04, 502.84, 207.10)},
+}
+BLACKWELL_CURVES = ("b200", "gb200", "b300", "gb300")
+
+
+def dispatcher_sms(s) -> int:
+    """SMs the fused dispatcher's kernels hold (0 for NCCL's all-to-all: not modelled)."""
+    tr = s.training
+    if tr.moe_dispatcher not in DEFAULT_SMS:
+        return 0
+    return tr.moe_dispatcher_sms or DEFAULT_SMS[tr.moe_dispatcher]
+
+
+def kernel_rate(s, ranks: int, phase: str, elem_bytes: float) -> float | None:
+    """Bytes/s per rank (received, own tokens included) the fused dispatcher's SMs reach for
+    `phase` ("dispatch" / "combine") among `ranks` NVLink peers, or None where no table is
+    published (NCCL all-to-all, DeepEP, HybridEP off Blackwell): the link alone bounds it then.
+    Between the measured SM counts the rate is linear; beyond them it is the nearest measured
+    one's per-SM rate (the kernel's SMs are its copy engines). More ranks than the table's
+    largest take its largest row."""
+    if s.training.moe_dispatcher != "hybridep" or s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
+        return None
+    row = HYBRIDEP_BLACKWELL[max([r for r in HYBRIDEP_BLACKWELL if r <= ranks] or [min(HYBRIDEP_BLACKWELL)])]
+    column = 2 if phase == "combine" else (0 if elem_bytes <= 1 else 1)
+    sms = dispatcher_sms(s)
+    points = sorted((n, rates[column]) for n, rates in row.items())
+    if sms <= points[0][0]:
+        return points[0][1] * sms / points[0][0] * 1e9
+    if sms >= points[-1][0]:
+        return points[-1][1] * sms / points[-1][0] * 1e9
+    for (n0, r0), (n1, r1) in zip(points, points[1:]):
+        if n0 <= sms <= n1:
+            return (r0 + (r1 - r0) * (sms - n0) / (n1 - n0)) * 1e9
+    raise AssertionError("unreachable")
