@@ -1,0 +1,95 @@
+"""Fused MoE dispatcher kernels: pipesim's rates against the published kernel benchmarks.
+
+    python benchmarks/moe_dispatch_rates.py
+
+Each published figure is a "bottleneck bandwidth": intranode, the bytes a rank receives over
+NVLink (its own tokens included) per second of the kernel; internode, the bytes it sends over
+RDMA per second. pipesim's figure is the same quotient of its own a2a_costs (costs/moe.py) for the
+benchmark's setting, so the table shows how each term was made and where it departs:
+
+1. HybridEP on GB200 (deepseek-ai/DeepEP PR #420, 8 ranks, BF16 dispatch, combine): the table is
+   pipesim's kernel rate (costs/moe_dispatch.py), capped by NVLink 5; the rows between its SM
+   counts are pipesim's interpolation.
+2. DeepEP V1 on H800 (deepseek-ai/DeepEP docs/legacy.md, normal kernels, 24 SMs, DeepSeek-V3's
+   setting: 4096 tokens per rank, hidden 7168, top-8 of 256 in 4 of 8 groups): intranode the
+   NVLink bound, internode the RDMA bound; pipesim times DeepEP at the links.
+3. DeepEP V2 on SM100 (deepseek-ai/DeepEP README, EP 8 over NVLink, 8K tokens): not the V1 kernels
+   Megatron-Core 2026 runs, shown as the link bound's other check.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pipesim
+from pipesim.costs.layers import shapes_of
+from pipesim.costs.moe import a2a_costs, parts_hit
+from pipesim.costs.moe_dispatch import kernel_rate
+from pipesim.costs.moe_parallel import expert_placement
+
+HYBRIDEP_GB200 = [(16, 362.01, 310.21), (20, None, None), (24, 512.72, 425.95), (28, None, None),
+                  (32, 615.78, 519.57), (48, None, None)]
+DEEPEP_V1_H800 = [(8, "intranode", 153, 158), (16, "internode", 43, 43), (32, "internode", 58, 57),
+                  (64, "internode", 51, 50)]
+DEEPEP_V2_SM100 = [(64, 726, 740), (24, 643, 675)]
+
+
+def scenario(model: str, system: str, nodes: int, ep: int, tokens: int, dispatcher: str, sms=None):
+    return pipesim.load_scenario({
+        "model": {"preset": model, "seq_length": tokens, "mtp_layers": 0},
+        "system": {"preset": system, "num_nodes": nodes},
+        "parallel": {"tensor": 1, "pipeline": 1, "data": ep, "expert": ep},
+        "training": {"micro_batch_size": 1, "global_batch_size": ep, "precision": "bf16",
+                     "moe_routing": "balanced", "moe_dispatcher": dispatcher,
+                     **({"moe_dispatcher_sms": sms} if sms else {})}})
+
+
+def logical_rates(s) -> tuple[float, float, float]:
+    """(received bytes per rank / dispatch time, the same for combine, RDMA bytes / dispatch time),
+    GB/s. a2a_costs returns dispatch + combine; a phase is the longer of the link-bound half (the
+    same scenario under the link-bound deepep model) and the received bytes at the kernel's rate."""
+    sh = shapes_of(s)
+    cost = a2a_costs(s, sh)
+    tokens = s.training.micro_batch_size * s.model.seq_length
+    recv = tokens * s.model.hidden_size * sh.e * parts_hit(s.model, s.parallel.expert)
+    per = expert_placement(s, "ep").per_node
+    t_link = a2a_costs(replace(s, training=replace(s.training, moe_dispatcher="deepep",
+                                                   moe_dispatcher_sms=None)), sh).fwd / 2
+    t_d, t_c = (max(t_link, recv / rate) if rate else t_link
+                for rate in (kernel_rate(s, per, phase, sh.e) for phase in ("dispatch", "combine")))
+    assert abs(t_d + t_c - cost.fwd) < 0.02 * cost.fwd    # a2a_costs' split, but for its latency α
+    return recv / t_d / 1e9, recv / t_c / 1e9, cost.inter_bytes / t_d / 1e9 if cost.inter_bytes else 0.0
+
+
+def main() -> None:
+    print("1. HybridEP on GB200, 8 ranks (DeepEP PR #420, 'Torch API'), GB/s received per rank; "
+          "Qwen3-30B-A3B routing, 4096 tokens per rank")
+    print(f"   {'SMs':>4} {'dispatch pub':>13} {'pipesim':>8} {'combine pub':>12} {'pipesim':>8}")
+    for sms, disp, comb in HYBRIDEP_GB200:
+        s = scenario("qwen3-30b-a3b", "gb200-nvl72", 2, 8, 4096, "hybridep", sms)
+        d, c, _ = logical_rates(s)
+        pub_d = f"{disp:13.0f}" if disp else f"{'-':>13}"
+        pub_c = f"{comb:12.0f}" if comb else f"{'-':>12}"
+        print(f"   {sms:>4} {pub_d} {d:>8.0f} {pub_c} {c:>8.0f}")
+    link = logical_rates(scenario("qwen3-30b-a3b", "gb200-nvl72", 2, 8, 4096, "deepep"))
+    print(f"   NVLink 5 bound (the link model, deepep): dispatch {link[0]:.0f}, combine {link[1]:.0f}\n")
+
+    print("2. DeepEP V1 normal kernels on H800 (docs/legacy.md; 24 SMs), DeepSeek-V3 setting, 4096 tokens "
+          "per rank: the bottleneck bandwidth, GB/s")
+    print(f"   {'EP':>4} {'kind':>10} {'dispatch pub':>13} {'pipesim':>8} {'combine pub':>12} {'pipesim':>8}")
+    for ep, kind, disp, comb in DEEPEP_V1_H800:
+        s = scenario("deepseek-v3", "hgx-h800", max(1, ep // 8), ep, 4096, "deepep")
+        d, c, rdma = logical_rates(s)
+        got_d, got_c = (d, c) if kind == "intranode" else (rdma, rdma)
+        print(f"   {ep:>4} {kind:>10} {disp:>13} {got_d:>8.0f} {comb:>12} {got_c:>8.0f}")
+    print()
+
+    print("3. DeepEP V2 on SM100, EP 8 over NVLink (README), GB/s received per rank incl. local; pipesim's "
+          "deepep (link-bound) on dgx-b200, DeepSeek-V3 setting, 8192 tokens per rank")
+    d, c, _ = logical_rates(scenario("deepseek-v3", "dgx-b200", 1, 8, 8192, "deepep"))
+    for sms, disp, comb in DEEPEP_V2_SM100:
+        print(f"   {sms:>3} SMs: dispatch {disp} vs pipesim {d:.0f} ({100 * (d / disp - 1):+.0f} %), "
+              f"combine {comb} vs {c:.0f} ({100 * (c / comb - 1):+.0f} %)")
+
+
+if __name__ == "__main__":
+    main()
