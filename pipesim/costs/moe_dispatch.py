@@ -3,14 +3,20 @@
 DeepEP's normal kernels and HybridEP (NVIDIA's hybrid-ep kernels in DeepEP, Megatron-Core's flex
 dispatcher backend `hybridep`) copy tokens over NVLink with a fixed set of SMs, so within an
 NVLink domain a dispatch or combine runs at the lower of the link's bandwidth and the rate those
-SMs reach. On Hopper's 450 GB/s NVLink the SMs keep up with the link (DeepEP README: 153 / 158
-GB/s on H800's 160 GB/s NVLink, NVLink-bound); on Blackwell's 900 GB/s they do not, and the
-published per-SM-count tables are the rate (costs/moe.py a2a_costs takes the min).
+SMs reach. Where a table of that rate is published, it is used (costs/moe.py a2a_costs takes the
+slower of the two): HybridEP on Blackwell, whose 900 GB/s NVLink 5 its SMs do not fill. Elsewhere
+the link alone bounds the time: DeepEP V1's own table is NVLink-bound (153 / 158 GB/s on H800's
+160 GB/s, deepseek-ai/DeepEP docs/legacy.md), and no table is published for H100/H200's 450 GB/s
+(benchmarks/moe_dispatch_rates.py prints the comparisons).
 
 Rates are bytes received per rank per second, the rank's own tokens included (DeepEP's and
 HybridEP's tests divide `nvl_recv_bytes`, every token the rank receives, by the kernel time).
 """
 from __future__ import annotations
+
+import numpy as np
+
+from pipesim.costs.fp8 import BLACKWELL_CURVES
 
 # SMs each backend's kernels run on unless `training.moe_dispatcher_sms` says: DeepEP, Megatron-Core's
 # `moe_deepep_num_sms = 20` (megatron/core/transformer/transformer_config.py, 2025-26); HybridEP, 32:
@@ -30,7 +36,6 @@ HYBRIDEP_BLACKWELL = {
     16: {16: (242.51, 328.80, 278.34), 24: (338.87, 442.47, 378.32), 32: (393.72, 520.76, 442.51)},
     24: {16: (258.33, 324.64, 126.53), 24: (351.05, 450.22, 163.62), 32: (405.04, 502.84, 207.10)},
 }
-BLACKWELL_CURVES = ("b200", "gb200", "b300", "gb300")
 
 
 def dispatcher_sms(s) -> int:
@@ -47,18 +52,15 @@ def kernel_rate(s, ranks: int, phase: str, elem_bytes: float) -> float | None:
     published (NCCL all-to-all, DeepEP, HybridEP off Blackwell): the link alone bounds it then.
     Between the measured SM counts the rate is linear; beyond them it is the nearest measured
     one's per-SM rate (the kernel's SMs are its copy engines). More ranks than the table's
-    largest take its largest row."""
+    largest take its largest row, fewer its smallest."""
     if s.training.moe_dispatcher != "hybridep" or s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
         return None
     row = HYBRIDEP_BLACKWELL[max([r for r in HYBRIDEP_BLACKWELL if r <= ranks] or [min(HYBRIDEP_BLACKWELL)])]
     column = 2 if phase == "combine" else (0 if elem_bytes <= 1 else 1)
     sms = dispatcher_sms(s)
-    points = sorted((n, rates[column]) for n, rates in row.items())
-    if sms <= points[0][0]:
-        return points[0][1] * sms / points[0][0] * 1e9
-    if sms >= points[-1][0]:
-        return points[-1][1] * sms / points[-1][0] * 1e9
-    for (n0, r0), (n1, r1) in zip(points, points[1:]):
-        if n0 <= sms <= n1:
-            return (r0 + (r1 - r0) * (sms - n0) / (n1 - n0)) * 1e9
-    raise AssertionError("unreachable")
+    counts, rates = zip(*sorted((n, r[column]) for n, r in row.items()))
+    if sms < counts[0]:
+        return rates[0] * sms / counts[0] * 1e9
+    if sms > counts[-1]:
+        return rates[-1] * sms / counts[-1] * 1e9
+    return float(np.interp(sms, counts, rates)) * 1e9

@@ -383,10 +383,10 @@ _BLACKWELL_SUSTAINED = dict(bf16=1456.3 / 1770.9, fp8=2795.7 / 3435.2)
 _A100_SUSTAINED = dict(bf16=1305 / 1410)
 
 # Blackwell's GEMM pipeline fill, in the H100-timed K-elements of TILE_FILL_K (below), chosen the
-# way TILE_FILL_K was, on Blackwell's own kernel tables: the OpenXLA sm_100 tables of benchmarks/kernel_curves.py section 1d (80 BF16 + 18 FP8
-# cuBLAS shapes; grid 384-704 in steps of 32). At 576 their mean |log error| is 3.9 % (BF16 +0.7 %,
-# FP8 -5.0 % mean signed); with the H100's 384 it was 8.2 % (BF16 +8.2 %, every mid-size shape too
-# fast). The FP4 rows of section 1e, not used in the choice, move from 23.2 to 18.2 %. Why the
+# way TILE_FILL_K was, on Blackwell's own kernel tables: the OpenXLA sm_100 tables of
+# benchmarks/kernel_curves.py section 1d (80 BF16 + 18 FP8 cuBLAS shapes; grid 384-704 in steps of
+# 32). At 576 their mean |log error| is 3.9 % (BF16 +0.7 %, FP8 -5.0 % mean signed); with the
+# H100's 384 it was 8.2 % (BF16 +8.2 %, every mid-size shape too fast). The FP4 rows of section 1e, not used in the choice, move from 23.2 to 18.2 %. Why the
 # fill is longer: Blackwell's tcgen05 GEMMs stage more K-slices per tile (deeper TMA pipelines into
 # the larger shared memory, the tensor-memory accumulator allocated per tile) before the first MMA.
 BLACKWELL_FILL_K = 576
