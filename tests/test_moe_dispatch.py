@@ -61,3 +61,14 @@ def test_dispatcher_sms_errors_name_the_key():
         qwen(moe_dispatcher="alltoall", moe_dispatcher_sms=16)
     with pytest.raises(ScenarioError, match="moe_dispatcher_sms must be at least 1"):
         qwen(moe_dispatcher="hybridep", moe_dispatcher_sms=0)
+
+
+def test_an_exposed_all_to_all_gets_its_candidates():
+    from pipesim.report.suggest import a2a_candidates
+    titles = [c[0] for c in a2a_candidates(qwen(moe_dispatcher="alltoall"))]
+    assert titles == ["A2A overlap", "moe_dispatcher deepep", "moe_dispatcher hybridep"]
+    hy = a2a_candidates(qwen(moe_dispatcher="hybridep", moe_a2a_overlap=True))
+    assert [(c[0], c[1]) for c in hy] == [("64 dispatcher SMs", {"training.moe_dispatcher_sms": 64})]
+    # DeepEP and Hopper's HybridEP are link-bound: more SMs would not help
+    assert a2a_candidates(qwen(moe_dispatcher="deepep", moe_a2a_overlap=True)) == []
+    assert a2a_candidates(qwen("dgx-h100", moe_dispatcher="hybridep", moe_a2a_overlap=True)) == []

@@ -115,12 +115,34 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
         for order in ("tp-cp-pp-dp", "tp-cp-dp-pp"):
             if order.split("-") != rank_order(s):
                 out.append((f"rank_order {order}", {"parallel.rank_order": order}, f"--set parallel.rank_order={order}"))
+    if exposed.get("EP_A2A", 0.0) > 0.02 * report.data["step_time_s"]:
+        out += a2a_candidates(s)
     p2p = exposed.get("P2P", 0.0)
     if par.pipeline > 1 and tr.activation_compression_bits == 16 and p2p > 0.02 * report.data["step_time_s"]:
         out.append(("8-bit activations between stages", {"training.activation_compression_bits": 8},
                     "--set training.activation_compression_bits=8"))
     if report.data.get("oom"):
         out += memory_candidates(s)
+    return out
+
+
+def a2a_candidates(s) -> list[tuple[str, dict, str]]:
+    """An exposed expert all-to-all: hide it under the paired micro-batch (A2A overlap), send each
+    token once per rank (a fused dispatcher), or give a fused dispatcher whose SMs set its pace
+    more of them (costs/moe_dispatch.py; the overlap's compute then runs on fewer)."""
+    from pipesim.costs.moe_dispatch import DEFAULT_SMS, dispatcher_sms, kernel_rate
+    tr = s.training
+    out = []
+    if not tr.moe_a2a_overlap:
+        out.append(("A2A overlap", {"training.moe_a2a_overlap": True}, "--set training.moe_a2a_overlap=true"))
+    if tr.moe_dispatcher == "alltoall":
+        for name in DEFAULT_SMS:
+            out.append((f"moe_dispatcher {name}", {"training.moe_dispatcher": name},
+                        f"--set training.moe_dispatcher={name}"))
+    elif kernel_rate(s, s.parallel.expert, "combine", 2) is not None:
+        more = 2 * dispatcher_sms(s)
+        out.append((f"{more} dispatcher SMs", {"training.moe_dispatcher_sms": more},
+                    f"--set training.moe_dispatcher_sms={more}"))
     return out
 
 
