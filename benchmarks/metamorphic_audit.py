@@ -24,7 +24,10 @@ the latencies; its pipeline sends meet the reordered gradient buckets more often
 block-scaled rate (session 32) Megatron-Bridge 25.11's Llama 3.1 405B MXFP8 on 128 B200 (TP 4, PP 8,
 VP 8) shows the same: 0.4 % slower with a tenth of the latencies while every other exposed term
 shrinks (TP 113.5 -> 108.0 ms, DP 21.2 -> 20.0 ms) and the pipeline sends' share of the bubble
-grows (1.0 -> 1.3 %).
+grows (1.0 -> 1.3 %). Since HybridEP runs at its SMs' rate on Blackwell (session 34), gpt-oss-120b
+MXFP8 on 64 B300 (bridge2606) is 0.06 % slower with twice the NVLink bandwidth: its all-to-all is
+bound by the kernel, not the link (404.4 ms exposed either way), and the faster gradient traffic
+leaves the ZeRO parameter all-gather 1.7 ms more exposed - the same reordering, not a cost.
 
     python benchmarks/metamorphic_audit.py [--jobs 2] [--tolerance 0.05]
 """
