@@ -72,3 +72,13 @@ def test_an_exposed_all_to_all_gets_its_candidates():
     # DeepEP and Hopper's HybridEP are link-bound: more SMs would not help
     assert a2a_candidates(qwen(moe_dispatcher="deepep", moe_a2a_overlap=True)) == []
     assert a2a_candidates(qwen("dgx-h100", moe_dispatcher="hybridep", moe_a2a_overlap=True)) == []
+
+
+def test_the_report_says_what_paces_the_expert_all_to_all():
+    from pipesim.costs.moe_dispatch import pace
+    hy = pace(qwen(moe_dispatcher="hybridep"))
+    assert hy["bound"] == "kernel" and hy["sms"] == 32
+    assert hy["kernel_Bps"] == pytest.approx(519.57e9) and hy["kernel_Bps"] < hy["link_Bps"]
+    assert pace(qwen(moe_dispatcher="hybridep", moe_dispatcher_sms=64))["bound"] == "link"
+    assert pace(qwen(moe_dispatcher="deepep"))["bound"] == "link"
+    assert pace(qwen("dgx-h100", moe_dispatcher="hybridep"))["kernel_Bps"] is None

@@ -64,3 +64,20 @@ def kernel_rate(s, ranks: int, phase: str, elem_bytes: float) -> float | None:
     if sms > counts[-1]:
         return rates[-1] * sms / counts[-1] * 1e9
     return float(np.interp(sms, counts, rates)) * 1e9
+
+
+def pace(s) -> dict | None:
+    """What sets the expert all-to-all's pace inside the NVLink island, for the report: the fused
+    kernels' SMs or the link (GB/s per rank, both counted as a2a_costs counts them, the rank's own
+    tokens included); None without expert parallelism."""
+    from pipesim.costs.moe_parallel import expert_placement
+    if s.parallel.expert <= 1:
+        return None
+    g = expert_placement(s, "ep")
+    per = g.per_node
+    link = g.intra.bandwidth * per / (per - 1) if per > 1 else None     # None: no NVLink peers
+    rates = [kernel_rate(s, per, phase, 2) for phase in ("dispatch", "combine")]
+    kernel = min(rates) if all(rates) else None
+    bound = "kernel" if kernel is not None and link is not None and kernel < link else "link"
+    return {"dispatcher": s.training.moe_dispatcher, "sms": dispatcher_sms(s), "link_Bps": link,
+            "kernel_Bps": kernel, "bound": bound}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipesim.costs.moe_dispatch import pace
 from pipesim.report.suggest import suggestions
 
 EPS = 1e-9
@@ -225,6 +226,7 @@ def explain(report, s, *, mode: str = "representative", suggest: bool = True) ->
            "recompute_s_by_rank": recompute_by_rank(s, report, costs) if s.training.recompute != "none" else {},
            "tp_s_by_rank": tp_s, "cp_s_by_rank": cp_s}
     last = max(report.data["ranks"], key=lambda r: r.get("end_s", 0.0)) if report.data["ranks"] else None
+    why["a2a_pace"] = pace(s) if report.data.get("exposed_comm_s", {}).get("EP_A2A", 0.0) > 0 else None
     why["last_rank"] = last["rank"] if last else None
     why["suggested"] = suggest
     why["suggestions"] = suggestions(s, report, mode) if suggest else []
@@ -272,6 +274,13 @@ def headline(why: dict, report) -> list[str]:
         worst = max(why["cp_s_by_rank"].items(), key=lambda kv: kv[1])
         lines.append(f"context parallel {worst[1] * 1e3:.1f} ms of exposed K/V exchange on rank {worst[0]} "
                      f"({worst[1] / d['step_time_s'] * 100:.1f} % of the step)")
+    a2a = d.get("exposed_comm_s", {}).get("EP_A2A", 0.0)
+    if why.get("a2a_pace") and a2a > 0.02 * d["step_time_s"]:
+        p = why["a2a_pace"]
+        by = (f"{p['dispatcher']}'s {p['sms']} SMs set its pace ({p['kernel_Bps'] / 1e9:.0f} GB/s per rank, "
+              f"NVLink would carry {p['link_Bps'] / 1e9:.0f})" if p["bound"] == "kernel"
+              else f"{p['dispatcher']} at the link's pace")
+        lines.append(f"expert a2a     {a2a * 1e3:.1f} ms exposed ({a2a / d['step_time_s'] * 100:.1f} % of the step); {by}")
     for i, sug in enumerate(why["suggestions"][:3]):
         pace = f"{sug['speedup']:.2f}x faster" if sug["speedup"] >= 1 else f"{1 / sug['speedup']:.2f}x slower, fits"
         lines.append(f"{'suggestion' if i == 0 else '':14s} {sug['title']}: simulated step {sug['step_time_s'] * 1e3:.1f} ms "
