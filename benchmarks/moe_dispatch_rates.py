@@ -3,8 +3,9 @@
     python benchmarks/moe_dispatch_rates.py
 
 Each published figure is a "bottleneck bandwidth": intranode, the bytes a rank receives over
-NVLink (its own tokens included) per second of the kernel; internode, the bytes it sends over
-RDMA per second. pipesim's figure is the same quotient of its own a2a_costs (costs/moe.py) for the
+NVLink (its own tokens included) per second of the kernel; internode, the bytes it sends to
+nodes per second, one copy per distinct destination node, its own node included (DeepEP's
+tests/test_internode.py `num_rdma_token_sent`; V2's README: "contains local rank traffic"). pipesim's figure is the same quotient of its own a2a_costs (costs/moe.py) for the
 benchmark's setting, so the table shows how each term was made and where it departs:
 
 1. HybridEP on GB200 (deepseek-ai/DeepEP PR #420, 8 ranks, BF16 dispatch, combine): the table is
@@ -57,7 +58,11 @@ def logical_rates(s) -> tuple[float, float, float]:
     t_d, t_c = (max(t_link, recv / rate) if rate else t_link
                 for rate in (kernel_rate(s, per, phase, sh.e) for phase in ("dispatch", "combine")))
     assert abs(t_d + t_c - cost.fwd) < 0.02 * cost.fwd    # a2a_costs' split, but for its latency α
-    return recv / t_d / 1e9, recv / t_c / 1e9, cost.inter_bytes / t_d / 1e9 if cost.inter_bytes else 0.0
+    # DeepEP's RDMA figure counts every distinct (token, node) pair, the token's own node included
+    # (tests/test_internode.py: num_rdma_token_sent over rdma_idx, deduplicated per node)
+    islands = -(-s.parallel.expert // per)
+    rdma = cost.inter_bytes * islands / (islands - 1) if islands > 1 else 0.0
+    return recv / t_d / 1e9, recv / t_c / 1e9, rdma / t_d / 1e9
 
 
 def main() -> None:
