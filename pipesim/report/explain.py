@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipesim.costs.moe_dispatch import pace
+from pipesim.costs.moe_dispatch import pace as a2a_pace
 from pipesim.report.suggest import suggestions
 
 EPS = 1e-9
@@ -226,7 +226,7 @@ def explain(report, s, *, mode: str = "representative", suggest: bool = True) ->
            "recompute_s_by_rank": recompute_by_rank(s, report, costs) if s.training.recompute != "none" else {},
            "tp_s_by_rank": tp_s, "cp_s_by_rank": cp_s}
     last = max(report.data["ranks"], key=lambda r: r.get("end_s", 0.0)) if report.data["ranks"] else None
-    why["a2a_pace"] = pace(s) if report.data.get("exposed_comm_s", {}).get("EP_A2A", 0.0) > 0 else None
+    why["a2a_pace"] = a2a_pace(s) if report.data.get("exposed_comm_s", {}).get("EP_A2A", 0.0) > 0 else None
     why["last_rank"] = last["rank"] if last else None
     why["suggested"] = suggest
     why["suggestions"] = suggestions(s, report, mode) if suggest else []

@@ -125,8 +125,8 @@ BRIDGE_LAYOUTS = {"DeepSeekV3": {(2, 8): _DS_16, (4, 4): _DS_16, (8, 2): _DS_16,
 # (GPUs, TP, PP, VP, EP, micro-batch, global batch) is the table's: the other rows' configs at that
 # tag differ from the table, so what they ran is not known. HybridEP / DeepEP dispatch ->
 # moe_dispatcher hybridep / deepep (v0.2.0's GB200 rows name hybridep, at 32 SMs:
-# scripts/performance/utils/helpers.py); recompute_modules -> recompute selective with those modules; moe_a2a_overlap
-# as set. CUDA graphs (host time pipesim does not model) are not mapped.
+# scripts/performance/utils/helpers.py); recompute_modules -> recompute selective with those
+# modules; moe_a2a_overlap as set. CUDA graphs (host time pipesim does not model) are not mapped.
 BRIDGE_ROW_SETTINGS = {
     # DEEPSEEK_V3_GB200_BASE_CONFIG
     "bridge2511-gb200-deepseekv3-bf16": dict(moe_dispatcher="hybridep", recompute="selective",

@@ -27,10 +27,10 @@ environment variables. Rows without an entry run the family defaults. `_recipe` 
 from __future__ import annotations
 
 
-def _recipe(deepep: bool = False, a2a: bool = False, modules=None, offload: int = 0,
+def _recipe(flex: bool = False, a2a: bool = False, modules=None, offload: int = 0,
             megatron_fsdp: bool = False, fp8_attention: bool = False, full_graph: bool = False,
             fp8_lm_head: bool = False, backend: str = "hybridep") -> dict:
-    """`deepep`: the row runs Megatron's flex dispatcher, with `backend` (hybridep unless the config
+    """`flex`: the row runs Megatron's flex dispatcher, with `backend` (hybridep unless the config
     names deepep)."""
     out = {}
     if fp8_lm_head:
@@ -39,7 +39,7 @@ def _recipe(deepep: bool = False, a2a: bool = False, modules=None, offload: int 
         out["cuda_graphs"] = "full_iteration"
     if fp8_attention:
         out["fp8_attention"] = True
-    if deepep:
+    if flex:
         out["moe_dispatcher"] = backend
     if a2a:
         out["moe_a2a_overlap"] = True
@@ -59,67 +59,67 @@ ROWS = {
     # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2
     "gb200-llama3-70b-fp8": _recipe(offload=40, megatron_fsdp=True),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    "gb300-deepseekv3-mxfp8": _recipe(flex=True, modules=['mla_up_proj']),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2
-    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mlp']),
+    "gb200-deepseekv3-mxfp8": _recipe(flex=True, modules=['mlp']),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2
-    "b300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    "b300-deepseekv3-mxfp8": _recipe(flex=True, modules=['mla_up_proj']),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2
-    "b200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj', 'mlp'], backend="deepep"),
+    "b200-deepseekv3-mxfp8": _recipe(flex=True, a2a=True, modules=['mla_up_proj', 'mlp'], backend="deepep"),
     # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2
     "gb200-gpt-oss-120b-bf16": _recipe(a2a=True, modules=['layernorm', 'moe_act']),
     # GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2
-    "b300-gpt-oss-120b-bf16": _recipe(deepep=True),
+    "b300-gpt-oss-120b-bf16": _recipe(flex=True),
     # GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2
     "b200-gpt-oss-120b-bf16": _recipe(modules=['layernorm', 'moe_act']),
     # GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2
     "h100-gpt-oss-120b-bf16": _recipe(modules=['layernorm', 'moe_act']),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1
-    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),
+    "gb300-qwen3-30b-a3b-mxfp8": _recipe(flex=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1
-    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),
+    "gb200-qwen3-30b-a3b-mxfp8": _recipe(flex=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1
-    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),
+    "b300-qwen3-30b-a3b-mxfp8": _recipe(flex=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_MX_V1
-    "b200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True),
+    "b200-qwen3-30b-a3b-mxfp8": _recipe(flex=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1
-    "h100-qwen3-30b-a3b-fp8": _recipe(deepep=True),
+    "h100-qwen3-30b-a3b-fp8": _recipe(flex=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),
+    "gb300-qwen3-235b-a22b-mxfp8": _recipe(flex=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2
-    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),
+    "gb200-qwen3-235b-a22b-mxfp8": _recipe(flex=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2
-    "b300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True),
+    "b300-qwen3-235b-a22b-mxfp8": _recipe(flex=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2
     "h100-qwen3-235b-a22b-fp8": _recipe(a2a=True),
     # KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX
-    "gb300-kimi-k2-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    "gb300-kimi-k2-mxfp8": _recipe(flex=True, modules=['mla_up_proj']),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB300_FP8_MX_V1 (BASE_NEMOTRON_3_SUPER_CONFIG: hybridep, EP64)
-    "gb300-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    "gb300-nemotron-3-super-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB200_FP8_MX_V1 (the base with TP2)
-    "gb200-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    "gb200-nemotron-3-super-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_FP8_MX_V1 (the base with EP8)
-    "b300-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    "b300-nemotron-3-super-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_FP8_MX_V1 (EP64, recompute moe_act and layernorm)
-    "b200-nemotron-3-super-mxfp8": _recipe(deepep=True, modules=['moe_act', 'layernorm']),
+    "b200-nemotron-3-super-mxfp8": _recipe(flex=True, modules=['moe_act', 'layernorm']),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB300_NVFP4_V1 (the base)
-    "gb300-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    "gb300-nemotron-3-super-nvfp4": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB200_NVFP4_V1 (the base with TP2)
-    "gb200-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    "gb200-nemotron-3-super-nvfp4": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_NVFP4_V1 (= B300_BF16_V1: EP8, recompute moe_act, layernorm)
-    "b300-nemotron-3-super-nvfp4": _recipe(deepep=True, modules=['moe_act', 'layernorm']),
+    "b300-nemotron-3-super-nvfp4": _recipe(flex=True, modules=['moe_act', 'layernorm']),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_NVFP4_V1 (the B200 base with TP2, no recompute)
-    "b200-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    "b200-nemotron-3-super-nvfp4": _recipe(flex=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1
-    "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    "gb300-nemotron-3-nano-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB200_FP8_MX_V1
-    "gb200-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    "gb200-nemotron-3-nano-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B300_FP8_MX_V1
-    "b300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    "b300-nemotron-3-nano-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B200_FP8_MX_V1
-    "b200-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    "b200-nemotron-3-nano-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1
-    "h100-nemotron-3-nano-fp8": _recipe(deepep=True, modules=['moe', 'layernorm', 'core_attn', 'moe_act']),
+    "h100-nemotron-3-nano-fp8": _recipe(flex=True, modules=['moe', 'layernorm', 'core_attn', 'moe_act']),
 }
 
 

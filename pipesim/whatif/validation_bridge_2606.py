@@ -37,59 +37,59 @@ from pipesim.whatif.validation_bridge_2604 import _recipe
 # {FP8_CS,FP8_MX,NVFP4}_V2 and _H100_FP8_CS_V2 (use_megatron_fsdp False, CUDA graphs).
 ROWS = {
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (recompute_modules [])
-    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True,
+    "gb300-deepseekv3-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True,
                                       fp8_lm_head=True),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_GBS15360 (the V2 config with GBS 15360)
-    "gb300-deepseekv3-mxfp8-gbs15360": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True,
+    "gb300-deepseekv3-mxfp8-gbs15360": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True,
                                                fp8_lm_head=True),
     # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2
-    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj'], full_graph=True,
+    "gb200-deepseekv3-mxfp8": _recipe(flex=True, a2a=True, modules=['mla_up_proj'], full_graph=True,
                                       fp8_lm_head=True),
     # no v0.5.1 config of its layout: v0.5.0's DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2 (= B300_V2: MBS 2,
     # PP 8, HybridEP, recompute mla_up_proj, graphs of attention / router), which commit 78540b2
     # ("Update DSV3 B300 perf recipe", 2026-06-29) replaced before v0.5.1; v0.5.0's B300 function sets
     # no fp8_output_proj (only v0.5.1's does)
-    "b300-deepseekv3-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    "b300-deepseekv3-mxfp8": _recipe(flex=True, modules=['mla_up_proj']),
     # GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True,
+    "gb300-gpt-oss-120b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True,
                                         fp8_lm_head=True),
     # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (recompute_modules [])
-    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True,
+    "gb200-gpt-oss-120b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True,
                                         fp8_lm_head=True),
     # GPT_OSS_120B_PRETRAIN_CONFIG_B300_FP8_MX_V2
-    "b300-gpt-oss-120b-mxfp8": _recipe(deepep=True),
+    "b300-gpt-oss-120b-mxfp8": _recipe(flex=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1
-    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb300-qwen3-30b-a3b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1
-    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb200-qwen3-30b-a3b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1
-    "b300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "b300-qwen3-30b-a3b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True),
     # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1
-    "h100-qwen3-30b-a3b-fp8": _recipe(deepep=True),
+    "h100-qwen3-30b-a3b-fp8": _recipe(flex=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2
-    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb300-qwen3-235b-a22b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True),
     # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2
-    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb200-qwen3-235b-a22b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True),
     # KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX
-    "gb300-kimi-k2-mxfp8": _recipe(deepep=True, modules=['mla_up_proj']),
+    "gb300-kimi-k2-mxfp8": _recipe(flex=True, modules=['mla_up_proj']),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB300_FP8_MX_V1
-    "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    "gb300-nemotron-3-nano-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_GB200_FP8_MX_V1
-    "gb200-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    "gb200-nemotron-3-nano-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_B300_FP8_MX_V1
-    "b300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    "b300-nemotron-3-nano-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1
-    "h100-nemotron-3-nano-fp8": _recipe(deepep=True, modules=['moe', 'layernorm', 'core_attn', 'moe_act']),
+    "h100-nemotron-3-nano-fp8": _recipe(flex=True, modules=['moe', 'layernorm', 'core_attn', 'moe_act']),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB300_FP8_MX_V1
-    "gb300-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    "gb300-nemotron-3-super-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB300_NVFP4_V1
-    "gb300-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    "gb300-nemotron-3-super-nvfp4": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB200_FP8_MX_V1
-    "gb200-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    "gb200-nemotron-3-super-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB200_NVFP4_V1
-    "gb200-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    "gb200-nemotron-3-super-nvfp4": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_FP8_MX_V1
-    "b300-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    "b300-nemotron-3-super-mxfp8": _recipe(flex=True),
     # NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_NVFP4_V1 (recompute moe_act, layernorm)
-    "b300-nemotron-3-super-nvfp4": _recipe(deepep=True, modules=['moe_act', 'layernorm']),
+    "b300-nemotron-3-super-nvfp4": _recipe(flex=True, modules=['moe_act', 'layernorm']),
 }

@@ -39,30 +39,30 @@ from pipesim.whatif.validation_bridge_2604 import _recipe
 # (Megatron-FSDP sharded within each 64-GPU NVLink domain, recompute and offload of the expert MLP).
 ROWS = {
     # deepseek/gb300/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb300_fp8mx_config (recompute_modules [])
-    "gb300-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True, fp8_lm_head=True),
+    "gb300-deepseekv3-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True, fp8_lm_head=True),
     # deepseek/gb200/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb200_fp8mx_config
-    "gb200-deepseekv3-mxfp8": _recipe(deepep=True, a2a=True, modules=['mla_up_proj'], full_graph=True,
+    "gb200-deepseekv3-mxfp8": _recipe(flex=True, a2a=True, modules=['mla_up_proj'], full_graph=True,
                                       fp8_lm_head=True),
     # gpt_oss/gb300/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config
-    "gb300-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True, fp8_lm_head=True),
+    "gb300-gpt-oss-120b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True, fp8_lm_head=True),
     # gpt_oss/gb200/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config (recompute_modules [] last)
-    "gb200-gpt-oss-120b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True, fp8_lm_head=True),
+    "gb200-gpt-oss-120b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True, fp8_lm_head=True),
     # qwen/gb300/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config
-    "gb300-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb300-qwen3-30b-a3b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True),
     # qwen/gb200/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config
-    "gb200-qwen3-30b-a3b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb200-qwen3-30b-a3b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True),
     # qwen/gb300/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config
-    "gb300-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb300-qwen3-235b-a22b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True),
     # qwen/gb200/qwen3_moe.py qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config
-    "gb200-qwen3-235b-a22b-mxfp8": _recipe(deepep=True, a2a=True, fp8_attention=True, full_graph=True),
+    "gb200-qwen3-235b-a22b-mxfp8": _recipe(flex=True, a2a=True, fp8_attention=True, full_graph=True),
     # nemotronh/gb300/nemotronh.py nemotron_3_nano_pretrain_8gpu_gb300_fp8mx_config
-    "gb300-nemotron-3-nano-mxfp8": _recipe(deepep=True),
+    "gb300-nemotron-3-nano-mxfp8": _recipe(flex=True),
     # nemotronh/gb300/nemotronh.py nemotron_3_super_pretrain_64gpu_gb300_fp8mx_config
-    "gb300-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    "gb300-nemotron-3-super-mxfp8": _recipe(flex=True),
     # nemotronh/gb300/nemotronh.py nemotron_3_super_pretrain_64gpu_gb300_nvfp4_config
-    "gb300-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    "gb300-nemotron-3-super-nvfp4": _recipe(flex=True),
     # nemotronh/gb200/nemotronh.py nemotron_3_super_pretrain_64gpu_gb200_fp8mx_config
-    "gb200-nemotron-3-super-mxfp8": _recipe(deepep=True),
+    "gb200-nemotron-3-super-mxfp8": _recipe(flex=True),
     # nemotronh/gb200/nemotronh.py nemotron_3_super_pretrain_64gpu_gb200_nvfp4_config
-    "gb200-nemotron-3-super-nvfp4": _recipe(deepep=True),
+    "gb200-nemotron-3-super-nvfp4": _recipe(flex=True),
 }

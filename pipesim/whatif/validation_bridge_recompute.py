@@ -20,6 +20,6 @@ from pipesim.whatif.validation_bridge_2604 import _recipe
 
 # row id (without the "bridgemem-" prefix) -> training keys
 ROWS = {
-    "h100-nemotron-3-nano-bf16-moe": _recipe(deepep=True, modules=["moe"]),
-    "h100-nemotron-3-nano-bf16-moe-layernorm": _recipe(deepep=True, modules=["moe", "layernorm"]),
+    "h100-nemotron-3-nano-bf16-moe": _recipe(flex=True, modules=["moe"]),
+    "h100-nemotron-3-nano-bf16-moe-layernorm": _recipe(flex=True, modules=["moe", "layernorm"]),
 }
