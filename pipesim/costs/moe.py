@@ -287,9 +287,11 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     g = expert_placement(s, "ep")
     per, islands = g.per_node, max(1, math.ceil(ep / g.per_node))
     intra_link, inter_link = g.intra, g.inter
+    recv = 0.0              # bytes a rank receives through a fused dispatcher's kernels, its own included
     if tr.moe_dispatcher in FUSED_DISPATCHERS:
+        recv = T_loc * d * sh.e * parts_hit(m, ep)
         inter = T_loc * d * sh.e * parts_hit(m, islands) * (islands - 1) / islands
-        intra = T_loc * d * sh.e * parts_hit(m, ep) * (per - 1) / per
+        intra = recv * (per - 1) / per
         alpha = intra_link.latency + (inter_link.latency if inter > 0 else 0.0)
     else:
         intra = X * (per - 1) / ep
@@ -299,7 +301,6 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     wire = max(intra / intra_link.bandwidth, inter / inter_link.bandwidth if inter else 0.0)
     # the fused kernels' own SMs may not keep up with the link (costs/moe_dispatch.py): each phase
     # takes the longer of the wire and the bytes the rank receives at the kernel's rate
-    recv = T_loc * d * sh.e * parts_hit(m, ep)
     dispatch, combine = (alpha + lam * max(wire, recv / rate if rate else 0.0) + etp_s
                          for rate in (kernel_rate(s, per, phase, sh.e) for phase in ("dispatch", "combine")))
     sent = 2 * (intra + inter)

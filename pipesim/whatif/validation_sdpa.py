@@ -24,20 +24,19 @@ SDPA_KERNELS = {"CUDNN_ATTENTION": "sdpa-cudnn", "FLASH_ATTENTION": "fa2"}
 def sdpa_scenario(case) -> dict:
     c, cid = case.raw, case.id
     system = mapped(SDPA_SYSTEMS, c["hardware"]["gpu"], cid, "hardware.gpu", "has no system preset")
-    mapped(SDPA_KERNELS, c["training"]["sdpa_backend"], cid, "training.sdpa_backend", "has no kernel table")
     batch = int(c["parallel"]["batch"])
     return {"model": {"preset": "llama3.2-1b", "name": cid, "seq_length": int(c["model"]["seq_len"]), "dropout": False},
             "system": {"preset": system, "num_nodes": 1, "gpus_per_node": 1},
             "parallel": {"tensor": 1, "pipeline": 1, "data": 1},
             "training": {"micro_batch_size": batch, "global_batch_size": batch, "precision": "bf16",
-                         "optimizer": "sgd", "zero_stage": 0, **transformers_stack(c["training"], cid)}}
+                         "optimizer": "sgd", "zero_stage": 0, **transformers_stack(c["training"], cid, required=True)}}
 
 
-def transformers_stack(training: dict, cid: str) -> dict:
+def transformers_stack(training: dict, cid: str, required: bool = False) -> dict:
     """The training keys of Hugging Face's eager modeling code (module docstring): unfused ops, the
-    loss on fp32 logits, and the SDPA backend the run names (`sdpa_backend`; SDPA's own order,
-    FlashAttention-2 first, when it names none)."""
-    backend = training.get("sdpa_backend")
+    loss on fp32 logits, and the SDPA backend the run names (`sdpa_backend`, which this family's
+    rows must name: `required`; else SDPA's own order, FlashAttention-2 first, when it names none)."""
+    backend = training["sdpa_backend"] if required else training.get("sdpa_backend")
     kernel = "fa2" if backend is None else mapped(SDPA_KERNELS, backend, cid, "training.sdpa_backend",
                                                   "has no kernel table")
     return {"kernel_fusion": "eager", "attention": "flash", "attention_kernel": kernel, "cross_entropy": "torch"}
