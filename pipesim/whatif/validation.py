@@ -54,6 +54,7 @@ SUITES = {
     "nemolongseq": ("nemolongseq-", None),   # held out: pipesim/whatif/validation_longseq.py
     "dsv3": ("dsv3-", None),                 # held out: pipesim/whatif/validation_dsv3.py
     "megds": ("megds-", None),               # held out: Megatron-DeepSpeed runs, read as `other` rows are
+    "foundry": ("foundry-", None),           # held out: pipesim/whatif/validation_foundry.py
     "other": ("", None),                     # any other id: pipesim/whatif/validation_generic.py
 }
 # Suites whose rows the generic mapping reads (validation_generic.py), each row with its own metric
@@ -67,7 +68,8 @@ METRIC = {"mcore-h100": "tflops", "nemo2407": "tokens", "llama3-405b": "model", 
           "bridge2604": "tokens", "bridge2606": "tokens", "bridge2608": "tokens", "bridgemem": "tokens",
           "titan2024": "tokens", "automodel": "tokens", "titan2025": "tokens", "titan2412": "tokens",
           "titan2506": "tokens", "sdpa2025": "tokens",
-          "mlperf": "tokens", "mlperflora": "tokens", "nemolongseq": "nemo", "dsv3": "tokens"}
+          "mlperf": "tokens", "mlperflora": "tokens", "nemolongseq": "nemo", "dsv3": "tokens",
+          "foundry": "tokens"}
 
 # Efficiency sets for `--efficiency`: "preset" = the system presets (kernel curves from published
 # kernel benchmarks, pipesim/presets/gpus.py). The per-GPU matmul efficiencies once fitted on
@@ -216,6 +218,9 @@ def _converted(case: Case, efficiency: str) -> dict:
     if case.suite == "dsv3":
         from pipesim.whatif.validation_dsv3 import dsv3_scenario
         return dsv3_scenario(case)
+    if case.suite == "foundry":
+        from pipesim.whatif.validation_foundry import foundry_scenario
+        return foundry_scenario(case)
     if case.suite in GENERIC_SUITES:
         from pipesim.whatif.validation_generic import generic_scenario
         return generic_scenario(case)
@@ -425,7 +430,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 # Families whose cases only test: never read while building the model (validation_heldout.py).
 HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem", "titan2024",
             "automodel", "titan2025", "titan2412", "titan2506", "sdpa2025", "mlperf", "mlperflora", "nemolongseq",
-            "dsv3", "megds")
+            "dsv3", "megds", "foundry")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:

@@ -1,0 +1,79 @@
+"""Held-out family foundry (scenarios/validation/heldout.yaml): MosaicML's MPT throughput tables
+(mosaicml/llm-foundry scripts/train/benchmarking/README.md; A100 80GB / 40GB @ ef350d9e6, July 2023;
+H100 BF16 and FP8 @ b2a43a147, October 2023; H100 BF16 at 128-512 GPUs @ 5e85bd62d, January 2024).
+MPT 125M-70B, 8-512 GPUs, sequences of 512 to 65,536 tokens, all under Composer's PyTorch FSDP. Test
+only: nothing in pipesim is set from these rows. Metric: tokens/s per GPU (the table's T/s over its
+GPU count).
+
+Mapped as the tables state it, row by row: the model size and sequence length, the GPU, the GPU
+count (FSDP over all of them, no tensor or pipeline parallelism), micro-batch, global batch (the
+gradient accumulation is global / (micro-batch x GPUs)), the sharding strategy (FULL_SHARD -> ZeRO-3
+gathering each block again for its backward; SHARD_GRAD_OP -> ZeRO-3 keeping it gathered from forward
+to backward, reshard_after_forward false), FSDP's mixed-precision mode (DEFAULT reduces gradients in
+fp32, PURE in BF16; Composer's get_mixed_precision), activation checkpointing (each MPTBlock: full
+recompute), the precision (amp_bf16 / bf16 -> bf16; amp_fp8 -> Transformer Engine FP8 linears with
+its delayed scaling, TE v0.10 as the scripts install it).
+Assumed once for the family, from llm-foundry's code and configs of the tables' commits: the MPT of
+scripts/train/yamls/pretrain/mpt-<size>.yaml (d_model, n_heads, n_layers, 4x GELU MLP, vocabulary
+50,368; learned positions over max_seq_len = the row's sequence, as the table's NumParams counts them;
+no biases; tied embeddings; no dropout; Composer's low-precision LayerNorm), PyTorch eager ops
+(kernel_fusion eager; no torch.compile in these scripts), the loss as F.cross_entropy on the logits
+autocast to fp32 (cross_entropy torch), FSDP wrapping each MPTBlock (one all-gather and one
+reduce-scatter per block), prefetching the next block's gather (backward_prefetch BACKWARD_PRE), and
+decoupled LionW (one fp32 momentum per parameter, read and written once a step like SGD's momentum:
+optimizer sgd). The network: 8 x 200 Gb/s per A100 node as the tables' titles state (the dgx-a100
+presets); the H100 tables name none (the dgx-h100 preset, 8 x 400 Gb/s).
+Attention: attn_impl triton (submit_benchmarks.py's default, MPT's Triton FlashAttention,
+flash_attn_triton.py) or flash (FlashAttention-2, gpu-flash2; the large-scale sweep.py's choice for
+1B, 3B, 7B and 70B). No per-length table of the Triton kernel is published; it is timed on the
+FlashAttention-2 table, which Dao (arXiv:2307.08691, Sec. 4.1) measures 1.3-2.5x faster than it on
+A100: the triton rows' attention is expected optimistic, most at long sequences.
+"""
+from __future__ import annotations
+
+from pipesim.errors import ScenarioError
+from pipesim.whatif.families import mapped
+
+# scripts/train/yamls/pretrain/mpt-<size>.yaml @ b2a43a147: (d_model, n_heads, n_layers)
+MPT_SHAPES = {"125m": (768, 12, 12), "350m": (1024, 16, 24), "760m": (1536, 12, 24), "1b": (2048, 16, 24),
+              "3b": (2560, 20, 32), "7b": (4096, 32, 32), "13b": (5120, 40, 40), "30b": (7168, 56, 48),
+              "70b": (8192, 64, 80)}
+MPT_VOCAB = 50368
+FOUNDRY_SYSTEMS = {"a100_80gb": "dgx-a100-80gb", "a100_40gb": "dgx-a100-40gb", "h100_80gb": "dgx-h100"}
+# Composer FSDP sharding strategy -> reshard_after_forward
+SHARDING = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
+# Composer FSDP mixed_precision -> gradients reduced in fp32
+MIXED_PRECISION = {"DEFAULT": True, "PURE": False}
+PRECISION = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp8": "fp8"}
+ATTN_IMPL = ("triton", "flash")
+
+
+def foundry_scenario(case) -> dict:
+    c, cid = case.raw, case.id
+    name = str(c["model"]["name"])
+    shape = mapped(MPT_SHAPES, name.removeprefix("mpt-"), cid, "model.name", "is not an MPT size of the tables")
+    hidden, heads, layers = shape
+    system = mapped(FOUNDRY_SYSTEMS, c["hardware"]["gpu"], cid, "hardware.gpu", "has no system preset")
+    par, tr = c["parallel"], c["training"]
+    n = int(c["hardware"]["num_gpus"])
+    reshard = mapped(SHARDING, par["sharding"], cid, "parallel.sharding")
+    fp32_reduce = mapped(MIXED_PRECISION, tr["fsdp_mixed_precision"], cid, "training.fsdp_mixed_precision")
+    precision = mapped(PRECISION, tr["precision"], cid, "training.precision")
+    mapped(dict.fromkeys(ATTN_IMPL), tr["attn_impl"], cid, "training.attn_impl")
+    if tr.get("activation_cpu_offload"):
+        raise ScenarioError(f"{cid}: training.activation_cpu_offload: true is not mapped (no table row uses it)")
+    if n % 8:
+        raise ScenarioError(f"{cid}: hardware.num_gpus {n}: only whole 8-GPU nodes are mapped")
+    training = {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
+                "precision": precision, "recompute": "full" if tr["activation_checkpointing"] else "none",
+                "attention": "flash", "attention_kernel": "fa2", "kernel_fusion": "eager",
+                "cross_entropy": "torch", "optimizer": "sgd",
+                "zero_stage": 3, "zero3_collectives": "layer", "zero3_prefetch": True,
+                "reshard_after_forward": reshard, "overlap_grad_reduce": True, "grad_reduce_in_fp32": fp32_reduce}
+    if precision == "fp8":
+        training["fp8_recipe"] = "delayed"
+    model = {"name": cid, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+             "seq_length": int(c["model"]["seq_len"]), "vocab_size": MPT_VOCAB, "activation": "gelu",
+             "norm": "layernorm", "position": "learned", "tied_embeddings": True, "bias": False, "dropout": False}
+    return {"model": model, "system": {"preset": system, "num_nodes": n // 8},
+            "parallel": {"tensor": 1, "pipeline": 1, "data": n}, "training": training}
