@@ -18,7 +18,7 @@ def _one_stage(ce: str, **extra_training):
 
 
 @pytest.mark.parametrize("ce, fwd, bwd", [("torch", 6, 8), ("torch_16bit", 2, 4), ("torch_compiled", 0, 2), ("megatron", 2, 2),
-                                          ("megatron_fused", 2, 2), ("te", 0, 0)])
+                                          ("megatron_fused", 2, 2), ("te", 0, 0), ("flash_attn", 0, 2)])
 def test_the_loss_holds_its_implementations_logit_copies(ce, fwd, bwd):
     s = _one_stage(ce)
     logits = logits_per_gpu(shapes_of(s))

@@ -71,6 +71,12 @@ CE_BYTES = {
     # computes (grad + exp(x)) * grad_output: exp (4 + 4), add (8 + 4), multiply (4 + 4), and the
     # cast to 16 bits (4 + 2) = 42. Keeps the fp32 log-softmax.
     "torch_loss_parallel": (38, 42, 4),
+    # flash-attn's CrossEntropyLoss (flash_attn/losses/cross_entropy.py: the Triton kernels of
+    # flash_attn/ops/triton/cross_entropy.py in 2.x, apex's xentropy CUDA kernel in 1.x; MPT's
+    # default loss in llm-foundry): the forward reads the 16-bit logits once for the row's log-sum-exp
+    # and loss, writing per-row values only (2); the backward reads them again and writes the 16-bit
+    # gradient into a new tensor (2 + 2; inplace_backward off by default). Keeps the 16-bit logits.
+    "flash_attn": (2, 4, 2),
 }
 
 

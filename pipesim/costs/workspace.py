@@ -31,6 +31,10 @@ while a stage's forward or backward runs and releases at its end (pipesim/sim/wo
    te     (Transformer Engine's Triton kernels)                                       0        0
           online softmax over the 16-bit logits, the gradient written into them in place
           (transformer_engine/pytorch/triton/cross_entropy.py): nothing beyond the kept logits.
+   flash_attn (flash-attn's CrossEntropyLoss: MPT / llm-foundry)                     0        2
+          the forward writes per-row values only; the backward writes the 16-bit gradient into a
+          new tensor beside the kept logits (flash_attn/ops/triton/cross_entropy.py,
+          inplace_backward False).
 
    These are for 16-bit logits. Under fp32 training the logits are fp32 and `.float()` returns
    them as they are: the 16-bit copy becomes the fp32 logits themselves and the fp32 cast
@@ -74,6 +78,8 @@ def ce_working(kernel: str, e: int) -> tuple[float, float]:
         return upcast, upcast
     if kernel == "te":
         return 0, 0
+    if kernel == "flash_attn":
+        return 0, e
     raise ValueError(f"unknown cross-entropy kernel {kernel!r}")
 
 

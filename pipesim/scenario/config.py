@@ -412,14 +412,16 @@ class TrainingConfig:
                                       "linear returns to the sequence split by one all-to-all instead of an "
                                       "all-gather and a split (Megatron-Bridge LoRA a2a_experimental)")
     cross_entropy: Literal["auto", "megatron", "megatron_fused", "te", "torch", "torch_16bit",
-                           "torch_compiled"] = field(
+                           "torch_compiled", "flash_attn"] = field(
         "auto", doc="the loss kernel over the logits: megatron = Megatron-LM's unfused vocab-parallel "
                     "cross-entropy, megatron_fused = --cross-entropy-loss-fusion (native), te = Transformer "
                     "Engine's Triton kernel (cross_entropy_fusion_impl te, Megatron-Bridge's performance "
                     "recipes), torch = F.cross_entropy on fp32 logits (over tensor-parallel logits "
                     "PyTorch's loss_parallel), torch_16bit = on the 16-bit logits "
                     "(no upcast), torch_compiled = F.cross_entropy on fp32 logits under "
-                    "torch.compile (torchtitan's compiled loss); auto = torch with kernel_fusion eager, "
+                    "torch.compile (torchtitan's compiled loss), flash_attn = flash-attn's fused "
+                    "CrossEntropyLoss on the 16-bit logits (MPT / llm-foundry's default); auto = torch "
+                    "with kernel_fusion eager, "
                     "megatron otherwise (pipesim/costs/layers.py CE_BYTES)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")

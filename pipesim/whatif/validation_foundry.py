@@ -17,8 +17,11 @@ Assumed once for the family, from llm-foundry's code and configs of the tables' 
 scripts/train/yamls/pretrain/mpt-<size>.yaml (d_model, n_heads, n_layers, 4x GELU MLP, vocabulary
 50,368; learned positions over max_seq_len = the row's sequence, as the table's NumParams counts them;
 no biases; tied embeddings; no dropout; Composer's low-precision LayerNorm), PyTorch eager ops
-(kernel_fusion eager; no torch.compile in these scripts), the loss as F.cross_entropy on the logits
-autocast to fp32 (cross_entropy torch), FSDP wrapping each MPTBlock (one all-gather and one
+(kernel_fusion eager; no torch.compile in these scripts), the loss as MPT's default loss_fn
+fused_crossentropy runs it, flash-attn's CrossEntropyLoss on the 16-bit logits (cross_entropy
+flash_attn; llmfoundry/models/mpt/modeling_mpt.py, which raises when flash-attn is missing rather
+than fall back; with torch's fp32 loss 56 of the rows, all of which ran, were out of memory),
+FSDP wrapping each MPTBlock (one all-gather and one
 reduce-scatter per block), prefetching the next block's gather (backward_prefetch BACKWARD_PRE), and
 decoupled LionW (one fp32 momentum per parameter, read and written once a step like SGD's momentum:
 optimizer sgd). The network: 8 x 200 Gb/s per A100 node as the tables' titles state (the dgx-a100
@@ -67,7 +70,7 @@ def foundry_scenario(case) -> dict:
     training = {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                 "precision": precision, "recompute": "full" if tr["activation_checkpointing"] else "none",
                 "attention": "flash", "attention_kernel": "fa2", "kernel_fusion": "eager",
-                "cross_entropy": "torch", "optimizer": "sgd",
+                "cross_entropy": "flash_attn", "optimizer": "sgd",
                 "zero_stage": 3, "zero3_collectives": "layer", "zero3_prefetch": True,
                 "reshard_after_forward": reshard, "overlap_grad_reduce": True, "grad_reduce_in_fp32": fp32_reduce}
     if precision == "fp8":
