@@ -53,3 +53,17 @@ def test_unmapped_values_are_one_line_errors(section, value, words):
     with pytest.raises(ScenarioError) as exc:
         case_scenario(type(case)(**{**case.__dict__, "raw": raw}))
     assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_composers_train_metrics_read_the_logits_twice_after_each_backward():
+    from pipesim.costs.layers import head_ops, logits_per_gpu, shapes_of
+    d = case_scenario(_cases()["foundry-a100-mpt-125m-512-8gpu"])
+    s = load_scenario(d)
+    metrics = next(o for o in head_ops(s) if o.name == "logit_metrics")
+    logits = logits_per_gpu(shapes_of(s))
+    assert logits == 128 * 512 * 50368                  # micro-batch 128 of 512 tokens, MPT's vocabulary
+    assert (metrics.bytes_fwd, metrics.bytes_bwd) == (2 * 22 * logits, 0.0)   # two F.cross_entropy forwards
+    bare = load_scenario({**d, "training": dict(d["training"], logit_metric_passes=0)})
+    assert not any(o.name == "logit_metrics" for o in head_ops(bare))
+    with pytest.raises(ScenarioError, match="logit_metric_passes must not be negative"):
+        load_scenario({**d, "training": dict(d["training"], logit_metric_passes=-1)})

@@ -492,6 +492,12 @@ def head_ops(s: Scenario) -> list[Op]:
     ops.append(Op("cross_entropy", "vector", 5 * logits, 4 * logits, logits * fwd_bytes, logits * bwd_bytes,
                   saved_bytes=logits * kept, comm_fwd=loss_comm,
                   measure_fwd=(("cross_entropy_fwd", ce),), measure_bwd=(("cross_entropy_bwd", ce),)))
+    passes = s.training.logit_metric_passes
+    if passes:
+        # Metrics over the step's logits (Composer's Trainer._eval_train_metrics after each
+        # micro-batch's backward, on the same stream, hence counted with the forward): each an
+        # F.cross_entropy under autocast, the forward of CE_BYTES["torch"] with no backward.
+        ops.append(Op("logit_metrics", "vector", 5 * logits * passes, 0.0, logits * CE_BYTES["torch"][0] * passes, 0.0))
     return with_lora(s, ops)
 
 

@@ -423,6 +423,11 @@ class TrainingConfig:
                     "CrossEntropyLoss on the 16-bit logits (MPT / llm-foundry's default); auto = torch "
                     "with kernel_fusion eager, "
                     "megatron otherwise (pipesim/costs/layers.py CE_BYTES)")
+    logit_metric_passes: int = field(0, doc="extra forward cross-entropy passes over the logits per "
+                                            "micro-batch, outside autograd: training metrics computed from "
+                                            "the step's own logits (Composer's LanguageCrossEntropy and "
+                                            "LanguagePerplexity train metrics: 2), each F.cross_entropy under "
+                                            "autocast (pipesim/costs/layers.py head_ops)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
     offload_activation_layers: int = field(0, doc="Transformer layers per model stage whose saved activations "
@@ -577,6 +582,8 @@ class TrainingConfig:
             raise ValueError(f"document_length must be at least 1 token, got {self.document_length}")
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank must not be negative, got {self.lora_rank}")
+        if self.logit_metric_passes < 0:
+            raise ValueError(f"logit_metric_passes must not be negative, got {self.logit_metric_passes}")
         if not 0 <= self.lora_dropout < 1:
             raise ValueError(f"lora_dropout must be a probability in [0, 1), got {self.lora_dropout}")
         if self.lora_rank and not self.lora_targets:

@@ -21,7 +21,10 @@ no biases; tied embeddings; no dropout; Composer's low-precision LayerNorm), PyT
 fused_crossentropy runs it, flash-attn's CrossEntropyLoss on the 16-bit logits (cross_entropy
 flash_attn; llmfoundry/models/mpt/modeling_mpt.py, which raises when flash-attn is missing rather
 than fall back; with torch's fp32 loss 56 of the rows, all of which ran, were out of memory),
-FSDP wrapping each MPTBlock (one all-gather and one
+Composer's two train metrics after each micro-batch's backward (LanguageCrossEntropy and
+LanguagePerplexity, each an F.cross_entropy over the logits under autocast: Trainer.
+_eval_train_metrics, composer v0.15-0.17; llm-foundry's use_train_metrics defaults true:
+logit_metric_passes 2), FSDP wrapping each MPTBlock (one all-gather and one
 reduce-scatter per block), prefetching the next block's gather (backward_prefetch BACKWARD_PRE), and
 decoupled LionW (one fp32 momentum per parameter, read and written once a step like SGD's momentum:
 optimizer sgd). The network: 8 x 200 Gb/s per A100 node as the tables' titles state (the dgx-a100
@@ -70,7 +73,7 @@ def foundry_scenario(case) -> dict:
     training = {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
                 "precision": precision, "recompute": "full" if tr["activation_checkpointing"] else "none",
                 "attention": "flash", "attention_kernel": "fa2", "kernel_fusion": "eager",
-                "cross_entropy": "flash_attn", "optimizer": "sgd",
+                "cross_entropy": "flash_attn", "logit_metric_passes": 2, "optimizer": "sgd",
                 "zero_stage": 3, "zero3_collectives": "layer", "zero3_prefetch": True,
                 "reshard_after_forward": reshard, "overlap_grad_reduce": True, "grad_reduce_in_fp32": fp32_reduce}
     if precision == "fp8":
