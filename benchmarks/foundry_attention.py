@@ -4,7 +4,11 @@ FlashAttention: for each row at 4K tokens or more, pipesim's step, the share of 
 published step if everything else were right. A diagnosis, not a model input: where attention is
 most of the step the factor is the kernel's, elsewhere it also carries the rest of the row's gap.
 
-    python benchmarks/foundry_attention.py [--min-share 0.6]
+    python benchmarks/foundry_attention.py [--min-share 0.6] [--residual]
+
+--residual then applies each GPU generation's median factor to the Triton rows' attention (the
+FlashAttention-2 rows keep theirs) and prints what error stays, by generation, gradient accumulation
+and activation checkpointing.
 """
 from __future__ import annotations
 
@@ -29,24 +33,54 @@ def implied(case) -> tuple[float, float]:
     return attention / step, (published_step - step + attention) / attention
 
 
+def generation(case) -> str:
+    return case.raw["hardware"]["gpu"].split("_")[0]
+
+
+def print_residuals(rows: list, medians: dict[str, float]) -> None:
+    """Each row's error left once its Triton attention runs at its generation's median factor."""
+    groups: dict[tuple, list[float]] = {}
+    for case, share, factor in rows:
+        f = medians[generation(case)] if case.raw["training"]["attn_impl"] == "triton" else 1.0
+        residual = 100 * ((1 + share * (factor - 1)) / (1 + share * (f - 1)) - 1)
+        key = (generation(case), case.raw["parallel"]["grad_accum"] > 1, case.raw["training"]["activation_checkpointing"])
+        groups.setdefault(key, []).append(residual)
+    print("\nerror left with the Triton attention at the median factor (+ = pipesim faster):")
+    for (gen, accum, ckpt), res in sorted(groups.items()):
+        print(f"  {gen} {'accumulating' if accum else 'one micro-batch':15s} "
+              f"{'checkpointing' if ckpt else 'no checkpointing':16s} {len(res):3d} rows  mean {statistics.mean(res):+5.1f} %"
+              f"  ({min(res):+.1f} .. {max(res):+.1f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-share", type=float, default=0.6,
                     help="summarise the rows whose attention is at least this share of the step")
+    ap.add_argument("--residual", action="store_true", help="the error left at the median factors, every row")
     args = ap.parse_args()
     by_gpu: dict[str, list[float]] = {}
+    rows = []
     print(f"{'row':48s} {'tokens':>7s} {'attention share':>15s} {'implied factor':>14s}")
     for case in load_cases():
-        if case.suite != "foundry" or case.raw["model"]["seq_len"] < 4096:
+        if case.suite != "foundry" or (case.raw["model"]["seq_len"] < 4096 and not args.residual):
             continue
         share, factor = implied(case)
-        print(f"{case.id:48s} {case.raw['model']['seq_len']:7d} {share:15.2f} {factor:14.2f}")
+        rows.append((case, share, factor))
+        if case.raw["model"]["seq_len"] >= 4096:
+            print(f"{case.id:48s} {case.raw['model']['seq_len']:7d} {share:15.2f} {factor:14.2f}")
         if share >= args.min_share:
             by_gpu.setdefault(case.raw["hardware"]["gpu"], []).append(factor)
     print(f"\nrows with attention >= {args.min_share:.0%} of pipesim's step:")
     for gpu, factors in sorted(by_gpu.items()):
         print(f"  {gpu}: {len(factors)} rows, factor {min(factors):.2f} .. {max(factors):.2f} "
               f"(median {statistics.median(factors):.2f})")
+    if args.residual:
+        medians = {}
+        for gpu, factors in by_gpu.items():
+            medians.setdefault(gpu.split("_")[0], []).extend(factors)
+        medians = {gen: statistics.median(f) for gen, f in medians.items()}
+        print("  median by generation: " + ", ".join(f"{g} {m:.2f}" for g, m in sorted(medians.items())))
+        print_residuals(rows, medians)
 
 
 if __name__ == "__main__":
