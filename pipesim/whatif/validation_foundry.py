@@ -14,8 +14,8 @@ fp32, PURE in BF16; Composer's get_mixed_precision), activation checkpointing (e
 recompute), the precision (amp_bf16 / bf16 -> bf16; amp_fp8 -> Transformer Engine FP8 linears with
 its delayed scaling, TE v0.10 as the scripts install it).
 Assumed once for the family, from llm-foundry's code and configs of the tables' commits: the MPT of
-scripts/train/yamls/pretrain/mpt-<size>.yaml (d_model, n_heads, n_layers, 4x GELU MLP, vocabulary
-50,368; learned positions over max_seq_len = the row's sequence, as the table's NumParams counts them;
+scripts/train/yamls/pretrain/mpt-<size>.yaml (its d_model, n_heads, n_layers and vocabulary are in
+each row; a 4x GELU MLP; learned positions over max_seq_len = the row's sequence, as the table's NumParams counts them;
 no biases; tied embeddings; no dropout; Composer's low-precision LayerNorm), PyTorch eager ops
 (kernel_fusion eager; no torch.compile in these scripts), the loss as MPT's default loss_fn
 fused_crossentropy runs it, flash-attn's CrossEntropyLoss on the 16-bit logits (cross_entropy
@@ -40,11 +40,6 @@ from __future__ import annotations
 from pipesim.errors import ScenarioError
 from pipesim.whatif.families import mapped
 
-# scripts/train/yamls/pretrain/mpt-<size>.yaml @ b2a43a147: (d_model, n_heads, n_layers)
-MPT_SHAPES = {"125m": (768, 12, 12), "350m": (1024, 16, 24), "760m": (1536, 12, 24), "1b": (2048, 16, 24),
-              "3b": (2560, 20, 32), "7b": (4096, 32, 32), "13b": (5120, 40, 40), "30b": (7168, 56, 48),
-              "70b": (8192, 64, 80)}
-MPT_VOCAB = 50368
 FOUNDRY_SYSTEMS = {"a100_80gb": "dgx-a100-80gb", "a100_40gb": "dgx-a100-40gb", "h100_80gb": "dgx-h100"}
 # Composer FSDP sharding strategy -> reshard_after_forward
 SHARDING = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
@@ -56,9 +51,6 @@ ATTN_IMPL = ("triton", "flash")
 
 def foundry_scenario(case) -> dict:
     c, cid = case.raw, case.id
-    name = str(c["model"]["name"])
-    shape = mapped(MPT_SHAPES, name.removeprefix("mpt-"), cid, "model.name", "is not an MPT size of the tables")
-    hidden, heads, layers = shape
     system = mapped(FOUNDRY_SYSTEMS, c["hardware"]["gpu"], cid, "hardware.gpu", "has no system preset")
     par, tr = c["parallel"], c["training"]
     n = int(c["hardware"]["num_gpus"])
@@ -78,8 +70,10 @@ def foundry_scenario(case) -> dict:
                 "reshard_after_forward": reshard, "overlap_grad_reduce": True, "grad_reduce_in_fp32": fp32_reduce}
     if precision == "fp8":
         training["fp8_recipe"] = "delayed"
-    model = {"name": cid, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
-             "seq_length": int(c["model"]["seq_len"]), "vocab_size": MPT_VOCAB, "activation": "gelu",
+    m = c["model"]
+    model = {"name": cid, "num_layers": int(m["layers"]), "hidden_size": int(m["hidden"]),
+             "num_attention_heads": int(m["heads"]), "seq_length": int(m["seq_len"]),
+             "vocab_size": int(m["vocab"]), "activation": "gelu",
              "norm": "layernorm", "position": "learned", "tied_embeddings": True, "bias": False, "dropout": False}
     return {"model": model, "system": {"preset": system, "num_nodes": n // 8},
             "parallel": {"tensor": 1, "pipeline": 1, "data": n}, "training": training}
