@@ -46,6 +46,7 @@ def test_the_table_columns_map_to_fsdp_settings():
     ("training", {"fsdp_mixed_precision": "FULL"}, "training.fsdp_mixed_precision"),
     ("training", {"attn_impl": "torch"}, "training.attn_impl"),
     ("training", {"activation_cpu_offload": True}, "activation_cpu_offload"),
+    ("parallel", {"global_batch": 97}, "parallel.global_batch 97"),
 ])
 def test_unmapped_values_are_one_line_errors(section, value, words):
     case = _cases()["foundry-a100-mpt-7b-2048-8gpu"]

@@ -7,16 +7,18 @@ GPU count).
 
 Mapped as the tables state it, row by row: the model size and sequence length, the GPU, the GPU
 count (FSDP over all of them, no tensor or pipeline parallelism), micro-batch, global batch (the
-gradient accumulation is global / (micro-batch x GPUs)), the sharding strategy (FULL_SHARD -> ZeRO-3
-gathering each block again for its backward; SHARD_GRAD_OP -> ZeRO-3 keeping it gathered from forward
-to backward, reshard_after_forward false), FSDP's mixed-precision mode (DEFAULT reduces gradients in
+gradient accumulation is global / (micro-batch x GPUs); Composer would also run a last, smaller
+micro-batch when they do not divide, which no row does and the converter refuses), the sharding
+strategy (FULL_SHARD -> ZeRO-3 gathering each block again for its backward; SHARD_GRAD_OP -> ZeRO-3
+keeping it gathered from forward to backward, reshard_after_forward false), FSDP's mixed-precision mode (DEFAULT reduces gradients in
 fp32, PURE in BF16; Composer's get_mixed_precision), activation checkpointing (each MPTBlock: full
 recompute), the precision (amp_bf16 / bf16 -> bf16; amp_fp8 -> Transformer Engine FP8 linears with
 its delayed scaling, TE v0.10 as the scripts install it).
 Assumed once for the family, from llm-foundry's code and configs of the tables' commits: the MPT of
 scripts/train/yamls/pretrain/mpt-<size>.yaml (its d_model, n_heads, n_layers and vocabulary are in
-each row; a 4x GELU MLP; learned positions over max_seq_len = the row's sequence, as the table's NumParams counts them;
-no biases; tied embeddings; no dropout; Composer's low-precision LayerNorm), PyTorch eager ops
+each row; a 4x GELU MLP; learned positions over max_seq_len = the row's sequence, as the table's
+NumParams counts them; no biases; tied embeddings; no dropout; Composer's low-precision LayerNorm),
+PyTorch eager ops
 (kernel_fusion eager; no torch.compile in these scripts), the loss as MPT's default loss_fn
 fused_crossentropy runs it, flash-attn's CrossEntropyLoss on the 16-bit logits (cross_entropy
 flash_attn; llmfoundry/models/mpt/modeling_mpt.py, which raises when flash-attn is missing rather
@@ -62,7 +64,11 @@ def foundry_scenario(case) -> dict:
         raise ScenarioError(f"{cid}: training.activation_cpu_offload: true is not mapped (no table row uses it)")
     if n % 8:
         raise ScenarioError(f"{cid}: hardware.num_gpus {n}: only whole 8-GPU nodes are mapped")
-    training = {"micro_batch_size": int(par["micro_batch"]), "global_batch_size": int(par["global_batch"]),
+    micro, batch = int(par["micro_batch"]), int(par["global_batch"])
+    if batch % (micro * n):
+        raise ScenarioError(f"{cid}: parallel.global_batch {batch} is not a whole number of micro-batches of "
+                            f"{micro} on each of {n} GPUs")
+    training = {"micro_batch_size": micro, "global_batch_size": batch,
                 "precision": precision, "recompute": "full" if tr["activation_checkpointing"] else "none",
                 "attention": "flash", "attention_kernel": "fa2", "kernel_fusion": "eager",
                 "cross_entropy": "flash_attn", "logit_metric_passes": 2, "optimizer": "sgd",
