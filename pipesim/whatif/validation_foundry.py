@@ -10,9 +10,9 @@ count (FSDP over all of them, no tensor or pipeline parallelism), micro-batch, g
 gradient accumulation is global / (micro-batch x GPUs); Composer would also run a last, smaller
 micro-batch when they do not divide, which no row does and the converter refuses), the sharding
 strategy (FULL_SHARD -> ZeRO-3 gathering each block again for its backward; SHARD_GRAD_OP -> ZeRO-3
-keeping it gathered from forward to backward, reshard_after_forward false), FSDP's mixed-precision mode (DEFAULT reduces gradients in
-fp32, PURE in BF16; Composer's get_mixed_precision), activation checkpointing (each MPTBlock: full
-recompute), the precision (amp_bf16 / bf16 -> bf16; amp_fp8 -> Transformer Engine FP8 linears with
+keeping it gathered from forward to backward, reshard_after_forward false), FSDP's mixed-precision
+mode (DEFAULT reduces gradients in fp32, PURE in BF16; Composer's get_mixed_precision), activation
+checkpointing (each MPTBlock: full recompute), the precision (amp_bf16 / bf16 -> bf16; amp_fp8 -> Transformer Engine FP8 linears with
 its delayed scaling, TE v0.10 as the scripts install it).
 Assumed once for the family, from llm-foundry's code and configs of the tables' commits: the MPT of
 scripts/train/yamls/pretrain/mpt-<size>.yaml (its d_model, n_heads, n_layers and vocabulary are in
