@@ -12,8 +12,8 @@ micro-batch when they do not divide, which no row does and the converter refuses
 strategy (FULL_SHARD -> ZeRO-3 gathering each block again for its backward; SHARD_GRAD_OP -> ZeRO-3
 keeping it gathered from forward to backward, reshard_after_forward false), FSDP's mixed-precision
 mode (DEFAULT reduces gradients in fp32, PURE in BF16; Composer's get_mixed_precision), activation
-checkpointing (each MPTBlock: full recompute), the precision (amp_bf16 / bf16 -> bf16; amp_fp8 -> Transformer Engine FP8 linears with
-its delayed scaling, TE v0.10 as the scripts install it).
+checkpointing (each MPTBlock: full recompute), the precision (amp_bf16 / bf16 -> bf16; amp_fp8 ->
+Transformer Engine FP8 linears with its delayed scaling, TE v0.10 as the scripts install it).
 Assumed once for the family, from llm-foundry's code and configs of the tables' commits: the MPT of
 scripts/train/yamls/pretrain/mpt-<size>.yaml (its d_model, n_heads, n_layers and vocabulary are in
 each row; a 4x GELU MLP; learned positions over max_seq_len = the row's sequence, as the table's
