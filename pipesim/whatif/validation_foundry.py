@@ -18,19 +18,18 @@ Assumed once for the family, from llm-foundry's code and configs of the tables' 
 scripts/train/yamls/pretrain/mpt-<size>.yaml (its d_model, n_heads, n_layers and vocabulary are in
 each row; a 4x GELU MLP; learned positions over max_seq_len = the row's sequence, as the table's
 NumParams counts them; no biases; tied embeddings; no dropout; Composer's low-precision LayerNorm),
-PyTorch eager ops
-(kernel_fusion eager; no torch.compile in these scripts), the loss as MPT's default loss_fn
-fused_crossentropy runs it, flash-attn's CrossEntropyLoss on the 16-bit logits (cross_entropy
-flash_attn; llmfoundry/models/mpt/modeling_mpt.py, which raises when flash-attn is missing rather
-than fall back; with torch's fp32 loss 56 of the rows, all of which ran, were out of memory),
-Composer's two train metrics after each micro-batch's backward (LanguageCrossEntropy and
+PyTorch eager ops (kernel_fusion eager; no torch.compile in these scripts), the loss as MPT's
+default loss_fn fused_crossentropy runs it, flash-attn's CrossEntropyLoss on the 16-bit logits
+(cross_entropy flash_attn; llmfoundry/models/mpt/modeling_mpt.py, which raises when flash-attn is
+missing rather than fall back; with torch's fp32 loss 56 of the rows, all of which ran, were out of
+memory), Composer's two train metrics after each micro-batch's backward (LanguageCrossEntropy and
 LanguagePerplexity, each an F.cross_entropy over the logits under autocast: Trainer.
 _eval_train_metrics, composer v0.15-0.17; llm-foundry's use_train_metrics defaults true:
-logit_metric_passes 2), FSDP wrapping each MPTBlock (one all-gather and one
-reduce-scatter per block), prefetching the next block's gather (backward_prefetch BACKWARD_PRE), and
-decoupled LionW (one fp32 momentum per parameter, read and written once a step like SGD's momentum:
-optimizer sgd). The network: 8 x 200 Gb/s per A100 node as the tables' titles state (the dgx-a100
-presets); the H100 tables name none (the dgx-h100 preset, 8 x 400 Gb/s).
+logit_metric_passes 2), FSDP wrapping each MPTBlock (one all-gather and one reduce-scatter per
+block), prefetching the next block's gather (backward_prefetch BACKWARD_PRE), and decoupled LionW
+(one fp32 momentum per parameter, read and written once a step like SGD's momentum: optimizer sgd).
+The network: 8 x 200 Gb/s per A100 node as the tables' titles state (the dgx-a100 presets); the H100
+tables name none (the dgx-h100 preset, 8 x 400 Gb/s).
 Attention: attn_impl triton (submit_benchmarks.py's default, MPT's Triton FlashAttention,
 flash_attn_triton.py) or flash (FlashAttention-2, gpu-flash2; the large-scale sweep.py's choice for
 1B, 3B, 7B and 70B). No per-length table of the Triton kernel is published; it is timed on the
