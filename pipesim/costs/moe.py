@@ -268,7 +268,9 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
       groups, which span g·n/G parts; other groupings keep the uniform expectation.
     hybridep — NVIDIA's HybridEP kernels (Megatron-Core flex dispatcher, backend hybridep): deepep's
       traffic; on Blackwell its SMs, not NVLink, set the rate (costs/moe_dispatch.py kernel_rate,
-      the published GB200 table), so each phase takes max(wire, received bytes / kernel rate).
+      the published GB200 table), so each phase takes max(wire, received bytes / kernel rate). So do
+      DeepEP's kernels when the EP group lies in one Blackwell NVLink domain (NVIDIA's GB200 NVL72
+      measurement); across domains its internode kernels stay link-bound (no figure).
     ETP > 1 adds an all-gather (dispatch) / reduce-scatter (combine) of the received tokens over
     the ETP group (Megatron-Core alltoall dispatcher with expert tensor parallelism).
     """
@@ -302,7 +304,8 @@ def a2a_costs(s: Scenario, sh: Shapes) -> A2ACost:
     # the fused kernels' own SMs may not keep up with the link (costs/moe_dispatch.py): each phase
     # takes the longer of the wire and the bytes the rank receives at the kernel's rate
     dispatch, combine = (alpha + lam * max(wire, recv / rate if rate else 0.0) + etp_s
-                         for rate in (kernel_rate(s, per, phase, sh.e) for phase in ("dispatch", "combine")))
+                         for rate in (kernel_rate(s, per, phase, sh.e, one_domain=islands == 1)
+                                      for phase in ("dispatch", "combine")))
     sent = 2 * (intra + inter)
     # The alltoall dispatcher first exchanges the copies per expert (Megatron-Core
     # MoEAlltoAllTokenDispatcher preprocess: an all-to-all of E/EP counts per peer), a

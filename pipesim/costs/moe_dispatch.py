@@ -4,9 +4,11 @@ DeepEP's normal kernels and HybridEP (NVIDIA's hybrid-ep kernels in DeepEP, Mega
 dispatcher backend `hybridep`) copy tokens over NVLink with a fixed set of SMs, so within an
 NVLink domain a dispatch or combine runs at the lower of the link's bandwidth and the rate those
 SMs reach. Where a table of that rate is published, it is used (costs/moe.py a2a_costs takes the
-slower of the two): HybridEP on Blackwell, whose 900 GB/s NVLink 5 its SMs do not fill. Elsewhere
-the link alone bounds the time: DeepEP V1's own table is NVLink-bound (153 / 158 GB/s on H800's
-160 GB/s, deepseek-ai/DeepEP docs/legacy.md), and no table is published for H100/H200's 450 GB/s
+slower of the two): on Blackwell, whose 900 GB/s NVLink 5 neither backend's SMs fill, HybridEP's
+table and NVIDIA's measurement of DeepEP across an NVL72 domain. Elsewhere the link alone bounds the
+time: DeepEP V1's own table is NVLink-bound (153 / 158 GB/s on H800's 160 GB/s, deepseek-ai/DeepEP
+docs/legacy.md), no table is published for H100/H200's 450 GB/s, and DeepEP's internode kernels
+(RDMA between NVLink domains, NVLink forwarding inside them) have no Blackwell figure
 (benchmarks/moe_dispatch_rates.py prints the comparisons).
 
 Rates are bytes received per rank per second, the rank's own tokens included (DeepEP's and
@@ -38,6 +40,18 @@ HYBRIDEP_BLACKWELL = {
 }
 
 
+# DeepEP's normal kernels over one Blackwell NVLink domain: NVIDIA's measurement in the Megatron-LM
+# discussion "Optimizing DeepSeek-V3 Training Performance on NVIDIA GB200 NVL72" (NVIDIA/Megatron-LM
+# docs/discussions/deepseek-v3-gb200-optimization, Sec. 2.2.1): EP 32 on GB200 NVL72 (multi-node
+# NVLink, through the community PR deepseek-ai/DeepEP#218), 24 SMs, "the dispatch can only reach
+# about 400 GB/s and the combine can only reach about 190 GB/s algorithm bandwidth". Its dispatch was
+# BF16 (Megatron-Core did not dispatch MXFP8 then, Sec. 2.1.3); no FP8 dispatch figure is given, so
+# FP8 dispatch takes the same bytes per second. One rank count only: every NVLink group takes it.
+DEEPEP_BLACKWELL = {32: {24: (400.0, 400.0, 190.0)}}
+# the published tables: (ranks -> SMs -> (dispatch FP8, dispatch BF16, combine) GB/s), Blackwell only
+KERNEL_TABLES = {"hybridep": HYBRIDEP_BLACKWELL, "deepep": DEEPEP_BLACKWELL}
+
+
 def dispatcher_sms(s) -> int:
     """SMs the fused dispatcher's kernels hold (0 for NCCL's all-to-all: not modelled)."""
     tr = s.training
@@ -46,16 +60,20 @@ def dispatcher_sms(s) -> int:
     return tr.moe_dispatcher_sms or DEFAULT_SMS[tr.moe_dispatcher]
 
 
-def kernel_rate(s, ranks: int, phase: str, elem_bytes: float) -> float | None:
+def kernel_rate(s, ranks: int, phase: str, elem_bytes: float, one_domain: bool = True) -> float | None:
     """Bytes/s per rank (received, own tokens included) the fused dispatcher's SMs reach for
     `phase` ("dispatch" / "combine") among `ranks` NVLink peers, or None where no table is
-    published (NCCL all-to-all, DeepEP, HybridEP off Blackwell): the link alone bounds it then.
-    Between the measured SM counts the rate is linear; beyond them it is the nearest measured
-    one's per-SM rate (the kernel's SMs are its copy engines). More ranks than the table's
-    largest take its largest row, fewer its smallest."""
-    if s.training.moe_dispatcher != "hybridep" or s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
+    published (NCCL all-to-all, either backend off Blackwell, DeepEP's internode kernels when the
+    EP group spans NVLink domains: not `one_domain`): the link alone bounds it then. Between the
+    measured SM counts the rate is linear; beyond them it is the nearest measured one's per-SM rate
+    (the kernel's SMs are its copy engines). More ranks than the table's largest take its largest
+    row, fewer its smallest."""
+    table = KERNEL_TABLES.get(s.training.moe_dispatcher)
+    if table is None or s.system.gpu.kernel_curve not in BLACKWELL_CURVES:
         return None
-    row = HYBRIDEP_BLACKWELL[max([r for r in HYBRIDEP_BLACKWELL if r <= ranks] or [min(HYBRIDEP_BLACKWELL)])]
+    if s.training.moe_dispatcher == "deepep" and not one_domain:
+        return None
+    row = table[max([r for r in table if r <= ranks] or [min(table)])]
     column = 2 if phase == "combine" else (0 if elem_bytes <= 1 else 1)
     sms = dispatcher_sms(s)
     counts, rates = zip(*sorted((n, r[column]) for n, r in row.items()))
@@ -76,7 +94,7 @@ def pace(s) -> dict | None:
     g = expert_placement(s, "ep")
     per = g.per_node
     link = g.intra.bandwidth * per / (per - 1) if per > 1 else None     # None: no NVLink peers
-    rates = [kernel_rate(s, per, phase, 2) for phase in ("dispatch", "combine")]
+    rates = [kernel_rate(s, per, phase, 2, one_domain=per >= s.parallel.expert) for phase in ("dispatch", "combine")]
     kernel = min(rates) if all(rates) else None
     bound = "kernel" if kernel is not None and link is not None and kernel < link else "link"
     return {"dispatcher": s.training.moe_dispatcher, "sms": dispatcher_sms(s), "link_Bps": link,

@@ -130,7 +130,7 @@ def a2a_candidates(s) -> list[tuple[str, dict, str]]:
     """An exposed expert all-to-all: hide it under the paired micro-batch (A2A overlap), send each
     token once per rank (a fused dispatcher), or give a fused dispatcher whose SMs set its pace
     more of them (costs/moe_dispatch.py; the overlap's compute then runs on fewer)."""
-    from pipesim.costs.moe_dispatch import DEFAULT_SMS, dispatcher_sms, kernel_rate
+    from pipesim.costs.moe_dispatch import DEFAULT_SMS, dispatcher_sms, pace
     tr = s.training
     out = []
     if not tr.moe_a2a_overlap:
@@ -139,7 +139,7 @@ def a2a_candidates(s) -> list[tuple[str, dict, str]]:
         for name in DEFAULT_SMS:
             out.append((f"moe_dispatcher {name}", {"training.moe_dispatcher": name},
                         f"--set training.moe_dispatcher={name}"))
-    elif kernel_rate(s, s.parallel.expert, "combine", 2) is not None:
+    elif (p := pace(s)) is not None and p["bound"] == "kernel":
         more = 2 * dispatcher_sms(s)
         out.append((f"{more} dispatcher SMs", {"training.moe_dispatcher_sms": more},
                     f"--set training.moe_dispatcher_sms={more}"))
