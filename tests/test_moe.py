@@ -278,3 +278,20 @@ def test_presets_without_an_exact_published_count(name, total, active, tol):
     assert abs(total_params(s) - total) <= tol * total
     assert abs(active_params(s, input_embedding=name == "kimi-k2") - active) <= tol * active
     assert stage_costs(s)[0].moe_layers == s.model.num_moe_layers
+
+
+def test_megatron_cores_count_of_multi_latent_attention():
+    """Megatron-Core's logger counts DeepSeek-V3's MLA with its own branch (training.py
+    num_floating_point_operations, args.multi_latent_attention): q and kv down/up projections, the
+    decoupled RoPE key, the output projection and the causal core, 6 FLOPs per multiply-accumulate."""
+    from pipesim.costs.summary import megatron_core_flops
+    s = load_scenario({"model": {"preset": "deepseek-v3", "seq_length": 4096, "mtp_layers": 0},
+                       "system": {"preset": "dgx-h100", "num_nodes": 1},
+                       "parallel": {"tensor": 1, "pipeline": 1, "data": 8, "expert": 8},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16"}})
+    h, L, S, a = 7168, 61, 4096, 128
+    mla = 6 * (1536 * (h + a * 192 + 1) + 512 * (h + a * (128 + 128) + 1) + h * 64 + a * 128 * h
+               + S * (a * 192 + a * 128) / 2)
+    mlp = 18 * h * (3 * 18432 + 58 * (8 * 2048 + 2048))        # SwiGLU: 3 dense layers, 58 MoE (8 routed + 1 shared)
+    per_token = L * mla + mlp + 6 * h * 129280                   # 129,280 = 128 x 1010: no padding
+    assert megatron_core_flops(s) == pytest.approx(8 * S * per_token)

@@ -565,3 +565,19 @@ def test_a_family_row_naming_a_model_outside_its_table_is_read_as_a_new_row(tmp_
     scenario = case_scenario(case)
     assert case.suite == "titan2024" and scenario["model"]["preset"] == "qwen3-8b"
     assert (scenario["training"]["zero3_collectives"], scenario["training"]["recompute"]) == ("fsdp2", "full")
+
+
+def test_the_gb200_deepseek_rows_name_their_scenario_and_score_megatrons_count():
+    """mcoregb200: NVIDIA's final DeepSeek-V3 GB200 run as its reproduce guide states it, and the
+    baseline through the row's `set` overrides; both in Megatron-Core's TFLOP/s (MLA counted)."""
+    from pipesim.costs.summary import megatron_core_flops
+    cases = {c.id: c for c in load_cases() if c.suite == "mcoregb200"}
+    final, base = cases["mcoregb200-dsv3-final"], cases["mcoregb200-dsv3-baseline"]
+    assert final.metric == base.metric == "megatron" and (final.target, base.target) == (970.01, 494.46)
+    f, b = (load_scenario(case_scenario(c)) for c in (final, base))
+    assert (f.training.moe_dispatcher, f.training.moe_dispatcher_sms, f.system.nvlink_domain) == ("hybridep", 32, 32)
+    split = f.layers_per_stage()
+    assert f.parallel.virtual_stages == 4 and len(split) == 32 and (split[0], split[-1]) == (1, 0)
+    assert b.training.moe_dispatcher == "alltoall" and list(b.training.recompute_modules) == ["mlp", "mla_up_proj"]
+    r = run_case(final, lambda s, mode: {"step_time_s": 10.0})
+    assert r.predicted == pytest.approx(megatron_core_flops(f) / 10.0 / 256 / 1e12)

@@ -19,7 +19,8 @@ def test_suites_have_their_cases(cases):
                         "llama3-405b": 3, "korthikanti22": 9, "bridge2511": 23, "titan2024": 8, "bridge2604": 47,
                         "bridge2606": 31, "bridge2608": 18, "automodel": 9, "titan2025": 2, "sdpa2025": 24,
                         "mlperf": 33, "mlperflora": 21, "titan2412": 18, "bridgemem": 2,
-                        "nemolongseq": 17, "titan2506": 8, "dsv3": 1, "megds": 3, "foundry": 216}
+                        "nemolongseq": 17, "titan2506": 8, "dsv3": 1, "megds": 3, "foundry": 216,
+                        "mcoregb200": 2}
     assert all("Narayanan" in c.source for c in cases.values() if c.suite.startswith("sc21"))
 
 
@@ -89,8 +90,8 @@ def test_write_scenarios_keep_the_citation_and_the_metric(tmp_path):
     files = write_scenarios(tmp_path)
     # the dense cases, bridge2511, titan2024, MoE, bridge2604, bridge2606, bridge2608 (but its 5
     # rows without a preset), automodel, titan2025, sdpa2025, mlperf, mlperflora, titan2412, bridgemem,
-    # nemolongseq, titan2506, dsv3, megds, foundry
-    assert len(files) == 67 + 23 + 8 + 9 + 47 + 31 + 13 + 9 + 2 + 24 + 33 + 21 + 18 + 2 + 17 + 8 + 1 + 3 + 216
+    # nemolongseq, titan2506, dsv3, megds, foundry, mcoregb200
+    assert len(files) == 67 + 23 + 8 + 9 + 47 + 31 + 13 + 9 + 2 + 24 + 33 + 21 + 18 + 2 + 17 + 8 + 1 + 3 + 216 + 2
     text = (tmp_path / "sc21-t1-1.7B.yaml").read_text()
     assert text.startswith("# sc21-t1-1.7B: Narayanan et al.") and "137 (TFLOP/s per GPU" in text
     s = load_scenario(tmp_path / "sc21-t1-1.7B.yaml")

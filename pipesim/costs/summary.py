@@ -99,7 +99,11 @@ def megatron_core_flops(s: Scenario) -> float:
       B·s·[12·L·h·(f_dense·D/L + (f_moe·k + f_shared)·M/L)·g + 12·L·h²·((1 + q/a) + s/2h)·r
            + 6·h·V]
     g = 3/2 for SwiGLU, q/a = query groups over heads, r = heads·head_dim / h, D and M the dense
-    and MoE layers, V the vocabulary padded to 128·tensor (Megatron --make-vocab-size-divisible-by)."""
+    and MoE layers, V the vocabulary padded to 128·tensor (Megatron --make-vocab-size-divisible-by).
+    Multi-latent attention (its `args.multi_latent_attention` branch) replaces 12·h²·(...) by
+    (6 per multiply-accumulate over forward and backward) the projections q_lora·(h + a·(d_nope +
+    d_rope) + 1) (or h·a·(d_nope + d_rope) without a q compression) + kv_lora·(h + a·(d_nope + d_v)
+    + 1) + h·d_rope + a·d_v·h, and the causal core a·(d_nope + d_rope)·s/2 + a·d_v·s/2."""
     m, B = s.model, s.training.global_batch_size
     S, L, h = m.seq_length, m.num_layers, m.hidden_size
     gated = 1.5 if m.activation == "swiglu" else 1.0
@@ -108,8 +112,14 @@ def megatron_core_flops(s: Scenario) -> float:
     mlp = m.ffn * dense / L
     if moe_layers:
         mlp += (m.moe_ffn * m.moe_top_k + m.num_shared_experts * m.moe_ffn) * moe_layers / L
-    ratio = m.head_dim * m.num_attention_heads / h
-    attention = h * h * ((1 + m.kv_heads / m.num_attention_heads) + S / h / 2) * ratio
+    if m.attention_variant == "mla":
+        a, qk, v = m.num_attention_heads, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        q = h * a * qk if m.q_lora_rank is None else m.q_lora_rank * (h + a * qk + 1)
+        projections = q + m.kv_lora_rank * (h + a * (m.qk_nope_head_dim + v) + 1) + h * m.qk_rope_head_dim + a * v * h
+        attention = (projections + S * (a * qk + a * v) / 2) / 2      # 12 x this = 6 x (projections + core)
+    else:
+        ratio = m.head_dim * m.num_attention_heads / h
+        attention = h * h * ((1 + m.kv_heads / m.num_attention_heads) + S / h / 2) * ratio
     pad = 128 * s.parallel.tensor
     vocab = -(-m.vocab_size // pad) * pad
     return B * S * (12 * L * h * mlp * gated + 12 * L * attention + 6 * h * vocab)

@@ -55,10 +55,11 @@ SUITES = {
     "dsv3": ("dsv3-", None),                 # held out: pipesim/whatif/validation_dsv3.py
     "megds": ("megds-", None),               # held out: Megatron-DeepSpeed runs, read as `other` rows are
     "foundry": ("foundry-", None),           # held out: pipesim/whatif/validation_foundry.py
+    "mcoregb200": ("mcoregb200-", None),     # held out: Megatron-Core DeepSeek-V3 on GB200, rows naming a scenario
     "other": ("", None),                     # any other id: pipesim/whatif/validation_generic.py
 }
 # Suites whose rows the generic mapping reads (validation_generic.py), each row with its own metric
-GENERIC_SUITES = ("megds", "other")
+GENERIC_SUITES = ("megds", "mcoregb200", "other")
 # Ids read by suites of their own (pipesim validate moezoo-qwen3), not by the `other` family.
 OWN_SUITE_PREFIXES = ("moezoo-qwen3-235b-",)
 # What each suite compares: "tflops" = TFLOP/s per GPU as the source counts them (SC'21 Eq. 3
@@ -395,6 +396,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
             if r.layout is not None:         # what pipesim simulated (a converter may add v, mb)
                 tp, cp, pp, dp, v, mb = r.layout
                 mb = f"{mb}*" if suite == "mcore-h100" else mb
+                n = tp * cp * pp * dp if n == "-" else n      # a row naming its scenario states no count
             else:                            # the case did not load: the source's own figures
                 tp, cp, pp = p.get("tp", 1), p.get("cp", 1), p.get("pp", 1)
                 v = p.get("virtual_stages_per_gpu", p.get("vp", 1))
@@ -430,7 +432,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
 # Families whose cases only test: never read while building the model (validation_heldout.py).
 HELD_OUT = ("korthikanti22", "bridge2511", "bridge2604", "bridge2606", "bridge2608", "bridgemem", "titan2024",
             "automodel", "titan2025", "titan2412", "titan2506", "sdpa2025", "mlperf", "mlperflora", "nemolongseq",
-            "dsv3", "megds", "foundry")
+            "dsv3", "megds", "foundry", "mcoregb200")
 
 
 def summary_table(by_suite: dict[str, list[Result]]) -> list[str]:
