@@ -33,17 +33,19 @@ def implied(case) -> tuple[float, float]:
     return attention / step, (published_step - step + attention) / attention
 
 
-def generation(case) -> str:
-    return case.raw["hardware"]["gpu"].split("_")[0]
+def generation(gpu: str) -> str:
+    """The table's GPU name without its memory: a100_80gb -> a100."""
+    return gpu.split("_")[0]
 
 
 def print_residuals(rows: list, medians: dict[str, float]) -> None:
     """Each row's error left once its Triton attention runs at its generation's median factor."""
     groups: dict[tuple, list[float]] = {}
     for case, share, factor in rows:
-        f = medians[generation(case)] if case.raw["training"]["attn_impl"] == "triton" else 1.0
+        gen = generation(case.raw["hardware"]["gpu"])
+        f = medians[gen] if case.raw["training"]["attn_impl"] == "triton" else 1.0
         residual = 100 * ((1 + share * (factor - 1)) / (1 + share * (f - 1)) - 1)
-        key = (generation(case), case.raw["parallel"]["grad_accum"] > 1, case.raw["training"]["activation_checkpointing"])
+        key = (gen, case.raw["parallel"]["grad_accum"] > 1, case.raw["training"]["activation_checkpointing"])
         groups.setdefault(key, []).append(residual)
     print("\nerror left with the Triton attention at the median factor (+ = pipesim faster):")
     for (gen, accum, ckpt), res in sorted(groups.items()):
@@ -77,7 +79,7 @@ def main() -> None:
     if args.residual:
         medians = {}
         for gpu, factors in by_gpu.items():
-            medians.setdefault(gpu.split("_")[0], []).extend(factors)
+            medians.setdefault(generation(gpu), []).extend(factors)
         medians = {gen: statistics.median(f) for gen, f in medians.items()}
         print("  median by generation: " + ", ".join(f"{g} {m:.2f}" for g, m in sorted(medians.items())))
         print_residuals(rows, medians)

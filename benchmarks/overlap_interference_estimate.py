@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from pipesim.scenario.load import load_scenario
 from pipesim.whatif.evaluate import detailed_report
-from pipesim.whatif.validation import load_cases, run_case
+from pipesim.whatif.validation import case_scenario, load_cases, run_case
 
 A100_RATIO = 108 / 84
 FAMILIES = ("sc21-table1", "sc21-table2", "megatron-v1", "mcore-h100", "nemo2407", "llama3-405b", "korthikanti22",
@@ -45,7 +46,7 @@ def main() -> None:
         r = run_case(case, detailed_report)
         if r.error_pct is None or not r.report:
             continue
-        a100 = "A100" in r.report.get("tensor_core_rate", "") or "a100" in str(case.raw.get("hardware", "")).lower()
+        a100 = load_scenario(case_scenario(case)).system.gpu.kernel_curve == "a100"
         ratio = A100_RATIO if a100 else args.hopper
         err = r.error_pct / 100
         before, after = rows.setdefault(case.suite, ([], []))
