@@ -1,4 +1,5 @@
-"""How much slower compute runs while an overlapped all-to-all's kernels hold SMs.
+"""How much slower compute runs while communication kernels hold SMs: an overlapped all-to-all's
+(below) or an overlapped NCCL collective's (sim/interference.py).
 
 With the A2A overlap (pipesim/sim/a2a_overlap.py) the dispatcher's kernels of one micro-batch
 run on a communication stream beside the compute of the paired one. DeepEP's normal kernels are
@@ -21,6 +22,8 @@ gets the rest:
   which the Megatron MoE model zoo's overlap runs do not set (sbatch_benchmarking.sh sets only
   NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=24 and CUDA_DEVICE_MAX_CONNECTIONS=32). `cta_makespan`
   schedules the CTAs greedily on the free SMs; the slowdown is its ratio to the whole device.
+  Blackwell's persistent GEMMs take tiles by cluster launch control, so a late CTA takes fewer
+  (presets/gpus.py `clc`): scheduled as one CTA per tile, no second wave.
 * Everything else (attention, normalisation, element-wise and copy kernels, many short CTAs):
   runs on the free SMs at their share, SMs / (SMs − held).
 Not modelled: the HBM bandwidth the copy kernels take (DeepEP's ~50 GB/s of RDMA plus its NVLink
@@ -93,16 +96,21 @@ def op_seconds_beside_comm(cm, op: Op, phase: str, held: int) -> tuple[float, fl
     gemms = op.gemms_fwd if phase == "fwd" else op.gemms_bwd
     if not gemms or op.flash:
         return alone, alone * share
-    parts = [(cm.gemm_time(*g), gemm_slowdown(g[1], g[2], g[0], sms, held, curve["persistent"])) for g in gemms]
+    # a late CTA of a static persistent kernel walks its whole stride; Blackwell's CLC hands the
+    # late CTAs fewer tiles, as one CTA per tile would (presets/gpus.py `clc`)
+    static = curve["persistent"] and not curve.get("clc")
+    parts = [(cm.gemm_time(*g), gemm_slowdown(g[1], g[2], g[0], sms, held, static)) for g in gemms]
     total = sum(t for t, _ in parts)
     if total <= 0:
         return alone, alone * share
     return alone, alone * sum(t * r for t, r in parts) / total
 
 
-def overlap_slowdown(s, cm, ops: list[Op], phase: str) -> float:
-    """Time of `ops` beside the all-to-all / time alone (1 = no interference)."""
-    held = comm_sms(s)
+def overlap_slowdown(s, cm, ops: list[Op], phase: str, held: int | None = None) -> float:
+    """Time of `ops` beside a communication kernel holding `held` SMs (default: the all-to-all
+    dispatcher's) / time alone (1 = no interference)."""
+    if held is None:
+        held = comm_sms(s)
     pairs = [op_seconds_beside_comm(cm, o, phase, held) for o in ops]
     alone = sum(a for a, _ in pairs)
     return sum(b for _, b in pairs) / alone if alone > 0 else 1.0

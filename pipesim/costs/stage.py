@@ -16,7 +16,9 @@ from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, frozen_memory, static_memory
 from pipesim.costs.ops import Comm, Op
+from pipesim.costs.moe_interference import op_seconds_beside_comm
 from pipesim.costs.muon import is_expert, muon_split
+from pipesim.costs.nccl_channels import dp_collective_sms
 from pipesim.costs.optimizer import optimizer_bytes
 from pipesim.costs.recompute_modules import module_recompute
 from pipesim.costs.roofline import CostModel
@@ -96,6 +98,10 @@ class StageCosts:
     # (attention, MoE block) time beside an overlapped all-to-all / alone (moe_interference.py)
     moe_overlap_slow_fwd: tuple = (1.0, 1.0)
     moe_overlap_slow_bwd: tuple = (1.0, 1.0)
+    # compute time beside an overlapped data-parallel collective / alone, F and the backward
+    # (nccl_channels.dp_collective_sms, moe_interference.py; sim/interference.py applies it)
+    dp_overlap_slow_fwd: float = 1.0
+    dp_overlap_slow_bwd: float = 1.0
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__
@@ -142,20 +148,26 @@ class _Acc:
     tp_bwd_alone: float = 0.0     # the backward's exposed TP with no weight-gradient GEMM beside it
     tp_bytes_fwd: float = 0.0
     tp_bytes_bwd: float = 0.0
+    contention_fwd: float = 0.0   # seconds fwd would add with a data-parallel collective beside it throughout
+    contention_bwd: float = 0.0
     sources: dict = field(default_factory=dict)
 
-    def add(self, s: Scenario, cm: CostModel, ops: list[Op], times: int, memo: dict | None = None) -> None:
-        """Add `times` x the ops' costs. `memo` (id(op) -> its timed terms) lets the stages of one
+    def add(self, s: Scenario, cm: CostModel, ops: list[Op], times: int, memo: dict | None = None,
+            held: int = 0) -> None:
+        """Add `times` x the ops' costs; `held`: SMs an overlapped data-parallel collective takes
+        (nccl_channels.dp_collective_sms). `memo` (id(op) -> its timed terms) lets the stages of one
         scenario time each op once; the sums below are unchanged."""
         for op in ops:
             hit = memo.get(id(op)) if memo is not None else None
             if hit is None:
-                hit = op_terms(s, cm, op)
+                hit = op_terms(s, cm, op, held)
                 if memo is not None:
                     memo[id(op)] = hit
-            fs, fsrc, bs, bsrc, tpf, tpb, tpi, bytes_f, bytes_b, w_share = hit
+            fs, fsrc, bs, bsrc, tpf, tpb, tpi, bytes_f, bytes_b, w_share, near_f, near_b = hit
             self.fwd += times * fs
             self.bwd += times * bs
+            self.contention_fwd += times * (near_f - fs)
+            self.contention_bwd += times * (near_b - bs)
             self.dgrad += times * bs * (1 - w_share)
             self.wgrad += times * bs * w_share
             for src, sec in ((fsrc, fs), (bsrc, bs)):
@@ -167,17 +179,19 @@ class _Acc:
             self.tp_bytes_bwd += times * bytes_b
 
 
-def op_terms(s: Scenario, cm: CostModel, op: Op) -> tuple:
+def op_terms(s: Scenario, cm: CostModel, op: Op, held: int = 0) -> tuple:
     """One op's (fwd seconds, source, bwd seconds, source, exposed TP fwd, bwd, bwd without its
     weight-gradient GEMM beside it (a split W), TP bytes fwd, bwd, weight-gradient share of the
-    backward)."""
+    backward, fwd and bwd seconds beside a collective holding `held` SMs)."""
     f, b = cm.time(op, "fwd"), cm.time(op, "bwd")
     w_share = cm.wgrad_share(op)
+    near_f = op_seconds_beside_comm(cm, op, "fwd", held)[1] if held else f.seconds
+    near_b = op_seconds_beside_comm(cm, op, "bwd", held)[1] if held else b.seconds
     return (f.seconds, f.source, b.seconds, b.source,
             exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd),
             *exposed_tp_backward(s, cm, op, b.seconds, w_share),
             sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd),
-            w_share)
+            w_share, near_f, near_b)
 
 
 def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float, w_share: float) -> tuple[float, float]:
@@ -368,6 +382,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     out = []
     first_layer = 0
     memo: dict = {}       # id(op) -> its timed terms: every stage repeats the same layer ops
+    held = dp_collective_sms(s, placement(s, "dp_cp"))
     for k, stage_layers in enumerate(s.layers_per_stage()):
         first, last = k == 0, k == n_stages - 1
         counts = s.cost_kinds[first_layer:first_layer + stage_layers]
@@ -393,12 +408,12 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         cp_bytes = n_cp * (cpc.bytes_fwd + cpc.bytes_bwd) + sum(base.count(k) * 2 * ssm_cp[k][1] for k in ssm_cp)
         acc = _Acc()
         for d, n in zip(dense, n_by_kind):
-            acc.add(s, cm, d.ops, n, memo)
+            acc.add(s, cm, d.ops, n, memo, held)
         acc.fwd += n_cp * copy_fwd
         acc.bwd += n_cp * copy_bwd
         acc.dgrad += n_cp * copy_bwd
         extras = (emb if first else []) + (head + mtp if last else [])
-        acc.add(s, cm, extras, 1, memo)
+        acc.add(s, cm, extras, 1, memo, held)
         if cm.profile is not None:                                          # CPU host model only
             from pipesim.calibrate.host import stage_extra_seconds
             host_fwd, host_bwd = stage_extra_seconds(cm.profile, first, last)
@@ -434,7 +449,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
                 continue
             rc = min(left_rc, n)         # recompute_num_layers: the chunk's first MoE layers
             left_rc -= rc
-            acc.add(s, cm, part.ops, n, memo)
+            acc.add(s, cm, part.ops, n, memo, held)
             params += w * sum(o.params for o in part.ops)
             frozen_moe += w * sum(o.params for o in part.ops if o.frozen and not is_expert(o))
             experts_learn += w * sum(o.params for o in part.ops if is_expert(o) and not o.frozen)
@@ -549,6 +564,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             moe_layers=n_moe, expert_params=ep.params, moe_block_fwd=ep.block_fwd, moe_block_bwd=ep.block_bwd,
             moe_host_fwd=ep.host_fwd, moe_block_wgrad=ep.block_wgrad, moe_overlap_slow_fwd=moe.slow_fwd if n_moe else (1.0, 1.0),
             moe_overlap_slow_bwd=moe.slow_bwd if n_moe else (1.0, 1.0),
+            dp_overlap_slow_fwd=1.0 + acc.contention_fwd / acc.fwd if acc.fwd > 0 else 1.0,
+            dp_overlap_slow_bwd=1.0 + acc.contention_bwd / acc.bwd if acc.bwd > 0 else 1.0,
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None,
             fp8_params=fp8_params, trainable_params=trainable if tr.lora_rank else None))
     return out

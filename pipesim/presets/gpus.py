@@ -9,6 +9,11 @@ Fields:
   persistent      GEMM kernels are persistent (Hopper/Blackwell, CUTLASS 3 warp-specialized: the
                   pipeline fill is paid once per SM) or launch a CTA per tile (Volta/Ampere: once
                   per wave)
+  clc             (Blackwell) the persistent GEMMs take their tiles by cluster launch control, not a
+                  static stride: CTAs that start late (SMs held by another kernel) take fewer tiles
+                  (NVIDIA CUTLASS docs, "Blackwell Cluster Launch Control": the static scheduler
+                  "is susceptible to workload imbalance if the resources of some SMs are
+                  unavailable"; CLC schedules dynamically). costs/moe_interference.py
   best_shape      the M x N x K at which the MAMF was measured, per dtype: the GEMM model is scaled
                   so that it returns exactly the MAMF there, unless `anchor` names another point
   anchor          optional, per dtype: (M, N, K, TFLOP/s) of a published kernel table at an LLM
@@ -422,7 +427,7 @@ KERNEL_CURVES: dict[str, dict] = {
     # 3432.5. Attention: GB200's cuDNN table (the same die) scaled by the BF16 MAMF ratio
     # 1745.0 / 1822.0 -- NVIDIA's B200 table was measured through PyTorch's cuDNN path, not the
     # one Transformer Engine calls; FA2 measured on B200 (_B200_FA2).
-    "b200": dict(persistent=True, fill_k=BLACKWELL_FILL_K, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
+    "b200": dict(persistent=True, clc=True, fill_k=BLACKWELL_FILL_K, sms=148, best_shape=dict(bf16=(1792, 16128, 3072), fp8=(15360, 4096, 3072), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1745.0, bf16=1745.0, tf32=872.5, fp32=80 * 0.8, fp8=3432.5, fp4=_B200_FP4),
                  anchor=_B200_ANCHOR, attention=_GB200_CUDNN, attention_scale=1745.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(_B200_FA2, 1.0),
@@ -430,7 +435,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  attention_fp8=dict(fp8=_GB200_CUDNN_FP8, mxfp8=_GB200_CUDNN_MXFP8), attention_window=_GB200_CUDNN_WINDOW),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
-    "gb200": dict(persistent=True, fill_k=BLACKWELL_FILL_K, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
+    "gb200": dict(persistent=True, clc=True, fill_k=BLACKWELL_FILL_K, sms=148, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=80 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=_GB200_CUDNN, attention_scale=1.0,
@@ -440,7 +445,7 @@ KERNEL_CURVES: dict[str, dict] = {
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
     # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
     # by the BF16 MAMF ratio 1769.0 / 1822.0 (GB300's MAMF stand-in, below).
-    "b300": dict(persistent=True, fill_k=BLACKWELL_FILL_K, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168), fp4=_FP4_SHAPE),
+    "b300": dict(persistent=True, clc=True, fill_k=BLACKWELL_FILL_K, sms=160, best_shape=dict(bf16=(12288, 18432, 1024), fp8=(3072, 6144, 7168), fp4=_FP4_SHAPE),
                  mamf_tflops=dict(fp16=1769.0, bf16=1769.0, tf32=884.5, fp32=75 * 0.8, fp8=3353.3,
                                   fp4=_B200_FP4 * 3353.3 / 3432.5 * 1.5),
                  anchor=dict(fp4=_fp4_anchor(3353.3 / 3432.5 * 1.5)), attention=_GB300_CUDNN,
@@ -453,7 +458,7 @@ KERNEL_CURVES: dict[str, dict] = {
     # at 1.1 kW, presets/systems.py), so the measured GB200 MAMF stands in for BF16 and FP8 (and its
     # best shapes), on the B300's 160 SMs; FP4 is GB200's times Blackwell Ultra's 1.5x dense FP4.
     # Attention: its own cuDNN table; FA2 as GB200's.
-    "gb300": dict(persistent=True, fill_k=BLACKWELL_FILL_K, sms=160, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
+    "gb300": dict(persistent=True, clc=True, fill_k=BLACKWELL_FILL_K, sms=160, best_shape=dict(bf16=(4096, 9728, 2048), fp8=(19456, 5120, 1536), fp4=_FP4_SHAPE),
                   mamf_tflops=dict(fp16=1822.0, bf16=1822.0, tf32=911.0, fp32=75 * 0.8, fp8=3615.6,
                                    fp4=_B200_FP4 * 3615.6 / 3432.5 * 1.5),
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=_GB300_CUDNN, attention_scale=1.0,

@@ -53,6 +53,7 @@ class RankTimeline:
     tp_s: float = 0.0                            # blocking collectives inside compute, CP included
     cp_s: float = 0.0                            # ... of them the context-parallel K/V exchange
     a2a_s: float = 0.0                           # MoE all-to-all exposed on the compute stream
+    contention_s: float = 0.0                    # compute time lost to DP collectives' SMs (sim/interference.py)
     pipe_end: float = 0.0
     end: float = 0.0
     peak_memory: float = 0.0
@@ -118,6 +119,8 @@ def rank_entry(tl: RankTimeline, span: float, detail: bool = True) -> dict:
         "exposed_comm_s": exposed,
         "end_s": tl.end,
     }
+    if tl.contention_s:
+        entry["compute_contention_s"] = tl.contention_s
     if detail:
         entry["comm_busy_s"] = measure([iv for ivs in tl.comm.values() for iv in ivs]) + tl.tp_s
     return entry

@@ -430,6 +430,9 @@ class TrainingConfig:
                                             "autocast (pipesim/costs/layers.py head_ops)")
     grad_bucket_MB: float = field(25.0, doc="DP gradient all-reduce bucket size, MB")
     overlap_grad_reduce: bool = field(True, doc="overlap DP reductions with the backward")
+    collective_sm_contention: bool = field(True, doc="compute beside an overlapped data-parallel collective runs "
+                                                     "on the SMs its NCCL channels leave free (sim/interference.py); "
+                                                     "false: collectives that hold no SMs (copy-engine transfers)")
     offload_activation_layers: int = field(0, doc="Transformer layers per model stage whose saved activations "
                                                   "go to host memory after their forward and come back for "
                                                   "their backward, copies overlapped with compute (Megatron "

@@ -109,6 +109,8 @@ def pair_cost(f: Cost, b: Cost, layers: int = 1) -> Cost:
     c = Cost(dur, f.tp + b.tp, mem0=f_start + b.mem0, mem1=b.mem1 + f_rest + f.mem1, cp=f.cp + b.cp)
     c.a2a = f.a2a + b.a2a
     c.a2a_exposed = dur - (cf + cb)
+    if dur > 0:      # the two passes' losses beside a DP collective (sim/interference.py)
+        c.dp_slow = 1.0 + ((f.dp_slow - 1.0) * f.dur + (b.dp_slow - 1.0) * b.dur) / dur
     return c
 
 

@@ -38,6 +38,7 @@ from pipesim.sim.network import Port
 from pipesim.sim.p2p_sync import POST, WAIT, batched_row, dag_steps
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
 from pipesim.sim.dp_time import bucket_seconds, param_gather_exposed
+from pipesim.sim.interference import lost_seconds
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload
 
 
@@ -295,6 +296,14 @@ class DagRun:
                 if overlap and (grad_last or every and kind in GRAD_KINDS):
                     dp.put(stage, start, c.dur)
                 t = start + c.dur
+                if c.dp_slow > 1.0:
+                    if dp.cur is not None or dp.jobs:
+                        dp.advance(t)         # the collectives requested before t reserve first
+                    if dp.ivs or dp.dp_ivs:
+                        lost = lost_seconds((dp.ivs, dp.dp_ivs), start, t, c.dp_slow)
+                        if lost > 0.0:
+                            t += lost
+                            tl.contention_s += lost
                 compute.append((start, t, kind))
                 if m1:
                     mtimes.append(t)

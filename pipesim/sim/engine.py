@@ -25,6 +25,7 @@ from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, ready_event, release_env, run_queue
 from pipesim.sim.gc_pause import no_gc
+from pipesim.sim.interference import add_busy, lost_seconds
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
@@ -47,7 +48,7 @@ def step_info(steps, table, ports) -> list:
         c = table[key]
         m0, m1, alloc, release = c.ids
         if code == COMPUTE:
-            info[key] = (c.dur, m0, m1)
+            info[key] = (c.dur, m0, m1, c.dp_slow)
         elif code == SEND:
             info[key] = (c.dur, ports[c.port], c.extra, alloc if c.nbytes else 0, release)
         else:
@@ -77,6 +78,9 @@ class Engine:
             self.dp_peers.setdefault(g.pp, []).append(g.id)
         self.dp_n = w.scenario.parallel.data * w.scenario.parallel.context   # gradient group: data x context
         self.shard_n = shard_size(self.dp_n, w.scenario.training.zero_replicas)   # ZeRO shards over one replica
+        # per DP group (pipeline rank): its collectives' intervals, which slow the compute beside
+        # them (sim/interference.py)
+        self.busy = {g.pp: [] for g in w.gangs}
 
     # ---------------------------------------------------------------- helpers
     def record(self, gid, stream, kind, stage, mb, start, end, nbytes=0.0, **args):
@@ -105,6 +109,7 @@ class Engine:
         tl = self.tl[gid]
         mtimes, mids, reg = self.mem[gid].flat
         boxes, pc = net.boxes, self.pc
+        busy = (self.busy[g.pp],)
         box = boxes[gid]
         ports = net.ports[gid]
         peers = [w.gang_at.get((g.dp, q)) for q in range(w.plan.num_ranks)]
@@ -145,7 +150,7 @@ class Engine:
         for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, _) in enumerate(ops):
             if code == COMPUTE:
                 gather = idx in gathering
-                dur, m0, m1 = info[key]
+                dur, m0, m1, slow = info[key]
                 if gather:
                     ev = gather_ev.pop(idx)
                     if not ev.processed:
@@ -174,6 +179,14 @@ class Engine:
                 heappush(queue, (start + dur, NORMAL, next(eid), timer))
                 yield None
                 end = env._now
+                if slow > 1.0 and busy[0]:
+                    lost = lost_seconds(busy, start, end, slow)
+                    if lost > 0.0:
+                        timer.callbacks = armed
+                        heappush(queue, (end + lost, NORMAL, next(eid), timer))
+                        yield None
+                        end = env._now
+                        tl.contention_s += lost
                 c_add((start, end, kind))
                 if m1:
                     mt_add(end)
@@ -372,6 +385,8 @@ class Engine:
                 if w.zero3_gather_rate:        # the framework's own rate, when it is the slower
                     sec = max(sec, nbytes * (1 - 1 / self.shard_n) / w.zero3_gather_rate)
                 start, end = yield from self._collective_slot(g, ("gather", g.pp, j), sec)
+                if not self.busy[g.pp] or self.busy[g.pp][-1] != (start, end):   # members share the slot
+                    add_busy(self.busy[g.pp], start, end, False)
                 if w.zero3_prefetch:          # the compute pipelines behind it (step loop)
                     ev.succeed((start, end))
                 yield at(env, end, DP_PRIORITY)
@@ -430,6 +445,7 @@ class Engine:
         else:
             arrivals = [(t0, dur)]
         ports = self._ports(g)
+        busy = self.busy[g.pp]
         same = all(d == arrivals[0][1] for _, d in arrivals)
         t_max = max(t for t, _ in arrivals)
         ivs = []
@@ -446,6 +462,7 @@ class Engine:
                 yield timer
                 now = ready
             start, end = single.reserve(now, sec) if single else reserve_all(ports, now, sec)
+            add_busy(busy, start, end, b > 0)
             timer.callbacks = []
             heappush(queue, (end, DP_PRIORITY, next(eid), timer))
             yield timer

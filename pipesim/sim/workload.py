@@ -83,7 +83,7 @@ _KIND = itemgetter(2)            # Step.kind
 class Cost:
     """What a (stage, kind) costs on one rank: seconds, bytes, memory deltas, route."""
     __slots__ = ("dur", "tp", "cp", "nbytes", "extra", "gather", "mem0", "mem1", "port", "buf_alloc", "buf_free",
-                 "a2a", "a2a_exposed", "moe_block", "moe_wgrad", "overlap_slow", "ids")
+                 "a2a", "a2a_exposed", "moe_block", "moe_wgrad", "overlap_slow", "dp_slow", "ids")
 
     def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port="", a2a=0.0,
                  moe_block=0.0, overlap_slow=(1.0, 1.0), moe_wgrad=0.0, gather=0.0, cp=0.0):
@@ -95,6 +95,7 @@ class Cost:
         self.moe_block = moe_block   # compute seconds of its MoE blocks (the rest is attention etc.)
         self.overlap_slow = overlap_slow   # (attention, MoE block) time beside the all-to-all / alone
         self.moe_wgrad = moe_wgrad   # of moe_block: weight gradients (B only; I leaves them to W)
+        self.dp_slow = 1.0      # compute: its time beside an overlapped DP collective / alone (sim/interference.py)
         self.nbytes = nbytes    # bytes sent (SEND) or received (RECV)
         self.extra = extra      # quantize seconds before a SEND / dequantize after a RECV
         self.gather = gather    # RECV: TP all-gather of the received slices (scatter/gather), blocking
@@ -494,6 +495,13 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
                                           overlap_slow=c.moe_overlap_slow_bwd)
             table[st * NKINDS + 3] = Cost(c.weight_grad / speed, mem1=keep(("activations", -res * wf)))
             table[st * NKINDS + 4] = Cost(c.recompute / speed, mem0=keep(("recompute", rcw)))
+            # beside a DP collective only the compute slows, not the blocking communication inside
+            for kind, comm, ratio in ((0, cf, c.dp_overlap_slow_fwd), (1, cb, c.dp_overlap_slow_bwd),
+                                      (2, ci, c.dp_overlap_slow_bwd), (3, 0.0, c.dp_overlap_slow_bwd),
+                                      (4, 0.0, c.dp_overlap_slow_fwd)):
+                e = table[st * NKINDS + kind]
+                if ratio > 1.0 and e.dur > 0:
+                    e.dp_slow = 1.0 + (ratio - 1.0) * max(0.0, e.dur - comm) / e.dur
             if st + 1 < len(costs):
                 q = plan.rank_of(st + 1)
                 if q != r:
