@@ -274,6 +274,12 @@ def headline(why: dict, report) -> list[str]:
         worst = max(why["cp_s_by_rank"].items(), key=lambda kv: kv[1])
         lines.append(f"context parallel {worst[1] * 1e3:.1f} ms of exposed K/V exchange on rank {worst[0]} "
                      f"({worst[1] / d['step_time_s'] * 100:.1f} % of the step)")
+    lost = max(d["ranks"], key=lambda r: r.get("compute_contention_s", 0.0)) if d.get("ranks") else {}
+    if lost.get("compute_contention_s", 0.0) > 0.02 * d["step_time_s"]:
+        sec = lost["compute_contention_s"]
+        lines.append(f"SM contention  {sec * 1e3:.1f} ms of compute lost on rank {lost['rank']} "
+                     f"({sec / d['step_time_s'] * 100:.1f} % of the step) beside overlapped data-parallel "
+                     "collectives, whose NCCL channels hold SMs (training.collective_sm_contention)")
     a2a = d.get("exposed_comm_s", {}).get("EP_A2A", 0.0)
     if why.get("a2a_pace") and a2a > 0.02 * d["step_time_s"]:
         p = why["a2a_pace"]

@@ -486,7 +486,8 @@ def error_budget(r: Result) -> list[str]:
     terms = {}
     srcs = rep.get("cost_sources") or {}
     total_src = sum(srcs.values()) or 1.0
-    busy = rank["compute_busy_s"]
+    lost = rank.get("compute_contention_s", 0.0)       # compute stretched beside DP collectives
+    busy = rank["compute_busy_s"] - lost
     steps = {}
     mine = set(rank.get("stages", ()))      # the step ops of rank 0's own model stages only
     for c in rep.get("stage_costs", []):
@@ -499,9 +500,10 @@ def error_budget(r: Result) -> list[str]:
         terms[f"compute: {src}"] = (busy - step_total) * sec / total_src
     for name, sec in steps.items():
         terms[f"step op: {name}"] = sec
+    terms["compute beside DP collectives"] = lost
     for kind, sec in (rep.get("exposed_comm_s") or {}).items():
         terms[f"exposed comm: {kind}"] = sec
-    terms["pipeline bubble / idle"] = max(0.0, step - busy - sum((rep.get("exposed_comm_s") or {}).values()))
+    terms["pipeline bubble / idle"] = max(0.0, step - busy - lost - sum((rep.get("exposed_comm_s") or {}).values()))
     out = [f"error budget of the worst case {r.case.id} ({r.error_pct:+.1f} %): predicted step {step:.3f} s, "
            f"the published figure implies {step - gap:.3f} s ({-gap:+.3f} s)"]
     for name, sec in sorted(terms.items(), key=lambda kv: -kv[1]):
