@@ -34,7 +34,7 @@ def scenario(**training):
 def test_report_components_add_up():
     rep = analytic_report(scenario(schedule="1f1b"))
     parts = sum(rep[k] for k in ("compute_s", "pipeline_bubble_s", "p2p_fill_s", "p2p_sync_s", "dp_comm_exposed_s",
-                                 "optimizer_s"))
+                                 "optimizer_s", "compute_contention_s"))
     assert rep["step_time_s"] == pytest.approx(parts)
     assert rep["throughput_samples_per_s"] == pytest.approx(16 / rep["step_time_s"])
     assert rep["bubble_fraction"] == pytest.approx(1 - rep["compute_s"] / rep["step_time_s"])

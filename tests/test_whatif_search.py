@@ -188,9 +188,11 @@ def test_an_moe_search_names_the_expert_parallel_size_and_gives_each_memory_reas
     res = search(moe, 8, space, finalists=4, evaluator=analytic_report)
     ep = [r for r in res.finalists if r["expert"] > 1][0]
     assert f"data 8 (expert {ep['expert']})" in describe(ep) and "(expert" not in describe(dict(ep, expert=1))
-    # 30B on 8 H100s needs ZeRO-3 and full recompute: each simpler setting's reason once, not once per EP
+    # 30B on 8 H100s needs full recompute and at least ZeRO-1 (EP 8; ZeRO-3 without EP, whose gathers
+    # slow the compute beside them on Hopper: sim/interference.py): each simpler setting's reason
+    # once, not once per EP
     reasons = [line for line in res.explanation if " because " in line]
-    assert len(reasons) >= 4 and len({line.split(" needs ")[0] for line in reasons}) == len(reasons)
+    assert len(reasons) >= 3 and len({line.split(" needs ")[0] for line in reasons}) == len(reasons)
 
 
 @pytest.mark.parametrize("overlap", ["moe_shared_expert_overlap", "moe_a2a_overlap"])

@@ -148,13 +148,14 @@ def zero3_pass_gather(s, stages_of_rank, zero) -> float:
     return gather
 
 
-def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
-    """(exposed seconds per step, total seconds) of data-parallel gradient/parameter traffic, and
-    the seconds of one pass's ZeRO-3 gather a prefetch can run ahead (0 without one)."""
+def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float, float, float]:
+    """(exposed seconds per step, total seconds) of data-parallel gradient/parameter traffic, the
+    seconds of one pass's ZeRO-3 gather a prefetch can run ahead (0 without one), and the seconds
+    of it the engine runs beside compute (what slows that compute: sim/interference.py)."""
     # CP ranks hold the same weights: the gradient group is data x context
     d, tr = s.parallel.data * s.parallel.context, s.training
     if d <= 1:
-        return 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0
     group = placement(s, "dp_cp")
     alg, replicas = s.parallel.collective, tr.zero_replicas
 
@@ -187,7 +188,8 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # without prefetch every gather waits for the compute before it: nothing hides
         hidden = compute if tr.zero3_prefetch else 0.0
         # (exposed, total, one pass's gather: what an idle stretch lets a prefetched gather hide)
-        return M * max(0.0, per_mb - hidden), M * per_mb, gather if tr.zero3_prefetch else 0.0
+        exposed = M * max(0.0, per_mb - hidden)
+        return exposed, M * per_mb, gather if tr.zero3_prefetch else 0.0, M * per_mb - exposed
     rs = bucketed("reduce_scatter") if tr.zero_stage >= 1 else 0.0
     reduce = rs if tr.zero_stage >= 1 else bucketed("all_reduce")
     gather = gather_exposed = 0.0
@@ -207,7 +209,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
     earlier = s.num_microbatches - 1 if tr.zero_stage == 2 else 0
     total = reduce + earlier * rs + gather
     if not tr.overlap_grad_reduce:
-        return reduce + earlier * rs + gather_exposed, total, 0.0     # each reduction blocks the rank
+        return reduce + earlier * rs + gather_exposed, total, 0.0, 0.0     # each reduction blocks the rank
     bucket = min(grad, tr.grad_bucket_MB * 1e6)
     last = collective_time("all_reduce", bucket, group, alg)
     exposed = max(last, reduce - backward_last) + gather_exposed
@@ -215,7 +217,23 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float]:
         # each earlier one hides under the next micro-batch's compute
         per_mb = sum(st.forward + st.backward for st in stages_of_rank)
         exposed += earlier * max(0.0, rs - per_mb)
-    return exposed, total, 0.0
+    # beside compute: the gradient collectives not exposed (the parameter gather hidden under the
+    # next step's forwards is costed apart, costs/param_gather.py, and slows nothing here either)
+    return exposed, total, 0.0, max(0.0, reduce + earlier * rs - (exposed - gather_exposed))
+
+
+def dp_contention(s, chunks, beside: float) -> float:
+    """Seconds of compute lost beside `beside` seconds of data-parallel collectives: at the
+    backward's slowdown (the gradient reductions run beside it), ZeRO-3's at the passes' mean
+    (its gathers run beside both), as sim/interference.py applies StageCosts.dp_overlap_slow_*."""
+    if beside <= 0:
+        return 0.0
+    passes = [(c.backward, c.dp_overlap_slow_bwd) for c in chunks]
+    if s.training.zero_stage >= 3:
+        passes += [(c.forward, c.dp_overlap_slow_fwd) for c in chunks]
+    seconds = sum(sec for sec, _ in passes)
+    ratio = sum(sec * r for sec, r in passes) / seconds if seconds > 0 else 1.0
+    return beside * (ratio - 1.0)
 
 
 def analytic_report(s, mode: str = "representative") -> dict:
@@ -246,11 +264,12 @@ def analytic_report(s, mode: str = "representative") -> dict:
     sync = 0.0
     if P > 1 and s.training.p2p_sync:
         sync = M * V * (p2p_time(stages[0].send_bytes, link) + p2p_time(stages[0].grad_send_bytes, link))
-    dp_exp, dp_total, pass_gather = 0.0, 0.0, 0.0
+    dp_exp, dp_total, pass_gather, contention = 0.0, 0.0, 0.0, 0.0
     for r in range(P):
-        e, tot, g = dp_exposed(s, per_rank[r], i[r] + w[r])
+        e, tot, g, beside = dp_exposed(s, per_rank[r], i[r] + w[r])
         if e > dp_exp:
             dp_exp, dp_total, pass_gather = e, tot, g
+        contention = max(contention, dp_contention(s, per_rank[r], min(beside, step_rank[r])))
     # the per-step fixed ops after the drain (optimizer, gradient norm, Muon, FP8 casts), as simulated
     opt = max(sum(sec for c in ch for _, sec in (c.step_ops or (("OPTIMIZER", c.optimizer_step),)))
               for ch in per_rank)
@@ -259,7 +278,7 @@ def analytic_report(s, mode: str = "representative") -> dict:
     # with it: sim/network.py Port.send). A rank's bubble comes as two idle stretches, the fill and
     # the drain, and with one action prefetched each lets at most one pass's gather run ahead.
     waits = bubble + dp_exp - min(bubble, dp_exp, 2 * pass_gather)
-    step = compute + waits + fill + sync + opt
+    step = compute + waits + fill + sync + opt + contention
     peaks = []
     for r, ch in enumerate(per_rank):
         static = sum(c.static.total for c in ch)
@@ -302,6 +321,7 @@ def analytic_report(s, mode: str = "representative") -> dict:
         "p2p_sync_s": sync,
         "dp_comm_exposed_s": dp_exp,
         "dp_comm_total_s": dp_total,
+        "compute_contention_s": contention,
         "optimizer_s": opt,
         "recompute_s": M * sum(c.recompute for c in per_rank[slow]),
         "tp_comm_s": M * sum(c.tp_comm_fwd + c.tp_comm_bwd for c in per_rank[slow]),
