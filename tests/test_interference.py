@@ -92,3 +92,13 @@ def test_zero3_gathers_slow_the_compute_beside_them():
     on = simulate(s, trace=False).to_dict(include_trace=False)
     assert on["engine"] == "simpy"
     assert max(r.get("compute_contention_s", 0.0) for r in on["ranks"]) > 0
+
+
+@pytest.mark.parametrize("extra", [[], ["training.zero_stage=3", "parallel.pipeline=1", "parallel.tensor=1",
+                                        "parallel.data=16", "parallel.virtual_stages=1", "training.schedule=1f1b"]])
+def test_the_closed_form_loses_what_the_simulator_loses(extra):
+    from pipesim.whatif.analytic import analytic_report
+    s = pipesim.load_scenario(LLAMA, overrides=["system.preset=dgx-h100", "system.num_nodes=2"] + extra)
+    simulated = max(r.get("compute_contention_s", 0.0) for r in simulate(s, trace=False).to_dict(include_trace=False)["ranks"])
+    closed = analytic_report(s)["compute_contention_s"]
+    assert simulated > 0 and closed == pytest.approx(simulated, rel=0.1)
