@@ -7,7 +7,7 @@ from pipesim.costs.collectives import GroupPlacement, Link
 from pipesim.costs.moe_interference import gemm_slowdown
 from pipesim.costs.nccl_channels import dp_collective_sms, ring_ctas
 from pipesim.sim import simulate
-from pipesim.sim.interference import add_busy, lost_seconds
+from pipesim.sim.interference import add_busy, finish_time
 
 LLAMA = "scenarios/llama2-7b-2x8-a100-zero1.yaml"
 LINK = Link(1e9, 0.0)
@@ -41,13 +41,15 @@ def test_ring_ctas_capped_and_switched_off():
     assert dp_collective_sms(s, _group(1, 1)) == 0          # no collective without a group
 
 
-def test_lost_seconds_counts_only_the_overlap():
+def test_finish_time_runs_at_one_over_the_ratio_inside_the_collectives():
     busy = [(0.0, 1.0), (2.0, 3.0), (4.0, 6.0)]
-    # [2.5, 5): 0.5 of the second interval and 1.0 of the third, at ratio 1.5
-    assert lost_seconds((busy,), 2.5, 5.0, 1.5) == pytest.approx(0.75)
-    assert lost_seconds((busy,), 6.0, 7.0, 2.0) == 0.0
-    # the DAG pass's two lists (current job's runs after the finished jobs') give the same sum
-    assert lost_seconds((busy[2:], busy[:2]), 0.5, 4.5, 2.0) == lost_seconds((busy,), 0.5, 4.5, 2.0) == 2.0
+    # from 2.5, 2 s of work at ratio 2: 0.25 done by 3.0, 1.0 by 4.0, the last 0.75 beside the third
+    # collective takes 1.5 s: ends at 5.5
+    assert finish_time((busy,), 2.5, 2.0, 2.0) == pytest.approx(5.5)
+    assert finish_time((busy,), 6.0, 1.0, 2.0) == 7.0             # nothing beside it
+    assert finish_time((busy,), 4.0, 10.0, 2.0) == pytest.approx(15.0)   # 1 s done in [4, 6], 9 after
+    # the DAG pass's two lists (finished jobs', then the current job's runs) give the same time
+    assert finish_time((busy[:2], busy[2:]), 0.5, 3.0, 1.5) == finish_time((busy,), 0.5, 3.0, 1.5)
 
 
 def test_add_busy_merges_back_to_back_buckets_of_one_job_only():

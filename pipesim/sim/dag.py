@@ -38,7 +38,7 @@ from pipesim.sim.network import Port
 from pipesim.sim.p2p_sync import POST, WAIT, batched_row, dag_steps
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
 from pipesim.sim.dp_time import bucket_seconds, param_gather_exposed
-from pipesim.sim.interference import lost_seconds
+from pipesim.sim.interference import finish_time
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload
 
 
@@ -300,10 +300,10 @@ class DagRun:
                     if dp.cur is not None or dp.jobs:
                         dp.advance(t)         # the collectives requested before t reserve first
                     if dp.ivs or dp.dp_ivs:
-                        lost = lost_seconds((dp.ivs, dp.dp_ivs), start, t, c.dp_slow)
-                        if lost > 0.0:
-                            t += lost
-                            tl.contention_s += lost
+                        end = finish_time((dp.dp_ivs, dp.ivs), start, c.dur, c.dp_slow)
+                        if end > t:
+                            tl.contention_s += end - t
+                            t = end
                 compute.append((start, t, kind))
                 if m1:
                     mtimes.append(t)

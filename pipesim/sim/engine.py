@@ -25,7 +25,7 @@ from pipesim.errors import PlanError
 from pipesim.report.metrics import RankTimeline
 from pipesim.sim.driver import DP_PRIORITY, NORMAL, Proc, at, bind_simpy, ready_event, release_env, run_queue
 from pipesim.sim.gc_pause import no_gc
-from pipesim.sim.interference import add_busy, lost_seconds
+from pipesim.sim.interference import add_busy, finish_time
 from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
@@ -180,13 +180,13 @@ class Engine:
                 yield None
                 end = env._now
                 if slow > 1.0 and busy[0]:
-                    lost = lost_seconds(busy, start, end, slow)
-                    if lost > 0.0:
+                    done = finish_time(busy, start, dur, slow)
+                    if done > end:
                         timer.callbacks = armed
-                        heappush(queue, (end + lost, NORMAL, next(eid), timer))
+                        heappush(queue, (done, NORMAL, next(eid), timer))
                         yield None
+                        tl.contention_s += done - end
                         end = env._now
-                        tl.contention_s += lost
                 c_add((start, end, kind))
                 if m1:
                     mt_add(end)

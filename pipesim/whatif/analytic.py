@@ -223,9 +223,9 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float, f
 
 
 def dp_contention(s, chunks, beside: float) -> float:
-    """Seconds of compute lost beside `beside` seconds of data-parallel collectives: at the
-    backward's slowdown (the gradient reductions run beside it), ZeRO-3's at the passes' mean
-    (its gathers run beside both), as sim/interference.py applies StageCosts.dp_overlap_slow_*."""
+    """Seconds of compute lost beside `beside` seconds of data-parallel collectives, the compute
+    running at 1 / ratio meanwhile (sim/interference.py): the backward's ratio (the gradient
+    reductions run beside it), ZeRO-3's the passes' mean (its gathers run beside both)."""
     if beside <= 0:
         return 0.0
     passes = [(c.backward, c.dp_overlap_slow_bwd) for c in chunks]
@@ -233,7 +233,7 @@ def dp_contention(s, chunks, beside: float) -> float:
         passes += [(c.forward, c.dp_overlap_slow_fwd) for c in chunks]
     seconds = sum(sec for sec, _ in passes)
     ratio = sum(sec * r for sec, r in passes) / seconds if seconds > 0 else 1.0
-    return beside * (ratio - 1.0)
+    return beside * (1.0 - 1.0 / ratio)
 
 
 def analytic_report(s, mode: str = "representative") -> dict:
