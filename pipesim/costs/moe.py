@@ -389,8 +389,8 @@ class MoELayerCosts:
         split = [o.name for o in ops].index("router")
         block = ops[split:]
         slow = {ph: (overlap_slowdown(s, cm, ops[:split], ph), overlap_slowdown(s, cm, block, ph)) for ph in ("fwd", "bwd")}
-        return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s),
-                   gather_ratio(s),
+        return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s, ops),
+                   gather_ratio(s, ops),
                    sum(cm.time(o, "fwd").seconds for o in block) + host,
                    sum(cm.time(o, "bwd").seconds for o in block), host,
                    sum(cm.time(o, "bwd").seconds * cm.wgrad_share(o) for o in block), slow["fwd"], slow["bwd"])
@@ -434,14 +434,27 @@ def edp_ratio(s: Scenario, kind: str, algorithm: str | None = None, nbytes: floa
     return zero_collective_time(kind, bucket, expert_placement(s, "edp"), replicas, algorithm) / dense
 
 
-def gather_ratio(s: Scenario) -> float:
+def gather_ratio(s: Scenario, ops: list[Op]) -> float:
     """edp_ratio of the ZeRO weight all-gathers: rings (engine.py); under ZeRO-1/2 at the size of
-    the parameter bucket they run in (zero3_reuse.param_allgather_seconds), under ZeRO-3 at the
-    gradient bucket's (its gathers go tensor by tensor)."""
+    the parameter bucket they run in (zero3_reuse.param_allgather_seconds), under ZeRO-3 at one
+    gather's of the layer `ops`: the layer's weights with FSDP (one gather per wrapped layer), one
+    parameter tensor's with DeepSpeed (zero3_reuse.weight_gathers)."""
+    from pipesim.costs.step_ops import elem_of
     from pipesim.costs.zero3_reuse import param_bucket_bytes
     tr = s.training
-    return edp_ratio(s, "all_gather", "ring", param_bucket_bytes(tr) if tr.zero_stage < 3 else None)
+    if tr.zero_stage < 3:
+        return edp_ratio(s, "all_gather", "ring", param_bucket_bytes(tr))
+    layer = sum(o.params for o in ops) * elem_of(tr)
+    gathers = 1 if tr.zero3_per_layer else max(1, sum(o.param_tensors for o in ops))
+    return edp_ratio(s, "all_gather", "ring", layer / gathers if layer > 0 else None)
 
 
-def grad_ratio(s: Scenario) -> float:
-    return edp_ratio(s, "reduce_scatter" if s.training.zero_stage >= 1 else "all_reduce")
+def grad_ratio(s: Scenario, ops: list[Op]) -> float:
+    """edp_ratio of the gradient reductions, at their size: a gradient bucket, or the layer `ops`'
+    gradients where FSDP reduces one wrapped layer per collective (zero3_reuse.gradient_buckets;
+    at the bucket's size a per-layer reduction read 2x slower with a tenth of the link latencies,
+    benchmarks/metamorphic_audit.py)."""
+    from pipesim.costs.step_ops import grad_elem_bytes
+    tr = s.training
+    layer = sum(o.params for o in ops) * grad_elem_bytes(tr) if tr.zero3_per_layer else 0.0
+    return edp_ratio(s, "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce", nbytes=layer or None)
