@@ -104,3 +104,20 @@ def test_the_closed_form_loses_what_the_simulator_loses(extra):
     simulated = max(r.get("compute_contention_s", 0.0) for r in simulate(s, trace=False).to_dict(include_trace=False)["ranks"])
     closed = analytic_report(s)["compute_contention_s"]
     assert simulated > 0 and closed == pytest.approx(simulated, rel=0.1)
+
+
+def test_expert_time_ratio_is_taken_at_a_per_layer_reductions_own_size():
+    """FSDP reduces one wrapped layer per collective: the expert-data-parallel time ratio is read
+    at that size, not the bucket's (at the bucket's a tenth of the link latencies doubled the
+    per-layer reductions of Qwen3-235B with EP 8 under FSDP: the metamorphic audit)."""
+    from pipesim.costs.moe import edp_ratio, grad_ratio
+    from pipesim.costs.step_ops import grad_elem_bytes
+    from pipesim.costs.stage import costed_layer_ops
+    s = pipesim.load_scenario({"model": {"preset": "qwen3-30b-a3b"}, "system": {"preset": "dgx-h100", "num_nodes": 4},
+                               "parallel": {"data": 32, "expert": 8},
+                               "training": {"zero_stage": 3, "zero3_collectives": "layer", "micro_batch_size": 1,
+                                            "global_batch_size": 32}})
+    ops = costed_layer_ops(s, moe=True)
+    layer = sum(o.params for o in ops) * grad_elem_bytes(s.training)
+    assert grad_ratio(s, ops) == edp_ratio(s, "reduce_scatter", nbytes=layer)
+    assert grad_ratio(s, ops) != edp_ratio(s, "reduce_scatter")

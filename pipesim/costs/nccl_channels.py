@@ -76,20 +76,20 @@ def capped_placement(s, group: str, g: GroupPlacement) -> GroupPlacement:
 # once more (src/graph/connect.cc, "Duplication should be complete now": at most MAXCHANNELS). A
 # large collective runs on all of them (src/enqueue.cc: the ring's channel count only falls for
 # messages under nChannels x threads x threshold, kilobytes).
-_INTRA_SPEEDS = {"sm80": (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
+_INTRA_SPEEDS = {"base": (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
                  "sm90": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
                  "sm100": (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)}
-_INTER_SPEEDS = {"sm80": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
+_INTER_SPEEDS = {"base": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
                           2.4, 1.2, 0.24, 0.12),
                  "sm90": (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2,
                           0.24, 0.12),
                  "sm100": (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0,
                            3.0, 2.4, 1.2, 0.24, 0.12)}
-_ARCH = {"v100": "sm80", "a100": "sm80", "h100": "sm90", "h800": "sm90", "h200": "sm90",
-         "b200": "sm100", "gb200": "sm100", "b300": "sm100", "gb300": "sm100"}   # Volta takes the base list
+_ARCH = {"v100": "base", "a100": "base", "h100": "sm90", "h800": "sm90", "h200": "sm90",
+         "b200": "sm100", "gb200": "sm100", "b300": "sm100", "gb300": "sm100"}   # Volta, Ampere: the base lists
 # one NVLink's raw rate per direction (GB/s): NVLink 2-4 25, NVLink 5 50 (NVIDIA's datasheets: 6 /
 # 12 / 18 links make V100's 150, A100's 300, H100's 450 GB/s; 18 make B200's 900)
-_NVLINK_RAW_GBPS = {"sm80": 25.0, "sm90": 25.0, "sm100": 50.0}
+_NVLINK_RAW_GBPS = {"base": 25.0, "sm90": 25.0, "sm100": 50.0}
 RING_GRAPH_MAX_CHANNELS, MAX_CHANNELS = 32, 64
 
 
@@ -111,7 +111,7 @@ def ring_ctas(s, group: str, g: GroupPlacement) -> int:
         speeds, path, lanes = _INTER_SPEEDS[arch], min(nic, nvlink), g.per_node
     speed = next((v for v in speeds if v <= path), speeds[-1])
     n = min(RING_GRAPH_MAX_CHANNELS, lanes * max(1, int(path // speed)))
-    if speed >= 25.0 and not (arch != "sm80" and speed < 50.0 and n > 4):
+    if speed >= 25.0 and not (arch != "base" and speed < 50.0 and n > 4):
         n = min(2 * n, RING_GRAPH_MAX_CHANNELS)
     n = min(MAX_CHANNELS, 2 * n)
     cap = max_ctas(s, group)
