@@ -37,7 +37,7 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Port
 from pipesim.sim.p2p_sync import POST, WAIT, batched_row, dag_steps
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.sim.dp_time import bucket_seconds, param_gather_exposed
+from pipesim.sim.dp_time import bucket_seconds, param_gather_contention, param_gather_exposed
 from pipesim.sim.interference import finish_time
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE, STEP_RECV, STEP_SEND, Workload
 
@@ -407,4 +407,10 @@ class DagRun:
                 start, end = dp.port.reserve(t, sec)
                 tl.comm.setdefault("ZERO_ALLGATHER", []).append((start, end))
                 t = end
+            lost = param_gather_contention(w, g)
+            if lost > 0.0:                    # the forwards beside its hidden part (engine.py)
+                start = t
+                t = start + lost
+                tl.compute.append((start, t, "CONTENTION"))
+                tl.contention_s += lost
         tl.end = t

@@ -53,3 +53,22 @@ def param_gather_exposed(w: Workload, g) -> float:
     return exposed_param_gather([(param_gather_seconds(w, (st,), g.pp), start, forward,
                                   gradient_buckets(tr, w.stage_costs[st]))
                                  for st, start, forward in g.first_forwards])
+
+
+def param_gather_contention(w: Workload, g) -> float:
+    """Compute seconds gang `g` loses beside the part of its ZeRO-1/2 parameter all-gather that
+    --overlap-param-gather hides under the next step's forwards: that part x (1 - 1 / the
+    forwards' slowdown beside a collective), the fluid model of sim/interference.py (taken here,
+    at the step's end, as the step it lengthens)."""
+    tr = w.scenario.training
+    if not tr.overlap_param_gather or w.zero_stage not in (1, 2):
+        return 0.0
+    stages = w.plan.stages_of(g.pp)
+    fwd = sum(w.stage_costs[st].forward for st in stages)
+    if fwd <= 0:
+        return 0.0
+    ratio = sum(w.stage_costs[st].forward * w.stage_costs[st].dp_overlap_slow_fwd for st in stages) / fwd
+    if ratio <= 1.0:
+        return 0.0
+    hidden = param_gather_seconds(w, stages, g.pp) - param_gather_exposed(w, g)
+    return max(0.0, hidden) * (1.0 - 1.0 / ratio)

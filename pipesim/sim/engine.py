@@ -30,7 +30,7 @@ from pipesim.sim.memory import MemoryTracker
 from pipesim.sim.network import Network, reserve_all
 from pipesim.sim.p2p_sync import batched_row, comm_batches, post_receives, wait_receiver, wait_sends
 from pipesim.sim.summary import flat_memory_logs, row_memo, summarize
-from pipesim.sim.dp_time import bucket_seconds, collective_seconds, param_gather_exposed
+from pipesim.sim.dp_time import bucket_seconds, collective_seconds, param_gather_contention, param_gather_exposed
 from pipesim.sim.workload import GRAD_KINDS, STEP_COMPUTE as COMPUTE, STEP_SEND as SEND, Workload
 
 
@@ -316,6 +316,12 @@ class Engine:
         if w.zero_stage in (1, 2) and self.dp_n > 1:
             self.put(gid, ("allgather", sum(w.weights_full[st] for st in tl.stages), param_gather_exposed(w, g)))
             yield from self._drain(gid)
+            lost = param_gather_contention(w, g)
+            if lost > 0.0:                 # the forwards beside its hidden part (sim/interference.py)
+                start = env._now
+                yield env.timeout(lost)
+                c_add((start, env._now, "CONTENTION"))
+                tl.contention_s += lost
         self.put(gid, ("stop",))
         tl.end = env._now
 

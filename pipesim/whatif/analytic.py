@@ -148,14 +148,15 @@ def zero3_pass_gather(s, stages_of_rank, zero) -> float:
     return gather
 
 
-def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float, float, float]:
+def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float, float, float, float]:
     """(exposed seconds per step, total seconds) of data-parallel gradient/parameter traffic, the
     seconds of one pass's ZeRO-3 gather a prefetch can run ahead (0 without one), and the seconds
-    of it the engine runs beside compute (what slows that compute: sim/interference.py)."""
+    of its gradient reductions and of its weight gathers that run beside compute (what slows that
+    compute: sim/interference.py)."""
     # CP ranks hold the same weights: the gradient group is data x context
     d, tr = s.parallel.data * s.parallel.context, s.training
     if d <= 1:
-        return 0.0, 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0, 0.0
     group = placement(s, "dp_cp")
     alg, replicas = s.parallel.collective, tr.zero_replicas
 
@@ -189,7 +190,9 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float, f
         hidden = compute if tr.zero3_prefetch else 0.0
         # (exposed, total, one pass's gather: what an idle stretch lets a prefetched gather hide)
         exposed = M * max(0.0, per_mb - hidden)
-        return exposed, M * per_mb, gather if tr.zero3_prefetch else 0.0, M * per_mb - exposed
+        beside = M * per_mb - exposed
+        grads = beside * rs_mb / per_mb if per_mb > 0 else 0.0
+        return exposed, M * per_mb, gather if tr.zero3_prefetch else 0.0, grads, beside - grads
     rs = bucketed("reduce_scatter") if tr.zero_stage >= 1 else 0.0
     reduce = rs if tr.zero_stage >= 1 else bucketed("all_reduce")
     gather = gather_exposed = 0.0
@@ -209,7 +212,7 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float, f
     earlier = s.num_microbatches - 1 if tr.zero_stage == 2 else 0
     total = reduce + earlier * rs + gather
     if not tr.overlap_grad_reduce:
-        return reduce + earlier * rs + gather_exposed, total, 0.0, 0.0     # each reduction blocks the rank
+        return reduce + earlier * rs + gather_exposed, total, 0.0, 0.0, 0.0     # each reduction blocks the rank
     bucket = min(grad, tr.grad_bucket_MB * 1e6)
     last = collective_time("all_reduce", bucket, group, alg)
     exposed = max(last, reduce - backward_last) + gather_exposed
@@ -217,23 +220,23 @@ def dp_exposed(s, stages_of_rank, backward_last: float) -> tuple[float, float, f
         # each earlier one hides under the next micro-batch's compute
         per_mb = sum(st.forward + st.backward for st in stages_of_rank)
         exposed += earlier * max(0.0, rs - per_mb)
-    # beside compute: the gradient collectives not exposed (the parameter gather hidden under the
-    # next step's forwards is costed apart, costs/param_gather.py, and slows nothing here either)
-    return exposed, total, 0.0, max(0.0, reduce + earlier * rs - (exposed - gather_exposed))
+    # beside compute: the gradient collectives not exposed, and the parameter gather's part that
+    # runs under the next step's forwards (costs/param_gather.py; sim/dp_time.py)
+    return exposed, total, 0.0, max(0.0, reduce + earlier * rs - (exposed - gather_exposed)), gather - gather_exposed
 
 
-def dp_contention(s, chunks, beside: float) -> float:
-    """Seconds of compute lost beside `beside` seconds of data-parallel collectives, the compute
-    running at 1 / ratio meanwhile (sim/interference.py): the backward's ratio (the gradient
-    reductions run beside it), ZeRO-3's the passes' mean (its gathers run beside both)."""
-    if beside <= 0:
-        return 0.0
-    passes = [(c.backward, c.dp_overlap_slow_bwd) for c in chunks]
-    if s.training.zero_stage >= 3:
-        passes += [(c.forward, c.dp_overlap_slow_fwd) for c in chunks]
-    seconds = sum(sec for sec, _ in passes)
-    ratio = sum(sec * r for sec, r in passes) / seconds if seconds > 0 else 1.0
-    return beside * (1.0 - 1.0 / ratio)
+def dp_contention(s, chunks, grads: float, gathers: float) -> float:
+    """Seconds of compute lost beside `grads` seconds of gradient reductions and `gathers` of
+    weight gathers, the compute at 1 / ratio meanwhile (sim/interference.py): the reductions run
+    beside the backward, ZeRO-1/2's parameter gather beside the forwards, ZeRO-3's gathers beside
+    both (the passes' mean)."""
+    def loss(seconds: float, passes) -> float:
+        total = sum(sec for sec, _ in passes)
+        ratio = sum(sec * r for sec, r in passes) / total if total > 0 else 1.0
+        return seconds * (1.0 - 1.0 / ratio) if seconds > 0 and ratio > 1.0 else 0.0
+    fwd = [(c.forward, c.dp_overlap_slow_fwd) for c in chunks]
+    bwd = [(c.backward, c.dp_overlap_slow_bwd) for c in chunks]
+    return loss(grads, bwd) + loss(gathers, fwd + bwd if s.training.zero_stage >= 3 else fwd)
 
 
 def analytic_report(s, mode: str = "representative") -> dict:
@@ -266,10 +269,11 @@ def analytic_report(s, mode: str = "representative") -> dict:
         sync = M * V * (p2p_time(stages[0].send_bytes, link) + p2p_time(stages[0].grad_send_bytes, link))
     dp_exp, dp_total, pass_gather, contention = 0.0, 0.0, 0.0, 0.0
     for r in range(P):
-        e, tot, g, beside = dp_exposed(s, per_rank[r], i[r] + w[r])
+        e, tot, g, grads, gathers = dp_exposed(s, per_rank[r], i[r] + w[r])
         if e > dp_exp:
             dp_exp, dp_total, pass_gather = e, tot, g
-        contention = max(contention, dp_contention(s, per_rank[r], min(beside, step_rank[r])))
+        contention = max(contention, dp_contention(s, per_rank[r], min(grads, step_rank[r]),
+                                                   min(gathers, step_rank[r])))
     # the per-step fixed ops after the drain (optimizer, gradient norm, Muon, FP8 casts), as simulated
     opt = max(sum(sec for c in ch for _, sec in (c.step_ops or (("OPTIMIZER", c.optimizer_step),)))
               for ch in per_rank)
