@@ -37,7 +37,11 @@ Megatron-Core's 462B on PP 16; without it each rank reduces after its last backw
 compute); twice the NIC or NVLink bandwidth lets NCCL find twice the channels (costs/nccl_channels.py
 ring_ctas), so the collectives hold twice the SMs for half as long, which costs the same SM-seconds
 but not the same wave count (up to +3.9 %). `--set training.collective_sm_contention=false` checks
-the relations on the same scenarios without that term.
+the relations on the same scenarios without that term: the three above, and Qwen3-235B with EP 8
+under FSDP (moezoo) 0.3 % slower with a tenth of the latencies and 0.5 % faster with four times
+them. Its per-layer reductions carry the experts' bytes at their expert-data-parallel time ratio
+(costs/moe.py edp_ratio, now taken at the layer's size), and one affine collective over
+equivalent bytes is not the two collectives it stands for when the latencies move (218 s).
 
     python benchmarks/metamorphic_audit.py [--jobs 2] [--tolerance 0.05] [--set KEY=VALUE ...]
 """
