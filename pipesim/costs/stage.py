@@ -163,11 +163,11 @@ class _Acc:
                 hit = op_terms(s, cm, op, held)
                 if memo is not None:
                     memo[id(op)] = hit
-            fs, fsrc, bs, bsrc, tpf, tpb, tpi, bytes_f, bytes_b, w_share, near_f, near_b = hit
+            fs, fsrc, bs, bsrc, tpf, tpb, tpi, bytes_f, bytes_b, w_share, beside_f, beside_b = hit
             self.fwd += times * fs
             self.bwd += times * bs
-            self.contention_fwd += times * (near_f - fs)
-            self.contention_bwd += times * (near_b - bs)
+            self.contention_fwd += times * (beside_f - fs)
+            self.contention_bwd += times * (beside_b - bs)
             self.dgrad += times * bs * (1 - w_share)
             self.wgrad += times * bs * w_share
             for src, sec in ((fsrc, fs), (bsrc, bs)):
@@ -185,13 +185,13 @@ def op_terms(s: Scenario, cm: CostModel, op: Op, held: int = 0) -> tuple:
     backward, fwd and bwd seconds beside a collective holding `held` SMs)."""
     f, b = cm.time(op, "fwd"), cm.time(op, "bwd")
     w_share = cm.wgrad_share(op)
-    near_f = op_seconds_beside_comm(cm, op, "fwd", held)[1] if held else f.seconds
-    near_b = op_seconds_beside_comm(cm, op, "bwd", held)[1] if held else b.seconds
+    beside_f = op_seconds_beside_comm(cm, op, "fwd", held)[1] if held else f.seconds
+    beside_b = op_seconds_beside_comm(cm, op, "bwd", held)[1] if held else b.seconds
     return (f.seconds, f.source, b.seconds, b.source,
             exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd),
             *exposed_tp_backward(s, cm, op, b.seconds, w_share),
             sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd),
-            w_share, near_f, near_b)
+            w_share, beside_f, beside_b)
 
 
 def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float, w_share: float) -> tuple[float, float]:
