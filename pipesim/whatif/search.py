@@ -33,7 +33,8 @@ COMPRESSION = (16, 8)
 # Breakdown components of the screening model, with the words used in explanations.
 COMPONENTS = {"compute_s": "compute", "pipeline_bubble_s": "pipeline bubble", "dp_comm_exposed_s":
               "exposed data-parallel communication", "p2p_fill_s": "pipeline send/recv latency",
-              "optimizer_s": "optimizer step"}
+              "optimizer_s": "optimizer step",
+              "compute_contention_s": "SM contention beside data-parallel collectives"}
 # Parts of `compute_s` worth naming when two layouts differ in them.
 INSIDE_COMPUTE = {"cp_comm_exposed_s": "exposed context-parallel K/V exchange (in compute)"}
 
