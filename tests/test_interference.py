@@ -121,3 +121,13 @@ def test_expert_time_ratio_is_taken_at_a_per_layer_reductions_own_size():
     layer = sum(o.params for o in ops) * grad_elem_bytes(s.training)
     assert grad_ratio(s, ops) == edp_ratio(s, "reduce_scatter", nbytes=layer)
     assert grad_ratio(s, ops) != edp_ratio(s, "reduce_scatter")
+
+
+def test_the_html_report_names_the_contention():
+    from pipesim.report.html import _metrics
+    s = pipesim.load_scenario(LLAMA, overrides=["system.preset=dgx-h100", "system.num_nodes=2"])
+    rep = simulate(s, trace=False)
+    assert "SM contention (max rank)" in _metrics(rep.to_dict(include_trace=False), s)
+    off = pipesim.load_scenario(LLAMA, overrides=["system.preset=dgx-h100", "system.num_nodes=2",
+                                                  "training.collective_sm_contention=false"])
+    assert "SM contention" not in _metrics(simulate(off, trace=False).to_dict(include_trace=False), off)

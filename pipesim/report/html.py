@@ -133,6 +133,10 @@ def _metrics(d: dict, s) -> str:
                      f"data {s.parallel.data}, virtual {s.parallel.virtual_stages})"),
             ("schedule", f"{d.get('plan', d['schedule'])}, {d['num_microbatches']} micro-batches of "
                          f"{s.training.micro_batch_size}, {d.get('mode', '')} mode")]
+    lost = max((r.get("compute_contention_s", 0.0) for r in d.get("ranks", [])), default=0.0)
+    if lost > 0:       # compute slowed beside overlapped DP collectives (sim/interference.py)
+        rows.append(("SM contention (max rank)", f"{lost * MS:.2f} ms of compute lost beside overlapped "
+                                                 "data-parallel collectives"))
     from pipesim.costs.documents import documents_text
     if packed := documents_text(s):
         rows.append(("packed documents", packed))
