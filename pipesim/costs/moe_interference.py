@@ -84,10 +84,12 @@ def gemm_slowdown(m: float, n: float, batch: float, sms: int, held: int, persist
     return cta_makespan(tiles, kernels, sms, sms - held, persistent) / alone if alone else 1.0
 
 
-def op_seconds_beside_comm(cm, op: Op, phase: str, held: int) -> tuple[float, float]:
+def op_seconds_beside_comm(cm, op: Op, phase: str, held: int, alone: float | None = None) -> tuple[float, float]:
     """(seconds alone, seconds while `held` SMs are taken) of one op: GEMMs on the cost model's
-    GEMM curve by their CTA schedule, the rest at the free SMs' share."""
-    alone = cm.time(op, phase).seconds
+    GEMM curve by their CTA schedule, the rest at the free SMs' share. `alone`: the op's time
+    alone when the caller has it already (cm.time)."""
+    if alone is None:
+        alone = cm.time(op, phase).seconds
     curve = cm.curve
     sms = curve["sms"] if curve else 0
     if not held or not sms or held >= sms:

@@ -185,8 +185,8 @@ def op_terms(s: Scenario, cm: CostModel, op: Op, held: int = 0) -> tuple:
     backward, fwd and bwd seconds beside a collective holding `held` SMs)."""
     f, b = cm.time(op, "fwd"), cm.time(op, "bwd")
     w_share = cm.wgrad_share(op)
-    beside_f = op_seconds_beside_comm(cm, op, "fwd", held)[1] if held else f.seconds
-    beside_b = op_seconds_beside_comm(cm, op, "bwd", held)[1] if held else b.seconds
+    beside_f = op_seconds_beside_comm(cm, op, "fwd", held, f.seconds)[1] if held else f.seconds
+    beside_b = op_seconds_beside_comm(cm, op, "bwd", held, b.seconds)[1] if held else b.seconds
     return (f.seconds, f.source, b.seconds, b.source,
             exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd),
             *exposed_tp_backward(s, cm, op, b.seconds, w_share),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pipesim.costs.param_gather import exposed_param_gather
 from pipesim.costs.zero3_reuse import gradient_buckets, param_allgather_seconds
 from pipesim.costs.zero_groups import zero_collective_time
+from pipesim.sim.interference import lost_beside
 from pipesim.sim.workload import Workload
 
 
@@ -64,11 +65,7 @@ def param_gather_contention(w: Workload, g) -> float:
     if not tr.overlap_param_gather or w.zero_stage not in (1, 2):
         return 0.0
     stages = w.plan.stages_of(g.pp)
-    fwd = sum(w.stage_costs[st].forward for st in stages)
-    if fwd <= 0:
+    passes = [(w.stage_costs[st].forward, w.stage_costs[st].dp_overlap_slow_fwd) for st in stages]
+    if all(r <= 1.0 for _, r in passes):
         return 0.0
-    ratio = sum(w.stage_costs[st].forward * w.stage_costs[st].dp_overlap_slow_fwd for st in stages) / fwd
-    if ratio <= 1.0:
-        return 0.0
-    hidden = param_gather_seconds(w, stages, g.pp) - param_gather_exposed(w, g)
-    return max(0.0, hidden) * (1.0 - 1.0 / ratio)
+    return lost_beside(param_gather_seconds(w, stages, g.pp) - param_gather_exposed(w, g), passes)

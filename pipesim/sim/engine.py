@@ -391,8 +391,6 @@ class Engine:
                 if w.zero3_gather_rate:        # the framework's own rate, when it is the slower
                     sec = max(sec, nbytes * (1 - 1 / self.shard_n) / w.zero3_gather_rate)
                 start, end = yield from self._collective_slot(g, ("gather", g.pp, j), sec)
-                if not self.busy[g.pp] or self.busy[g.pp][-1] != (start, end):   # members share the slot
-                    add_busy(self.busy[g.pp], start, end, False)
                 if w.zero3_prefetch:          # the compute pipelines behind it (step loop)
                     ev.succeed((start, end))
                 yield at(env, end, DP_PRIORITY)
@@ -420,14 +418,18 @@ class Engine:
 
     def _collective_slot(self, g, key, sec):
         """Generator: reserve one collective over g's DP group on every member's ports once all
-        have arrived; returns its (start, end) then, without waiting for it to run."""
+        have arrived (and log it beside the group's compute, sim/interference.py); returns its
+        (start, end) then, without waiting for it to run."""
         env = self.env
         members = self.dp_peers[g.pp]
         if len(members) == 1:
-            return reserve_all(self._ports(g), env.now, sec)
+            slot = reserve_all(self._ports(g), env.now, sec)
+            add_busy(self.busy[g.pp], *slot, False)
+            return slot
         bar, last = self.net.arrive(key, len(members))
         if last:
             bar.data = reserve_all(self._ports(g), env.now, sec)
+            add_busy(self.busy[g.pp], *bar.data, False)
             bar.done.succeed()
             return bar.data
         yield bar.done

@@ -41,6 +41,15 @@ def finish_time(interval_lists, start: float, work: float, ratio: float) -> floa
     return t + work
 
 
+def lost_beside(seconds: float, passes) -> float:
+    """Compute seconds lost beside `seconds` of collectives that run wholly under compute, the
+    compute at 1 / ratio meanwhile: its ratio the mean of `passes` = [(pass seconds, ratio), ...]
+    weighted by their seconds (the closed-form counterpart of `finish_time`)."""
+    total = sum(sec for sec, _ in passes)
+    ratio = sum(sec * r for sec, r in passes) / total if total > 0 else 1.0
+    return seconds * (1.0 - 1.0 / ratio) if seconds > 0 and ratio > 1.0 else 0.0
+
+
 def add_busy(busy: list, start: float, end: float, joins: bool) -> None:
     """Log a collective's interval; `joins`: a later bucket of the same gradient job, merged with
     the previous interval when back to back (the DAG pass keeps a job's buckets as such runs)."""

@@ -18,6 +18,7 @@ from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, 
                                        stage_gathered_bytes, weight_gathers, zero3_gather_passes)
 from pipesim.costs.zero_groups import shard_size, zero_collective_time
 from pipesim.schedules.registry import legacy_warmup
+from pipesim.sim.interference import lost_beside
 
 V_SHAPE = ("zb-v", "dualpipe-v")
 
@@ -230,13 +231,9 @@ def dp_contention(s, chunks, grads: float, gathers: float) -> float:
     weight gathers, the compute at 1 / ratio meanwhile (sim/interference.py): the reductions run
     beside the backward, ZeRO-1/2's parameter gather beside the forwards, ZeRO-3's gathers beside
     both (the passes' mean)."""
-    def loss(seconds: float, passes) -> float:
-        total = sum(sec for sec, _ in passes)
-        ratio = sum(sec * r for sec, r in passes) / total if total > 0 else 1.0
-        return seconds * (1.0 - 1.0 / ratio) if seconds > 0 and ratio > 1.0 else 0.0
     fwd = [(c.forward, c.dp_overlap_slow_fwd) for c in chunks]
     bwd = [(c.backward, c.dp_overlap_slow_bwd) for c in chunks]
-    return loss(grads, bwd) + loss(gathers, fwd + bwd if s.training.zero_stage >= 3 else fwd)
+    return lost_beside(grads, bwd) + lost_beside(gathers, fwd + bwd if s.training.zero_stage >= 3 else fwd)
 
 
 def analytic_report(s, mode: str = "representative") -> dict:
