@@ -131,3 +131,71 @@ def test_the_html_report_names_the_contention():
     off = pipesim.load_scenario(LLAMA, overrides=["system.preset=dgx-h100", "system.num_nodes=2",
                                                   "training.collective_sm_contention=false"])
     assert "SM contention" not in _metrics(simulate(off, trace=False).to_dict(include_trace=False), off)
+
+
+def test_finish_time_holds_an_action_at_its_next_norm_kernel_until_the_collective_ends():
+    busy = [(1.0, 3.0)]
+    # 1 s done when the collective starts, a norm every 0.5 s: the one at 1.0 waits until 3.0
+    assert finish_time((busy,), 0.0, 2.0, 1.5, stall=0.5) == pytest.approx(4.0)
+    # the next norm at 1.2: 0.2 s more beside the collective (ratio 1), then the wait, then 0.8 s
+    assert finish_time((busy,), 0.0, 2.0, 1.0, stall=0.4) == pytest.approx(3.8)
+    # started inside a collective: its first kernel is a norm, so it starts when the collective ends
+    assert finish_time(([(0.0, 3.0)],), 0.0, 2.0, 1.0, stall=0.4) == pytest.approx(5.0)
+    # a collective that ends before the next norm costs only its contention
+    assert finish_time(([(0.5, 0.6)],), 0.0, 2.0, 1.0, stall=0.4) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("norm, phase, hidden, ctas", [
+    # TransformerEngine's tuned registries (normalization/*/ln_*_cuda_kernel.cu, rmsnorm_*)
+    ("layernorm", "fwd", 10240, 1), ("layernorm", "fwd", 12288, 2), ("layernorm", "fwd", 65536, 8),
+    ("layernorm", "bwd", 6144, 1), ("layernorm", "bwd", 8192, 2), ("layernorm", "bwd", 12800, 5),
+    ("rmsnorm", "fwd", 8192, 1), ("rmsnorm", "bwd", 4096, 1),
+    # hidden sizes no tuned launcher has: the general one's widest width (LN / RMSNorm: 8192 forward,
+    # 4096 backward) split over ceil(hidden / width) CTAs
+    ("layernorm", "fwd", 7168, 1), ("layernorm", "bwd", 7168, 2), ("rmsnorm", "fwd", 16384, 2),
+    ("rmsnorm", "bwd", 5120, 2),
+])
+def test_norm_kernels_split_a_row_over_ctas_as_transformer_engine_registers_them(norm, phase, hidden, ctas):
+    from pipesim.costs.norm_kernels import ctas_per_row
+    assert ctas_per_row(norm, phase, hidden) == ctas
+
+
+def _wide(*extra) -> list:
+    """The Llama 2 7B scenario widened to a LayerNorm hidden 8192, whose backward norm is cooperative."""
+    return ["system.preset=dgx-h100", "system.num_nodes=2", "model.norm=layernorm", "model.hidden_size=8192",
+            "model.num_attention_heads=64", "model.num_kv_heads=64", *extra]
+
+
+def test_cooperative_norms_wait_for_the_collectives_in_both_engines():
+    from pipesim.costs.norm_kernels import cooperative_norms
+    from pipesim.costs.stage import stage_costs
+    from pipesim.costs.topology import placement
+    base = pipesim.load_scenario(LLAMA, overrides=_wide())
+    assert cooperative_norms(base) == (False, True)
+    waits = pipesim.load_scenario(LLAMA, overrides=_wide("training.norm_sm_margin=0"))
+    costs = stage_costs(waits)[0]
+    assert costs.dp_norm_waits_fwd == 0 and costs.dp_norm_waits_bwd > 0
+    dag = simulate(waits, trace=False).to_dict(include_trace=False)
+    engine = simulate(waits, trace=False, engine_choice="simpy").to_dict(include_trace=False)
+    assert dag["engine"] == "dag" and dag["step_time_s"] == engine["step_time_s"]
+    plain = simulate(base, trace=False).to_dict(include_trace=False)
+    assert dag["step_time_s"] > plain["step_time_s"]
+    # a margin at least the collectives' SMs: the norms fit beside them, nothing waits
+    held = dp_collective_sms(base, placement(base, "dp_cp"))
+    roomy = pipesim.load_scenario(LLAMA, overrides=_wide(f"training.norm_sm_margin={held}"))
+    assert stage_costs(roomy)[0].dp_norm_waits_bwd == 0
+    assert simulate(roomy, trace=False).to_dict(include_trace=False)["step_time_s"] == plain["step_time_s"]
+
+
+def test_mxfp8_forward_norms_are_cudnns_and_never_wait():
+    from pipesim.costs.norm_kernels import cooperative_norms
+    s = pipesim.load_scenario(LLAMA, overrides=_wide("model.hidden_size=16384", "model.num_attention_heads=128",
+                                                     "model.num_kv_heads=128", "system.preset=dgx-b200",
+                                                     "training.precision=fp8", "training.fp8_recipe=mxfp8"))
+    assert cooperative_norms(s) == (False, True)
+
+
+def test_a_negative_norm_sm_margin_is_refused_naming_the_key():
+    from pipesim.errors import ScenarioError
+    with pytest.raises(ScenarioError, match="norm_sm_margin"):
+        pipesim.load_scenario(LLAMA, overrides=["training.norm_sm_margin=-1"])

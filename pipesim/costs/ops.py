@@ -83,3 +83,8 @@ class Op:
     window_seq: float = 0.0
     seq_mix: tuple = field(default=(), compare=False)
     frozen: bool = False
+
+
+def is_norm(op: Op) -> bool:
+    """A layer's LayerNorm / RMSNorm kernel (the ops layers.py times as `layer_norm_*`)."""
+    return any(key == "layer_norm_fwd" for key, _ in op.measure_fwd)

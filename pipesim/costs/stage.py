@@ -15,7 +15,8 @@ from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, frozen_memory, static_memory
-from pipesim.costs.ops import Comm, Op
+from pipesim.costs.norm_kernels import cooperative_norms
+from pipesim.costs.ops import Comm, Op, is_norm
 from pipesim.costs.moe_interference import op_seconds_beside_comm
 from pipesim.costs.muon import is_expert, muon_split
 from pipesim.costs.nccl_channels import dp_collective_sms
@@ -102,6 +103,11 @@ class StageCosts:
     # (nccl_channels.dp_collective_sms, moe_interference.py; sim/interference.py applies it)
     dp_overlap_slow_fwd: float = 1.0
     dp_overlap_slow_bwd: float = 1.0
+    # norm kernels per micro-batch forward / backward that wait for an overlapped DP collective:
+    # cooperative ones (costs/norm_kernels.py) beside more SMs than training.norm_sm_margin
+    # leaves (sim/interference.py); 0: they never wait
+    dp_norm_waits_fwd: int = 0
+    dp_norm_waits_bwd: int = 0
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__
@@ -383,6 +389,9 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     first_layer = 0
     memo: dict = {}       # id(op) -> its timed terms: every stage repeats the same layer ops
     held = dp_collective_sms(s, placement(s, "dp_cp"))
+    margin = s.training.norm_sm_margin
+    # whether the norm kernels of a forward / backward wait for the collectives (sim/interference.py)
+    norm_waits = cooperative_norms(s) if margin is not None and held > margin else (False, False)
     for k, stage_layers in enumerate(s.layers_per_stage()):
         first, last = k == 0, k == n_stages - 1
         counts = s.cost_kinds[first_layer:first_layer + stage_layers]
@@ -414,6 +423,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         acc.dgrad += n_cp * copy_bwd
         extras = (emb if first else []) + (head + mtp if last else [])
         acc.add(s, cm, extras, 1, memo, held)
+        norms = (sum(n * sum(map(is_norm, d.ops)) for d, n in zip(dense, n_by_kind))
+                 + n_moe * sum(map(is_norm, moe.ops if moe else ())) + sum(map(is_norm, extras)))
         if cm.profile is not None:                                          # CPU host model only
             from pipesim.calibrate.host import stage_extra_seconds
             host_fwd, host_bwd = stage_extra_seconds(cm.profile, first, last)
@@ -566,6 +577,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
             moe_overlap_slow_bwd=moe.slow_bwd if n_moe else (1.0, 1.0),
             dp_overlap_slow_fwd=1.0 + acc.contention_fwd / acc.fwd if acc.fwd > 0 else 1.0,
             dp_overlap_slow_bwd=1.0 + acc.contention_bwd / acc.bwd if acc.bwd > 0 else 1.0,
+            dp_norm_waits_fwd=norm_waits[0] * norms, dp_norm_waits_bwd=norm_waits[1] * norms,
             gather_params=dense_params + ep.params * moe.gather_ratio if ep.params else None,
             fp8_params=fp8_params, trainable_params=trainable if tr.lora_rank else None))
     return out

@@ -433,6 +433,13 @@ class TrainingConfig:
     collective_sm_contention: bool = field(True, doc="compute beside an overlapped data-parallel collective runs "
                                                      "on the SMs its NCCL channels leave free (sim/interference.py); "
                                                      "false: collectives that hold no SMs (copy-engine transfers)")
+    norm_sm_margin: Optional[int] = field(
+        None, doc="SMs Transformer Engine's persistent LayerNorm / RMSNorm kernels leave free "
+                  "(NVTE_FWD_LAYERNORM_SM_MARGIN / NVTE_BWD_LAYERNORM_SM_MARGIN): a norm kernel launched "
+                  "while an overlapped data-parallel collective holds more SMs than this waits for the "
+                  "collective to end, and the compute behind it (the DP overlap fails: Megatron-Bridge "
+                  "performance guide; sim/interference.py). Unset: the norm kernels never wait "
+                  "(non-persistent norms, or a margin no collective exceeds)")
     offload_activation_layers: int = field(0, doc="Transformer layers per model stage whose saved activations "
                                                   "go to host memory after their forward and come back for "
                                                   "their backward, copies overlapped with compute (Megatron "
@@ -579,6 +586,8 @@ class TrainingConfig:
             if self.recompute != "full":
                 raise ValueError(f"recompute_num_layers needs recompute: full (Megatron's block method), "
                                  f"got recompute: {self.recompute}")
+        if self.norm_sm_margin is not None and self.norm_sm_margin < 0:
+            raise ValueError(f"norm_sm_margin must be a number of SMs >= 0, got {self.norm_sm_margin}")
         if self.zero3_gather_GBps is not None and self.zero3_gather_GBps <= 0:
             raise ValueError(f"zero3_gather_GBps must be positive, got {self.zero3_gather_GBps}")
         if self.document_length is not None and self.document_length < 1:

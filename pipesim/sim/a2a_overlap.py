@@ -111,6 +111,9 @@ def pair_cost(f: Cost, b: Cost, layers: int = 1) -> Cost:
     c.a2a_exposed = dur - (cf + cb)
     if dur > 0:      # the two passes' losses beside a DP collective (sim/interference.py)
         c.dp_slow = 1.0 + ((f.dp_slow - 1.0) * f.dur + (b.dp_slow - 1.0) * b.dur) / dur
+        # both passes' norm kernels, spread over the pair
+        waits = sum(p.dur / p.dp_stall for p in (f, b) if p.dp_stall > 0)
+        c.dp_stall = dur / waits if waits else 0.0
     return c
 
 

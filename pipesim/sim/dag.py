@@ -296,11 +296,11 @@ class DagRun:
                 if overlap and (grad_last or every and kind in GRAD_KINDS):
                     dp.put(stage, start, c.dur)
                 t = start + c.dur
-                if c.dp_slow > 1.0:
+                if c.dp_slow > 1.0 or c.dp_stall:
                     if dp.cur is not None or dp.jobs:
                         dp.advance(t)         # the collectives requested before t reserve first
                     if dp.ivs or dp.dp_ivs:
-                        end = finish_time((dp.dp_ivs, dp.ivs), start, c.dur, c.dp_slow)
+                        end = finish_time((dp.dp_ivs, dp.ivs), start, c.dur, c.dp_slow, c.dp_stall)
                         if end > t:
                             tl.contention_s += end - t
                             t = end

@@ -60,12 +60,13 @@ def param_gather_contention(w: Workload, g) -> float:
     """Compute seconds gang `g` loses beside the part of its ZeRO-1/2 parameter all-gather that
     --overlap-param-gather hides under the next step's forwards: that part x (1 - 1 / the
     forwards' slowdown beside a collective), the fluid model of sim/interference.py (taken here,
-    at the step's end, as the step it lengthens)."""
+    at the step's end, as the step it lengthens); all of it when their norm kernels wait for it."""
     tr = w.scenario.training
     if not tr.overlap_param_gather or w.zero_stage not in (1, 2):
         return 0.0
     stages = w.plan.stages_of(g.pp)
     passes = [(w.stage_costs[st].forward, w.stage_costs[st].dp_overlap_slow_fwd) for st in stages]
-    if all(r <= 1.0 for _, r in passes):
+    stalls = any(w.stage_costs[st].dp_norm_waits_fwd for st in stages)
+    if all(r <= 1.0 for _, r in passes) and not stalls:
         return 0.0
-    return lost_beside(param_gather_seconds(w, stages, g.pp) - param_gather_exposed(w, g), passes)
+    return lost_beside(param_gather_seconds(w, stages, g.pp) - param_gather_exposed(w, g), passes, stalls)

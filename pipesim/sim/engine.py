@@ -48,7 +48,7 @@ def step_info(steps, table, ports) -> list:
         c = table[key]
         m0, m1, alloc, release = c.ids
         if code == COMPUTE:
-            info[key] = (c.dur, m0, m1, c.dp_slow)
+            info[key] = (c.dur, m0, m1, c.dp_slow, c.dp_stall)
         elif code == SEND:
             info[key] = (c.dur, ports[c.port], c.extra, alloc if c.nbytes else 0, release)
         else:
@@ -150,7 +150,7 @@ class Engine:
         for idx, (code, key, kind, stage, grad_last, rkey, peer, mb, _, _) in enumerate(ops):
             if code == COMPUTE:
                 gather = idx in gathering
-                dur, m0, m1, slow = info[key]
+                dur, m0, m1, slow, stall = info[key]
                 if gather:
                     ev = gather_ev.pop(idx)
                     if not ev.processed:
@@ -179,8 +179,8 @@ class Engine:
                 heappush(queue, (start + dur, NORMAL, next(eid), timer))
                 yield None
                 end = env._now
-                if slow > 1.0 and busy[0]:
-                    done = finish_time(busy, start, dur, slow)
+                if (slow > 1.0 or stall) and busy[0]:
+                    done = finish_time(busy, start, dur, slow, stall)
                     if done > end:
                         timer.callbacks = armed
                         heappush(queue, (done, NORMAL, next(eid), timer))

@@ -83,7 +83,7 @@ _KIND = itemgetter(2)            # Step.kind
 class Cost:
     """What a (stage, kind) costs on one rank: seconds, bytes, memory deltas, route."""
     __slots__ = ("dur", "tp", "cp", "nbytes", "extra", "gather", "mem0", "mem1", "port", "buf_alloc", "buf_free",
-                 "a2a", "a2a_exposed", "moe_block", "moe_wgrad", "overlap_slow", "dp_slow", "ids")
+                 "a2a", "a2a_exposed", "moe_block", "moe_wgrad", "overlap_slow", "dp_slow", "dp_stall", "ids")
 
     def __init__(self, dur=0.0, tp=0.0, nbytes=0.0, extra=0.0, mem0=(), mem1=(), port="", a2a=0.0,
                  moe_block=0.0, overlap_slow=(1.0, 1.0), moe_wgrad=0.0, gather=0.0, cp=0.0):
@@ -96,6 +96,7 @@ class Cost:
         self.overlap_slow = overlap_slow   # (attention, MoE block) time beside the all-to-all / alone
         self.moe_wgrad = moe_wgrad   # of moe_block: weight gradients (B only; I leaves them to W)
         self.dp_slow = 1.0      # compute: its time beside an overlapped DP collective / alone (sim/interference.py)
+        self.dp_stall = 0.0     # ... seconds of it between norm kernels that wait for such a collective (0: none)
         self.nbytes = nbytes    # bytes sent (SEND) or received (RECV)
         self.extra = extra      # quantize seconds before a SEND / dequantize after a RECV
         self.gather = gather    # RECV: TP all-gather of the received slices (scatter/gather), blocking
@@ -502,6 +503,9 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
                 e = table[st * NKINDS + kind]
                 if ratio > 1.0 and e.dur > 0:
                     e.dp_slow = 1.0 + (ratio - 1.0) * max(0.0, e.dur - comm) / e.dur
+                waits = (c.dp_norm_waits_fwd, c.dp_norm_waits_bwd, c.dp_norm_waits_bwd, 0, c.dp_norm_waits_fwd)[kind]
+                if waits and e.dur > 0:              # (W runs no norm kernel)
+                    e.dp_stall = e.dur / waits
             if st + 1 < len(costs):
                 q = plan.rank_of(st + 1)
                 if q != r:

@@ -230,10 +230,13 @@ def dp_contention(s, chunks, grads: float, gathers: float) -> float:
     """Seconds of compute lost beside `grads` seconds of gradient reductions and `gathers` of
     weight gathers, the compute at 1 / ratio meanwhile (sim/interference.py): the reductions run
     beside the backward, ZeRO-1/2's parameter gather beside the forwards, ZeRO-3's gathers beside
-    both (the passes' mean)."""
+    both (the passes' mean); all of them when the compute's norm kernels wait for them."""
     fwd = [(c.forward, c.dp_overlap_slow_fwd) for c in chunks]
     bwd = [(c.backward, c.dp_overlap_slow_bwd) for c in chunks]
-    return lost_beside(grads, bwd) + lost_beside(gathers, fwd + bwd if s.training.zero_stage >= 3 else fwd)
+    stall_f, stall_b = any(c.dp_norm_waits_fwd for c in chunks), any(c.dp_norm_waits_bwd for c in chunks)
+    zero3 = s.training.zero_stage >= 3
+    return lost_beside(grads, bwd, stall_b) + lost_beside(gathers, fwd + bwd if zero3 else fwd,
+                                                          stall_f or zero3 and stall_b)
 
 
 def analytic_report(s, mode: str = "representative") -> dict:

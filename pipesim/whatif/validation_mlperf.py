@@ -19,7 +19,9 @@ NCCL CTA caps of every communicator (MEGATRON_CORE_*_MAX_CTAS, then
 conf/nccl/custom_communicator_cta.yaml: dp / dp_cp 8, tp 8, cp 1, pp 2 -> nccl_max_ctas) - except in
 v5.1, whose config_common.sh also exports NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32, which NCCL lets
 override every communicator's config (src/init.cc since 2.17: "Comm config maxCTAs reset to
-NCCL_MAX_CTAS"): 32 for all. Llama 3.1 405B splits its layers with the embedding and the loss
+NCCL_MAX_CTAS"): 32 for all. Transformer Engine's norm SM margin (NVTE_FWD/BWD_LAYERNORM_SM_MARGIN ->
+norm_sm_margin: 4 in v3.0, 8 from v3.1 to v5.0, 16 in v5.1), unless the config runs cuDNN's norms
+(NVTE_NORM_FWD/BWD_USE_CUDNN=1, v5.1's 405B: no TE norm kernel to wait). Llama 3.1 405B splits its layers with the embedding and the loss
 counted as pipeline layers (ASYM_PP_EMBED / ASYM_PP_LOSS -> embedding_loss_split).
 Stated by the benchmark or the shared configs, set once for the family: no activation recompute
 (ACT_CKPT_* null), no dropout (GPT-3's custom.yaml hidden/attention_dropout 0.0; Llama's providers),
@@ -109,6 +111,8 @@ def mlperf_scenario(case) -> dict:
                 "cuda_graphs": graphs}
     if tr.get("nccl_max_ctas"):
         training["nccl_max_ctas"] = dict(tr["nccl_max_ctas"])
+    if "norm_sm_margin" in tr and not tr.get("cudnn_norms"):      # cuDNN's norms: not TE's kernels
+        training["norm_sm_margin"] = int(tr["norm_sm_margin"])
     if tr.get("fp8_attention_recipe"):       # FP8 attention beside NVFP4 GEMMs (NVTE_DPA_FP8_RECIPE)
         training["fp8_attention_recipe"] = tr["fp8_attention_recipe"]
     if name != "gpt3-175b":

@@ -11,7 +11,8 @@ Mapping of the published columns (nothing here is tuned on the cases):
     validation_bridge_2604.py); otherwise Megatron's distributed optimizer -> zero_stage 1;
   recompute "norm, act" (Megatron-Core --recompute-modules layernorm moe_act) -> none: re-running
     norms and activations costs < 1 % of a layer's time; "full" -> full;
-  moe_dispatcher as published; "A2A overlap" in the notes -> training.moe_a2a_overlap;
+  moe_dispatcher as published; "A2A overlap" in the notes -> training.moe_a2a_overlap, and the
+    norm kernels' SM margin the zoo's launcher sets with it (ZOO_NORM_SM_MARGIN);
   routing "not stated" -> balanced: the zoo's published H100 command for this model
     (best_practice/qwen3/run_h100_235b.sh) passes --moe-router-force-load-balancing;
   ETP 1 and EDP as in the README table's ETP / EDP columns (EDP is derived, and checked);
@@ -38,6 +39,9 @@ TFLOPS_COLUMNS = {"balanced": "model_tflops_per_gpu_force_balanced", "dropless":
 # the zoo README's command for its long-context table (best_practice/qwen3/readme.md)
 LONGSEQ_RECOMPUTE = ["layernorm", "moe"]
 TARGET_CP_MAPE = 10.0      # issue 15: public CP cases
+# Transformer Engine's norm SM margin by A2A overlap (training.norm_sm_margin): the zoo's
+# sbatch_benchmarking.sh exports NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=24 with A2A_OVERLAP=1, else 0
+ZOO_NORM_SM_MARGIN = {True: 24, False: 0}
 OVERLAP_PAIR = ("moezoo-qwen3-235b-deepep-ep32-pp8", "moezoo-qwen3-235b-deepep-ep32-pp8-a2a-overlap")
 # The preset must match the published model block (checked, not assumed).
 MODEL_KEYS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
@@ -108,7 +112,7 @@ def moe_case_scenario(case: dict, routing: str = "balanced") -> dict:
                      **({"zero_stage": 3, "zero3_collectives": "layer"} if str(par.get("fsdp")).lower() == "on"
                         else {"zero_stage": 1}),
                      "moe_dispatcher": tr.get("moe_dispatcher", "alltoall"), "moe_a2a_overlap": overlap,
-                     "moe_routing": routing, **modules},
+                     "moe_routing": routing, "norm_sm_margin": ZOO_NORM_SM_MARGIN[overlap], **modules},
     }
 
 
