@@ -199,3 +199,30 @@ def test_a_negative_norm_sm_margin_is_refused_naming_the_key():
     from pipesim.errors import ScenarioError
     with pytest.raises(ScenarioError, match="norm_sm_margin"):
         pipesim.load_scenario(LLAMA, overrides=["training.norm_sm_margin=-1"])
+
+
+# a GPT layer of hidden 12288 (LayerNorm: TE's forward splits a row over 2 CTAs, the backward over 4),
+# two micro-batches a step on 4 DGX H100: the data-parallel collectives overlap much of the compute
+WIDE = {"model": {"name": "wide", "num_layers": 8, "hidden_size": 12288, "num_attention_heads": 96,
+                  "seq_length": 2048, "vocab_size": 50304},
+        "system": {"preset": "dgx-h100", "num_nodes": 4},
+        "parallel": {"tensor": 8, "data": 4, "sequence_parallel": True},
+        "training": {"micro_batch_size": 1, "global_batch_size": 8, "zero_stage": 1, "overlap_grad_reduce": True,
+                     "overlap_param_gather": True, "grad_reduce_in_fp32": True}}
+
+
+def test_the_why_names_the_waiting_norms_and_suggests_the_margin():
+    from pipesim.report.explain import explain, headline
+    from pipesim.report.html import _metrics
+    s = pipesim.load_scenario(WIDE, overrides=["training.norm_sm_margin=0"])
+    rep = simulate(s, trace=True)
+    why = explain(rep, s)
+    # one GPU a node in each data-parallel group: NCCL's 4 ring CTAs (test_ring_ctas_...)
+    assert why["norm_wait"] == {"margin": 0, "sms": 4}
+    assert "cooperative norm kernels wait for them (training.norm_sm_margin 0 < their 4 SMs)" in \
+        "\n".join(headline(why, rep))
+    best = why["suggestions"][0]
+    assert best["title"] == "norm_sm_margin 4"
+    plain = simulate(pipesim.load_scenario(WIDE), trace=False).to_dict(include_trace=False)
+    assert best["step_time_s"] == plain["step_time_s"]
+    assert "norm kernels waiting" in _metrics(rep.to_dict(include_trace=False), s)

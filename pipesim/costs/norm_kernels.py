@@ -50,3 +50,21 @@ def cooperative_norms(s) -> tuple[bool, bool]:
         return False, False
     mx = s.training.precision == "fp8" and s.training.fp8_recipe == "mxfp8"
     return (not mx and ctas_per_row(norm, "fwd", h) > 1), ctas_per_row(norm, "bwd", h) > 1
+
+
+def waiting_norms(s, held: int) -> tuple[bool, bool]:
+    """(forward, backward): whether the layer norms wait for a data-parallel collective holding
+    `held` SMs: cooperative, and `training.norm_sm_margin` set below `held`."""
+    margin = s.training.norm_sm_margin
+    if margin is None or held <= margin:
+        return False, False
+    return cooperative_norms(s)
+
+
+def norm_wait(s) -> dict | None:
+    """{"margin", "sms"} when the scenario's layer norms wait for its data-parallel collectives
+    (holding "sms" SMs, above the margin), else None: for the report's "why" and suggestions."""
+    from pipesim.costs.nccl_channels import dp_collective_sms
+    from pipesim.costs.topology import placement
+    held = dp_collective_sms(s, placement(s, "dp_cp"))
+    return {"margin": s.training.norm_sm_margin, "sms": held} if any(waiting_norms(s, held)) else None

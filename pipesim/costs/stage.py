@@ -15,7 +15,7 @@ from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, frozen_memory, static_memory
-from pipesim.costs.norm_kernels import cooperative_norms
+from pipesim.costs.norm_kernels import waiting_norms
 from pipesim.costs.ops import Comm, Op, is_norm
 from pipesim.costs.moe_interference import op_seconds_beside_comm
 from pipesim.costs.muon import is_expert, muon_split
@@ -389,9 +389,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
     first_layer = 0
     memo: dict = {}       # id(op) -> its timed terms: every stage repeats the same layer ops
     held = dp_collective_sms(s, placement(s, "dp_cp"))
-    margin = s.training.norm_sm_margin
-    # whether the norm kernels of a forward / backward wait for the collectives (sim/interference.py)
-    norm_waits = cooperative_norms(s) if margin is not None and held > margin else (False, False)
+    norm_waits = waiting_norms(s, held)      # the norm kernels of F / B wait for them (sim/interference.py)
     for k, stage_layers in enumerate(s.layers_per_stage()):
         first, last = k == 0, k == n_stages - 1
         counts = s.cost_kinds[first_layer:first_layer + stage_layers]

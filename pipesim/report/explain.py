@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipesim.costs.moe_dispatch import pace as a2a_pace
+from pipesim.costs.norm_kernels import norm_wait
 from pipesim.report.suggest import suggestions
 
 EPS = 1e-9
@@ -228,6 +229,7 @@ def explain(report, s, *, mode: str = "representative", suggest: bool = True) ->
     last = max(report.data["ranks"], key=lambda r: r.get("end_s", 0.0)) if report.data["ranks"] else None
     why["a2a_pace"] = a2a_pace(s) if report.data.get("exposed_comm_s", {}).get("EP_A2A", 0.0) > 0 else None
     why["last_rank"] = last["rank"] if last else None
+    why["norm_wait"] = norm_wait(s)
     why["suggested"] = suggest
     why["suggestions"] = suggestions(s, report, mode) if suggest else []
     return why
@@ -277,9 +279,12 @@ def headline(why: dict, report) -> list[str]:
     lost = max(d["ranks"], key=lambda r: r.get("compute_contention_s", 0.0)) if d.get("ranks") else {}
     if lost.get("compute_contention_s", 0.0) > 0.02 * d["step_time_s"]:
         sec = lost["compute_contention_s"]
+        w = why.get("norm_wait")
+        waits = (f"; Transformer Engine's cooperative norm kernels wait for them (training.norm_sm_margin "
+                 f"{w['margin']} < their {w['sms']} SMs)" if w else "")
         lines.append(f"SM contention  {sec * 1e3:.1f} ms of compute lost on rank {lost['rank']} "
                      f"({sec / d['step_time_s'] * 100:.1f} % of the step) beside overlapped data-parallel "
-                     "collectives, whose NCCL channels hold SMs (training.collective_sm_contention)")
+                     f"collectives, whose NCCL channels hold SMs (training.collective_sm_contention){waits}")
     a2a = d.get("exposed_comm_s", {}).get("EP_A2A", 0.0)
     if why.get("a2a_pace") and a2a > 0.02 * d["step_time_s"]:
         p = why["a2a_pace"]

@@ -135,8 +135,11 @@ def _metrics(d: dict, s) -> str:
                          f"{s.training.micro_batch_size}, {d.get('mode', '')} mode")]
     lost = max((r.get("compute_contention_s", 0.0) for r in d.get("ranks", [])), default=0.0)
     if lost > 0:       # compute slowed beside overlapped DP collectives (sim/interference.py)
+        from pipesim.costs.norm_kernels import norm_wait
+        w = norm_wait(s)
+        waits = f", the norm kernels waiting for them (norm_sm_margin {w['margin']} < {w['sms']} SMs)" if w else ""
         rows.append(("SM contention (max rank)", f"{lost * MS:.2f} ms of compute lost beside overlapped "
-                                                 "data-parallel collectives"))
+                                                 f"data-parallel collectives{waits}"))
     from pipesim.costs.documents import documents_text
     if packed := documents_text(s):
         rows.append(("packed documents", packed))

@@ -88,6 +88,12 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
     if tr.recompute != "none":
         lighter = "selective" if tr.recompute == "full" and s.model.arch == "transformer" else "none"
         out.append(recompute_candidate(s, lighter))
+    from pipesim.costs.norm_kernels import norm_wait
+    wait = norm_wait(s)
+    if wait:
+        out.append((f"norm_sm_margin {wait['sms']}", {"training.norm_sm_margin": wait["sms"]},
+                    f"--set training.norm_sm_margin={wait['sms']} (NVTE_FWD/BWD_LAYERNORM_SM_MARGIN: the norm "
+                    f"kernels fit beside the data-parallel collectives' {wait['sms']} SMs)"))
     replicas = island_replicas(s)
     zero_comm = sum(report.data.get("exposed_comm_s", {}).get(k, 0.0) for k in ("DP", "ZERO_GATHER", "ZERO_ALLGATHER"))
     if replicas > 1 and zero_comm > 0.02 * report.data["step_time_s"]:

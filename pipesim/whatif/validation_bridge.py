@@ -146,6 +146,32 @@ BRIDGE_FAMILY_ROWS = {"bridge2604-": validation_bridge_2604.ROWS, "bridge2606-":
                       "bridge2608-": validation_bridge_2608.ROWS, "bridgemem-": validation_bridge_recompute.ROWS}
 # Published precision -> (training.precision, training.fp8_recipe).
 # The 26.x tables write FP8 (current scaling, Megatron-Bridge's fp8_cs default) and MXFP8.
+# Transformer Engine's norm kernels as Megatron-Bridge's performance scripts set them (v0.2.0 for
+# bridge2511, v0.4.2 for bridge2604, v0.5.1 for bridge2606: scripts/performance/perf_plugins.py
+# PerfEnvPlugin): NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 20 with the DeepEP / HybridEP dispatchers, else
+# 16 (-> training.norm_sm_margin); their environment runs cuDNN's norms (utils/executors.py
+# PERF_ENV_VARS: NVTE_NORM_FWD/BWD_USE_CUDNN=1) and drops that, for TE's own kernels, on every row
+# but these (model, precision) on these systems (`del_cudnn_ln = False`). bridge2608 (v0.6.0's flat
+# recipes) is not mapped: its DeepSeek-V3 recipes keep cuDNN's norms, and its other rows' hidden
+# sizes never split a norm row over CTAs (costs/norm_kernels.py).
+_GB = ("DGX-GB200", "DGX-GB300")
+_CUDNN_NORMS_2511 = {("LLAMA3_8B", "FP8-CS"): ("DGX-H100",), ("LLAMA3_70B", "BF16"): _GB,
+                     ("LLAMA3_70B", "FP8-CS"): _GB, ("LLAMA3.1_405B", "FP8-CS"): _GB}
+_CUDNN_NORMS_2604 = {("LLAMA3_8B", "FP8"): ("DGX-H100",), ("LLAMA3_70B", "BF16"): _GB, ("LLAMA3_70B", "FP8"): _GB,
+                     ("LLAMA3.1_405B", "FP8"): _GB, ("DeepSeekV3", "MXFP8"): _GB, ("Kimi_K2", "MXFP8"): _GB,
+                     **{("Nemotron_3_Nano", p): tuple(BRIDGE_SYSTEMS) for p in ("BF16", "FP8", "MXFP8", "NVFP4")}}
+BRIDGE_CUDNN_NORMS = {"bridge2511-": _CUDNN_NORMS_2511, "bridge2604-": _CUDNN_NORMS_2604,
+                      "bridge2606-": _CUDNN_NORMS_2604}
+
+
+def bridge_norm_margin(cid: str, name: str, precision: str, system: str, dispatcher: str) -> dict:
+    """{"norm_sm_margin": N} for a row whose release's scripts run TE's norms, else {}."""
+    prefix = next((p for p in BRIDGE_CUDNN_NORMS if cid.startswith(p)), None)
+    if prefix is None or system in BRIDGE_CUDNN_NORMS[prefix].get((name, precision), ()):
+        return {}
+    return {"norm_sm_margin": 20 if dispatcher in ("deepep", "hybridep") else 16}
+
+
 BRIDGE_PRECISIONS = {"BF16": ("bf16", None), "FP8-CS": ("fp8", "tensorwise"), "FP8-MX": ("fp8", "mxfp8"),
                      "NVFP4": ("fp8", "nvfp4"), "FP8": ("fp8", "tensorwise"), "MXFP8": ("fp8", "mxfp8")}
 
@@ -202,6 +228,8 @@ def bridge_scenario(case) -> dict:
     training.update(BRIDGE_ROW_SETTINGS.get(cid, {}))
     training.update(row_settings(cid))
     training.update(BRIDGE_PRECISION_RECIPES.get((name, c.get("precision")), {}))
+    training.update(bridge_norm_margin(cid, name, c.get("precision"), hw["system"],
+                                       training.get("moe_dispatcher", "alltoall")))
     if ep > 1 and _preset_key(BRIDGE_MODELS[name], "num_shared_experts"):
         # the DeepSeek, Kimi and Nemotron-H providers turn the shared-expert overlap on; the flex
         # dispatcher (DeepEP / HybridEP) and the A2A overlap turn it off (v0.4.2
