@@ -218,7 +218,7 @@ def test_the_why_names_the_waiting_norms_and_suggests_the_margin():
     rep = simulate(s, trace=True)
     why = explain(rep, s)
     # one GPU a node in each data-parallel group: NCCL's 4 ring CTAs (test_ring_ctas_...)
-    assert why["norm_wait"] == {"margin": 0, "sms": 4}
+    assert why["norm_wait"] == {"margin": 0, "dp": 4, "a2a": 0, "sms": 4}
     assert "cooperative norm kernels wait for them (training.norm_sm_margin 0 < their 4 SMs)" in \
         "\n".join(headline(why, rep))
     best = why["suggestions"][0]
@@ -226,3 +226,29 @@ def test_the_why_names_the_waiting_norms_and_suggests_the_margin():
     plain = simulate(pipesim.load_scenario(WIDE), trace=False).to_dict(include_trace=False)
     assert best["step_time_s"] == plain["step_time_s"]
     assert "norm kernels waiting" in _metrics(rep.to_dict(include_trace=False), s)
+
+
+def test_norms_that_wait_for_the_dispatcher_stop_the_overlapped_attention():
+    """Under the A2A overlap the attention part of a layer (its norms) waits for a transfer whose
+    dispatcher holds more SMs than the margin: Megatron-Bridge sets 20 with DeepEP / HybridEP, the
+    model zoo 24 for its overlap runs."""
+    from pipesim.costs.norm_kernels import norm_wait
+    from pipesim.costs.stage import stage_costs
+
+    def qwen(**training):       # Qwen3-30B-A3B's MoE widened to a LayerNorm of 8192: backward norm cooperative
+        return pipesim.load_scenario({
+            "model": {"preset": "qwen3-30b-a3b", "seq_length": 4096, "norm": "layernorm", "hidden_size": 8192},
+            "system": {"preset": "dgx-h100", "num_nodes": 1},
+            "parallel": {"data": 8, "expert": 8},
+            "training": {"micro_batch_size": 1, "global_batch_size": 64, "precision": "bf16", "moe_routing": "balanced",
+                         "moe_dispatcher": "deepep", "moe_a2a_overlap": True, **training}})
+    plain, waits, roomy = qwen(), qwen(norm_sm_margin=0), qwen(norm_sm_margin=24)
+    attention_fwd, attention_bwd = stage_costs(waits)[0].moe_overlap_slow_fwd[0], stage_costs(waits)[0].moe_overlap_slow_bwd[0]
+    assert attention_bwd == float("inf") and attention_fwd == stage_costs(plain)[0].moe_overlap_slow_fwd[0]
+    assert norm_wait(waits) == {"margin": 0, "dp": 24, "a2a": 20, "sms": 24}
+    assert norm_wait(plain) is None and norm_wait(roomy) is None
+    step = {k: simulate(s, trace=False).to_dict(include_trace=False) for k, s in (("plain", plain), ("waits", waits))}
+    assert step["waits"]["step_time_s"] == simulate(waits, trace=False, engine_choice="simpy").to_dict(
+        include_trace=False)["step_time_s"]
+    assert step["waits"]["exposed_comm_s"]["EP_A2A"] > step["plain"]["exposed_comm_s"]["EP_A2A"]
+    assert simulate(roomy, trace=False).to_dict(include_trace=False)["step_time_s"] == step["plain"]["step_time_s"]

@@ -31,7 +31,8 @@ from pipesim.costs.collectives import Link, collective_time
 from pipesim.costs.layers import Shapes, high_precision, matmul, vector
 from pipesim.costs.moe_dispatch import FUSED_DISPATCHERS, kernel_rate
 from pipesim.costs.moe_host import host_exposed_fwd
-from pipesim.costs.moe_interference import overlap_slowdown
+from pipesim.costs.moe_interference import comm_sms, overlap_slowdown
+from pipesim.costs.norm_kernels import waiting_norms
 from pipesim.costs.moe_parallel import expert_placement
 from pipesim.costs.ops import Op
 from pipesim.scenario.config import Scenario
@@ -389,6 +390,11 @@ class MoELayerCosts:
         split = [o.name for o in ops].index("router")
         block = ops[split:]
         slow = {ph: (overlap_slowdown(s, cm, ops[:split], ph), overlap_slowdown(s, cm, block, ph)) for ph in ("fwd", "bwd")}
+        # the attention part holds the layer's norms: cooperative ones wait for the transfer when
+        # it holds more SMs than their margin (costs/norm_kernels.py), so it stops beside it
+        for ph, waits in zip(("fwd", "bwd"), waiting_norms(s, comm_sms(s))):
+            if waits:
+                slow[ph] = (math.inf, slow[ph][1])
         return cls(ops, saved, rc_time, working, a2a, expert_params(ops), grad_ratio(s, ops),
                    gather_ratio(s, ops),
                    sum(cm.time(o, "fwd").seconds for o in block) + host,

@@ -62,9 +62,14 @@ def waiting_norms(s, held: int) -> tuple[bool, bool]:
 
 
 def norm_wait(s) -> dict | None:
-    """{"margin", "sms"} when the scenario's layer norms wait for its data-parallel collectives
-    (holding "sms" SMs, above the margin), else None: for the report's "why" and suggestions."""
+    """When the scenario's layer norms wait for kernels beside them, {"margin", "dp": the data-
+    parallel collectives' SMs if the norms wait for them (else 0), "a2a": the MoE dispatcher's
+    under the A2A overlap (likewise), "sms": the margin that removes every wait}; else None. For the
+    report's "why" and suggestions."""
+    from pipesim.costs.moe_interference import comm_sms
     from pipesim.costs.nccl_channels import dp_collective_sms
     from pipesim.costs.topology import placement
-    held = dp_collective_sms(s, placement(s, "dp_cp"))
-    return {"margin": s.training.norm_sm_margin, "sms": held} if any(waiting_norms(s, held)) else None
+    dp = dp_collective_sms(s, placement(s, "dp_cp"))
+    a2a = comm_sms(s) if s.training.moe_a2a_overlap else 0
+    dp, a2a = (h if any(waiting_norms(s, h)) else 0 for h in (dp, a2a))
+    return {"margin": s.training.norm_sm_margin, "dp": dp, "a2a": a2a, "sms": max(dp, a2a)} if dp or a2a else None

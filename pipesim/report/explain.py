@@ -281,7 +281,7 @@ def headline(why: dict, report) -> list[str]:
         sec = lost["compute_contention_s"]
         w = why.get("norm_wait")
         waits = (f"; Transformer Engine's cooperative norm kernels wait for them (training.norm_sm_margin "
-                 f"{w['margin']} < their {w['sms']} SMs)" if w else "")
+                 f"{w['margin']} < their {w['dp']} SMs)" if w and w["dp"] else "")
         lines.append(f"SM contention  {sec * 1e3:.1f} ms of compute lost on rank {lost['rank']} "
                      f"({sec / d['step_time_s'] * 100:.1f} % of the step) beside overlapped data-parallel "
                      f"collectives, whose NCCL channels hold SMs (training.collective_sm_contention){waits}")

@@ -137,7 +137,7 @@ def _metrics(d: dict, s) -> str:
     if lost > 0:       # compute slowed beside overlapped DP collectives (sim/interference.py)
         from pipesim.costs.norm_kernels import norm_wait
         w = norm_wait(s)
-        waits = f", the norm kernels waiting for them (norm_sm_margin {w['margin']} < {w['sms']} SMs)" if w else ""
+        waits = f", the norm kernels waiting for them (norm_sm_margin {w['margin']} < {w['dp']} SMs)" if w and w["dp"] else ""
         rows.append(("SM contention (max rank)", f"{lost * MS:.2f} ms of compute lost beside overlapped "
                                                  f"data-parallel collectives{waits}"))
     from pipesim.costs.documents import documents_text

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import time
 
+# what the norm kernels wait for (costs/norm_kernels.py norm_wait), by (data-parallel, all-to-all)
+NEIGHBOURS = {(True, False): "data-parallel collectives", (False, True): "MoE dispatcher's kernels",
+              (True, True): "data-parallel collectives and the MoE dispatcher's kernels"}
 MIN_GAIN = 0.02              # a suggestion must shorten the step by at least 2 %
 PIPELINE_SIZES = (2, 4, 8, 16)   # pipeline sizes a step out of memory may try
 SUGGESTION_BUDGET_S = 20.0   # stop trying candidates after this much simulation time
@@ -93,7 +96,7 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
     if wait:
         out.append((f"norm_sm_margin {wait['sms']}", {"training.norm_sm_margin": wait["sms"]},
                     f"--set training.norm_sm_margin={wait['sms']} (NVTE_FWD/BWD_LAYERNORM_SM_MARGIN: the norm "
-                    f"kernels fit beside the data-parallel collectives' {wait['sms']} SMs)"))
+                    f"kernels fit beside the {NEIGHBOURS[bool(wait['dp']), bool(wait['a2a'])]})"))
     replicas = island_replicas(s)
     zero_comm = sum(report.data.get("exposed_comm_s", {}).get(k, 0.0) for k in ("DP", "ZERO_GATHER", "ZERO_ALLGATHER"))
     if replicas > 1 and zero_comm > 0.02 * report.data["step_time_s"]:

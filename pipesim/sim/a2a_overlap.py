@@ -54,8 +54,9 @@ def two_streams(work: dict, slow: dict | None = None) -> float:
     """Makespan of the overlapped layer pair: a compute and a communication stream, each running
     its tasks in order, a task starting when its stream predecessor and its cross-stream
     dependency are done. While a transfer runs, a compute task advances at 1 / slow[task] of its
-    speed (slow: time beside the communication kernels / time alone, default 1); transfers keep
-    their own speed. `work`: seconds per task name."""
+    speed (slow: time beside the communication kernels / time alone, default 1; infinite: it
+    waits for the transfer, as a cooperative norm kernel does); transfers keep their own speed.
+    `work`: seconds per task name."""
     slow = slow or {}
     streams = [list(COMPUTE_ORDER), list(COMM_ORDER)]
     left = {name: work.get(name, 0.0) for order in streams for name, _ in order}
@@ -67,7 +68,8 @@ def two_streams(work: dict, slow: dict | None = None) -> float:
             raise RuntimeError("a2a overlap: the layer-pair schedule has a dependency cycle")
         comp, comm = ready
         rate = 1.0 / slow.get(comp, 1.0) if comp and comm is not None and left[comm] > 0 else 1.0
-        spans = [left[comp] / rate if comp else float("inf"), left[comm] if comm else float("inf")]
+        spans = [(left[comp] / rate if rate > 0 else float("inf")) if comp and left[comp] > 0
+                 else 0.0 if comp else float("inf"), left[comm] if comm else float("inf")]
         dt = min(spans)
         if comp:
             left[comp] -= dt * rate
