@@ -252,3 +252,37 @@ def test_norms_that_wait_for_the_dispatcher_stop_the_overlapped_attention():
         include_trace=False)["step_time_s"]
     assert step["waits"]["exposed_comm_s"]["EP_A2A"] > step["plain"]["exposed_comm_s"]["EP_A2A"]
     assert simulate(roomy, trace=False).to_dict(include_trace=False)["step_time_s"] == step["plain"]["step_time_s"]
+
+
+def test_a_gemm_sm_margin_trades_a_narrower_grid_for_no_second_wave():
+    # 8192^2 output on 132 SMs: with 16 SMs left free, 16 held ones cost no wave, 24 do (8 late CTAs)
+    assert gemm_slowdown(8192, 8192, 1, 132, 16, True, margin=16) == 1.0
+    assert gemm_slowdown(8192, 8192, 1, 132, 24, True, margin=16) > 1.5
+    from pipesim.costs.stage import cost_model_for
+    plain = cost_model_for(pipesim.load_scenario(WIDE))
+    narrow = cost_model_for(pipesim.load_scenario(WIDE, overrides=["training.gemm_sm_margin=16"]))
+    # alone, the GEMM takes its tiles in waves over 116 SMs instead of 132
+    assert 1.05 < narrow.gemm_time(1, 8192, 8192, 8192, "bf16") / plain.gemm_time(1, 8192, 8192, 8192, "bf16") < 132 / 116 + 0.01
+    s = pipesim.load_scenario(WIDE, overrides=["training.gemm_sm_margin=4"])   # the 4 ring CTAs beside it
+    dag = simulate(s, trace=False).to_dict(include_trace=False)
+    assert dag["step_time_s"] == simulate(s, trace=False, engine_choice="simpy").to_dict(include_trace=False)["step_time_s"]
+    base = simulate(pipesim.load_scenario(WIDE), trace=False).to_dict(include_trace=False)
+    lost = max(r.get("compute_contention_s", 0.0) for r in dag["ranks"])
+    assert lost < 0.01 * max(r.get("compute_contention_s", 0.0) for r in base["ranks"])
+    assert dag["step_time_s"] < base["step_time_s"]
+
+
+def test_the_why_simulates_a_gemm_margin_beside_contended_collectives():
+    from pipesim.report.explain import explain
+    s = pipesim.load_scenario(WIDE)
+    why = explain(simulate(s, trace=True), s)
+    assert "gemm_sm_margin 4" in [x["title"] for x in why["suggestions"]]
+
+
+def test_a_gemm_margin_that_leaves_no_sm_is_refused_naming_the_key():
+    from pipesim.errors import ScenarioError
+    with pytest.raises(ScenarioError, match="training.gemm_sm_margin: 132 leaves no SM"):
+        from pipesim.costs.stage import stage_costs
+        stage_costs(pipesim.load_scenario(WIDE, overrides=["training.gemm_sm_margin=132"]))
+    with pytest.raises(ScenarioError, match="gemm_sm_margin must be"):
+        pipesim.load_scenario(WIDE, overrides=["training.gemm_sm_margin=-2"])

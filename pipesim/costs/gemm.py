@@ -88,20 +88,23 @@ def _rate_scale(sms: int, mamf: float, fill_rate: float, best_shape: tuple, pers
 def gemm_compute_time(m: float, n: float, k: float, batch: float, sms: int, mamf: float, fill_rate: float,
                       best_shape: tuple, persistent: bool = True, store_bandwidth: float = math.inf,
                       anchor_rate: float | None = None, out_bytes: float = OUT_BYTES,
-                      anchor_store_bandwidth: float | None = None) -> float:
+                      anchor_store_bandwidth: float | None = None, sms_used: int | None = None) -> float:
     """Seconds of tensor-core work for `batch` GEMMs of M x N x K. `mamf` is the published
     achievable FLOP/s of the dtype (the cap); the per-SM rate is set so that the model returns
     exactly `anchor_rate` (default: the MAMF) at `best_shape` (M, N, K) with the memory the anchor
     was measured on (`anchor_store_bandwidth`, default `store_bandwidth`). `fill_rate` (FLOP/s)
     times the pipeline fill; `store_bandwidth` (bytes/s, achievable HBM) the tile epilogues, which
-    move `out_bytes` per output element (the anchor was measured with a 16-bit store)."""
+    move `out_bytes` per output element (the anchor was measured with a 16-bit store). `sms_used`:
+    the SMs the GEMM may take (default all: training.gemm_sm_margin leaves the rest), each at the
+    whole device's per-SM rate, sharing the HBM store bandwidth."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
-    store = store_bandwidth / sms
+    used = sms_used or sms
     anchor = anchor_rate or mamf
     scale = _rate_scale(sms, anchor, fill_rate, tuple(best_shape), persistent,
                         (anchor_store_bandwidth or store_bandwidth) / sms)
-    t = _raw_time(m, n, k, batch, sms, anchor * scale / sms, fill_rate * scale / sms, persistent, store, out_bytes)
+    t = _raw_time(m, n, k, batch, used, anchor * scale / sms, fill_rate * scale / sms, persistent,
+                  store_bandwidth / used, out_bytes)
     # the MAMF is the best any shape reached: no shape runs faster
     return max(t, 2 * m * n * k * batch / mamf)
 

@@ -77,11 +77,13 @@ def cta_makespan(tiles: int, kernels: int, sms: int, free: int, persistent: bool
     return max(ends)
 
 
-def gemm_slowdown(m: float, n: float, batch: float, sms: int, held: int, persistent: bool) -> float:
-    """Time of `batch` concurrent M x N GEMMs with `held` SMs taken / time on the whole device."""
-    tiles, kernels = gemm_tiles(m, n), max(1, math.ceil(batch))
-    alone = cta_makespan(tiles, kernels, sms, sms, persistent)
-    return cta_makespan(tiles, kernels, sms, sms - held, persistent) / alone if alone else 1.0
+def gemm_slowdown(m: float, n: float, batch: float, sms: int, held: int, persistent: bool,
+                  margin: int = 0) -> float:
+    """Time of `batch` concurrent M x N GEMMs with `held` SMs taken / time alone, each GEMM's grid
+    sized for all SMs but `margin` (training.gemm_sm_margin: cuBLASLt's SM count target)."""
+    tiles, kernels, grid = gemm_tiles(m, n), max(1, math.ceil(batch)), sms - margin
+    alone = cta_makespan(tiles, kernels, grid, sms, persistent)
+    return cta_makespan(tiles, kernels, grid, sms - held, persistent) / alone if alone else 1.0
 
 
 def op_seconds_beside_comm(cm, op: Op, phase: str, held: int, alone: float | None = None) -> tuple[float, float]:
@@ -101,7 +103,7 @@ def op_seconds_beside_comm(cm, op: Op, phase: str, held: int, alone: float | Non
     # a late CTA of a static persistent kernel walks its whole stride; Blackwell's CLC hands the
     # late CTAs fewer tiles, as one CTA per tile would (presets/gpus.py `clc`)
     static = curve["persistent"] and not curve.get("clc")
-    parts = [(cm.gemm_time(*g), gemm_slowdown(g[1], g[2], g[0], sms, held, static)) for g in gemms]
+    parts = [(cm.gemm_time(*g), gemm_slowdown(g[1], g[2], g[0], sms, held, static, cm.gemm_sm_margin)) for g in gemms]
     total = sum(t for t, _ in parts)
     if total <= 0:
         return alone, alone * share

@@ -93,13 +93,15 @@ class CostModel:
     """Times ops on one GPU type at one precision, optionally from a measured profile."""
 
     def __init__(self, gpu: GPUSpec, precision: str, profile=None, grad_bytes: int = 0,
-                 attention_kernel: str = "auto", fp8_recipe: str | None = None):
+                 attention_kernel: str = "auto", fp8_recipe: str | None = None, gemm_sm_margin: int = 0):
         """`grad_bytes`: element size of the gradient buffer that weight-gradient GEMMs
         accumulate into (0: the 16-bit C store of a plain GEMM). `attention_kernel`: which
         published fused-attention table times flash attention (`training.attention_kernel`).
         `fp8_recipe`: the run's FP8 recipe; under mxfp8 (and the MXFP8 GEMMs of an nvfp4 run)
-        the FP8 GEMMs are block-scaled, at the curve's `mxfp8_gemm_rate` of per-tensor FP8."""
+        the FP8 GEMMs are block-scaled, at the curve's `mxfp8_gemm_rate` of per-tensor FP8.
+        `gemm_sm_margin`: SMs the GEMMs leave free (training.gemm_sm_margin)."""
         self.gpu, self.precision, self.profile, self.grad_bytes = gpu, precision, profile, grad_bytes
+        self.gemm_sm_margin = gemm_sm_margin
         self.block_scaled_fp8 = precision == "fp8" and block_scaled_fp8(fp8_recipe)
         # the kernel curves apply unless the user pinned a flat matmul efficiency
         self.curve = curve(gpu.kernel_curve) if gpu.matmul_efficiency is None else None
@@ -110,6 +112,12 @@ class CostModel:
             from pipesim.errors import ScenarioError
             raise ScenarioError(f"training.attention_kernel: {attention_kernel!r} has no published table on "
                                 f"{gpu.name}; known here: auto, {', '.join(sorted(self.curve['attention_kernels']))}")
+        if gemm_sm_margin and (self.curve is None or gemm_sm_margin >= self.curve["sms"]):
+            from pipesim.errors import ScenarioError
+            raise ScenarioError(f"training.gemm_sm_margin: {gemm_sm_margin} leaves no SM of {gpu.name}'s "
+                                f"{self.curve['sms']} to the GEMMs" if self.curve else
+                                f"training.gemm_sm_margin: {gemm_sm_margin} needs a kernel curve's SM count; "
+                                f"{gpu.name} is timed at a flat matmul efficiency")
         flat = gpu.matmul_efficiency if gpu.matmul_efficiency is not None else GENERIC_MATMUL_EFFICIENCY
         self._matmul_rate = gpu.matrix_peak(precision) * flat
         self._vector_rate = gpu.vector_peak(precision) * gpu.vector_efficiency
@@ -194,7 +202,7 @@ class CostModel:
         out = out_bytes_of(dt, self.grad_bytes if role == "wgrad" else 0)
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
                                     fill_rate(c), shape, c["persistent"], self._mem_rate, anchor, out,
-                                    self._anchor_mem_rate) / self.curve_factor(dt)
+                                    self._anchor_mem_rate, c["sms"] - self.gemm_sm_margin) / self.curve_factor(dt)
         if dt == "fp8" and self.block_scaled_fp8:
             compute /= c.get("mxfp8_gemm_rate", 1.0)
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)

@@ -138,7 +138,7 @@ def cost_model_for(s: Scenario, profile=None) -> CostModel:
     from pipesim.errors import ScenarioError
     try:
         return CostModel(s.system.gpu, s.training.precision, profile, grad_elem_bytes(s.training),
-                         attention_kernel_of(s), s.training.fp8_recipe)
+                         attention_kernel_of(s), s.training.fp8_recipe, s.training.gemm_sm_margin)
     except ScenarioError as err:          # the cost model cannot name the file: add it
         raise ScenarioError(f"{s.source}: {err}") from None
 

@@ -91,6 +91,11 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
     if tr.recompute != "none":
         lighter = "selective" if tr.recompute == "full" and s.model.arch == "transformer" else "none"
         out.append(recompute_candidate(s, lighter))
+    margin = gemm_margin_candidate(s, report)
+    if margin:
+        out.append((f"gemm_sm_margin {margin}", {"training.gemm_sm_margin": margin},
+                    f"--set training.gemm_sm_margin={margin} (NVTE_EXT_MARGIN_SM: the GEMMs leave the data-parallel "
+                    f"collectives' {margin} SMs free, no second wave beside them)"))
     from pipesim.costs.norm_kernels import norm_wait
     wait = norm_wait(s)
     if wait:
@@ -338,6 +343,21 @@ def stacked_memory_fix(s, mode: str, budget_s: float):
             return (" + ".join(title for title, _, _ in parts), changes, " ".join(how for _, _, how in parts if how),
                     r.data)
     return None
+
+
+def gemm_margin_candidate(s, report) -> int:
+    """The GEMM SM margin worth simulating: the data-parallel collectives' SMs, when the compute
+    beside them loses over 2 % of the step and the GPU's GEMMs are static persistent kernels (a
+    late CTA walks its whole stride: costs/moe_interference.py); else 0."""
+    from pipesim.costs.nccl_channels import dp_collective_sms
+    from pipesim.costs.topology import placement
+    from pipesim.presets.gpus import curve
+    c = curve(s.system.gpu.kernel_curve)
+    lost = max((r.get("compute_contention_s", 0.0) for r in report.data.get("ranks", [])), default=0.0)
+    if not c or not c["persistent"] or c.get("clc") or lost <= MIN_GAIN * report.data["step_time_s"]:
+        return 0
+    held = dp_collective_sms(s, placement(s, "dp_cp"))
+    return held if held > s.training.gemm_sm_margin else 0
 
 
 def suggestions(s, report, mode: str, budget_s: float = SUGGESTION_BUDGET_S) -> list[dict]:

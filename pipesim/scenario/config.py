@@ -433,6 +433,10 @@ class TrainingConfig:
     collective_sm_contention: bool = field(True, doc="compute beside an overlapped data-parallel collective runs "
                                                      "on the SMs its NCCL channels leave free (sim/interference.py); "
                                                      "false: collectives that hold no SMs (copy-engine transfers)")
+    gemm_sm_margin: int = field(0, doc="SMs Transformer Engine's GEMMs leave free (NVTE_EXT_MARGIN_SM, cuBLASLt's "
+                                       "SM_COUNT_TARGET = SMs - margin): every GEMM runs on the others, and a "
+                                       "collective or dispatcher beside it holding at most the margin costs it no "
+                                       "wave (costs/gemm.py, costs/moe_interference.py)")
     norm_sm_margin: Optional[int] = field(
         None, doc="SMs Transformer Engine's persistent LayerNorm / RMSNorm kernels leave free "
                   "(NVTE_FWD_LAYERNORM_SM_MARGIN / NVTE_BWD_LAYERNORM_SM_MARGIN): a norm kernel launched "
@@ -586,6 +590,8 @@ class TrainingConfig:
             if self.recompute != "full":
                 raise ValueError(f"recompute_num_layers needs recompute: full (Megatron's block method), "
                                  f"got recompute: {self.recompute}")
+        if self.gemm_sm_margin < 0:
+            raise ValueError(f"gemm_sm_margin must be a number of SMs >= 0, got {self.gemm_sm_margin}")
         if self.norm_sm_margin is not None and self.norm_sm_margin < 0:
             raise ValueError(f"norm_sm_margin must be a number of SMs >= 0, got {self.norm_sm_margin}")
         if self.zero3_gather_GBps is not None and self.zero3_gather_GBps <= 0:
