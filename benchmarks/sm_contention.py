@@ -10,6 +10,12 @@
 2. The CTAs NCCL's channel search gives a ring (costs/nccl_channels.py ring_ctas) per system and
    placement of the data-parallel group.
 3. What the bundled scenarios lose to it (sim/interference.py): seconds and share of the step.
+4. Transformer Engine's norm kernels: how many CTAs a row of the hidden dimension takes forward
+   and backward (costs/norm_kernels.py, TE's registries), cooperative - waiting for a collective
+   that holds more SMs than training.norm_sm_margin - from two CTAs on.
+5. The SM margins on GPT-3 175B (the bundled 1,024-GPU layout on DGX H100): the step with
+   Transformer Engine's norms waiting (norm_sm_margin 0), with a margin of the rings' CTAs, and
+   with GEMMs that leave those SMs free (gemm_sm_margin).
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import pipesim
 from pipesim.costs.collectives import GroupPlacement, Link
 from pipesim.costs.moe_interference import gemm_slowdown
 from pipesim.costs.nccl_channels import ring_ctas
+from pipesim.costs.norm_kernels import ctas_per_row
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "scenarios" / "llama2-7b-2x8-a100-zero1.yaml"
@@ -49,6 +56,30 @@ def main() -> None:
         lost = max((r.get("compute_contention_s", 0.0) for r in rep["ranks"]), default=0.0)
         print(f"   {path.name:40s} {s.system.gpu.name:18s} step {rep['step_time_s']:8.3f} s  lost {lost:7.3f} s "
               f"({100 * lost / rep['step_time_s']:4.1f} %)")
+    print("\n4. Transformer Engine norm kernels: CTAs per row forward / backward (cooperative from 2)")
+    for name, norm, hidden in (("Llama 3 8B", "rmsnorm", 4096), ("Llama 3 70B", "rmsnorm", 8192),
+                               ("DeepSeek-V3", "rmsnorm", 7168), ("Llama 3.1 405B", "rmsnorm", 16384),
+                               ("GPT-3 175B", "layernorm", 12288), ("Nemotron-4 340B", "layernorm", 18432),
+                               ("Megatron-Core 32B", "layernorm", 7168)):
+        print(f"   {name:18s} {norm:9s} {hidden:6d}: {ctas_per_row(norm, 'fwd', hidden)} / "
+              f"{ctas_per_row(norm, 'bwd', hidden)}")
+    print("\n5. GPT-3 175B on 1,024 H100 (TP 8, PP 8, DP 16), step by SM margin")
+    held = None
+    for label, extra in (("no margin modelled", []), ("norm_sm_margin 0", ["training.norm_sm_margin=0"]),
+                         ("norm_sm_margin = the rings' CTAs", "held"),
+                         ("gemm_sm_margin = the rings' CTAs", "gemm")):
+        if isinstance(extra, str):
+            extra = [f"training.{'norm' if extra == 'held' else 'gemm'}_sm_margin={held}"]
+        s = pipesim.load_scenario(ROOT / "scenarios" / "gpt3-175b-1024xa100.yaml",
+                                  overrides=["system.preset=dgx-h100", *extra])
+        if held is None:
+            from pipesim.costs.nccl_channels import dp_collective_sms
+            from pipesim.costs.topology import placement
+            held = dp_collective_sms(s, placement(s, "dp_cp"))
+        rep = pipesim.simulate(s, trace=False).to_dict(include_trace=False)
+        lost = max((r.get("compute_contention_s", 0.0) for r in rep["ranks"]), default=0.0)
+        print(f"   {label:34s} ({' '.join(extra) or '-'}): step {rep['step_time_s']:7.3f} s, compute lost "
+              f"beside the collectives {lost:6.3f} s")
 
 
 if __name__ == "__main__":

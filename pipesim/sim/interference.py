@@ -46,7 +46,7 @@ def finish_time(interval_lists, start: float, work: float, ratio: float, stall: 
             t = a
         inside = (b - t) / ratio               # work done while the collective runs
         if stall > 0:                          # ... up to the next norm kernel, which waits
-            inside = min(inside, math.ceil(done / stall - 1e-9) * stall - done)
+            inside = min(inside, max(0.0, math.ceil(done / stall - 1e-9) * stall - done))
         if work - done <= inside:
             return t + (work - done) * ratio
         done += inside
