@@ -195,10 +195,13 @@ def test_mxfp8_forward_norms_are_cudnns_and_never_wait():
     assert cooperative_norms(s) == (False, True)
 
 
-def test_a_negative_norm_sm_margin_is_refused_naming_the_key():
+def test_a_norm_sm_margin_below_zero_or_of_every_sm_is_refused_naming_the_key():
+    from pipesim.costs.stage import stage_costs
     from pipesim.errors import ScenarioError
     with pytest.raises(ScenarioError, match="norm_sm_margin"):
         pipesim.load_scenario(LLAMA, overrides=["training.norm_sm_margin=-1"])
+    with pytest.raises(ScenarioError, match="training.norm_sm_margin: 108 leaves no SM of A100-SXM4-80GB's 108"):
+        stage_costs(pipesim.load_scenario(LLAMA, overrides=["training.norm_sm_margin=108"]))
 
 
 # a GPT layer of hidden 12288 (LayerNorm: TE's forward splits a row over 2 CTAs, the backward over 4),

@@ -137,10 +137,15 @@ def cost_model_for(s: Scenario, profile=None) -> CostModel:
         profile = load_profile_for(s)
     from pipesim.errors import ScenarioError
     try:
-        return CostModel(s.system.gpu, s.training.precision, profile, grad_elem_bytes(s.training),
-                         attention_kernel_of(s), s.training.fp8_recipe, s.training.gemm_sm_margin)
+        cm = CostModel(s.system.gpu, s.training.precision, profile, grad_elem_bytes(s.training),
+                       attention_kernel_of(s), s.training.fp8_recipe, s.training.gemm_sm_margin)
     except ScenarioError as err:          # the cost model cannot name the file: add it
         raise ScenarioError(f"{s.source}: {err}") from None
+    margin = s.training.norm_sm_margin
+    if margin is not None and cm.curve is not None and margin >= cm.curve["sms"]:
+        raise ScenarioError(f"{s.source}: training.norm_sm_margin: {margin} leaves no SM of "
+                            f"{s.system.gpu.name}'s {cm.curve['sms']} to the norm kernels")
+    return cm
 
 
 @dataclass
