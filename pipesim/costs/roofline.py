@@ -114,10 +114,9 @@ class CostModel:
                                 f"{gpu.name}; known here: auto, {', '.join(sorted(self.curve['attention_kernels']))}")
         if gemm_sm_margin and (self.curve is None or gemm_sm_margin >= self.curve["sms"]):
             from pipesim.errors import ScenarioError
-            raise ScenarioError(f"training.gemm_sm_margin: {gemm_sm_margin} leaves no SM of {gpu.name}'s "
-                                f"{self.curve['sms']} to the GEMMs" if self.curve else
-                                f"training.gemm_sm_margin: {gemm_sm_margin} needs a kernel curve's SM count; "
-                                f"{gpu.name} is timed at a flat matmul efficiency")
+            why = (f"leaves no SM of {gpu.name}'s {self.curve['sms']} to the GEMMs" if self.curve else
+                   f"needs a kernel curve's SM count; {gpu.name} is timed at a flat matmul efficiency")
+            raise ScenarioError(f"training.gemm_sm_margin: {gemm_sm_margin} {why}")
         flat = gpu.matmul_efficiency if gpu.matmul_efficiency is not None else GENERIC_MATMUL_EFFICIENCY
         self._matmul_rate = gpu.matrix_peak(precision) * flat
         self._vector_rate = gpu.vector_peak(precision) * gpu.vector_efficiency
