@@ -32,8 +32,8 @@ from pipesim.costs.layers import Shapes, high_precision, matmul, vector
 from pipesim.costs.moe_dispatch import FUSED_DISPATCHERS, kernel_rate
 from pipesim.costs.moe_host import host_exposed_fwd
 from pipesim.costs.moe_interference import comm_sms, overlap_slowdown
-from pipesim.costs.norm_kernels import waiting_norms
 from pipesim.costs.moe_parallel import expert_placement
+from pipesim.costs.norm_kernels import waiting_norms
 from pipesim.costs.ops import Op
 from pipesim.scenario.config import Scenario
 

@@ -15,11 +15,11 @@ from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
 from pipesim.costs.memory import StaticMemory, frozen_memory, static_memory
-from pipesim.costs.norm_kernels import waiting_norms
-from pipesim.costs.ops import Comm, Op, is_norm
 from pipesim.costs.moe_interference import op_seconds_beside_comm
 from pipesim.costs.muon import is_expert, muon_split
 from pipesim.costs.nccl_channels import dp_collective_sms
+from pipesim.costs.norm_kernels import waiting_norms
+from pipesim.costs.ops import Comm, Op, is_norm
 from pipesim.costs.optimizer import optimizer_bytes
 from pipesim.costs.recompute_modules import module_recompute
 from pipesim.costs.roofline import CostModel
@@ -427,7 +427,8 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         extras = (emb if first else []) + (head + mtp if last else [])
         acc.add(s, cm, extras, 1, memo, held)
         norms = (sum(n * sum(map(is_norm, d.ops)) for d, n in zip(dense, n_by_kind))
-                 + n_moe * sum(map(is_norm, moe.ops if moe else ())) + sum(map(is_norm, extras)))
+                 + n_moe * sum(map(is_norm, moe.ops if moe else ())) + sum(map(is_norm, extras))
+                 if any(norm_waits) else 0)
         if cm.profile is not None:                                          # CPU host model only
             from pipesim.calibrate.host import stage_extra_seconds
             host_fwd, host_bwd = stage_extra_seconds(cm.profile, first, last)

@@ -68,8 +68,13 @@ def two_streams(work: dict, slow: dict | None = None) -> float:
             raise RuntimeError("a2a overlap: the layer-pair schedule has a dependency cycle")
         comp, comm = ready
         rate = 1.0 / slow.get(comp, 1.0) if comp and comm is not None and left[comm] > 0 else 1.0
-        spans = [(left[comp] / rate if rate > 0 else float("inf")) if comp and left[comp] > 0
-                 else 0.0 if comp else float("inf"), left[comm] if comm else float("inf")]
+        if comp is None:
+            comp_span = float("inf")
+        elif left[comp] <= 0:
+            comp_span = 0.0
+        else:                           # a compute task that waits (rate 0) ends after the transfer
+            comp_span = left[comp] / rate if rate > 0 else float("inf")
+        spans = [comp_span, left[comm] if comm else float("inf")]
         dt = min(spans)
         if comp:
             left[comp] -= dt * rate

@@ -496,15 +496,15 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
                                           overlap_slow=c.moe_overlap_slow_bwd)
             table[st * NKINDS + 3] = Cost(c.weight_grad / speed, mem1=keep(("activations", -res * wf)))
             table[st * NKINDS + 4] = Cost(c.recompute / speed, mem0=keep(("recompute", rcw)))
-            # beside a DP collective only the compute slows, not the blocking communication inside
-            for kind, comm, ratio in ((0, cf, c.dp_overlap_slow_fwd), (1, cb, c.dp_overlap_slow_bwd),
-                                      (2, ci, c.dp_overlap_slow_bwd), (3, 0.0, c.dp_overlap_slow_bwd),
-                                      (4, 0.0, c.dp_overlap_slow_fwd)):
+            # beside a DP collective only the compute slows, not the blocking communication inside;
+            # its norm kernels (none in W) may wait for the collective
+            fwd, bwd = (c.dp_overlap_slow_fwd, c.dp_norm_waits_fwd), (c.dp_overlap_slow_bwd, c.dp_norm_waits_bwd)
+            for kind, comm, (ratio, waits) in ((0, cf, fwd), (1, cb, bwd), (2, ci, bwd),
+                                               (3, 0.0, (bwd[0], 0)), (4, 0.0, fwd)):
                 e = table[st * NKINDS + kind]
                 if ratio > 1.0 and e.dur > 0:
                     e.dp_slow = 1.0 + (ratio - 1.0) * max(0.0, e.dur - comm) / e.dur
-                waits = (c.dp_norm_waits_fwd, c.dp_norm_waits_bwd, c.dp_norm_waits_bwd, 0, c.dp_norm_waits_fwd)[kind]
-                if waits and e.dur > 0:              # (W runs no norm kernel)
+                if waits and e.dur > 0:
                     e.dp_stall = e.dur / waits
             if st + 1 < len(costs):
                 q = plan.rank_of(st + 1)
