@@ -70,6 +70,10 @@ def test_h100_families_state_their_assumptions(cases):
     assert s.training.micro_batch_size == 1 and s.training.precision == "bf16"     # assumed, stated
     assert s.parallel.sequence_parallel and s.training.overlap_tp_comm and s.training.overlap_param_gather
     assert s.training.zero_stage == 1 and s.training.attention == "flash"
+    # "pipeline-parallel communication" overlapped: the interleaved schedule, one layer a chunk
+    assert (s.training.schedule, s.parallel.virtual_stages, s.training.p2p_sync) == ("interleaved", 16, False)
+    s = load_scenario(case_scenario(cases["mcore-h100-32B"]))
+    assert (s.training.schedule, s.parallel.virtual_stages) == ("1f1b", 1)
     s = load_scenario(case_scenario(cases["nemo2407-LLAMA2-70B-64gpu"]))
     assert s.training.precision == "fp8" and s.training.fp8_recipe == "delayed"
     assert (s.parallel.virtual_stages, s.training.schedule, s.model.num_kv_heads) == (20, "interleaved", 8)
@@ -265,3 +269,11 @@ def test_the_dsv3_row_runs_its_bundled_scenario_without_the_run_section(cases):
     assert load_scenario(sc).num_gpus == 2048
     with pytest.raises(ScenarioError, match="dsv3-pretrain-2048xh800: scenario: expected a scenario file"):
         case_scenario(dataclasses.replace(case, raw=dict(case.raw, scenario="nope.yaml")))
+
+
+def test_mcore_layers_that_do_not_split_into_one_layer_chunks_are_refused():
+    from pipesim.errors import ScenarioError
+    from pipesim.whatif.families import mcore_virtual_stages
+    assert mcore_virtual_stages("x", 112, 16) == 7 and mcore_virtual_stages("x", 48, 1) == 1
+    with pytest.raises(ScenarioError, match="model.layers 90 is not a whole number"):
+        mcore_virtual_stages("x", 90, 4)

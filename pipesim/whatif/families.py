@@ -18,13 +18,21 @@ from pipesim.errors import ScenarioError
 # ---- Megatron-Core r0.8 on H100 ------------------------------------------------------------
 # Assumptions (the README states neither): micro-batch 1 (the issue's reading of the table, and
 # the smallest that divides every global batch / dp); BF16 (the MFU column implies the 989 TF
-# BF16 peak); no activation recompute (Megatron's default); no interleaving (not stated).
+# BF16 peak); no activation recompute (Megatron's default).
+# Implied by the README's text: "pipeline-parallel communication (enabled by default)" is overlapped,
+# which Megatron-Core r0.8 does only under the interleaved schedule (training/arguments.py at
+# f2e5db402c sets overlap_p2p_comm False without --num-layers-per-virtual-pipeline-stage: "non-
+# interleaved schedule does not support overlapping p2p communication"). The README gives one flag
+# set for the whole table, and the only --num-layers-per-virtual-pipeline-stage that divides the
+# layers per pipeline rank of every pipelined model is 1 (119B: 92 / 4 = 23 and 462B: 112 / 16 = 7
+# layers a rank, both prime): one layer per virtual stage (MCORE_LAYERS_PER_VIRTUAL_STAGE).
 # Implied by the stated flags: --tp-comm-overlap needs sequence parallelism and Transformer
 # Engine (flash/cuDNN attention); --overlap-param-gather needs the distributed optimizer
 # (ZeRO-1). Gradients accumulate and reduce in fp32 (Megatron-LM arguments.py: "bfloat16 requires
 # gradient accumulation and all-reduce to be done in fp32"). Model: GPT with a 4h GeLU MLP,
 # LayerNorm, biases, untied output layer and dropout 0.1 (Megatron defaults); the label matches: 1.7B = 24·12·2048² + 2·131072·2048.
 MCORE_MICRO_BATCH = 1
+MCORE_LAYERS_PER_VIRTUAL_STAGE = 1
 
 
 class UnknownModel(ScenarioError):
@@ -80,19 +88,33 @@ def mcore_scenario(case) -> dict:
     m, par = c["model"], c["parallel"]
     tp, pp, dp = int(par["tp"]), int(par["pp"]), int(par["dp"])
     n = int(c["hardware"]["num_gpus"])
+    vp = mcore_virtual_stages(case.id, int(m["layers"]), pp)
     return {
         "model": {"name": case.id, "num_layers": m["layers"], "hidden_size": m["hidden"],
                   "num_attention_heads": m["heads"], "seq_length": m["seq_len"], "vocab_size": m["vocab"],
                   "activation": "gelu", "norm": "layernorm", "position": "learned", "tied_embeddings": False,
                   "bias": True, "dropout": True},
         "system": _dgx_h100(n),
-        "parallel": {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1},
+        "parallel": {"tensor": tp, "pipeline": pp, "data": dp, "sequence_parallel": tp > 1, "virtual_stages": vp},
         "training": {"micro_batch_size": MCORE_MICRO_BATCH, "global_batch_size": int(par["global_batch"]),
-                     "schedule": "1f1b", "recompute": "none", "precision": "bf16", "attention": "flash",
+                     "schedule": "interleaved" if vp > 1 else "1f1b", "recompute": "none", "precision": "bf16",
+                     "attention": "flash",
                      "zero_stage": 1, "overlap_grad_reduce": True, "overlap_param_gather": True,
                      "overlap_tp_comm": tp > 1, "tp_grad_overlap": True, "grad_reduce_in_fp32": True,
-                     "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(1, 2024)},
+                     "grad_bucket_MB": megatron_bucket_MB(dp), "p2p_sync": megatron_p2p_sync(vp, 2024)},
     }
+
+
+def mcore_virtual_stages(case_id: str, layers: int, pp: int) -> int:
+    """Model chunks per pipeline rank at MCORE_LAYERS_PER_VIRTUAL_STAGE layers each (1 without a
+    pipeline: nothing to interleave)."""
+    if pp <= 1:
+        return 1
+    per_rank, chunk = layers // pp, MCORE_LAYERS_PER_VIRTUAL_STAGE
+    if layers % pp or per_rank % chunk:
+        raise ScenarioError(f"{case_id}: model.layers {layers} is not a whole number of {chunk}-layer virtual "
+                            f"stages on each of {pp} pipeline ranks")
+    return per_rank // chunk
 
 
 # ---- NeMo 24.07 on H100 (FP8) --------------------------------------------------------------
