@@ -18,11 +18,13 @@ def _comms(s):
 def test_fp8_gathers_one_byte_and_scatters_two():
     bf16 = _comms(load_scenario(BASE, ["training.precision=bf16"]))
     fp8 = _comms(load_scenario(BASE))
-    for name in ("qkv", "fc1"):                     # column: the input gathered, its gradient scattered
-        (ag16,), (rs16,) = bf16[name]
-        (ag8,), (rs8,) = fp8[name]
-        assert (ag8.kind, rs8.kind) == ("all_gather", "reduce_scatter")
-        assert ag8.bytes == pytest.approx(ag16.bytes / 2) and rs8.bytes == rs16.bytes
+    for name in ("qkv", "fc1"):     # column: the input gathered (again for dW), its gradient scattered
+        (ag16,), (again16, rs16) = bf16[name]
+        (ag8,), (again8, rs8) = fp8[name]
+        assert (ag8.kind, again8.kind, again8.wgrad_input, rs8.kind) == ("all_gather", "all_gather", True,
+                                                                          "reduce_scatter")
+        assert ag8.bytes == again8.bytes == pytest.approx(ag16.bytes / 2) == pytest.approx(again16.bytes / 2)
+        assert rs8.bytes == rs16.bytes
     for name in ("proj", "fc2"):                    # row: the output scattered, its gradient gathered
         (rs16,), (ag16,) = bf16[name]
         (rs8,), (ag8,) = fp8[name]

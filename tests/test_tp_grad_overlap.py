@@ -23,10 +23,13 @@ def test_a_column_linears_gradient_scatter_hides_behind_its_weight_gradient():
     _, _, overlap = _terms(["training.tp_grad_overlap=true"])
     for name in ("qkv", "fc1"):                         # column: reduce-scatter of dX beside dW
         op, terms = overlap[name]
-        comm = comm_seconds(s, op.comm_bwd)
-        wgrad = terms[2] * terms[9]
-        assert sync[name][1][5] == pytest.approx(comm)                      # synchronous: all exposed
-        assert terms[5] == pytest.approx(max(0.0, comm - wgrad)) and terms[5] < comm
+        again = [c for c in op.comm_bwd if c.wgrad_input]
+        comm = comm_seconds(s, [c for c in op.comm_bwd if not c.wgrad_input])
+        dgrad, wgrad = terms[2] * (1 - terms[9]), terms[2] * terms[9]
+        regather = max(0.0, comm_seconds(s, again) - dgrad)        # the input gathered again beside dX
+        assert len(again) == 1
+        assert sync[name][1][5] == pytest.approx(regather + comm)           # synchronous: all exposed
+        assert terms[5] == pytest.approx(regather + max(0.0, comm - wgrad)) and terms[5] < regather + comm
     for name in ("proj", "fc2"):                        # row: dY gathered before both GEMMs
         assert overlap[name][1][5] == pytest.approx(sync[name][1][5]) and overlap[name][1][5] > 0
     assert stage_costs(load_scenario(BASE, ["training.tp_grad_overlap=true"]))[0].backward < \
@@ -70,3 +73,27 @@ def test_a_split_weight_pass_leaves_the_scatter_exposed_in_its_input_gradient_pa
     split, split_hidden = (simulate_report(load_scenario(BASE, zb + extra))["step_time_s"]
                            for extra in ([], ["training.tp_grad_overlap=true"]))
     assert hidden < plain and split_hidden == pytest.approx(split, rel=1e-9)
+
+
+def test_a_column_linear_gathers_its_sequence_shard_again_beside_its_input_gradient():
+    """Korthikanti et al. 2022, Sec. 4.2.2: the column-parallel input is kept as its sequence
+    shard and all-gathered again in the backward for the weight gradient, overlapped with the
+    input-gradient GEMM: exposed only where the gather outlasts that GEMM. A stack that keeps the
+    gathered input (DTensor) gathers nothing in the backward; frozen weights need no gather."""
+    s, cm, terms = _terms(["training.tp_grad_overlap=true"])
+    op, t = terms["fc1"]
+    again = [c for c in op.comm_bwd if c.wgrad_input]
+    assert [c.kind for c in op.comm_bwd] == ["all_gather", "reduce_scatter"] and len(again) == 1
+    assert again[0].bytes == op.comm_fwd[0].bytes                  # the forward's gather, once more
+    dgrad = t[2] * (1 - t[9])
+    assert comm_seconds(s, again) < dgrad                          # hidden on this layout
+    slow = ["system.intra_node.bandwidth_GBps=5"]            # a link slow enough to outlast dX
+    s2, _, slow_terms = _terms(["training.tp_grad_overlap=true"] + slow)
+    op2, t2 = slow_terms["fc1"]
+    ag = comm_seconds(s2, [c for c in op2.comm_bwd if c.wgrad_input])
+    rs = comm_seconds(s2, [c for c in op2.comm_bwd if not c.wgrad_input])
+    assert t2[5] == pytest.approx(ag - t2[2] * (1 - t2[9]) + rs - t2[2] * t2[9])
+    kept = _terms(["training.tp_keeps_gathered_input=true"])[2]
+    assert [c.kind for c in kept["fc1"][0].comm_bwd] == ["reduce_scatter"]
+    lora = _terms(["training.lora_rank=16", "training.lora_targets=[proj]"])[2]
+    assert not any(c.wgrad_input for c in lora["fc1"][0].comm_bwd)

@@ -119,16 +119,18 @@ def shapes_of(s: Scenario) -> Shapes:
 
 
 def matmul(name: str, tokens: float, k: float, n: float, sh: Shapes, role: str, saved_input: float,
-           dtype: str, bias: bool) -> Op:
+           dtype: str, bias: bool, keeps_gathered: bool = False) -> Op:
     """Linear layer Y[tokens, n] = X[tokens, k] @ W[k, n], sharded per the tensor split.
-    `k`, `n` are full sizes; flops and bytes are per GPU (divided by the whole group)."""
+    `k`, `n` are full sizes; flops and bytes are per GPU (divided by the whole group).
+    `keeps_gathered`: a column-parallel linear keeps its all-gathered input for the backward
+    (keeps_gathered_input), so it does not gather it again there."""
     t, e = sh.tp.size, sh.e
     a_full, w_full, c_full = tokens * k * e, k * n * e, tokens * n * e
     wdiv = sh.tp.weight_div
     flops = 2 * tokens * k * n / t
     # Roofline traffic (per GPU): read A and W, write C; backward reads dC, A, W, writes dA, dW.
     a_loc, c_loc, w_loc = a_full / _a_div(sh, role), c_full / _c_div(sh, role), w_full / wdiv
-    fwd, bwd = sh.tp.matmul_comms(role, a_full, w_full, c_full)
+    fwd, bwd = sh.tp.matmul_comms(role, a_full, w_full, c_full, regather=not keeps_gathered)
     if dtype == "fp8" and sh.tp.mode == "1d" and sh.tp.sequence_parallel:
         fwd, bwd = fp8_gathers(fwd, bwd, e)
     params = k * n / wdiv + (n / _n_div(sh, role) if bias else 0)
@@ -258,7 +260,8 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
     ops.append(norm("ln1"))
     attn_start = len(ops)
     kept = column_kept_tokens(s, sh)
-    qkv = matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=kept * sh.h * e, dtype=dtype, bias=m.bias)
+    qkv = matmul("qkv", T, sh.h, qkv_out, sh, "column", saved_input=kept * sh.h * e, dtype=dtype, bias=m.bias,
+                 keeps_gathered=keeps_gathered_input(s, sh))
     # a matrix optimizer sees Q, K and V apart (Megatron-Core muon_split_qkv, on by default)
     (_, _, _, rdiv, cdiv), = qkv.matrices
     ops.append(replace(qkv, matrices=((1, q_dim, sh.h, rdiv, cdiv), (2, sh.g * sh.d, sh.h, rdiv, cdiv))))
@@ -336,7 +339,7 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
     gated = m.activation == "swiglu"
     ffn_out = sh.f * (2 if gated else 1)
     ops.append(matmul("fc1", T, sh.h, ffn_out, sh, "column", saved_input=kept * sh.h * e, dtype=dtype,
-                      bias=m.bias))
+                      bias=m.bias, keeps_gathered=keeps_gathered_input(s, sh)))
     act_elems = T * sh.f / tp.size
     shape = dict(numel=int(act_elems), dtype=dtype)
     act = vector("act", act_elems, sh, (8, 12), reads=2 if gated else 1,
@@ -480,7 +483,7 @@ def head_ops(s: Scenario) -> list[Op]:
         ops = eager_ops(ops, gated=False, rmsnorm=m.norm == "rmsnorm")
     head = matmul("lm_head", T, sh.h, sh.v, sh, "column", saved_input=column_kept_tokens(s, sh) * sh.h * e,
                   dtype="fp8" if s.training.fp8_lm_head and s.training.precision == "fp8"
-                  else high_precision(s.training.precision), bias=False)
+                  else high_precision(s.training.precision), bias=False, keeps_gathered=keeps_gathered_input(s, sh))
     shares_embedding = m.tied_embeddings and s.parallel.pipeline == 1
     if shares_embedding:
         head = replace(head, params=0.0)
@@ -515,8 +518,12 @@ def column_kept_tokens(s: Scenario, sh: Shapes) -> float:
     input (PyTorch DTensor TP: torch/distributed/tensor/parallel/style.py ColwiseParallel
     redistributes its input to Replicate in a forward pre-hook, so the linear's autograd saves the
     gathered tensor)."""
-    gathered = s.training.tp_keeps_gathered_input and sh.tp.mode == "1d"
-    return sh.tokens if gathered else sh.tokens / sh.tp.token_div
+    return sh.tokens if keeps_gathered_input(s, sh) else sh.tokens / sh.tp.token_div
+
+
+def keeps_gathered_input(s: Scenario, sh: Shapes) -> bool:
+    """Whether column-parallel linears keep their all-gathered input (column_kept_tokens)."""
+    return s.training.tp_keeps_gathered_input and sh.tp.mode == "1d"
 
 
 def logits_per_gpu(sh: Shapes) -> float:

@@ -111,7 +111,7 @@ def frozen(op: Op) -> Op:
         wgrad_flops = op.flops_bwd * (1 - op.dgrad_fraction)
         lookups = [m for m in op.measure_bwd if m[0] == "gemm"]
         return replace(op, flops_bwd=op.flops_bwd - wgrad_flops, bytes_bwd=op.bytes_fwd, saved_bytes=0.0,
-                       dgrad_fraction=1.0, frozen=True,
+                       dgrad_fraction=1.0, frozen=True, comm_bwd=tuple(c for c in op.comm_bwd if not c.wgrad_input),
                        gemms_bwd=tuple(g for g in op.gemms_bwd if g[5:] != ("wgrad",)),
                        measure_bwd=tuple(lookups[0::2]))
     if op.name == "embedding":

@@ -8,12 +8,16 @@ from dataclasses import dataclass, field
 class Comm:
     """A collective tied to an op. `bytes` is the full buffer the collective works on (the
     all-reduced tensor, the all-gather output, the reduce-scatter input), per GPU.
-    group: "tp" (1D tensor group), "tp_row"/"tp_col"/"tp_depth" (2D/2.5D/3D axes), "dp"."""
+    group: "tp" (1D tensor group), "tp_row"/"tp_col"/"tp_depth" (2D/2.5D/3D axes), "dp".
+    wgrad_input: the all-gather of a column-parallel linear's sequence-parallel input, again in the
+    backward, for its weight gradient (Korthikanti et al. 2022, Sec. 4.2.2); it runs beside the
+    input-gradient GEMM (stage.exposed_tp_backward)."""
     kind: str            # all_reduce | all_gather | reduce_scatter | all_to_all | broadcast
     bytes: float
     group: str
     size: int
     count: int = 1       # how many such collectives (SUMMA issues q broadcasts per matmul)
+    wgrad_input: bool = False
 
     @property
     def total_bytes(self) -> float:

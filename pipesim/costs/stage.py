@@ -206,21 +206,32 @@ def op_terms(s: Scenario, cm: CostModel, op: Op, held: int = 0) -> tuple:
 
 
 def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float, w_share: float) -> tuple[float, float]:
-    """The backward's exposed TP communication. With `training.tp_grad_overlap` (and no
-    Userbuffers overlap, whose pipelining `exposed_tp` times) an input-gradient reduce-scatter or
-    all-reduce - a column-parallel linear's - is issued asynchronously before the weight-gradient
-    GEMM and waited for after it (Megatron-LM LinearWithGradAccumulationAndAsyncCommunication.backward,
-    megatron/mpu/layers.py at 739cb43 of 2022, megatron/core/tensor_parallel/layers.py today: the
-    all-reduce or reduce-scatter with async_op=True, then the wgrad GEMM, then handle.wait()): only
-    what outlasts that GEMM is exposed. A row-parallel linear's gradient all-gather precedes both
-    its GEMMs: exposed. Returns (exposed in B, exposed in I): a zero-bubble schedule's I pass has
-    no weight-gradient GEMM beside it (its W runs apart) and keeps the collective whole."""
-    comm = comm_seconds(s, op.comm_bwd, cm.profile)
-    if not s.training.tp_grad_overlap or s.training.overlap_tp_comm or comm <= 0:
+    """The backward's exposed TP communication. A column-parallel linear's sequence-parallel input,
+    gathered again for its weight gradient (Comm.wgrad_input), is issued asynchronously before the
+    input-gradient GEMM and waited for after it (Korthikanti et al. 2022, Sec. 4.2.2: "overlapped
+    with the computation of the gradient of the input"; Megatron-Core
+    LinearWithGradAccumulationAndAsyncCommunication.backward; Transformer Engine's bulk overlap of
+    qkv_dgrad / fc1_dgrad, module/base.py initialize_ub): only what outlasts that GEMM is exposed.
+    Its input-gradient reduce-scatter (or all-reduce) then runs beside the weight-gradient GEMM:
+    with `training.tp_grad_overlap` (Megatron's async handle: the reduce-scatter with
+    async_op=True, then the wgrad GEMM, then handle.wait(); megatron/mpu/layers.py at 739cb43 of
+    2022, megatron/core/tensor_parallel/layers.py today) or the Userbuffers overlap (Transformer
+    Engine's bulk overlap of qkv_wgrad / fc1_wgrad), only what outlasts that GEMM is exposed;
+    otherwise all of it. A row-parallel linear's gradient all-gather precedes both its GEMMs:
+    exposed, or pipelined with them by the Userbuffers overlap (`exposed_tp`). Returns (exposed in
+    B, exposed in I): a zero-bubble schedule's I pass has no weight-gradient GEMM beside it (its W
+    runs apart) and keeps the reduce-scatter whole."""
+    again = [c for c in op.comm_bwd if c.wgrad_input]
+    regather = max(0.0, comm_seconds(s, again, cm.profile) - seconds * (1 - w_share)) if again else 0.0
+    comms = [c for c in op.comm_bwd if not c.wgrad_input]
+    comm = comm_seconds(s, comms, cm.profile)
+    grad_reduce = [c for c in comms if c.kind in ("reduce_scatter", "all_reduce")]
+    overlapped = s.training.tp_grad_overlap or (s.training.overlap_tp_comm and again)
+    if not overlapped or not grad_reduce or comm <= 0:
         exposed = exposed_tp(s, comm, seconds, op.gemms_bwd)
-        return exposed, exposed
-    hidden = comm_seconds(s, [c for c in op.comm_bwd if c.kind in ("reduce_scatter", "all_reduce")], cm.profile)
-    return comm - hidden + max(0.0, hidden - seconds * w_share), comm
+        return regather + exposed, regather + exposed
+    hidden = comm_seconds(s, grad_reduce, cm.profile)
+    return regather + comm - hidden + max(0.0, hidden - seconds * w_share), regather + comm
 
 
 def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:

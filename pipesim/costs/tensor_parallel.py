@@ -49,11 +49,16 @@ class TensorSplit:
         """How many ways each weight matrix is split (2.5D replicates over depth)."""
         return {"1d": self.size, "2d": self.size, "2.5d": self.q * self.q, "3d": self.size}[self.mode]
 
-    def matmul_comms(self, role: str, a_bytes: float, w_bytes: float, c_bytes: float):
+    def matmul_comms(self, role: str, a_bytes: float, w_bytes: float, c_bytes: float, regather: bool = True):
         """Forward and backward collectives of one matmul C = A @ W.
 
         role: "column" (1D: output dim split; qkv, fc1) or "row" (1D: input dim split; proj, fc2).
         a_bytes, w_bytes, c_bytes: full (unsharded) operand sizes in bytes.
+        regather: with sequence parallelism a column-parallel linear keeps only its input's
+        sequence shard and all-gathers it again in the backward for its weight gradient
+        (Korthikanti et al. 2022, Sec. 4.2.2; Megatron-Core tensor_parallel/layers.py
+        LinearWithGradAccumulationAndAsyncCommunication.backward, Transformer Engine's bulk
+        overlap of it); False when the gathered input is kept (training.tp_keeps_gathered_input).
         Returns (fwd, bwd) tuples of Comm.
         """
         if self.size == 1:
@@ -62,7 +67,8 @@ class TensorSplit:
         if self.mode == "1d":
             if self.sequence_parallel:
                 if role == "column":   # gather the sharded input; reduce-scatter its gradient
-                    return (Comm("all_gather", a_bytes, "tp", n),), (Comm("reduce_scatter", a_bytes, "tp", n),)
+                    again = (Comm("all_gather", a_bytes, "tp", n, wgrad_input=True),) if regather else ()
+                    return (Comm("all_gather", a_bytes, "tp", n),), again + (Comm("reduce_scatter", a_bytes, "tp", n),)
                 return (Comm("reduce_scatter", c_bytes, "tp", n),), (Comm("all_gather", c_bytes, "tp", n),)
             if role == "column":       # Megatron's f operator: identity fwd, all-reduce bwd
                 return (), (Comm("all_reduce", a_bytes, "tp", n),)

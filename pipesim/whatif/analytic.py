@@ -21,6 +21,8 @@ from pipesim.schedules.registry import legacy_warmup
 from pipesim.sim.interference import lost_beside
 
 V_SHAPE = ("zb-v", "dualpipe-v")
+# schedules that run the weight-gradient pass W apart from the input-gradient pass I
+SPLIT_W = ("zb-h1", "zb-h2") + V_SHAPE
 
 
 def rank_chunks(s, stages) -> list[list]:
@@ -249,7 +251,10 @@ def analytic_report(s, mode: str = "representative") -> dict:
     # a chunk's received activation (gradient) is all-gathered over its TP group first (scatter/gather)
     f = [sum(c.forward + c.quantize + c.dequantize + (c.recv_gather if c.stage > 0 else 0.0) for c in ch)
          for ch in per_rank]
-    i = [sum(c.input_grad + (c.recv_gather if c.stage < S - 1 else 0.0) for c in ch) for ch in per_rank]
+    # I: the input-gradient pass where the schedule runs W apart; elsewhere B's share beside W
+    # (B hides TP reductions behind its weight-gradient GEMM that a lone I keeps, costs/stage.py)
+    i = [sum((c.input_grad if sched in SPLIT_W else c.backward - c.weight_grad)
+             + (c.recv_gather if c.stage < S - 1 else 0.0) for c in ch) for ch in per_rank]
     w = [sum(c.weight_grad for c in ch) for ch in per_rank]
     # per step, with the MoE all-to-all overlap's saving (paired steady-state F and B)
     step_rank = [M * (a + b + c) - a2a_overlap_saving(s, ch, r)
