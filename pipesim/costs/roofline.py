@@ -187,21 +187,25 @@ class CostModel:
             base = self.curve[kernel][phase]
         return base * useful * self.curve_factor("bf16")
 
-    def gemm_time(self, batch: float, m: float, n: float, k: float, dtype: str, role: str = "") -> float:
+    def gemm_time(self, batch: float, m: float, n: float, k: float, dtype: str, role: str = "",
+                  sms_less: int = 0) -> float:
         """One (batched) GEMM on the GPU's curve: max(tile/wave compute time, memory roof).
         role "wgrad": a weight gradient, accumulated into the gradient buffer in the GEMM's
         epilogue (beta = 1): Megatron-LM's gradient-accumulation fusion
         (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication:
         fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32 / _fp16 into weight.main_grad;
         Transformer Engine's fuse_wgrad_accumulation, on by default in Megatron-Core). Every
-        micro-batch reads and writes the buffer's elements instead of storing a 16-bit tile."""
+        micro-batch reads and writes the buffer's elements instead of storing a 16-bit tile.
+        `sms_less`: SMs it leaves to a communication kernel beside it, on top of the GEMM margin
+        (Transformer Engine's Userbuffers set_sm_margin: costs/tp_overlap.py)."""
         c = self.curve
         dt = dtype if dtype in c["mamf_tflops"] else "bf16"
         shape, anchor = gemm_anchor(c, dt)
         out = out_bytes_of(dt, self.grad_bytes if role == "wgrad" else 0)
         compute = gemm_compute_time(m, n, k, batch, c["sms"], c["mamf_tflops"][dt] * 1e12,
                                     fill_rate(c), shape, c["persistent"], self._mem_rate, anchor, out,
-                                    self._anchor_mem_rate, c["sms"] - self.gemm_sm_margin) / self.curve_factor(dt)
+                                    self._anchor_mem_rate, c["sms"] - self.gemm_sm_margin - sms_less
+                                    ) / self.curve_factor(dt)
         if dt == "fp8" and self.block_scaled_fp8:
             compute /= c.get("mxfp8_gemm_rate", 1.0)
         return max(compute, gemm_bytes(m, n, k, dt, batch, out) / self._mem_rate)

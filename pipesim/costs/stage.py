@@ -25,6 +25,7 @@ from pipesim.costs.recompute_modules import module_recompute
 from pipesim.costs.roofline import CostModel
 from pipesim.costs.step_ops import elem_of, grad_elem_bytes, step_fixed_ops
 from pipesim.costs.topology import placement
+from pipesim.costs.tp_overlap import column_backward_block, forward_block, row_backward_block, uses_userbuffers
 from pipesim.costs.workspace import Workspace, stage_workspace
 from pipesim.costs.zero_groups import shard_size
 from pipesim.scenario.config import Scenario
@@ -145,6 +146,12 @@ def cost_model_for(s: Scenario, profile=None) -> CostModel:
     if margin is not None and cm.curve is not None and margin >= cm.curve["sms"]:
         raise ScenarioError(f"{s.source}: training.norm_sm_margin: {margin} leaves no SM of "
                             f"{s.system.gpu.name}'s {cm.curve['sms']} to the norm kernels")
+    if cm.curve is not None:
+        for name, ub in s.training.tp_overlap_cfg.items():
+            if ub.num_sm is not None and ub.num_sm + s.training.gemm_sm_margin >= cm.curve["sms"]:
+                raise ScenarioError(f"{s.source}: training.tp_overlap_cfg.{name}.num_sm: {ub.num_sm} (with "
+                                    f"gemm_sm_margin {s.training.gemm_sm_margin}) leaves no SM of "
+                                    f"{s.system.gpu.name}'s {cm.curve['sms']} to the GEMM")
     return cm
 
 
@@ -199,10 +206,21 @@ def op_terms(s: Scenario, cm: CostModel, op: Op, held: int = 0) -> tuple:
     beside_f = op_seconds_beside_comm(cm, op, "fwd", held, f.seconds)[1] if held else f.seconds
     beside_b = op_seconds_beside_comm(cm, op, "bwd", held, b.seconds)[1] if held else b.seconds
     return (f.seconds, f.source, b.seconds, b.source,
-            exposed_tp(s, comm_seconds(s, op.comm_fwd, cm.profile), f.seconds, op.gemms_fwd),
+            exposed_tp_forward(s, cm, op, f.seconds),
             *exposed_tp_backward(s, cm, op, b.seconds, w_share),
             sum(c.total_bytes for c in op.comm_fwd), sum(c.total_bytes for c in op.comm_bwd),
             w_share, beside_f, beside_b)
+
+
+def exposed_tp_forward(s: Scenario, cm: CostModel, op: Op, seconds: float) -> float:
+    """The forward's exposed TP communication: as Transformer Engine's Userbuffers runs a layer's
+    linears (costs/tp_overlap.py), else `exposed_tp`."""
+    comm = comm_seconds(s, op.comm_fwd, cm.profile)
+    if comm > 0 and uses_userbuffers(s):
+        ub = forward_block(cm, s.training, s.parallel.tensor, op, comm)
+        if ub is not None:
+            return ub
+    return exposed_tp(s, comm, seconds, op.gemms_fwd)
 
 
 def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float, w_share: float) -> tuple[float, float]:
@@ -222,9 +240,17 @@ def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float, w_sh
     B, exposed in I): a zero-bubble schedule's I pass has no weight-gradient GEMM beside it (its W
     runs apart) and keeps the reduce-scatter whole."""
     again = [c for c in op.comm_bwd if c.wgrad_input]
-    regather = max(0.0, comm_seconds(s, again, cm.profile) - seconds * (1 - w_share)) if again else 0.0
     comms = [c for c in op.comm_bwd if not c.wgrad_input]
     comm = comm_seconds(s, comms, cm.profile)
+    if comm > 0 and uses_userbuffers(s):
+        if again:
+            ub = column_backward_block(cm, s.training, op, comm_seconds(s, again, cm.profile), comm)
+        else:
+            row = row_backward_block(cm, s.training, s.parallel.tensor, op, comm)
+            ub = None if row is None else (row, row)
+        if ub is not None:
+            return ub
+    regather = max(0.0, comm_seconds(s, again, cm.profile) - seconds * (1 - w_share)) if again else 0.0
     grad_reduce = [c for c in comms if c.kind in ("reduce_scatter", "all_reduce")]
     overlapped = s.training.tp_grad_overlap or (s.training.overlap_tp_comm and again)
     if not overlapped or not grad_reduce or comm <= 0:

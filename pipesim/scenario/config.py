@@ -13,6 +13,7 @@ from typing import Literal, Optional
 from pipesim.scenario.run_config import RunConfig
 from pipesim.scenario.schema import field
 from pipesim.scenario.system_config import SystemConfig
+from pipesim.scenario.tp_overlap_config import TpOverlapCfg
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 # Bytes per activation/gradient element. FP8 training keeps activations, gradients and
@@ -520,6 +521,14 @@ class TrainingConfig:
                                                  "for bf16 parameters: arguments.py, accumulate_allreduce_grads_in_fp32)")
     overlap_tp_comm: bool = field(False, doc="overlap tensor-parallel collectives with the GEMMs "
                                              "(Megatron --tp-comm-overlap)")
+    tp_overlap: Literal["decomposed", "userbuffers"] = field(
+        "decomposed", doc="overlap_tp_comm's model: each collective decomposed into tp chunks pipelined with its "
+                          "GEMM (Wang et al. 2022), or Transformer Engine's Userbuffers, each GEMM by its method, "
+                          "chunks and SMs (tp_overlap_cfg; costs/tp_overlap.py)")
+    tp_overlap_cfg: TpOverlapCfg = field(
+        default_factory=dict, doc="Userbuffers settings by GEMM (qkv_fprop, proj_fprop, ..., or all: num_sm, "
+                                  "set_sm_margin, num_splits, aggregate), as Transformer Engine's ub_cfgs / "
+                                  "--tp-comm-overlap-cfg; unset: TE's defaults (pipesim/costs/tp_overlap.py)")
     tp_grad_overlap: bool = field(False, doc="a column-parallel linear's input-gradient collective (reduce-"
                                              "scatter with sequence parallelism, all-reduce without) runs "
                                              "asynchronously beside its weight-gradient GEMM (Megatron-LM "
