@@ -56,7 +56,10 @@ HARDWARE = {"system.gpu.hbm_bandwidth_GBps": [10, 100, 1000, 100000], "system.gp
             "system.gpu.kernel_launch_us": [0, 1000], "system.gpu.memory_GiB": [1, 10000],
             "system.intra_node.bandwidth_GBps": [0.1, 10, 100000], "system.inter_node.bandwidth_GBps": [0.01, 1, 10000],
             "system.inter_node.latency_us": [0, 10000], "system.gpu.sustained_ratio": [0.01, 1.0],
-            "training.norm_sm_margin": [0, 8, 131, 100000], "training.gemm_sm_margin": [0, 16, 131, 100000]}
+            "training.norm_sm_margin": [0, 8, 131, 100000], "training.gemm_sm_margin": [0, 16, 131, 100000],
+            "training.tp_overlap": ["userbuffers", "decomposed"], "training.overlap_tp_comm": ["true"],
+            "training.tp_overlap_cfg": ["{all: {num_sm: 131}}", "{proj_fprop: {num_sm: 1, num_splits: 1000}}",
+                                        "{all: {set_sm_margin: false}, qkv_fprop: {aggregate: true}}"]}
 NO_FILES = ["--no-files"]
 # "FILE: section.key...: what" or "FILE: unknown: unknown section", a line number, or the --set key
 # (a command-line option the message names counts too: `partition`'s "pick ... fewer --stages")
