@@ -236,7 +236,8 @@ def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float, w_sh
     2022, megatron/core/tensor_parallel/layers.py today) or the Userbuffers overlap (Transformer
     Engine's bulk overlap of qkv_wgrad / fc1_wgrad), only what outlasts that GEMM is exposed;
     otherwise all of it. A row-parallel linear's gradient all-gather precedes both its GEMMs:
-    exposed, or pipelined with them by the Userbuffers overlap (`exposed_tp`). Returns (exposed in
+    exposed, or pipelined with them by the Userbuffers overlap (`exposed_tp`), as is a frozen
+    column-parallel linear's scatter (no weight gradient beside it). Returns (exposed in
     B, exposed in I): a zero-bubble schedule's I pass has no weight-gradient GEMM beside it (its W
     runs apart) and keeps the reduce-scatter whole."""
     again = [c for c in op.comm_bwd if c.wgrad_input]
@@ -252,8 +253,10 @@ def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float, w_sh
             return ub
     regather = max(0.0, comm_seconds(s, again, cm.profile) - seconds * (1 - w_share)) if again else 0.0
     grad_reduce = [c for c in comms if c.kind in ("reduce_scatter", "all_reduce")]
-    overlapped = s.training.tp_grad_overlap or (s.training.overlap_tp_comm and again)
-    if not overlapped or not grad_reduce or comm <= 0:
+    # Userbuffers pipelines a collective with no weight-gradient GEMM to share (a row-parallel
+    # gather, a frozen linear's scatter) with the input-gradient GEMM (exposed_tp)
+    pipelined = s.training.overlap_tp_comm and not again
+    if pipelined or not (s.training.tp_grad_overlap or s.training.overlap_tp_comm) or not grad_reduce or comm <= 0:
         exposed = exposed_tp(s, comm, seconds, op.gemms_bwd)
         return regather + exposed, regather + exposed
     hidden = comm_seconds(s, grad_reduce, cm.profile)
