@@ -273,9 +273,7 @@ def test_the_dsv3_row_runs_its_bundled_scenario_without_the_run_section(cases):
         case_scenario(dataclasses.replace(case, raw=dict(case.raw, scenario="nope.yaml")))
 
 
-def test_mcore_layers_that_do_not_split_into_one_layer_chunks_are_refused():
-    from pipesim.errors import ScenarioError
+def test_mcore_layers_that_do_not_split_run_the_plain_1f1b():
     from pipesim.whatif.families import mcore_virtual_stages
-    assert mcore_virtual_stages("x", 112, 16) == 7 and mcore_virtual_stages("x", 48, 1) == 1
-    with pytest.raises(ScenarioError, match="model.layers 90 is not a whole number"):
-        mcore_virtual_stages("x", 90, 4)
+    assert mcore_virtual_stages(112, 16) == 7 and mcore_virtual_stages(96, 8) == 12
+    assert mcore_virtual_stages(48, 1) == 1 and mcore_virtual_stages(90, 4) == 1

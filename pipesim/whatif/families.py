@@ -88,7 +88,7 @@ def mcore_scenario(case) -> dict:
     m, par = c["model"], c["parallel"]
     tp, pp, dp = int(par["tp"]), int(par["pp"]), int(par["dp"])
     n = int(c["hardware"]["num_gpus"])
-    vp = mcore_virtual_stages(case.id, int(m["layers"]), pp)
+    vp = mcore_virtual_stages(int(m["layers"]), pp)
     return {
         "model": {"name": case.id, "num_layers": m["layers"], "hidden_size": m["hidden"],
                   "num_attention_heads": m["heads"], "seq_length": m["seq_len"], "vocab_size": m["vocab"],
@@ -105,16 +105,14 @@ def mcore_scenario(case) -> dict:
     }
 
 
-def mcore_virtual_stages(case_id: str, layers: int, pp: int) -> int:
-    """Model chunks per pipeline rank at MCORE_LAYERS_PER_VIRTUAL_STAGE layers each (1 without a
-    pipeline: nothing to interleave)."""
-    if pp <= 1:
+def mcore_virtual_stages(layers: int, pp: int) -> int:
+    """Model chunks per pipeline rank at MCORE_LAYERS_PER_VIRTUAL_STAGE layers each; 1 without a
+    pipeline (nothing to interleave) or where the layers do not split so (Megatron-Core r0.8 then
+    runs the plain 1F1B)."""
+    per_rank, chunk = divmod(layers, pp) if pp > 1 else (0, 1)
+    if pp <= 1 or chunk or per_rank % MCORE_LAYERS_PER_VIRTUAL_STAGE:
         return 1
-    per_rank, chunk = layers // pp, MCORE_LAYERS_PER_VIRTUAL_STAGE
-    if layers % pp or per_rank % chunk:
-        raise ScenarioError(f"{case_id}: model.layers {layers} is not a whole number of {chunk}-layer virtual "
-                            f"stages on each of {pp} pipeline ranks")
-    return per_rank // chunk
+    return per_rank // MCORE_LAYERS_PER_VIRTUAL_STAGE
 
 
 # ---- NeMo 24.07 on H100 (FP8) --------------------------------------------------------------
