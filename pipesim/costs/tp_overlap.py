@@ -106,12 +106,18 @@ def _chunked(cm, g, chunks: int, sms_less: int = 0) -> float:
     return chunks / at_once * cm.gemm_time(batch * at_once, m / chunks, n, k, dtype, *role, sms_less=sms_less)
 
 
+def _margin(tr, name: str) -> int:
+    """SMs GEMM `name` leaves to its communication kernel: num_sm with set_sm_margin, else none."""
+    return setting(tr, name, "num_sm") if setting(tr, name, "set_sm_margin") else 0
+
+
 def _beside(cm, tr, name: str, g, chunks: int, comm: float) -> float:
-    """Seconds of GEMM g in `chunks` chunks beside `comm` seconds of the GEMM's communication kernel."""
+    """Seconds of GEMM g in `chunks` chunks beside `comm` seconds of the GEMM's communication kernel
+    (one on every SM the GEMM may use leaves it none: the two one after the other)."""
     held = setting(tr, name, "num_sm")
-    if held >= cm.curve["sms"]:
+    if held + cm.gemm_sm_margin >= cm.curve["sms"]:
         return _chunked(cm, g, chunks) + comm
-    if setting(tr, name, "set_sm_margin"):
+    if _margin(tr, name):
         return _chunked(cm, g, chunks, held)
     alone = _chunked(cm, g, chunks)
     batch, m, n, *_ = g
@@ -129,8 +135,8 @@ def _ring_exchange(cm, tr, name: str, g, comm: float, tp: int) -> float:
 
 def _pipeline(cm, tr, name: str, g, comm: float) -> float:
     n = setting(tr, name, "num_splits")
-    margin = setting(tr, name, "set_sm_margin")
-    first = _chunked(cm, g, n, setting(tr, name, "num_sm") if margin else 0) / n
+    margin = _margin(tr, name)
+    first = _chunked(cm, g, n, margin if margin + cm.gemm_sm_margin < cm.curve["sms"] else 0) / n
     beside = _beside(cm, tr, name, g, n, comm) / n
     return first + (n - 1) * max(beside, comm / n) + comm / n
 
