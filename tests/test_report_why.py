@@ -240,3 +240,19 @@ def test_interleaved_summary_names_the_rank_imbalance(capsys):
     line = [x for x in summary(rep, s).splitlines() if x.startswith("rank imbalance")]
     assert len(line) == 1 and f"{rep.rank_imbalance:.3f}" in line[0] and "its 3 chunks" in line[0]
     assert "rank imbalance" not in summary(simulate(plain), plain)
+
+
+def test_exposed_tensor_parallel_collectives_are_offered_their_overlaps():
+    """GPT-3 175B on 1,024 A100 with its TP collectives blocking (about a tenth of the step): the
+    explanation simulates Megatron's asynchronous input-gradient collective and --tp-comm-overlap,
+    and the overlap shortens the step."""
+    from pipesim.report.suggest import candidates, tp_candidates
+    s = pipesim.load_scenario("scenarios/gpt3-175b-1024xa100.yaml")
+    rep = pipesim.simulate(s)
+    assert rep.data["exposed_comm_s"]["TP"] > 0.02 * rep.data["step_time_s"]
+    titles = [t for t, _, _ in candidates(s, rep)]
+    assert "tp_grad_overlap" in titles and "overlap_tp_comm" in titles
+    on = pipesim.load_scenario(s, ["training.overlap_tp_comm=true"])
+    assert pipesim.simulate(on).data["step_time_s"] < rep.data["step_time_s"]
+    assert tp_candidates(on) == [] and tp_candidates(pipesim.load_scenario(s, ["parallel.sequence_parallel=false",
+                                                                              "training.tp_grad_overlap=true"])) == []

@@ -131,12 +131,30 @@ def candidates(s, report) -> list[tuple[str, dict, str]]:
                 out.append((f"rank_order {order}", {"parallel.rank_order": order}, f"--set parallel.rank_order={order}"))
     if exposed.get("EP_A2A", 0.0) > 0.02 * report.data["step_time_s"]:
         out += a2a_candidates(s)
+    if exposed.get("TP", 0.0) > 0.02 * report.data["step_time_s"]:
+        out += tp_candidates(s)
     p2p = exposed.get("P2P", 0.0)
     if par.pipeline > 1 and tr.activation_compression_bits == 16 and p2p > 0.02 * report.data["step_time_s"]:
         out.append(("8-bit activations between stages", {"training.activation_compression_bits": 8},
                     "--set training.activation_compression_bits=8"))
     if report.data.get("oom"):
         out += memory_candidates(s)
+    return out
+
+
+def tp_candidates(s) -> list[tuple[str, dict, str]]:
+    """Exposed tensor-parallel collectives: Megatron's asynchronous input-gradient collective,
+    then the collectives pipelined with their GEMMs (needs sequence parallelism, as Megatron's
+    --tp-comm-overlap does)."""
+    tr, par = s.training, s.parallel
+    out = []
+    if not tr.tp_grad_overlap and not tr.overlap_tp_comm:
+        out.append(("tp_grad_overlap", {"training.tp_grad_overlap": True},
+                    "--set training.tp_grad_overlap=true (the input-gradient collective beside the weight-gradient GEMM)"))
+    if not tr.overlap_tp_comm and par.sequence_parallel and par.tensor_mode == "1d":
+        out.append(("overlap_tp_comm", {"training.overlap_tp_comm": True},
+                    "--set training.overlap_tp_comm=true (Megatron --tp-comm-overlap: each collective pipelined "
+                    "with its GEMM)"))
     return out
 
 
