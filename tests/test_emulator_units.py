@@ -94,3 +94,43 @@ def test_compare_reports_signed_percent_errors():
     assert c["ranks"][0]["peak_memory_error_pct"] == pytest.approx(10.0)
     assert err_pct(1.0, 0.0) is None
     assert "step time" in format_table(c)
+
+
+class _TwoIdenticalRanks:
+    """A tensor group of two ranks holding the same shard, without processes: what the column
+    linear asks of it, in order."""
+    regather, size = True, 2
+
+    def __init__(self):
+        self.calls = []
+
+    def all_gather0(self, t, phase):
+        self.calls.append(("all_gather", phase))
+        return torch.cat([t, t], 0)
+
+    def reduce_scatter0(self, t, phase):
+        self.calls.append(("reduce_scatter", phase))
+        return 2 * t.chunk(2, 0)[0]
+
+
+def test_a_column_linear_gathers_its_shard_again_for_the_weight_gradient():
+    """Megatron's sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2): the forward gathers
+    the shard and keeps only it; the backward gathers it again for dW and reduce-scatters dX.
+    Frozen weights gather nothing in the backward."""
+    tp = _TwoIdenticalRanks()
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    lin = Linear(w, None, WeightGradStore())
+    shard = torch.randn(3, 4, requires_grad=True)
+    y = lin.gathered(shard, tp)
+    assert y.shape == (6, 6) and tp.calls == [("all_gather", "fwd")]
+    gy = torch.randn(6, 6)
+    y.backward(gy)
+    assert tp.calls[1:] == [("all_gather", "bwd"), ("reduce_scatter", "bwd")]
+    full = torch.cat([shard, shard], 0).detach()
+    assert torch.allclose(w.grad, gy.t() @ full, atol=1e-5)
+    assert torch.allclose(shard.grad, 2 * (gy @ w.detach())[:3], atol=1e-5)
+    frozen = Linear(torch.randn(6, 4), None, WeightGradStore())
+    frozen.weight.requires_grad_(False)
+    tp2 = _TwoIdenticalRanks()
+    frozen.gathered(torch.randn(3, 4, requires_grad=True), tp2).sum().backward()
+    assert tp2.calls == [("all_gather", "fwd"), ("reduce_scatter", "bwd")]

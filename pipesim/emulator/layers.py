@@ -75,6 +75,31 @@ class _LinearFn(torch.autograd.Function):
         return gx, None, None, None
 
 
+class _GatherLinearFn(torch.autograd.Function):
+    """Sequence parallelism as Megatron-LM runs a column-parallel linear (Korthikanti et al. 2022,
+    Sec. 4.2.2; LinearWithGradAccumulationAndAsyncCommunication): all-gather the sequence shard and
+    multiply, keeping only the shard; in the backward gather it again for the weight gradient and
+    reduce-scatter the input gradient (pipesim's Comm.wgrad_input). Frozen weights gather nothing."""
+
+    @staticmethod
+    def forward(ctx, shard, weight, bias, store, tp):
+        ctx.save_for_backward(shard, weight)
+        ctx.params, ctx.store, ctx.tp = (weight, bias), store, tp
+        return torch.nn.functional.linear(tp.all_gather0(shard, "fwd"), weight, bias)
+
+    @staticmethod
+    def backward(ctx, gy):
+        shard, w = ctx.saved_tensors
+        weight, bias = ctx.params
+        x = ctx.tp.all_gather0(shard, "bwd") if weight.requires_grad else None
+        gx = ctx.tp.reduce_scatter0(torch.matmul(gy, w), "bwd") if ctx.needs_input_grad[0] else None
+        if x is not None and ctx.store is not None and ctx.store.deferring:
+            ctx.store.push(weight, bias, x, gy)
+        elif x is not None:
+            accumulate_weight_grad(weight, bias, x, gy)
+        return gx, None, None, None, None
+
+
 class Linear(torch.nn.Module):
     """y = x W^T + b with weight gradients accumulated into .grad by us (now, or deferred)."""
 
@@ -92,6 +117,11 @@ class Linear(torch.nn.Module):
     def forward(self, x):
         return _LinearFn.apply(x, self.weight, None if self.bias_after_reduce else self.bias, self.store)
 
+    def gathered(self, shard, tp: "TPGroup"):
+        """The column-parallel linear of the sequence shard `shard` as Megatron-LM runs it under
+        sequence parallelism (_GatherLinearFn)."""
+        return _GatherLinearFn.apply(shard, self.weight, None if self.bias_after_reduce else self.bias, self.store, tp)
+
     def add_bias(self, y):
         return y + self.bias if (self.bias_after_reduce and self.bias is not None) else y
 
@@ -99,9 +129,13 @@ class Linear(torch.nn.Module):
 class TPGroup:
     """The tensor-parallel communicator plus a log of collective times for the recorder."""
 
-    def __init__(self, group=None, size: int = 1, rank: int = 0, sequence_parallel: bool = False):
+    def __init__(self, group=None, size: int = 1, rank: int = 0, sequence_parallel: bool = False,
+                 keeps_gathered: bool = False):
         self.group, self.size, self.rank = group, size, rank
         self.sp = sequence_parallel and size > 1
+        # a column-parallel linear gathers its sequence shard again in the backward (Megatron) unless
+        # it keeps the gathered input (training.tp_keeps_gathered_input, DTensor)
+        self.regather = self.sp and not keeps_gathered
         self.log: list[tuple[str, float, float, int]] = []   # (phase, start, end, bytes)
 
     def all_gather0(self, t, phase: str, dim: int = 0):
@@ -192,6 +226,17 @@ class _ScatterSeq(torch.autograd.Function):
 def enter_tp(x, tp: TPGroup):
     """Before a column-parallel linear: Megatron's f (1D) or the sequence all-gather (SP)."""
     return _GatherSeq.apply(x, tp) if tp.sp else copy_to_tp(x, tp)
+
+
+def column(linear: "Linear", x, tp: TPGroup, adapters=None, name: str = ""):
+    """Column-parallel `linear` of `x` (its LoRA adapter `name` beside it, lora.with_adapter): the
+    sequence shard gathered again in the backward where the stack does (TPGroup.regather) and no
+    adapter reads the gathered input, else enter_tp's gather kept for the backward."""
+    if tp.regather and (adapters is None or name not in adapters):
+        return linear.gathered(x, tp)
+    from pipesim.emulator.lora import with_adapter
+    h_in = enter_tp(x, tp)
+    return with_adapter(adapters, name, h_in, linear(h_in))
 
 
 def exit_tp(x, tp: TPGroup):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pipesim.emulator.layers import enter_tp, exit_tp, recompute
+from pipesim.emulator.layers import column, exit_tp, recompute
 
 
 def segsum(a):
@@ -97,10 +97,10 @@ class Mamba(torch.nn.Module):
 
     def forward(self, x):
         """x: the layer's normed input [s, b, h] (sequence-sharded under SP)."""
-        h_in = enter_tp(x, self.tp)
-        s, bsz = h_in.shape[:2]
+        proj = column(self.in_proj, x, self.tp)
+        s, bsz = proj.shape[:2]
         d, gn, H, P = self.heads * self.P, self.groups * self.N, self.heads, self.P
-        z, xs, B, C, dt = self.in_proj(h_in).split([d, d, gn, gn, H], dim=-1)
+        z, xs, B, C, dt = proj.split([d, d, gn, gn, H], dim=-1)
         xs, B, C = self.conv(xs, 0), self.conv(B, 1), self.conv(C, 2)
         rep = H // self.groups                              # heads sharing one group's B and C
         B = B.view(s, bsz, self.groups, self.N).repeat_interleave(rep, dim=2)

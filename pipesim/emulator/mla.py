@@ -28,7 +28,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from pipesim.emulator.layers import enter_tp, exit_tp, recompute
+from pipesim.emulator.layers import column, enter_tp, exit_tp, recompute
 
 
 class LatentNorm(torch.nn.Module):
@@ -71,10 +71,14 @@ class LatentAttention(torch.nn.Module):
         """x: [s, b, h] (this rank's sequence shard under sequence parallelism); `cp`: the
         emulator.context.ContextGroup under context parallelism (its exchange runs the core)."""
         if self.q_lora:
-            c_q = enter_tp(self.q_norm(self.q_down(x)), self.tp)
-            q = self.q_up(c_q)
+            c_q = self.q_norm(self.q_down(x))
+            if self.indexer is not None:        # DSA's indexer reads the gathered latent too: kept
+                c_q = enter_tp(c_q, self.tp)
+                q = self.q_up(c_q)
+            else:
+                q = column(self.q_up, c_q, self.tp)
         else:
-            q = self.q_proj(enter_tp(x, self.tp))
+            q = column(self.q_proj, x, self.tp)
         c_kv, k_r = self.kv_down(x).split([self.rkv, self.rope], dim=-1)
         latent = enter_tp(torch.cat([self.kv_norm(c_kv), k_r], dim=-1), self.tp)
         c_kv, k_r = latent.split([self.rkv, self.rope], dim=-1)

@@ -19,7 +19,7 @@ import zlib
 import torch
 import torch.nn.functional as F
 
-from pipesim.emulator.layers import Linear, TPGroup, WeightGradStore, enter_tp, exit_tp, recompute
+from pipesim.emulator.layers import Linear, TPGroup, WeightGradStore, column, exit_tp, recompute
 from pipesim.emulator.lora import adapters as lora_adapters
 from pipesim.emulator.lora import freeze_base, with_adapter
 from pipesim.errors import ScenarioError
@@ -239,9 +239,9 @@ class Block(torch.nn.Module):
             return dropout(self.latent(self.ln1(x), self.cp), self.drop)
         s, bsz, _ = x.shape
         r, d, kv = self.per_group, self.d, self.kv
-        h_in = enter_tp(self.ln1(x), self.tp)
-        s = h_in.shape[0]                            # the whole sequence (gathered under SP)
-        qkv = with_adapter(self.adapters, "qkv", h_in, self.qkv(h_in)).view(s, bsz, kv, (r + 2) * d)
+        qkv = column(self.qkv, self.ln1(x), self.tp, self.adapters, "qkv")
+        s = qkv.shape[0]                             # the whole sequence (gathered under SP)
+        qkv = qkv.view(s, bsz, kv, (r + 2) * d)
         q, k, v = qkv.split([r * d, d, d], dim=-1)
         if r == 1:      # one query head per group: [s, b*heads, d] views, no copies
             q, k, v = (t.view(s, bsz * kv, d).transpose(0, 1) for t in (q, k, v))
@@ -265,8 +265,7 @@ class Block(torch.nn.Module):
         return dropout(out, self.drop)
 
     def mlp(self, x):
-        h_in = enter_tp(self.ln2(x), self.tp)
-        y = with_adapter(self.adapters, "fc1", h_in, self.fc1(h_in))
+        y = column(self.fc1, self.ln2(x), self.tp, self.adapters, "fc1")
         if self.gated:
             gate, up = y.chunk(2, dim=-1)
             y = F.silu(gate) * up
@@ -367,7 +366,7 @@ class Head(torch.nn.Module):
 
     def forward(self, x, target):
         """x: [s, b, h]; target: [b, s] token ids."""
-        logits = self.lin(enter_tp(self.norm(x), self.tp))
+        logits = column(self.lin, self.norm(x), self.tp)
         target = target.t().contiguous()
         if self.tp.size > 1:
             return _VocabParallelCE.apply(logits.float(), target, self.tp, self.vocab_start)

@@ -86,7 +86,8 @@ def _setup(cfg: dict):
     plan = cfg.get("_plan") or plan_for(s)
     counter = MemoryCounter()
     store = WeightGradStore(counter if not cuda else None)
-    tp = TPGroup(tp_group, T, c["tp"], sequence_parallel=s.parallel.sequence_parallel)
+    tp = TPGroup(tp_group, T, c["tp"], sequence_parallel=s.parallel.sequence_parallel,
+                 keeps_gathered=s.training.tp_keeps_gathered_input)
     dtype = DTYPES[s.training.precision]
     torch.manual_seed(int(cfg.get("seed", 0)) * 131 + rank)
     my_stages = plan.stages_of(c["pp"])
