@@ -103,3 +103,25 @@ def test_a_kernel_on_every_sm_is_refused():
     s = pipesim.load_scenario(BASE, ["training.tp_overlap_cfg={proj_fprop: {num_sm: 132}}"])
     with pytest.raises(ScenarioError, match=r"tp_overlap_cfg.proj_fprop.num_sm: 132 .* leaves no SM"):
         cost_model_for(s)
+
+
+def test_userbuffers_hold_a_buffer_per_overlapped_gemm_for_the_whole_run():
+    """TE allocates a registered buffer of [seq x micro-batch / CP, hidden] per overlapped GEMM (12
+    in TE 2.x), the six all-gather ones in FP8 under FP8; none without TE's overlap."""
+    from pipesim.costs.tp_overlap import userbuffers_bytes
+    from pipesim.whatif.analytic import analytic_report
+    s = pipesim.load_scenario(BASE, ["training.tp_overlap=decomposed"])    # the memory is TE's either way
+    elements = 4096 * 8192
+    assert userbuffers_bytes(s) == 12 * 2 * elements
+    assert userbuffers_bytes(pipesim.load_scenario(s, ["training.precision=fp8"])) == (6 + 12) * elements
+    for off in (["training.overlap_tp_comm=false"], ["training.kernel_fusion=eager"],
+                ["parallel.sequence_parallel=false"]):
+        assert userbuffers_bytes(pipesim.load_scenario(s, off)) == 0.0
+    plain = pipesim.load_scenario(s, ["training.overlap_tp_comm=false"])
+    rep, base = simulate(s, trace=False).to_dict(include_trace=False), simulate(plain, trace=False).to_dict(include_trace=False)
+    by = rep["ranks"][0]["peak_memory_by_category"]
+    assert by["buffers"] - base["ranks"][0]["peak_memory_by_category"]["buffers"] == pytest.approx(userbuffers_bytes(s))
+    assert analytic_report(s)["peak_memory_bytes"] - analytic_report(plain)["peak_memory_bytes"] == \
+        pytest.approx(userbuffers_bytes(s))
+    engine = simulate(s, trace=False, engine_choice="simpy").to_dict(include_trace=False)
+    assert engine["peak_memory_bytes"] == rep["peak_memory_bytes"]

@@ -29,9 +29,17 @@ from __future__ import annotations
 
 from pipesim.costs.moe_interference import gemm_slowdown
 from pipesim.costs.ops import Op
+from pipesim.scenario.config import BYTES_PER_ELEMENT
 from pipesim.scenario.tp_overlap_config import UB_METHODS
 
 TE_DEFAULTS = {"num_sm": 16, "set_sm_margin": True, "num_splits": 4, "aggregate": False}
+# Userbuffers' registered buffers: one per overlapped GEMM - the ten of UB_METHODS and TE 2.x's two
+# "external" weight gradients (proj_wgrad, fc2_wgrad) - each of Megatron-Core's shape
+# [seq x micro-batch / CP, hidden] (_initialize_tp_communicators -> initialize_ub, add_ub:
+# CommOverlap / CommOverlapP2P(shape, buffer_dtype, ...)); 1-byte elements for the all-gather
+# buffers under FP8 (`fp8_buf`: the six in UB_FP8_BUFFERS), the model's 16-bit otherwise.
+UB_BUFFERS = 12
+UB_FP8_BUFFERS = 6
 UB_STREAMS = 3
 # a layer's linears -> their (forward, input-gradient, weight-gradient) Userbuffers GEMMs
 UB_GEMMS = {"qkv": ("qkv_fprop", "qkv_dgrad", "qkv_wgrad"), "fc1": ("fc1_fprop", "fc1_dgrad", "fc1_wgrad"),
@@ -41,6 +49,19 @@ UB_GEMMS = {"qkv": ("qkv_fprop", "qkv_dgrad", "qkv_wgrad"), "fc1": ("fc1_fprop",
 def uses_userbuffers(s) -> bool:
     """Whether the TP overlap is timed as Transformer Engine's (training.tp_overlap userbuffers)."""
     return s.training.overlap_tp_comm and s.training.tp_overlap == "userbuffers"
+
+
+def userbuffers_bytes(s) -> float:
+    """Device memory Transformer Engine's Userbuffers hold for the whole run, when the TP overlap is
+    TE's: --tp-comm-overlap on a Megatron / NeMo stack (overlap_tp_comm with sequence parallelism,
+    not a PyTorch-native one, kernel_fusion eager, whose async TP has its own workspace)."""
+    par, tr = s.parallel, s.training
+    if not (tr.overlap_tp_comm and par.tensor > 1 and par.sequence_parallel and par.tensor_mode == "1d"
+            and tr.kernel_fusion != "eager"):
+        return 0.0
+    elements = s.model.seq_length * tr.micro_batch_size / par.context * s.model.hidden_size
+    one_byte = UB_FP8_BUFFERS if tr.precision == "fp8" else 0
+    return elements * (one_byte + (UB_BUFFERS - one_byte) * BYTES_PER_ELEMENT[tr.precision])
 
 
 def setting(tr, name: str, key: str):

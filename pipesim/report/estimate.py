@@ -6,6 +6,7 @@ from pipesim.costs.layers import embedding_ops, head_ops
 from pipesim.costs.ops import Op
 from pipesim.costs.stage import comm_seconds, cost_model_for, costed_layer_ops, costed_mtp_ops, stage_costs
 from pipesim.costs.summary import iteration_flops, layer_counts, total_params
+from pipesim.costs.tp_overlap import userbuffers_bytes
 from pipesim.scenario.config import Scenario
 
 COLUMNS = ["block", "op", "kind", "flops_fwd", "flops_bwd", "saved_bytes", "weight_bytes", "weight_grad_bytes",
@@ -110,6 +111,7 @@ def estimate(s: Scenario) -> dict:
         "activations_per_microbatch_bytes": max(st.activation_bytes for st in stages),
         # what a pass holds beyond them at its peak (the loss's logit copies, FSDP2's root unit)
         "workspace_bytes": max(max(st.workspace.forward(), st.workspace.backward(0.0)) for st in stages),
+        "userbuffers_bytes": userbuffers_bytes(s),
     }
     summary = {
         "params": total_params(s),

@@ -20,6 +20,7 @@ from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, 
                                        weight_gathers, zero3_gather_passes)
 from pipesim.costs.topology import links as topology_links
 from pipesim.costs.topology import island_of, node_of, p2p_link, placement, rank_of
+from pipesim.costs.tp_overlap import userbuffers_bytes
 from pipesim.errors import PlanError, ScenarioError
 from pipesim.schedules.registry import legacy_warmup, schedule_options
 
@@ -525,11 +526,12 @@ def build(s, mode: str = "representative", costs=None, plan=None) -> Workload:
         return table
 
     gangs, gang_at, cache = [], {}, {}
+    ub_bytes = userbuffers_bytes(s)         # Transformer Engine's TP-overlap buffers, every rank
     for pp in range(P):
         chunks = plan.stages_of(pp)
         static = dict(weights=sum(costs[k].static.weights for k in chunks),
                       gradients=sum(costs[k].static.gradients for k in chunks),
-                      optimizer=sum(costs[k].static.optimizer for k in chunks))
+                      optimizer=sum(costs[k].static.optimizer for k in chunks), buffers=ub_bytes)
         rep_speed = None
         if mode == "representative":
             rep_speed = speed_of(s, [m for d in range(D) for m in gang_members(s, d, pp)]

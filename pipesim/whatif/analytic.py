@@ -13,6 +13,7 @@ from pipesim.costs.fp8 import gemm_dtype
 from pipesim.model_stages import stage_costs_for as stage_costs
 from pipesim.costs.summary import iteration_flops
 from pipesim.costs.topology import placement, stage_link
+from pipesim.costs.tp_overlap import userbuffers_bytes
 from pipesim.costs.param_gather import exposed_param_gather
 from pipesim.costs.zero3_reuse import (gathered_weight_bytes, gradient_buckets, param_allgather_seconds,
                                        stage_gathered_bytes, weight_gathers, zero3_gather_passes)
@@ -289,8 +290,9 @@ def analytic_report(s, mode: str = "representative") -> dict:
     waits = bubble + dp_exp - min(bubble, dp_exp, 2 * pass_gather)
     step = compute + waits + fill + sync + opt + contention
     peaks = []
+    ub = userbuffers_bytes(s)
     for r, ch in enumerate(per_rank):
-        static = sum(c.static.total for c in ch)
+        static = sum(c.static.total for c in ch) + ub
         # offloaded activations are on the GPU one layer at a time, for the pass that runs
         held = [in_flight(sched, P, V, M, r, s.training.microbatch_group_size, legacy_warmup(s))] * len(ch)
         if sched in V_SHAPE and len(ch) == 2:
