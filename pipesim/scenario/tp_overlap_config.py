@@ -17,8 +17,7 @@ from pipesim.scenario.schema import field
 UB_METHODS = {"qkv_fprop": "ring_exchange", "fc1_fprop": "ring_exchange", "proj_dgrad": "ring_exchange",
               "fc2_dgrad": "ring_exchange", "proj_fprop": "pipeline", "fc2_fprop": "pipeline",
               "qkv_dgrad": "bulk", "qkv_wgrad": "bulk", "fc1_dgrad": "bulk", "fc1_wgrad": "bulk"}
-UbName = Literal["all", "qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad", "proj_fprop", "fc2_fprop",
-                 "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"]
+UbName = Literal[("all",) + tuple(UB_METHODS)]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -109,8 +109,8 @@ def mcore_virtual_stages(layers: int, pp: int) -> int:
     """Model chunks per pipeline rank at MCORE_LAYERS_PER_VIRTUAL_STAGE layers each; 1 without a
     pipeline (nothing to interleave) or where the layers do not split so (Megatron-Core r0.8 then
     runs the plain 1F1B)."""
-    per_rank, chunk = divmod(layers, pp) if pp > 1 else (0, 1)
-    if pp <= 1 or chunk or per_rank % MCORE_LAYERS_PER_VIRTUAL_STAGE:
+    per_rank, rest = divmod(layers, pp) if pp > 1 else (0, 1)
+    if pp <= 1 or rest or per_rank % MCORE_LAYERS_PER_VIRTUAL_STAGE:
         return 1
     return per_rank // MCORE_LAYERS_PER_VIRTUAL_STAGE
 
