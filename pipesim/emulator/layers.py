@@ -234,7 +234,7 @@ def column(linear: "Linear", x, tp: TPGroup, adapters=None, name: str = ""):
     adapter reads the gathered input, else enter_tp's gather kept for the backward."""
     if tp.regather and (adapters is None or name not in adapters):
         return linear.gathered(x, tp)
-    from pipesim.emulator.lora import with_adapter
+    from pipesim.emulator.lora import with_adapter       # lora imports this module
     h_in = enter_tp(x, tp)
     return with_adapter(adapters, name, h_in, linear(h_in))
 
