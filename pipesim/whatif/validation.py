@@ -383,7 +383,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
         if not results:            # a cases file (--cases) without this family
             continue
         lines.append(f"{suite}  ({metric_title(suite)})")
-        lines.append(f"  {'case':34s} {'GPUs':>5s} {'t':>2s} {'cp':>2s} {'p':>3s} {'d':>4s} {'v':>2s} {'mb':>3s} "
+        lines.append(f"  {'case':34s} {'GPUs':>5s} {'t':>2s} {'cp':>2s} {'p':>3s} {'d':>4s} {'v':>3s} {'mb':>3s} "
                      f"{'step s':>8s} {'pred':>7s} {'pub':>7s} {'err %':>7s}")
         for r in results:
             p = r.case.raw.get("parallel") if isinstance(r.case.raw.get("parallel"), dict) else {}
@@ -395,7 +395,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
             published = "-" if r.case.target is None else f"{r.case.target:.0f}"
             if r.layout is not None:         # what pipesim simulated (a converter may add v, mb)
                 tp, cp, pp, dp, v, mb = r.layout
-                mb = f"{mb}*" if suite == "mcore-h100" else mb
+                mb, v = (f"{mb}*", f"{v}†" if v > 1 else v) if suite == "mcore-h100" else (mb, v)
                 n = tp * cp * pp * dp if n == "-" else n      # a row naming its scenario states no count
             else:                            # the case did not load: the source's own figures
                 tp, cp, pp = p.get("tp", 1), p.get("cp", 1), p.get("pp", 1)
@@ -410,7 +410,7 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
                 note = "; ".join(x for x in (note, stack_label(r.case.raw)) if x)
             n, tp, cp, pp, dp, v, mb = (_cell(x) for x in (n, tp, cp, pp, dp, v, mb))
             lines.append(f"  {r.case.id:34s} {n:>5} {tp:>2} {cp:>2} {pp:>3} {dp:>4} "
-                         f"{v:>2} {mb:>3} {step:>8s} {pred:>7s} {published:>7s} {err:>7s}"
+                         f"{v:>3} {mb:>3} {step:>8s} {pred:>7s} {published:>7s} {err:>7s}"
                          + (f"  {note}" if note else ""))
         lines.append("  " + summary_line(suite, results))
         worst = max((r for r in results if r.error_pct is not None), key=lambda r: abs(r.error_pct), default=None)
@@ -418,6 +418,8 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
             lines += ["  " + x for x in error_budget(worst)]
         if suite == "mcore-h100":
             lines.append("  * micro-batch not stated by the source: 1 assumed for every case (families.py)")
+            lines.append("  † interleaved, one layer a virtual stage: implied by the README's overlapped pipeline "
+                         "communication (families.py)")
         if suite == "llama3-405b":
             from pipesim.whatif.validation_cp import ratio_line
             lines.append("  " + ratio_line(results))
