@@ -45,7 +45,7 @@ from dataclasses import replace
 
 from pipesim.costs.layers import FP32, Shapes, matmul, vector
 from pipesim.costs.mla import rope_pass
-from pipesim.costs.ops import Comm, Op
+from pipesim.costs.ops import Comm, Op, is_wgrad
 from pipesim.costs.tensor_parallel import TensorSplit
 from pipesim.scenario.config import Scenario
 
@@ -83,7 +83,7 @@ def _indexer_projection(op: Op, trained: bool) -> Op:
     if not trained:
         return replace(op, flops_bwd=0.0, bytes_bwd=0.0, gemms_bwd=(), measure_bwd=(), comm_fwd=(), comm_bwd=(),
                        dgrad_fraction=0.0, saved_bytes=0.0)
-    wgrad = tuple(g for g in op.gemms_bwd if g[5:] == ("wgrad",))
+    wgrad = tuple(filter(is_wgrad, op.gemms_bwd))
     return replace(op, flops_bwd=op.flops_bwd / 2, bytes_bwd=op.bytes_bwd / 2, gemms_bwd=wgrad, measure_bwd=(),
                    comm_fwd=(), comm_bwd=(), dgrad_fraction=0.0, saved_bytes=0.0)
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pipesim.costs.ops import Comm, Op
+from pipesim.costs.ops import Comm, Op, is_wgrad
 
 # linears a LoRA adapter can sit beside -> their tensor-parallel role (costs/layers.py block_ops;
 # multi-head latent attention's, costs/mla.py: the down-projections are duplicated over the
@@ -107,12 +107,12 @@ def frozen(op: Op) -> Op:
     """`op` with its weights frozen (module docstring). A linear (a grouped expert GEMM too) is
     recognised by its weight-gradient GEMMs (layers.matmul, moe.grouped_gemm), and its profile
     lookups by their order: each input gradient's followed by its weight gradient's."""
-    if any(g[5:] == ("wgrad",) for g in op.gemms_bwd):
+    if any(map(is_wgrad, op.gemms_bwd)):
         wgrad_flops = op.flops_bwd * (1 - op.dgrad_fraction)
         lookups = [m for m in op.measure_bwd if m[0] == "gemm"]
         return replace(op, flops_bwd=op.flops_bwd - wgrad_flops, bytes_bwd=op.bytes_fwd, saved_bytes=0.0,
                        dgrad_fraction=1.0, frozen=True, comm_bwd=tuple(c for c in op.comm_bwd if not c.wgrad_input),
-                       gemms_bwd=tuple(g for g in op.gemms_bwd if g[5:] != ("wgrad",)),
+                       gemms_bwd=tuple(g for g in op.gemms_bwd if not is_wgrad(g)),
                        measure_bwd=tuple(lookups[0::2]))
     if op.name == "embedding":
         return replace(op, flops_bwd=0.0, bytes_bwd=0.0, comm_bwd=(), frozen=True)

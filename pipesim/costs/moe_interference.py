@@ -86,6 +86,15 @@ def gemm_slowdown(m: float, n: float, batch: float, sms: int, held: int, persist
     return cta_makespan(tiles, kernels, grid, sms - held, persistent) / alone if alone else 1.0
 
 
+def curve_gemm_slowdown(cm, m: float, n: float, batch: float, held: int) -> float:
+    """gemm_slowdown on the cost model's GPU: a late CTA of a static persistent kernel walks its
+    whole stride; Blackwell's CLC hands the late CTAs fewer tiles, as one CTA per tile would
+    (presets/gpus.py `clc`)."""
+    curve = cm.curve
+    static = curve["persistent"] and not curve.get("clc")
+    return gemm_slowdown(m, n, batch, curve["sms"], held, static, cm.gemm_sm_margin)
+
+
 def op_seconds_beside_comm(cm, op: Op, phase: str, held: int, alone: float | None = None) -> tuple[float, float]:
     """(seconds alone, seconds while `held` SMs are taken) of one op: GEMMs on the cost model's
     GEMM curve by their CTA schedule, the rest at the free SMs' share. `alone`: the op's time
@@ -100,10 +109,7 @@ def op_seconds_beside_comm(cm, op: Op, phase: str, held: int, alone: float | Non
     gemms = op.gemms_fwd if phase == "fwd" else op.gemms_bwd
     if not gemms or op.flash:
         return alone, alone * share
-    # a late CTA of a static persistent kernel walks its whole stride; Blackwell's CLC hands the
-    # late CTAs fewer tiles, as one CTA per tile would (presets/gpus.py `clc`)
-    static = curve["persistent"] and not curve.get("clc")
-    parts = [(cm.gemm_time(*g), gemm_slowdown(g[1], g[2], g[0], sms, held, static, cm.gemm_sm_margin)) for g in gemms]
+    parts = [(cm.gemm_time(*g), curve_gemm_slowdown(cm, g[1], g[2], g[0], held)) for g in gemms]
     total = sum(t for t, _ in parts)
     if total <= 0:
         return alone, alone * share

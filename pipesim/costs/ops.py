@@ -89,6 +89,11 @@ class Op:
     frozen: bool = False
 
 
+def is_wgrad(gemm: tuple) -> bool:
+    """A weight-gradient GEMM of an op's gemms_bwd: (batch, M, N, K, dtype, "wgrad")."""
+    return gemm[5:] == ("wgrad",)
+
+
 def is_norm(op: Op) -> bool:
     """A layer's LayerNorm / RMSNorm kernel (the ops layers.py times as `layer_norm_*`)."""
     return any(key == "layer_norm_fwd" for key, _ in op.measure_fwd)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pipesim.costs.flash import attention_source, attention_tflops
 from pipesim.costs.fp8 import block_scaled_fp8
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time, out_bytes_of
-from pipesim.costs.ops import Op
+from pipesim.costs.ops import Op, is_wgrad
 from pipesim.presets.gpus import GENERIC_MATMUL_EFFICIENCY, curve, fill_rate, gemm_anchor, sustained_ratio
 from pipesim.presets.systems import curve_peaks, preset_store_bandwidth
 from pipesim.scenario.system_config import GPUSpec, matrix_peak_of
@@ -232,7 +232,7 @@ class CostModel:
         if not nominal or self.curve is None or not op.gemms_bwd or self._measured(op.measure_bwd) is not None:
             return nominal
         times = [self.gemm_time(*g) for g in op.gemms_bwd]
-        w = sum(t for t, g in zip(times, op.gemms_bwd) if g[5:] == ("wgrad",))
+        w = sum(t for t, g in zip(times, op.gemms_bwd) if is_wgrad(g))
         total = sum(times)
         return w / total if w and total else nominal
 

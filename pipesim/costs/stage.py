@@ -253,10 +253,11 @@ def exposed_tp_backward(s: Scenario, cm: CostModel, op: Op, seconds: float, w_sh
             return ub
     regather = max(0.0, comm_seconds(s, again, cm.profile) - seconds * (1 - w_share)) if again else 0.0
     grad_reduce = [c for c in comms if c.kind in ("reduce_scatter", "all_reduce")]
-    # Userbuffers pipelines a collective with no weight-gradient GEMM to share (a row-parallel
-    # gather, a frozen linear's scatter) with the input-gradient GEMM (exposed_tp)
-    pipelined = s.training.overlap_tp_comm and not again
-    if pipelined or not (s.training.tp_grad_overlap or s.training.overlap_tp_comm) or not grad_reduce or comm <= 0:
+    # beside the weight gradient: Userbuffers' bulk overlap (a linear gathering its input again);
+    # Userbuffers pipelines anything else (a row-parallel gather, a frozen linear's scatter) with
+    # the input-gradient GEMM (exposed_tp)
+    beside_wgrad = bool(again) if s.training.overlap_tp_comm else s.training.tp_grad_overlap
+    if not beside_wgrad or not grad_reduce or comm <= 0:
         exposed = exposed_tp(s, comm, seconds, op.gemms_bwd)
         return regather + exposed, regather + exposed
     hidden = comm_seconds(s, grad_reduce, cm.profile)

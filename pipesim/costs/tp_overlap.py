@@ -27,8 +27,8 @@ projections) are not Userbuffers GEMMs in Megatron-Core: they keep stage.exposed
 """
 from __future__ import annotations
 
-from pipesim.costs.moe_interference import gemm_slowdown
-from pipesim.costs.ops import Op
+from pipesim.costs.moe_interference import curve_gemm_slowdown
+from pipesim.costs.ops import Op, is_wgrad
 from pipesim.scenario.config import BYTES_PER_ELEMENT
 from pipesim.scenario.tp_overlap_config import UB_METHODS
 
@@ -108,7 +108,7 @@ def column_backward_block(cm, tr, op: Op, regather: float, scatter: float) -> tu
     whole. None where the op is not one."""
     names = UB_GEMMS.get(op.name)
     dgrad = _dgrad(op)
-    wgrad = next((g for g in op.gemms_bwd if g[5:] == ("wgrad",)), None)
+    wgrad = next(filter(is_wgrad, op.gemms_bwd), None)
     if names is None or names[2] is None or cm.curve is None or dgrad is None or wgrad is None:
         return None
     d = max(0.0, _bulk(cm, tr, names[1], dgrad, regather) - cm.gemm_time(*dgrad))
@@ -117,7 +117,7 @@ def column_backward_block(cm, tr, op: Op, regather: float, scatter: float) -> tu
 
 
 def _dgrad(op: Op):
-    return next((g for g in op.gemms_bwd if g[5:] != ("wgrad",)), None)
+    return next((g for g in op.gemms_bwd if not is_wgrad(g)), None)
 
 
 def _chunked(cm, g, chunks: int, sms_less: int = 0) -> float:
@@ -142,9 +142,7 @@ def _beside(cm, tr, name: str, g, chunks: int, comm: float) -> float:
         return _chunked(cm, g, chunks, held)
     alone = _chunked(cm, g, chunks)
     batch, m, n, *_ = g
-    static = cm.curve["persistent"] and not cm.curve.get("clc")
-    slow = gemm_slowdown(m / chunks, n, batch * min(UB_STREAMS, chunks), cm.curve["sms"], held, static,
-                         cm.gemm_sm_margin)
+    slow = curve_gemm_slowdown(cm, m / chunks, n, batch * min(UB_STREAMS, chunks), held)
     return min(alone * slow, alone + comm)
 
 
