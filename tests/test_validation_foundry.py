@@ -31,6 +31,8 @@ def test_the_table_columns_map_to_fsdp_settings():
     pure = load_scenario(case_scenario(cases["foundry-a100-40gb-mpt-70b-2048-128gpu"]))
     assert pure.training.reshard_after_forward and not pure.training.grad_reduce_in_fp32
     assert pure.training.recompute == "full" and pure.system.gpu.memory == pytest.approx(40 * 2**30, rel=0.03)
+    # attn_impl: flash is FlashAttention-2, triton MPT's Triton port of FlashAttention
+    assert grad_op.training.attention_kernel == "fa2" and pure.training.attention_kernel == "fa-triton"
     fp8 = load_scenario(case_scenario(cases["foundry-h100fp8-mpt-3b-2048-8gpu"]))
     assert fp8.training.precision == "fp8" and fp8.training.fp8_recipe == "delayed"
     # micro-batch 14 x 3 accumulations x 32 GPUs; the figure is the table's T/s over its GPUs

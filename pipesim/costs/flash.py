@@ -31,8 +31,11 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
         if measured is not None:
             return measured
     table, scale = attention_table(curve, kernel)
-    rate = scale * _table_rate(table, seq, causal, phase) * head_dim_factor(
-        table, ("fwd" if phase == "fwd" else "bwd") + ("_causal" if causal else ""), seq, head_dim)
+    base = table.get("relative_to", table)
+    rate = scale * _table_rate(base, seq, causal, phase) * head_dim_factor(
+        base, ("fwd" if phase == "fwd" else "bwd") + ("_causal" if causal else ""), seq, head_dim)
+    if base is not table:
+        rate *= relative_rate(table["ratio"], seq, causal, head_dim)
     if dtype != "bf16":
         fp8 = curve["attention_fp8"][dtype]
         ref = fp8["bf16_ref"]
@@ -53,6 +56,20 @@ def window_tflops(curve: dict, window: int, head_dim: float, seq: float, phase: 
             or (window, head_dim) != (table["window"], table["head_dim"])):
         return None
     return curve["attention_scale"] * _interp(table[dtype]["fwd" if phase == "fwd" else "bwd"], seq)
+
+
+def relative_rate(ratio: dict, seq: float, causal: bool, head_dim) -> float:
+    """A kernel measured only against another (`relative_to`): its rate over that kernel's at
+    `seq` (interp_by_seq of the panel at this causality), log-linear in the head dim between the
+    measured panels and held beyond them (an MLA shape at its value head dim)."""
+    d = float(head_dim[1] if isinstance(head_dim, tuple) else head_dim)
+    dims = sorted(hd for c, hd in ratio if c == causal)
+    lo = max((x for x in dims if x <= d), default=dims[0])
+    hi = min((x for x in dims if x >= d), default=dims[-1])
+    r_lo, r_hi = (_interp(ratio[(causal, x)], seq) for x in (lo, hi))
+    if lo == hi:
+        return r_lo
+    return r_lo + (math.log(d / lo) / math.log(hi / lo)) * (r_hi - r_lo)
 
 
 def _table_rate(table: dict, seq: float, causal: bool, phase: str) -> float:

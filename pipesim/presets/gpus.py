@@ -28,6 +28,7 @@ Fields:
                   table whose head-dim panels a table measured at head dim 128 only borrows)
   fa2             (Blackwell) (table, scale) of FlashAttention-2, PyTorch SDPA's flash backend
   sdpa_cudnn      (Blackwell) (table, scale) of cuDNN through PyTorch SDPA's cuDNN backend
+  older_attention (Ampere) {name: (table, scale)} of FlashAttention v1 and its Triton port
   attention_fp8   cuDNN's FP8 fused attention by scaling kind: {"fp8": (table, scale), "mxfp8": ...}
   attention_window cuDNN's sliding-window attention measured at one window and head dim (flash.py
                   window_tflops), scaled as the attention table
@@ -299,10 +300,57 @@ _B200_FA2 = _with_non_causal({
     "head_dim_from": _H100_FA2,
 }, _H100_FA2)
 
+# Older fused kernels, from the FlashAttention-2 paper (Dao 2023, arXiv:2307.08691), Fig. 4 (A100
+# 80GB SXM4) and Fig. 7 (H100 80GB SXM5), as the flash-attention repository ships them
+# (assets/flash2_a100_fwd_bwd_benchmark.png, flash2_h100_fwd_bwd_benchmark.png): forward + backward
+# TFLOP/s at seq 512 .. 16k (batch x seq = 16k tokens, hidden 2048), per panel (causal, head dim), as
+# labelled on the bars (two FlashAttention-2 labels of the A100 figure sit under the legend: 153 at
+# 1k, head dim 64, and 151 at 512, head dim 128, read from the bars' height). "fa1" is
+# FlashAttention (v1), "fa-triton" its Triton port (flash_attn_triton.py, the kernel MPT / llm-foundry
+# run as attn_impl triton; A100 only: the H100 figure has no Triton bar).
+_FA2_PAPER_FWD_BWD = {
+    "a100": {
+        "fa2": {(False, 64): (132, 153, 162, 171, 175, 176), (False, 128): (151, 173, 187, 196, 201, 203),
+                (True, 64): (88, 119, 140, 156, 165, 171), (True, 128): (99, 133, 155, 173, 182, 189)},
+        "fa1": {(False, 64): (91, 92, 104, 108, 110, 110), (False, 128): (76, 72, 76, 80, 82, 83),
+                (True, 64): (58, 70, 77, 87, 92, 97), (True, 128): (55, 62, 69, 76, 80, 83)},
+        "fa-triton": {(False, 64): (90, 102, 98, 98, 100, 100), (False, 128): (78, 85, 90, 93, 95, 95),
+                      (True, 64): (59, 75, 79, 76, 79, 80), (True, 128): (50, 61, 68, 74, 78, 80)},
+    },
+    "h100": {
+        "fa2": {(False, 64): (215, 254, 274, 288, 294, 296), (False, 128): (248, 294, 320, 326, 335, 338),
+                (True, 64): (141, 192, 232, 257, 273, 284), (True, 128): (163, 221, 265, 294, 308, 328)},
+        "fa1": {(False, 64): (157, 159, 161, 161, 166, 168), (False, 128): (127, 127, 128, 131, 137, 139),
+                (True, 64): (104, 123, 136, 138, 149, 156), (True, 128): (98, 109, 108, 126, 135, 137)},
+    },
+}
+
+
+def _relative_to_fa2(gpu: str, kernel: str) -> dict:
+    """An older kernel's table: FlashAttention-2's rate on the GPU (the _H100_FA2 table at the
+    curve's scale) times the kernel's forward + backward rate over FA2's in the same panel of the
+    same figure, forward and backward alike (the figure gives only their sum), by sequence length
+    at head dims 64 and 128 (flash.relative_rate; none above: FlashAttention v1 and its Triton port
+    stop at 128)."""
+    panels, fa2 = _FA2_PAPER_FWD_BWD[gpu][kernel], _FA2_PAPER_FWD_BWD[gpu]["fa2"]
+    return {"relative_to": _H100_FA2,
+            "ratio": {panel: tuple((s, k / f) for s, k, f in zip(_SEQ, rates, fa2[panel]))
+                      for panel, rates in panels.items()}}
+
+
+# Triton's port has no H100 bar: on H100 it takes its A100 rate over FlashAttention-2's (both are
+# Ampere-style mma.sync kernels there: FlashAttention v1's own H100 / A100 ratio to FA2 agrees,
+# 0.42-0.60 against 0.44-0.56 causal at head dim 128).
+_FA1_ON_A100, _FA_TRITON = _relative_to_fa2("a100", "fa1"), _relative_to_fa2("a100", "fa-triton")
+_FA1_ON_H100 = _relative_to_fa2("h100", "fa1")
+
 # What each attention table is, as the report names it beside a prediction ("source").
 for _table, _label in ((_H100_CUDNN, "cuDNN, FlashAttention-3 paper Fig. 5 (H100, 2024)"),
                        (_H100_FA2, "FlashAttention-2, FlashAttention-3 paper Fig. 5 (H100)"),
                        (_H100_FA3, "FlashAttention-3, FlashAttention-3 paper Fig. 5 (H100)"),
+                       (_FA1_ON_A100, "FlashAttention v1, FlashAttention-2 paper Fig. 4 (A100), as its ratio to FA2"),
+                       (_FA_TRITON, "FlashAttention Triton, FlashAttention-2 paper Fig. 4 (A100), as its ratio to FA2"),
+                       (_FA1_ON_H100, "FlashAttention v1, FlashAttention-2 paper Fig. 7 (H100), as its ratio to FA2"),
                        (_H100_CUDNN_2026, "cuDNN 9.19, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
                        (_H100_CUDNN_FP8, "cuDNN 9.19 FP8, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
                        (_GB200_CUDNN, "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
@@ -410,7 +458,8 @@ KERNEL_CURVES: dict[str, dict] = {
     # 0.341 x 370 = 126 TFLOP/s forward -- below FA2's published A100 forward (up to 230), so
     # the A100 entry scales the curve to FA2's A100 plateau instead: 230 / 370.
     "a100": dict(persistent=False, sms=108, best_shape=dict(bf16=(1024, 10240, 5120)), mamf_tflops=dict(fp16=271.2, bf16=271.2, tf32=135.6, fp32=19.5 * 0.8, fp8=271.2),
-                 attention=_H100_FA2, attention_scale=230.0 / 370.0, sustained=_A100_SUSTAINED),
+                 attention=_H100_FA2, attention_scale=230.0 / 370.0, sustained=_A100_SUSTAINED,
+                 older_attention={"fa1": (_FA1_ON_A100, 230.0 / 370.0), "fa-triton": (_FA_TRITON, 230.0 / 370.0)}),
     # H100 SXM5: 132 SMs (Hopper whitepaper Table 2). MAMF BF16 794.5, FP8 1402.6.
     "h100": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
                  anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
@@ -469,7 +518,8 @@ KERNEL_CURVES: dict[str, dict] = {
 
 # Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has
 # all three bars of the FlashAttention-3 paper's Fig. 5 (cuDNN, FlashAttention-2 -- the kernel
-# PyTorch's SDPA flash backend vendors -- and FlashAttention-3) and the cuDNN of 2026; Ampere and Volta FA2 only (FA3 and
+# PyTorch's SDPA flash backend vendors -- and FlashAttention-3), the cuDNN of 2026 and the older
+# FlashAttention v1 and its Triton port; Ampere FA2, v1 and the Triton port, Volta FA2 only (FA3 and
 # the cuDNN table are Hopper measurements); Blackwell cuDNN and FA2 (its `fa2` entry; FA3 has no
 # Blackwell kernel).
 def _attention_kernels(c: dict) -> dict:
@@ -477,6 +527,8 @@ def _attention_kernels(c: dict) -> dict:
     kernels = {own: (c["attention"], c["attention_scale"])}
     if c["attention"] is _H100_CUDNN and c["attention_scale"] == 1.0:     # measured on this GPU: Hopper
         kernels.update(fa2=(_H100_FA2, 1.0), fa3=(_H100_FA3, 1.0), **{"cudnn-9.19": (_H100_CUDNN_2026, 1.0)})
+        kernels.update({"fa1": (_FA1_ON_H100, 1.0), "fa-triton": (_FA_TRITON, 1.0)})
+    kernels.update(c.get("older_attention", {}))
     if "fa2" in c:
         kernels["fa2"] = c["fa2"]
     if kernels.get("cudnn"):                       # PyTorch SDPA's cuDNN path: measured on Blackwell

@@ -31,10 +31,9 @@ block), prefetching the next block's gather (backward_prefetch BACKWARD_PRE), an
 The network: 8 x 200 Gb/s per A100 node as the tables' titles state (the dgx-a100 presets); the H100
 tables name none (the dgx-h100 preset, 8 x 400 Gb/s).
 Attention: attn_impl triton (submit_benchmarks.py's default, MPT's Triton FlashAttention,
-flash_attn_triton.py) or flash (FlashAttention-2, gpu-flash2; the large-scale sweep.py's choice for
-1B, 3B, 7B and 70B). No per-length table of the Triton kernel is published; it is timed on the
-FlashAttention-2 table, which Dao (arXiv:2307.08691, Sec. 4.1) measures 1.3-2.5x faster than it on
-A100: the triton rows' attention is expected optimistic, most at long sequences.
+flash_attn_triton.py: attention_kernel fa-triton, timed on the FlashAttention-2 paper's Fig. 4 bars of
+that kernel, A100; on H100 at its A100 ratio to FA2, presets/gpus.py) or flash (FlashAttention-2,
+gpu-flash2; the large-scale sweep.py's choice for 1B, 3B, 7B and 70B: fa2).
 """
 from __future__ import annotations
 
@@ -47,7 +46,8 @@ SHARDING = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
 # Composer FSDP mixed_precision -> gradients reduced in fp32
 MIXED_PRECISION = {"DEFAULT": True, "PURE": False}
 PRECISION = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp8": "fp8"}
-ATTN_IMPL = ("triton", "flash")
+# llm-foundry attn_impl -> training.attention_kernel
+ATTN_IMPL = {"triton": "fa-triton", "flash": "fa2"}
 
 
 def foundry_scenario(case) -> dict:
@@ -58,7 +58,7 @@ def foundry_scenario(case) -> dict:
     reshard = mapped(SHARDING, par["sharding"], cid, "parallel.sharding")
     fp32_reduce = mapped(MIXED_PRECISION, tr["fsdp_mixed_precision"], cid, "training.fsdp_mixed_precision")
     precision = mapped(PRECISION, tr["precision"], cid, "training.precision")
-    mapped(dict.fromkeys(ATTN_IMPL), tr["attn_impl"], cid, "training.attn_impl")
+    kernel = mapped(ATTN_IMPL, tr["attn_impl"], cid, "training.attn_impl")
     if tr.get("activation_cpu_offload"):
         raise ScenarioError(f"{cid}: training.activation_cpu_offload: true is not mapped (no table row uses it)")
     if n % 8:
@@ -69,7 +69,7 @@ def foundry_scenario(case) -> dict:
                             f"{micro} on each of {n} GPUs")
     training = {"micro_batch_size": micro, "global_batch_size": batch,
                 "precision": precision, "recompute": "full" if tr["activation_checkpointing"] else "none",
-                "attention": "flash", "attention_kernel": "fa2", "kernel_fusion": "eager",
+                "attention": "flash", "attention_kernel": kernel, "kernel_fusion": "eager",
                 "cross_entropy": "flash_attn", "logit_metric_passes": 2, "optimizer": "sgd",
                 "zero_stage": 3, "zero3_collectives": "layer", "zero3_prefetch": True,
                 "reshard_after_forward": reshard, "overlap_grad_reduce": True, "grad_reduce_in_fp32": fp32_reduce}
