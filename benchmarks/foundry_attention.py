@@ -1,6 +1,6 @@
 """What the foundry rows (MosaicML's MPT tables, `pipesim validate foundry`) imply about MPT's Triton
 FlashAttention: for each row at 4K tokens or more, pipesim's step, the share of it that is attention
-(timed on the FlashAttention-2 table), and the factor on that attention time that would give the
+(timed on the row's kernel table: fa-triton for attn_impl triton, fa2 for flash), and the factor on that attention time that would give the
 published step if everything else were right. A diagnosis, not a model input: where attention is
 most of the step the factor is the kernel's, elsewhere it also carries the rest of the row's gap.
 

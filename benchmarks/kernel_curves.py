@@ -31,6 +31,10 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
    b372d39, GB200 / GB300, batch 1 x 128 heads, BF16 and per-tensor FP8; its 512 and 1K rows are
    the tables' short end, its 2K-16K rows are independent) and its October 2025 B200 run through PyTorch's cuDNN path
    (commit bb37575, pyt_cudnn, cuDNN 9.13.1; never used: a slower path than Transformer Engine's).
+3f. Attention, forward + backward, A100 and H100: the FlashAttention-2 paper's Fig. 4 / 7 bars (as the
+   flash-attention repository ships them) for FlashAttention-2, v1 and v1's Triton port. pipesim's
+   FA2 is the FA3 paper's H100 table (A100: x 230/370); v1 and Triton are FA2 times their measured
+   ratio to FA2 in each panel (H100 Triton: the A100 ratio), so the error printed is FA2's own.
 4. Mamba-2 SSD scan forward, H100 BF16 (pipesim/costs/mamba.py: four GEMMs per chunk on the curve
    plus the sequential state passing at the memory roof), against vllm-project/vllm PR #27299's
    microbenchmark (2025-10-25, one H100, granite-4.0-h-small's mixer: 128 heads of 64, 1 group,
@@ -50,7 +54,8 @@ import statistics
 
 from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
-from pipesim.presets.gpus import KERNEL_CURVES, fill_rate, gemm_anchor, sustained_ratio
+from pipesim.presets.gpus import (FA2_PAPER_FWD_BWD, FA2_PAPER_SEQ, KERNEL_CURVES, fill_rate, gemm_anchor,
+                                  sustained_ratio)
 
 XLA = "OpenXLA matmul_interpolator_data.h (sm_90)"
 # (batch, M, N, K, published bf16 TFLOP/s)
@@ -332,6 +337,19 @@ def main() -> None:
             pf, pb = (attention_tflops(h200, seq, causal, p, kernel) for p in ("fwd", "bwd"))
             print(f"   {seq:>6} {str(causal):>6} {kernel:>6} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
                   f"{pb:>6.0f} {bwd:>6.0f} {100 * (pb / bwd - 1):>+6.0f}")
+    print()
+
+    print("3f. Attention forward + backward (FLOPs 3.5x the forward), the FlashAttention-2 paper's Fig. 4 / 7:")
+    print("    pipesim / published TFLOP/s at seq 512 .. 16k (H100 Triton: no bar, pipesim only)")
+    for gpu in ("a100", "h100"):
+        for kernel in ("fa2", "fa1", "fa-triton"):
+            bars = FA2_PAPER_FWD_BWD[gpu].get(kernel)
+            for (causal, hd), rates in sorted((bars or FA2_PAPER_FWD_BWD["a100"][kernel]).items()):
+                pred = [3.5 / (1 / attention_tflops(KERNEL_CURVES[gpu], s, causal, "fwd", kernel, hd)
+                               + 2.5 / attention_tflops(KERNEL_CURVES[gpu], s, causal, "bwd", kernel, hd))
+                        for s in FA2_PAPER_SEQ]
+                cells = (f"{p:>4.0f}/{r:<4}" if bars else f"{p:>4.0f}/-   " for p, r in zip(pred, rates))
+                print(f"   {gpu:>5} {kernel:>9} {'causal' if causal else 'plain':>6} d={hd:<3} " + " ".join(cells))
     print()
 
     print("3d. Sliding-window attention, head dim 64: NVIDIA's gpt_oss runs vs pipesim's generic rule (the full")

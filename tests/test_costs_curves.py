@@ -561,15 +561,15 @@ def test_older_attention_kernels_keep_their_published_ratio_to_flashattention2(g
     Fig. 4, H100 Fig. 7; the H100 Triton port at its A100 ratio): the ratio holds at every bar, causal
     or not, head dim 64 or 128, and the absolute rate stays near the bar (within FA2's own table's
     error there: on H100 the FA3 paper's FA2 run, 11 % below the FA2 paper's at 512 causal)."""
-    from pipesim.presets.gpus import _FA2_PAPER_FWD_BWD, _SEQ
+    from pipesim.presets.gpus import FA2_PAPER_FWD_BWD, FA2_PAPER_SEQ
     curve = KERNEL_CURVES[gpu]
-    bars = _FA2_PAPER_FWD_BWD[gpu if kernel in _FA2_PAPER_FWD_BWD[gpu] else "a100"]
+    bars = FA2_PAPER_FWD_BWD[gpu if kernel in FA2_PAPER_FWD_BWD[gpu] else "a100"]
 
     def fwd_bwd(k, seq, causal, hd):       # the paper's count: forward 1, backward 2.5
         return 3.5 / (1 / attention_tflops(curve, seq, causal, "fwd", k, hd)
                       + 2.5 / attention_tflops(curve, seq, causal, "bwd", k, hd))
     for (causal, hd), rates in bars[kernel].items():
-        for seq, rate, fa2 in zip(_SEQ, rates, bars["fa2"][(causal, hd)]):
+        for seq, rate, fa2 in zip(FA2_PAPER_SEQ, rates, bars["fa2"][(causal, hd)]):
             assert fwd_bwd(kernel, seq, causal, hd) / fwd_bwd("fa2", seq, causal, hd) == pytest.approx(rate / fa2)
             if gpu == "a100" or kernel == "fa1":     # FA2's table against the FA2 paper's bars: <= 11 %
                 assert fwd_bwd(kernel, seq, causal, hd) == pytest.approx(rate, rel=0.12)

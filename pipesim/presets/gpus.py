@@ -308,7 +308,8 @@ _B200_FA2 = _with_non_causal({
 # 1k, head dim 64, and 151 at 512, head dim 128, read from the bars' height). "fa1" is
 # FlashAttention (v1), "fa-triton" its Triton port (flash_attn_triton.py, the kernel MPT / llm-foundry
 # run as attn_impl triton; A100 only: the H100 figure has no Triton bar).
-_FA2_PAPER_FWD_BWD = {
+FA2_PAPER_SEQ = _SEQ
+FA2_PAPER_FWD_BWD = {
     "a100": {
         "fa2": {(False, 64): (132, 153, 162, 171, 175, 176), (False, 128): (151, 173, 187, 196, 201, 203),
                 (True, 64): (88, 119, 140, 156, 165, 171), (True, 128): (99, 133, 155, 173, 182, 189)},
@@ -332,7 +333,7 @@ def _relative_to_fa2(gpu: str, kernel: str) -> dict:
     same figure, forward and backward alike (the figure gives only their sum), by sequence length
     at head dims 64 and 128 (flash.relative_rate; none above: FlashAttention v1 and its Triton port
     stop at 128)."""
-    panels, fa2 = _FA2_PAPER_FWD_BWD[gpu][kernel], _FA2_PAPER_FWD_BWD[gpu]["fa2"]
+    panels, fa2 = FA2_PAPER_FWD_BWD[gpu][kernel], FA2_PAPER_FWD_BWD[gpu]["fa2"]
     return {"relative_to": _H100_FA2,
             "ratio": {panel: tuple((s, k / f) for s, k, f in zip(_SEQ, rates, fa2[panel]))
                       for panel, rates in panels.items()}}
