@@ -32,9 +32,10 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
    the tables' short end, its 2K-16K rows are independent) and its October 2025 B200 run through PyTorch's cuDNN path
    (commit bb37575, pyt_cudnn, cuDNN 9.13.1; never used: a slower path than Transformer Engine's).
 3f. Attention, forward + backward, A100 and H100: the FlashAttention-2 paper's Fig. 4 / 7 bars (as the
-   flash-attention repository ships them) for FlashAttention-2, v1 and v1's Triton port. pipesim's
-   FA2 is the FA3 paper's H100 table (A100: x 230/370); v1 and Triton are FA2 times their measured
-   ratio to FA2 in each panel (H100 Triton: the A100 ratio), so the error printed is FA2's own.
+   flash-attention repository ships them) for FlashAttention-2, v1, a Triton FlashAttention and
+   xformers (A100). pipesim's FA2 is the FA3 paper's H100 table (A100: x 230/370); the others are FA2
+   times their measured ratio to FA2 in each panel (H100 Triton: the A100 ratio), so the error
+   printed is FA2's own.
 4. Mamba-2 SSD scan forward, H100 BF16 (pipesim/costs/mamba.py: four GEMMs per chunk on the curve
    plus the sequential state passing at the memory roof), against vllm-project/vllm PR #27299's
    microbenchmark (2025-10-25, one H100, granite-4.0-h-small's mixer: 128 heads of 64, 1 group,
@@ -342,8 +343,10 @@ def main() -> None:
     print("3f. Attention forward + backward (FLOPs 3.5x the forward), the FlashAttention-2 paper's Fig. 4 / 7:")
     print("    pipesim / published TFLOP/s at seq 512 .. 16k (H100 Triton: no bar, pipesim only)")
     for gpu in ("a100", "h100"):
-        for kernel in ("fa2", "fa1", "fa-triton"):
+        for kernel in ("fa2", "fa1", "fa-triton", "xformers"):
             bars = FA2_PAPER_FWD_BWD[gpu].get(kernel)
+            if kernel not in KERNEL_CURVES[gpu]["attention_kernels"]:
+                continue
             for (causal, hd), rates in sorted((bars or FA2_PAPER_FWD_BWD["a100"][kernel]).items()):
                 pred = [3.5 / (1 / attention_tflops(KERNEL_CURVES[gpu], s, causal, "fwd", kernel, hd)
                                + 2.5 / attention_tflops(KERNEL_CURVES[gpu], s, causal, "bwd", kernel, hd))

@@ -553,8 +553,8 @@ def test_attention_kernel_picks_the_published_table_and_refuses_one_without():
     assert "training.attention_kernel" in msg and "fa2" in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("gpu,kernel", [("a100", "fa-triton"), ("a100", "fa1"), ("h100", "fa1"),
-                                        ("h100", "fa-triton")])
+@pytest.mark.parametrize("gpu,kernel", [("a100", "fa-triton"), ("a100", "fa1"), ("a100", "xformers"),
+                                        ("h100", "fa1"), ("h100", "fa-triton")])
 def test_older_attention_kernels_keep_their_published_ratio_to_flashattention2(gpu, kernel):
     """FlashAttention v1 and its Triton port (MPT's attn_impl triton) are timed as FlashAttention-2
     times their forward + backward rate over FA2's in the FlashAttention-2 paper's figures (A100

@@ -28,7 +28,8 @@ Fields:
                   table whose head-dim panels a table measured at head dim 128 only borrows)
   fa2             (Blackwell) (table, scale) of FlashAttention-2, PyTorch SDPA's flash backend
   sdpa_cudnn      (Blackwell) (table, scale) of cuDNN through PyTorch SDPA's cuDNN backend
-  older_attention (Ampere) {name: (table, scale)} of FlashAttention v1 and its Triton port
+  older_attention (Ampere) {name: (table, scale)} of FlashAttention v1, a Triton FlashAttention and
+                  xformers' memory-efficient attention
   attention_fp8   cuDNN's FP8 fused attention by scaling kind: {"fp8": (table, scale), "mxfp8": ...}
   attention_window cuDNN's sliding-window attention measured at one window and head dim (flash.py
                   window_tflops), scaled as the attention table
@@ -306,8 +307,11 @@ _B200_FA2 = _with_non_causal({
 # TFLOP/s at seq 512 .. 16k (batch x seq = 16k tokens, hidden 2048), per panel (causal, head dim), as
 # labelled on the bars (two FlashAttention-2 labels of the A100 figure sit under the legend: 153 at
 # 1k, head dim 64, and 151 at 512, head dim 128, read from the bars' height). "fa1" is
-# FlashAttention (v1), "fa-triton" its Triton port (flash_attn_triton.py, the kernel MPT / llm-foundry
-# run as attn_impl triton; A100 only: the H100 figure has no Triton bar).
+# FlashAttention (v1), "fa-triton" a Triton FlashAttention (the figure's "FlashAttention Triton"; the
+# kernel MPT / llm-foundry run as attn_impl triton is Tri Dao's flash_attn_triton.py, whose header
+# puts its forward + backward slightly below v1's; the repository's benchmark script of the same
+# month times OpenAI's triton.ops.flash_attention under that label), "xformers" xformers' CUTLASS
+# memory-efficient attention. The H100 figure has v1 and FA2 only.
 FA2_PAPER_SEQ = _SEQ
 FA2_PAPER_FWD_BWD = {
     "a100": {
@@ -317,6 +321,8 @@ FA2_PAPER_FWD_BWD = {
                 (True, 64): (58, 70, 77, 87, 92, 97), (True, 128): (55, 62, 69, 76, 80, 83)},
         "fa-triton": {(False, 64): (90, 102, 98, 98, 100, 100), (False, 128): (78, 85, 90, 93, 95, 95),
                       (True, 64): (59, 75, 79, 76, 79, 80), (True, 128): (50, 61, 68, 74, 78, 80)},
+        "xformers": {(False, 64): (68, 73, 76, 77, 75, 75), (False, 128): (83, 91, 95, 96, 97, 98),
+                     (True, 64): (51, 60, 66, 68, 69, 67), (True, 128): (58, 72, 82, 87, 91, 92)},
     },
     "h100": {
         "fa2": {(False, 64): (215, 254, 274, 288, 294, 296), (False, 128): (248, 294, 320, 326, 335, 338),
@@ -343,6 +349,7 @@ def _relative_to_fa2(gpu: str, kernel: str) -> dict:
 # Ampere-style mma.sync kernels there: FlashAttention v1's own H100 / A100 ratio to FA2 agrees,
 # 0.42-0.60 against 0.44-0.56 causal at head dim 128).
 _FA1_ON_A100, _FA_TRITON = _relative_to_fa2("a100", "fa1"), _relative_to_fa2("a100", "fa-triton")
+_XFORMERS_ON_A100 = _relative_to_fa2("a100", "xformers")
 _FA1_ON_H100 = _relative_to_fa2("h100", "fa1")
 
 # What each attention table is, as the report names it beside a prediction ("source").
@@ -352,6 +359,7 @@ for _table, _label in ((_H100_CUDNN, "cuDNN, FlashAttention-3 paper Fig. 5 (H100
                        (_FA1_ON_A100, "FlashAttention v1, FlashAttention-2 paper Fig. 4 (A100), as its ratio to FA2"),
                        (_FA_TRITON, "FlashAttention Triton, FlashAttention-2 paper Fig. 4 (A100), as its ratio to FA2"),
                        (_FA1_ON_H100, "FlashAttention v1, FlashAttention-2 paper Fig. 7 (H100), as its ratio to FA2"),
+                       (_XFORMERS_ON_A100, "xformers, FlashAttention-2 paper Fig. 4 (A100), as its ratio to FA2"),
                        (_H100_CUDNN_2026, "cuDNN 9.19, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
                        (_H100_CUDNN_FP8, "cuDNN 9.19 FP8, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
                        (_GB200_CUDNN, "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
@@ -460,7 +468,8 @@ KERNEL_CURVES: dict[str, dict] = {
     # the A100 entry scales the curve to FA2's A100 plateau instead: 230 / 370.
     "a100": dict(persistent=False, sms=108, best_shape=dict(bf16=(1024, 10240, 5120)), mamf_tflops=dict(fp16=271.2, bf16=271.2, tf32=135.6, fp32=19.5 * 0.8, fp8=271.2),
                  attention=_H100_FA2, attention_scale=230.0 / 370.0, sustained=_A100_SUSTAINED,
-                 older_attention={"fa1": (_FA1_ON_A100, 230.0 / 370.0), "fa-triton": (_FA_TRITON, 230.0 / 370.0)}),
+                 older_attention={"fa1": (_FA1_ON_A100, 230.0 / 370.0), "fa-triton": (_FA_TRITON, 230.0 / 370.0),
+                                  "xformers": (_XFORMERS_ON_A100, 230.0 / 370.0)}),
     # H100 SXM5: 132 SMs (Hopper whitepaper Table 2). MAMF BF16 794.5, FP8 1402.6.
     "h100": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
                  anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,

@@ -365,7 +365,8 @@ class TrainingConfig:
         "auto", doc="attention kernel: flash (fused, keeps no s x s scores), eager (materialized scores), or auto: "
                     "flash in 16-bit and FP8 training on a GPU with a fused-attention table (every kernel-curve GPU "
                     "from V100 on), eager otherwise (FP32/TF32, CPU ranks)")
-    attention_kernel: Literal["auto", "cudnn", "cudnn-9.19", "sdpa-cudnn", "fa2", "fa3", "fa1", "fa-triton"] = field(
+    attention_kernel: Literal["auto", "cudnn", "cudnn-9.19", "sdpa-cudnn", "fa2", "fa3", "fa1", "fa-triton",
+                              "xformers"] = field(
         "auto", doc="fused attention's kernel table (attention: flash): auto = what the stack runs: Transformer "
                     "Engine's choice (cuDNN on Hopper/Blackwell, FlashAttention-2 before) with kernel_fusion fused, "
                     "PyTorch SDPA's FlashAttention-2 with kernel_fusion eager (SDPA's order up to torch 2.10; from "
@@ -375,7 +376,8 @@ class TrainingConfig:
                     "(8-22 % faster than the 2024 one `cudnn` is on Hopper); sdpa-cudnn = cuDNN through "
                     "PyTorch SDPA's cuDNN backend (measured on Blackwell, 20-30 % below Transformer Engine's "
                     "path; the cudnn table elsewhere); fa1 = FlashAttention v1 (A100, Hopper); fa-triton = "
-                    "its Triton port (flash_attn_triton.py, MPT's attn_impl triton; A100, Hopper)")
+                    "a Triton FlashAttention (MPT's attn_impl triton; A100, Hopper); xformers = xformers' "
+                    "memory-efficient attention (A100)")
     document_length: Optional[int] = field(
         None, doc="packed sequences: documents of this mean length in tokens, concatenated and cut into "
                   "sequences, attend only within themselves (a document mask: Transformer Engine THD / "
