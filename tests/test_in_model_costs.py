@@ -148,7 +148,7 @@ def test_ranks_that_ran_an_op_in_their_stages_give_its_cost():
 
 
 def test_measured_allreduce_replaces_the_link_for_groups_of_its_size(tmp_path):
-    from pipesim.calibrate.host import allreduce_seconds, host_model
+    from pipesim.calibrate.host import host_collective_seconds, host_model
     from pipesim.costs.ops import Comm
     from pipesim.costs.profile import load_profile
     from pipesim.costs.stage import comm_seconds
@@ -161,8 +161,8 @@ def test_measured_allreduce_replaces_the_link_for_groups_of_its_size(tmp_path):
     path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": host},
                                 "measurements": []}))
     prof = load_profile(path)
-    assert allreduce_seconds(prof, 1e6, 2) == pytest.approx(1e-3 + 1e-2)
-    assert allreduce_seconds(prof, 1e6, 4) is None                      # measured over 2 ranks only
+    assert host_collective_seconds(prof, "all_reduce", 1e6, 2) == pytest.approx(1e-3 + 1e-2)
+    assert host_collective_seconds(prof, "all_reduce", 1e6, 4) is None                      # measured over 2 ranks only
     two, four = Comm("all_reduce", 1e6, "tp", 2, count=3), Comm("all_reduce", 1e6, "tp", 4)
     assert comm_seconds(s, [two], prof) == pytest.approx(3 * (1e-3 + 1e-2))
     assert comm_seconds(s, [four], prof) == pytest.approx(comm_seconds(s, [four]))   # the link, as before
@@ -195,35 +195,77 @@ def test_first_and_last_stage_pay_their_measured_host_extra(tmp_path):
 
 
 def test_in_model_allreduce_times_override_the_fit_at_their_sizes(tmp_path):
-    from pipesim.calibrate.host import allreduce_seconds, host_model
+    from pipesim.calibrate.host import host_collective_seconds, host_model
     from pipesim.costs.profile import load_profile
     from pipesim.emulator import prepare
     s = prepare(TINY)
     fit = [(4096, 1e-3 + 4096 / 1e8), (2**20, 1e-3 + 2**20 / 1e8)]
     host = host_model(s, {"layer_fwd_s": 1e-4, "layer_bwd_s": 1e-4}, 0.0, [], {"cores": 2, "ranks": 2},
-                      fit, ranks=2, allreduce_in_model=[(169728, 5e-3)])
+                      fit, ranks=2, in_model={"all_reduce": [(169728, 5e-3)], "all_gather": [(4096, 7e-3)]},
+                      tp_size=2)
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": host},
                                 "measurements": []}))
     prof = load_profile(path)
-    assert allreduce_seconds(prof, 169728.0, 2) == pytest.approx(5e-3)            # the trace's time
-    assert allreduce_seconds(prof, 169729.0, 2) == pytest.approx(1e-3 + 169729 / 1e8)   # the fit
-    assert allreduce_seconds(prof, 169728.0, 4) is None
+    assert host_collective_seconds(prof, "all_reduce", 169728.0, 2) == pytest.approx(5e-3)            # the trace's time
+    assert host_collective_seconds(prof, "all_reduce", 169729.0, 2) == pytest.approx(1e-3 + 169729 / 1e8)   # the fit
+    assert host_collective_seconds(prof, "all_reduce", 169728.0, 4) is None
+    # an all-gather the traces ran takes their time; a reduce-scatter (gloo's all-reduce and slice)
+    # the all-reduce fit; an all-gather without a fit of its own none
+    assert host_collective_seconds(prof, "all_gather", 4096.0, 2) == pytest.approx(7e-3)
+    assert host_collective_seconds(prof, "reduce_scatter", 8192.0, 2) == pytest.approx(1e-3 + 8192 / 1e8)
+    assert host_collective_seconds(prof, "all_gather", 8192.0, 2) is None
+    gathers = [(4096, 2e-3 + 4096 / 5e7), (2**20, 2e-3 + 2**20 / 5e7)]          # gloo's all-gather fit
+    host = host_model(s, {"layer_fwd_s": 1e-4, "layer_bwd_s": 1e-4}, 0.0, [], {"cores": 2, "ranks": 2},
+                      fit, ranks=2, allgather_points=gathers)
+    path.write_text(json.dumps({"version": 1, "device": {"name": "cpu-core-fp32", "kind": "cpu", "host": host},
+                                "measurements": []}))
+    assert host_collective_seconds(load_profile(path), "all_gather", 8192.0, 2) == pytest.approx(2e-3 + 8192 / 5e7)
 
 
-def test_in_model_allreduce_reads_the_tp_log_by_size():
+def test_in_model_collectives_read_the_tp_log_by_kind_and_size():
     from pipesim.emulator.layers import TPGroup
-    from pipesim.emulator.rank_calibration import in_model_allreduce
+    from pipesim.emulator.rank_calibration import in_model_collectives
     tp = TPGroup(size=2)
-    tp.log = [("fwd", 0.0, 1.0, 64), ("fwd", 2.0, 6.0, 64), ("bwd", 6.0, 6.5, 8), ("bwd", 7.0, 8.0, 64)]
-    other = [("fwd", 0.0, 1.0, 64), ("bwd", 1.0, 1.2, 8)]
-    late = [("fwd", 0.0, 9.0, 64), ("bwd", 9.0, 9.1, 8)]
+    ar = "all_reduce"
+    tp.log = [("fwd", 0.0, 1.0, 64, ar), ("fwd", 2.0, 6.0, 64, ar), ("bwd", 6.0, 6.5, 8, ar), ("bwd", 7.0, 8.0, 64, ar)]
+    other = [("fwd", 0.0, 1.0, 64, ar), ("bwd", 1.0, 1.2, 8, ar)]
+    late = [("fwd", 0.0, 9.0, 64, ar), ("bwd", 9.0, 9.1, 8, ar)]
     # per size, each trace's mean (64 B: 2.0, 1.0, 9.0), then the median over the traces
-    assert in_model_allreduce(tp, [tp.log, other, late]) == [[8, pytest.approx(0.2)], [64, 2.0]]
-    assert in_model_allreduce(tp, [tp.log]) == [[8, 0.5], [64, 2.0]]
-    assert in_model_allreduce(TPGroup(size=1), [tp.log]) == []
-    sp = TPGroup(size=2, sequence_parallel=True)
-    assert in_model_allreduce(sp, [tp.log]) == []        # all-gathers and reduce-scatters, not all-reduces
+    assert in_model_collectives(tp, [tp.log, other, late]) == {ar: [[8, pytest.approx(0.2)], [64, 2.0]]}
+    assert in_model_collectives(tp, [tp.log]) == {ar: [[8, 0.5], [64, 2.0]]}
+    assert in_model_collectives(TPGroup(size=1), [tp.log]) == {}
+    # sequence parallelism: gathers and scatters of one size apart; a context-parallel exchange
+    # (logged without a kind) is not a TP collective
+    sp = [("fwd", 0.0, 1.0, 64, "all_gather"), ("fwd", 1.0, 4.0, 64, "reduce_scatter"), ("fwd", 4.0, 9.0, 64)]
+    assert in_model_collectives(TPGroup(size=2, sequence_parallel=True), [sp]) == {
+        "all_gather": [[64, 1.0]], "reduce_scatter": [[64, 3.0]]}
+
+
+def test_the_in_model_trace_feeds_the_whole_sequence_under_sequence_parallelism(monkeypatch):
+    """Under sequence parallelism a stage passes a 1/t shard ([s/t, b, h], the executor's shape),
+    but the first stage embeds the whole sequence: the trace's tokens are s long, so its ops and
+    TP collectives have the steps' sizes (they had half of them, and no in-model time matched)."""
+    import types
+
+    import torch.distributed as dist
+
+    from pipesim.calibrate import in_context
+    from pipesim.emulator import prepare
+    from pipesim.emulator.layers import TPGroup
+    from pipesim.emulator.rank_calibration import trace_round
+    s = prepare(TINY, ["parallel.tensor=2", "parallel.pipeline=1", "parallel.sequence_parallel=true"])
+    seen = {}
+    monkeypatch.setattr(in_context, "trace_stages", lambda stages, shape, vocab, counter, patterns, token_seq:
+                        seen.update(shape=shape, token_seq=token_seq) or [])
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: None)
+    tp = TPGroup(size=2, sequence_parallel=True)
+    tp.log.append(("fwd", 0.0, 1.0, 64, "all_gather"))
+    executor = types.SimpleNamespace(rt=types.SimpleNamespace(stages={}, tp=tp, counter=None),
+                                     shape=(s.model.seq_length // 2, 1, s.model.hidden_size))
+    records, log = trace_round(s, executor, patterns=1)
+    assert seen["token_seq"] == s.model.seq_length and seen["shape"][0] == s.model.seq_length // 2
+    assert log == [("fwd", 0.0, 1.0, 64, "all_gather")] and tp.log == []
 
 
 def test_traces_between_the_steps_vote_with_the_median_of_their_means(monkeypatch):

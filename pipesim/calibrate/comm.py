@@ -47,10 +47,13 @@ def _worker(rank, world, port, device, sizes, budget_s, threads, out):
         out.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
 
 
-def time_comm(rank: int, peer: int, sizes, budget_s: float, dev, group=None) -> list:
+def time_comm(rank: int, peer: int, sizes, budget_s: float, dev, group=None,
+              ops=("sendrecv", "allreduce")) -> list:
     """Inside an initialised process group: ping-pong between `rank` and `peer` and all-reduce
-    over `group` per size. Every rank of the group calls it; returns, on the lower rank of the
-    pair, [(op, bytes, [seconds...])] (one-way seconds for sendrecv), elsewhere []."""
+    over `group` per size (and, with "allgather" in `ops`, an all-gather whose output is that
+    size, as torch.distributed.all_gather runs it: one tensor per rank). Every rank of the group
+    calls it; returns, on the lower rank of the pair, [(op, bytes, [seconds...])] (one-way seconds
+    for sendrecv), elsewhere []."""
     import torch
     import torch.distributed as dist
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -78,7 +81,18 @@ def time_comm(rank: int, peer: int, sizes, budget_s: float, dev, group=None) -> 
             dist.all_reduce(buf, group=group)
             sync()
 
-        for name, fn, scale in (("sendrecv", pingpong, 0.5), ("allreduce", allreduce, 1.0)):
+        world = dist.get_world_size(group)
+        shard = torch.zeros(max(1, nbytes // (4 * world)), dtype=torch.float32, device=dev)
+        parts = [torch.empty_like(shard) for _ in range(world)]
+
+        def allgather():          # with the concatenation, as the emulator's TPGroup.all_gather0
+            dist.all_gather(parts, shard, group=group)
+            torch.cat(parts)
+            sync()
+
+        timed = {"sendrecv": (pingpong, 0.5), "allreduce": (allreduce, 1.0), "allgather": (allgather, 1.0)}
+        for name in ops:
+            fn, scale = timed[name]
             dist.barrier(group=group)
             t0 = time.perf_counter()
             fn()  # warm-up (connection set-up, allocator)

@@ -26,6 +26,12 @@ Terms (all measured, none fitted to a crosscheck result):
   compute, each all-reduce also waits for the partner that left its compute later, and the
   calibration's back-to-back all-reduces do not (shape tp2 L4 h192 of the suite: 0.5-1.0 ms from
   the fit, 1.5-1.7 ms per all-reduce in the steps).
+- allgather: gloo all-gather over the run's ranks (torch.distributed.all_gather of one shard a
+  rank and the concatenation, as the emulator's sequence-parallel gathers run it), fitted the same
+  way, for the all-gathers of a group of that size. A reduce-scatter takes the all-reduce's time:
+  gloo has none, and the emulator all-reduces and keeps its slice (emulator/layers.py
+  TPGroup.reduce_scatter0). Without these, a TP 2 crosscheck with sequence parallelism charged its
+  gathers and scatters on the point-to-point fit.
 """
 from __future__ import annotations
 
@@ -190,8 +196,9 @@ def fit_link(points) -> tuple[float, float] | None:
 
 
 def host_model(s, dispatch: dict, action_s: float, p2p_points, layout: dict, allreduce_points=(),
-               ranks: int = 2, allreduce_in_model=()) -> dict:
-    """The device.host record of a profile from what the ranks measured."""
+               ranks: int = 2, in_model=None, allgather_points=(), tp_size: int = 2) -> dict:
+    """The device.host record of a profile from what the ranks measured; `in_model`: {kind:
+    [(bytes, seconds)]} of the TP collectives (groups of `tp_size`) the in-model traces ran."""
     # A measured op's time already holds one bare call (the calibration times torch.mm etc. from
     # Python); the launch term is the host time beyond it, so it is not counted twice.
     per_layer = dispatch["layer_fwd_s"] + dispatch["layer_bwd_s"]
@@ -207,21 +214,38 @@ def host_model(s, dispatch: dict, action_s: float, p2p_points, layout: dict, all
     if fit is not None:
         out["allreduce"] = {"ranks": ranks, "latency_s": fit[0], "bandwidth_Bps": fit[1],
                             "points": [[b, t] for b, t in allreduce_points]}
-        if allreduce_in_model:
-            out["allreduce"]["in_model"] = [[b, t] for b, t in allreduce_in_model]
+    fit = fit_link(allgather_points)
+    if fit is not None:
+        out["allgather"] = {"ranks": ranks, "latency_s": fit[0], "bandwidth_Bps": fit[1],
+                            "points": [[b, t] for b, t in allgather_points]}
+    if in_model and any(in_model.values()):
+        out["tp_in_model"] = {"ranks": tp_size, **{k: [[b, t] for b, t in v] for k, v in in_model.items() if v}}
     return out
 
 
-def allreduce_seconds(profile, nbytes: float, ranks: int) -> float | None:
-    """A measured all-reduce of `nbytes` over `ranks` processes (latency + bytes / bandwidth of
-    the host model's fit), or None when the profile has no fit for a group of that size."""
+# which measured fit times a collective of each kind on gloo (a reduce-scatter is the emulator's
+# all-reduce and slice)
+_FIT_OF_KIND = {"all_reduce": "allreduce", "reduce_scatter": "allreduce", "all_gather": "allgather"}
+
+
+def host_collective_seconds(profile, kind: str, nbytes: float, ranks: int) -> float | None:
+    """A measured collective of `nbytes` (the full buffer) over `ranks` processes (latency +
+    bytes / bandwidth of the host model's fit for its kind), or None when the profile has no fit
+    for that kind and a group of that size."""
     host = host_of(profile)
-    fit = host.get("allreduce") if host else None
-    if not fit or fit.get("ranks") != ranks or nbytes <= 0:
+    if not host or nbytes <= 0:
         return None
-    for b, sec in fit.get("in_model", ()):
-        if b == round(nbytes):
-            return sec
+    traced = host.get("tp_in_model", {})
+    # the in-model traces' time at their sizes (a profile of before session 39 keeps its
+    # all-reduces' under the all-reduce fit)
+    legacy = host.get("allreduce", {}) if kind == "all_reduce" else {}
+    for points, size in ((traced.get(kind, ()), traced.get("ranks")), (legacy.get("in_model", ()), legacy.get("ranks"))):
+        for b, sec in points:
+            if size == ranks and b == round(nbytes):
+                return sec
+    fit = host.get(_FIT_OF_KIND.get(kind, ""))
+    if not fit or fit.get("ranks") != ranks:
+        return None
     return fit["latency_s"] + nbytes / fit["bandwidth_Bps"]
 
 

@@ -73,10 +73,13 @@ def _timer_mode(records: list):
     return OpTimer()
 
 
-def trace_stages(stages: dict, shape: tuple, vocab: int, counter=None, patterns: int = PATTERNS) -> list:
+def trace_stages(stages: dict, shape: tuple, vocab: int, counter=None, patterns: int = PATTERNS,
+                 token_seq: int | None = None) -> list:
     """Run every stage of this rank (stage -> StageModel) forward and backward in a 1F1B pattern
     (two micro-batches in flight: F F B F B B) on random inputs of the run's shapes and return the
-    timed aten calls. `shape`: the activation [seq, micro_batch, hidden] a stage receives."""
+    timed aten calls. `shape`: the activation [seq, micro_batch, hidden] a stage receives;
+    `token_seq`: the first stage's token sequence (default shape's seq; under sequence parallelism
+    the stages pass a 1/t shard of it)."""
     import contextlib
 
     import torch
@@ -86,7 +89,7 @@ def trace_stages(stages: dict, shape: tuple, vocab: int, counter=None, patterns:
     hooks = counter.hooks if counter is not None else contextlib.nullcontext
     for model in stages.values():
         def forward():
-            tokens = torch.randint(0, vocab, (mb, seq + 1))
+            tokens = torch.randint(0, vocab, (mb, (token_seq or seq) + 1))
             x = tokens[:, :-1] if model.first else torch.randn(shape, requires_grad=True)
             mode.phase = "fwd"
             with mode:

@@ -276,13 +276,13 @@ def exposed_tp(s: Scenario, comm: float, gemm: float, gemms) -> float:
 
 
 def comm_seconds(s: Scenario, comms, profile=None) -> float:
-    """Seconds of the collectives `comms`; an all-reduce that the profile's CPU host model
+    """Seconds of the collectives `comms`; a collective whose kind the profile's CPU host model
     measured for a group of its size (pipesim/calibrate/host.py) takes the measured time."""
     if profile is not None:
-        from pipesim.calibrate.host import allreduce_seconds
+        from pipesim.calibrate.host import host_collective_seconds
     total = 0.0
     for c in comms:
-        t = allreduce_seconds(profile, c.bytes, c.size) if c.kind == "all_reduce" and profile is not None else None
+        t = host_collective_seconds(profile, c.kind, c.bytes, c.size) if profile is not None else None
         if t is None:
             t = collective_time(c.kind, c.bytes, placement(s, c.group), s.parallel.collective)
         total += c.count * t

@@ -174,8 +174,8 @@ class Executor:
         work_end = rec.now()
         if rec.cuda:      # NCCL collectives run asynchronously on the stream: no host timing
             rt.tp.log.clear()
-        tp_s = sum(s1 - s0 for _, s0, s1, _ in rt.tp.log)
-        for phase, s0, s1, nb in rt.tp.log:
+        tp_s = sum(r[2] - r[1] for r in rt.tp.log)
+        for phase, s0, s1, nb, *_ in rt.tp.log:
             rec.event("comm", "TP", a.stage, a.microbatch, s0, s1, nb, phase=phase, within=a.kind)
         rt.tp.log.clear()
         rec.sample(work_end, *rt.memory_reading())
@@ -290,7 +290,7 @@ class Executor:
         """All-gather the TP group's slices of a scatter/gather transfer into the full tensor."""
         rt = self.rt
         full = rt.tp.all_gather0(buf, "p2p_gather").view(self.shape)
-        phase, s0, s1, nb = rt.tp.log.pop()
+        phase, s0, s1, nb, *_ = rt.tp.log.pop()
         rt.recorder.event("comm", "TP", a.stage, a.microbatch, s0, s1, nb, phase=phase)
         return full
 

@@ -136,7 +136,9 @@ class TPGroup:
         # a column-parallel linear gathers its sequence shard again in the backward (Megatron) unless
         # it keeps the gathered input (training.tp_keeps_gathered_input, DTensor)
         self.regather = self.sp and not keeps_gathered
-        self.log: list[tuple[str, float, float, int]] = []   # (phase, start, end, bytes)
+        # (phase, start, end, bytes, kind): kind all_gather / reduce_scatter / all_reduce (a
+        # context-parallel exchange logged here has no kind: (phase, start, end, bytes))
+        self.log: list[tuple] = []
 
     def all_gather0(self, t, phase: str, dim: int = 0):
         """Concatenate every rank's `t` along `dim` (0: the sequence under sequence parallelism)."""
@@ -145,7 +147,7 @@ class TPGroup:
         parts = [torch.empty_like(t) for _ in range(self.size)]
         dist.all_gather(parts, t, group=self.group)
         out = torch.cat(parts, dim)
-        self.log.append((phase, start, time.perf_counter(), out.numel() * out.element_size()))
+        self.log.append((phase, start, time.perf_counter(), out.numel() * out.element_size(), "all_gather"))
         return out
 
     def reduce_scatter0(self, t, phase: str):
@@ -160,13 +162,13 @@ class TPGroup:
             full = t.clone()
             dist.all_reduce(full, group=self.group)
             out = full.chunk(self.size, 0)[self.rank].contiguous()
-        self.log.append((phase, start, time.perf_counter(), t.numel() * t.element_size()))
+        self.log.append((phase, start, time.perf_counter(), t.numel() * t.element_size(), "reduce_scatter"))
         return out
 
     def all_reduce(self, t, phase: str, op=None):
         start = time.perf_counter()
         dist.all_reduce(t, op=op or dist.ReduceOp.SUM, group=self.group)
-        self.log.append((phase, start, time.perf_counter(), t.numel() * t.element_size()))
+        self.log.append((phase, start, time.perf_counter(), t.numel() * t.element_size(), "all_reduce"))
         return t
 
 

@@ -76,29 +76,27 @@ def calibrate_in_rank(s, rank: int, world: int, budget_s: float = DEFAULT_BUDGET
     # 19 % short at load 12-15 against 12 and 5 % for all at once, measured back to back.)
     dist.barrier()
     ops = [m.to_dict() for m in measure_ops(items, "cpu", quick=False, notes=notes, budget_s=budget_s)]
-    replaced, tp_allreduce = 0, []
+    replaced, tp_in_model = 0, {}
     if executor is not None and in_model_supported(s):
         # the same ops timed where they run: inside this rank's own stages (in_context.py)
         from pipesim.calibrate.in_context import PATTERNS, in_context
         # the ranks leave the time-budgeted op timing at different moments: trace_round starts
         # the trace together, or its first TP all-reduce would hold that difference
         records, log = trace_round(s, executor, PATTERNS)
-        tp_allreduce = in_model_allreduce(executor.rt.tp, [log, *(round_log for _, round_log in rounds)])
+        tp_in_model = in_model_collectives(executor.rt.tp, [log, *(round_log for _, round_log in rounds)])
         ops, replaced = in_context(ops, items, records, [r for r, _ in rounds])
     dispatch = measure_dispatch(s)
     action = measure_action(executor) if executor is not None else 0.0
-    p2p, allreduce = [], []
+    timed = {"sendrecv": [], "allreduce": [], "allgather": []}
     if world % 2 == 0:
         peer = rank + 1 if rank % 2 == 0 else rank - 1
-        for op, nbytes, times in time_comm(rank, peer, message_sizes(s), budget_s, torch.device("cpu")):
-            if op == "sendrecv":
-                p2p.append([nbytes, summarize(times)[0]])
-            elif op == "allreduce":
-                allreduce.append([nbytes, summarize(times)[0]])
+        for op, nbytes, times in time_comm(rank, peer, message_sizes(s), budget_s, torch.device("cpu"),
+                                           ops=tuple(timed)):
+            timed[op].append([nbytes, summarize(times)[0]])
     dist.barrier()
     part = {"rank": rank, "measurements": ops, "notes": notes, "in_model_keys": replaced,
-            "dispatch": dispatch, "action_s": action, "p2p": p2p,
-            "allreduce": allreduce, "allreduce_in_model": tp_allreduce}
+            "dispatch": dispatch, "action_s": action, "p2p": timed["sendrecv"],
+            "allreduce": timed["allreduce"], "allgather": timed["allgather"], "tp_in_model": tp_in_model}
     if run_dir:
         with open(os.path.join(run_dir, f"rank{rank}.profile.{when}.json"), "w") as fh:
             json.dump(part, fh)
@@ -116,31 +114,47 @@ def trace_round(s, executor, patterns: int = 1) -> tuple[list, list]:
     from pipesim.calibrate.in_context import trace_stages
     rt = executor.rt
     dist.barrier()          # the tensor-parallel partners meet in the trace's collectives
-    records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter, patterns=patterns)
+    records = trace_stages(rt.stages, executor.shape, s.model.vocab_size, rt.counter, patterns=patterns,
+                           token_seq=s.model.seq_length // s.parallel.context)
     log = list(rt.tp.log)
     rt.tp.log.clear()
     return records, log
 
 
-def in_model_allreduce(tp, logs) -> list:
-    """[[bytes, seconds]] of the tensor-parallel all-reduces the in-model traces ran (without
-    sequence parallelism every TP collective of the stages is an all-reduce); `logs`: one TP log
-    per trace. Their wall time holds what the steps' all-reduces hold and a calibration with
-    nothing else running does not: the wait for the partner that left its compute later. Per
-    size the median over the traces of each trace's mean, as for the ops (in_context.in_context):
-    the waits are bimodal on this VM (tp2 L4 h192 of the suite, 169,728 B: a trace's median
-    0.7-0.9 ms or 2.0-2.5 ms from one trace to the next, its mean 1.6-2.9 ms), so a median
-    within a trace jumps between the modes and the mean does not."""
-    if tp.size <= 1 or tp.sp:
-        return []
-    by_size: dict = {}
+def in_model_collectives(tp, logs) -> dict:
+    """{kind: [[bytes, seconds]]} of the tensor-parallel collectives the in-model traces ran (all
+    all-reduces without sequence parallelism, all-gathers and reduce-scatters with it); `logs`:
+    one TP log per trace (records without a kind, a context-parallel exchange's, are left out).
+    Their wall time holds what the steps' collectives hold and a calibration with nothing else
+    running does not: the wait for the partner that left its compute later. Per kind and size the
+    median over the traces of each trace's mean, as for the ops (in_context.in_context): the
+    waits are bimodal on this VM (tp2 L4 h192 of the suite, 169,728 B: a trace's median 0.7-0.9 ms
+    or 2.0-2.5 ms from one trace to the next, its mean 1.6-2.9 ms), so a median within a trace
+    jumps between the modes and the mean does not."""
+    if tp.size <= 1:
+        return {}
+    by_key: dict = {}
     for log in logs:
         per_trace: dict = {}
-        for _, s0, s1, nbytes in log:
-            per_trace.setdefault(nbytes, []).append(s1 - s0)
-        for nbytes, v in per_trace.items():
-            by_size.setdefault(nbytes, []).append(statistics.fmean(v))
-    return [[b, statistics.median(v)] for b, v in sorted(by_size.items())]
+        for record in log:
+            if len(record) > 4:
+                _, s0, s1, nbytes, kind = record
+                per_trace.setdefault((kind, nbytes), []).append(s1 - s0)
+        for key, v in per_trace.items():
+            by_key.setdefault(key, []).append(statistics.fmean(v))
+    out: dict = {}
+    for (kind, nbytes), v in sorted(by_key.items()):
+        out.setdefault(kind, []).append([nbytes, statistics.median(v)])
+    return out
+
+
+def _mean_points(parts: list[dict], key: str) -> list:
+    """[(bytes, seconds)] of one timed collective: per size, the mean over the ranks that timed it."""
+    pts: dict = {}
+    for p in parts:
+        for nbytes, sec in p.get(key, []):
+            pts.setdefault(nbytes, []).append(sec)
+    return [(b, statistics.fmean(v)) for b, v in sorted(pts.items())]
 
 
 def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
@@ -153,25 +167,19 @@ def merge_profiles(s, parts: list[dict], threads: int, nproc: int) -> dict:
     measurements = _mean_over_ranks([p["measurements"] for p in parts])
     dispatch = {k: statistics.fmean(p["dispatch"][k] for p in parts) for k in parts[0]["dispatch"]}
     action = statistics.fmean(p["action_s"] for p in parts)
-    pts: dict = {}
-    for p in parts:
-        for nbytes, sec in p["p2p"]:
-            pts.setdefault(nbytes, []).append(sec)
-    p2p = [(b, statistics.fmean(v)) for b, v in sorted(pts.items())]
-    ar: dict = {}
-    for p in parts:
-        for nbytes, sec in p.get("allreduce", []):
-            ar.setdefault(nbytes, []).append(sec)
-    allreduce = [(b, statistics.fmean(v)) for b, v in sorted(ar.items())]
-    # in-model TP all-reduces: the mean over the ranks (for two ranks, the early one's wait for the
+    p2p, allreduce, allgather = (_mean_points(parts, key) for key in ("p2p", "allreduce", "allgather"))
+    # in-model TP collectives: the mean over the ranks (for two ranks, the early one's wait for the
     # late one is the late one's extra compute, which the mean of their op costs leaves out)
-    inm: dict = {}
-    for p in parts:
-        for nbytes, sec in p.get("allreduce_in_model", []):
-            inm.setdefault(nbytes, []).append(sec)
-    in_model = [(b, statistics.fmean(v)) for b, v in sorted(inm.items()) if len(v) == len(parts)]
+    in_model = {}
+    for kind in sorted({k for p in parts for k in p.get("tp_in_model", {})}):
+        inm: dict = {}
+        for p in parts:
+            for nbytes, sec in p.get("tp_in_model", {}).get(kind, []):
+                inm.setdefault(nbytes, []).append(sec)
+        in_model[kind] = [(b, statistics.fmean(v)) for b, v in sorted(inm.items()) if len(v) == len(parts)]
     info = device_info("cpu", threads)
-    info["host"] = host_model(s, dispatch, action, p2p, layout(nproc, threads), allreduce, nproc, in_model)
+    info["host"] = host_model(s, dispatch, action, p2p, layout(nproc, threads), allreduce, nproc, in_model,
+                              allgather, s.parallel.tensor)
     info["calibrated"] = "inside the emulator's ranks"
     notes = sorted({n for p in parts for n in p.get("notes", [])})
     if notes:

@@ -18,8 +18,8 @@ def collective_seconds(w: Workload, kind: str, nbytes: float, pp: int, algorithm
         # all-reduce takes the same measured time: costs/stage.py comm_seconds)
         sec = None
         if kind == "all_reduce" and w.host_profile is not None:
-            from pipesim.calibrate.host import allreduce_seconds
-            sec = allreduce_seconds(w.host_profile, nbytes, group.size)
+            from pipesim.calibrate.host import host_collective_seconds
+            sec = host_collective_seconds(w.host_profile, "all_reduce", nbytes, group.size)
         if sec is None:
             # with sharding replicas the ZeRO collectives run inside one replica (+ the all-reduce
             # across replicas after a reduce-scatter): pipesim/costs/zero_groups.py
