@@ -120,6 +120,17 @@ def test_contention_leaves_tensor_parallel_waits_out():
     waiting = TraceEvent(1, "compute", "F", 0, 0, 0.0, 0.020, args={"cpu_s": 0.008, "tp": 0.010})
     assert contention([busy]) == pytest.approx(1.25)
     assert contention([busy, waiting]) == pytest.approx(1.25)     # the 10 ms in the all-reduce is not contention
+    # the copies inside a gather (CPU time within the TP window) leave the CPU side as its wall leaves
+    # the wall side: a quiet machine reads 1, not 0.8
+    copying = TraceEvent(2, "compute", "F", 0, 0, 0.0, 0.020, args={"cpu_s": 0.010, "tp": 0.010, "tp_cpu": 0.002})
+    assert contention([busy, copying]) == pytest.approx(1.25)
+
+
+def test_tp_group_hands_its_collectives_cpu_time_to_one_action():
+    from pipesim.emulator.layers import TPGroup
+    tp = TPGroup(size=2)
+    tp.cpu_s = 0.003
+    assert tp.take_cpu() == 0.003 and tp.take_cpu() == 0.0
 
 
 def test_fitted_memory_rate_ignores_ops_timed_in_the_model():

@@ -174,7 +174,7 @@ class Executor:
         work_end = rec.now()
         if rec.cuda:      # NCCL collectives run asynchronously on the stream: no host timing
             rt.tp.log.clear()
-        tp_s = sum(r[2] - r[1] for r in rt.tp.log)
+        tp_s, tp_cpu = sum(r[2] - r[1] for r in rt.tp.log), rt.tp.take_cpu()
         for phase, s0, s1, nb, *_ in rt.tp.log:
             rec.event("comm", "TP", a.stage, a.microbatch, s0, s1, nb, phase=phase, within=a.kind)
         rt.tp.log.clear()
@@ -182,7 +182,7 @@ class Executor:
         end = work_end if rec.cuda else rec.now()
         # cpu_s: this thread's CPU time (on a shared CPU, wall minus cpu_s is time lost to others)
         rec.event("compute", a.kind, a.stage, a.microbatch, self._begin, end, nbytes or 0.0, tp=tp_s,
-                  cpu_s=time.thread_time() - self._cpu0)
+                  tp_cpu=tp_cpu, cpu_s=time.thread_time() - self._cpu0)
 
     def _forward(self, a) -> None:
         key = (a.stage, a.microbatch)
@@ -291,6 +291,7 @@ class Executor:
         rt = self.rt
         full = rt.tp.all_gather0(buf, "p2p_gather").view(self.shape)
         phase, s0, s1, nb, *_ = rt.tp.log.pop()
+        rt.tp.take_cpu()           # a transfer's gather, not a compute action's
         rt.recorder.event("comm", "TP", a.stage, a.microbatch, s0, s1, nb, phase=phase)
         return full
 

@@ -139,21 +139,30 @@ class TPGroup:
         # (phase, start, end, bytes, kind): kind all_gather / reduce_scatter / all_reduce (a
         # context-parallel exchange logged here has no kind: (phase, start, end, bytes))
         self.log: list[tuple] = []
+        # this thread's CPU seconds inside the collectives since the executor last took them (the
+        # copies around gloo's calls): results.contention leaves them out with the collectives' wall
+        self.cpu_s = 0.0
+
+    def take_cpu(self) -> float:
+        """CPU seconds spent inside the collectives since the last call (and reset)."""
+        cpu, self.cpu_s = self.cpu_s, 0.0
+        return cpu
 
     def all_gather0(self, t, phase: str, dim: int = 0):
         """Concatenate every rank's `t` along `dim` (0: the sequence under sequence parallelism)."""
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), time.thread_time()
         t = t.contiguous()
         parts = [torch.empty_like(t) for _ in range(self.size)]
         dist.all_gather(parts, t, group=self.group)
         out = torch.cat(parts, dim)
         self.log.append((phase, start, time.perf_counter(), out.numel() * out.element_size(), "all_gather"))
+        self.cpu_s += time.thread_time() - cpu0
         return out
 
     def reduce_scatter0(self, t, phase: str):
         """Sum over ranks, keep this rank's slice of dim 0 (gloo has no reduce-scatter: an
         all-reduce then a slice; NCCL's reduce_scatter_tensor where available)."""
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), time.thread_time()
         t = t.contiguous()
         if dist.get_backend(self.group) == "nccl":
             out = torch.empty((t.shape[0] // self.size,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
@@ -163,12 +172,14 @@ class TPGroup:
             dist.all_reduce(full, group=self.group)
             out = full.chunk(self.size, 0)[self.rank].contiguous()
         self.log.append((phase, start, time.perf_counter(), t.numel() * t.element_size(), "reduce_scatter"))
+        self.cpu_s += time.thread_time() - cpu0
         return out
 
     def all_reduce(self, t, phase: str, op=None):
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), time.thread_time()
         dist.all_reduce(t, op=op or dist.ReduceOp.SUM, group=self.group)
         self.log.append((phase, start, time.perf_counter(), t.numel() * t.element_size(), "all_reduce"))
+        self.cpu_s += time.thread_time() - cpu0
         return t
 
 

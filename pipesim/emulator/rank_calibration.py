@@ -118,6 +118,7 @@ def trace_round(s, executor, patterns: int = 1) -> tuple[list, list]:
                            token_seq=s.model.seq_length // s.parallel.context)
     log = list(rt.tp.log)
     rt.tp.log.clear()
+    rt.tp.take_cpu()
     return records, log
 
 

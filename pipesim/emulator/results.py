@@ -48,13 +48,15 @@ def contention(events) -> float | None:
     other ranks' stretched compute), so step / contention estimates the step on a quiet machine.
     The time an action spends in its tensor-parallel collectives (args "tp") is waiting on the
     other ranks of its group, not time taken by other processes, and is left out of its wall time
-    (counted in, a TP=2 run's ratio was 1.71 at load 3.6 with 1.02 for the pipeline cases beside it)."""
+    (counted in, a TP=2 run's ratio was 1.71 at load 3.6 with 1.02 for the pipeline cases beside it),
+    and the CPU time inside them (args "tp_cpu": the copies around gloo's calls) out of its CPU time
+    (left in, a TP 2 run with sequence parallelism read 0.91 on a quiet machine)."""
     wall = cpu = 0.0
     for e in events:
         c = e.args.get("cpu_s") if e.stream == "compute" and e.kind in ("F", "B", "I", "W") else None
         if c:
             wall += e.end - e.start - e.args.get("tp", 0.0)
-            cpu += c
+            cpu += c - e.args.get("tp_cpu", 0.0)
     return wall / cpu if cpu > 0 else None
 
 
