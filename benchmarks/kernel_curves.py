@@ -33,9 +33,10 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
    (commit bb37575, pyt_cudnn, cuDNN 9.13.1; never used: a slower path than Transformer Engine's).
 3f. Attention, forward + backward, A100 and H100: the FlashAttention-2 paper's Fig. 4 / 7 bars (as the
    flash-attention repository ships them) for FlashAttention-2, v1, a Triton FlashAttention and
-   xformers (A100). pipesim's FA2 is the FA3 paper's H100 table (A100: x 230/370); the others are FA2
-   times their measured ratio to FA2 in each panel (H100 Triton: the A100 ratio), so the error
-   printed is FA2's own.
+   xformers (A100). On A100 these bars are pipesim's rates (printed so a reader sees them); on H100
+   FA2 is the FA3 paper's table, here against an independent run of the same kernel, and v1 / the
+   Triton kernel take their ratio to FA2 in the figure (Triton: the A100 ratio), so their error is
+   FA2's.
 4. Mamba-2 SSD scan forward, H100 BF16 (pipesim/costs/mamba.py: four GEMMs per chunk on the curve
    plus the sequential state passing at the memory roof), against vllm-project/vllm PR #27299's
    microbenchmark (2025-10-25, one H100, granite-4.0-h-small's mixer: 128 heads of 64, 1 group,

@@ -35,7 +35,7 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
     rate = scale * _table_rate(base, seq, causal, phase) * head_dim_factor(
         base, ("fwd" if phase == "fwd" else "bwd") + ("_causal" if causal else ""), seq, head_dim)
     if base is not table:
-        rate *= relative_rate(table["ratio"], seq, causal, head_dim)
+        rate *= relative_rate(table, seq, causal, head_dim)
     if dtype != "bf16":
         fp8 = curve["attention_fp8"][dtype]
         ref = fp8["bf16_ref"]
@@ -58,10 +58,13 @@ def window_tflops(curve: dict, window: int, head_dim: float, seq: float, phase: 
     return curve["attention_scale"] * _interp(table[dtype]["fwd" if phase == "fwd" else "bwd"], seq)
 
 
-def relative_rate(ratio: dict, seq: float, causal: bool, head_dim) -> float:
-    """A kernel measured only against another (`relative_to`): its rate over that kernel's at
-    `seq` (interp_by_seq of the panel at this causality), log-linear in the head dim between the
-    measured panels and held beyond them (an MLA shape at its value head dim)."""
+def relative_rate(table: dict, seq: float, causal: bool, head_dim) -> float:
+    """A kernel timed on another's table (`relative_to`): its rate over that table's at `seq`
+    (interp_by_seq of the panel at this causality), log-linear in the head dim between the
+    measured panels and held beyond them (an MLA shape at its value head dim). The panels are the
+    kernel's measured ratio to the other (`ratio`), or its own forward + backward bars (`fwd_bwd`)
+    over the other table's forward + backward rate at each bar."""
+    ratio = table.get("ratio") or _bar_ratios(table)
     d = float(head_dim[1] if isinstance(head_dim, tuple) else head_dim)
     dims = sorted(hd for c, hd in ratio if c == causal)
     lo = max((x for x in dims if x <= d), default=dims[0])
@@ -70,6 +73,26 @@ def relative_rate(ratio: dict, seq: float, causal: bool, head_dim) -> float:
     if lo == hi:
         return r_lo
     return r_lo + (math.log(d / lo) / math.log(hi / lo)) * (r_hi - r_lo)
+
+
+_BAR_RATIOS: dict[int, dict] = {}
+
+
+def _bar_ratios(table: dict) -> dict:
+    """{(causal, head dim): ((seq, bar / the base table's forward + backward rate), ...)} of a
+    table given as forward + backward bars (the FlashAttention papers' count: backward 2.5x the
+    forward's FLOPs), computed once per table."""
+    if id(table) not in _BAR_RATIOS:
+        base = table["relative_to"]
+
+        def fwd_bwd(seq, causal, hd):
+            suffix = "_causal" if causal else ""
+            f, b = (_table_rate(base, seq, causal, phase) * head_dim_factor(base, phase + suffix, seq, hd)
+                    for phase in ("fwd", "bwd"))
+            return 3.5 / (1 / f + 2.5 / b)
+        _BAR_RATIOS[id(table)] = {(causal, hd): tuple((s, bar / fwd_bwd(s, causal, hd)) for s, bar in bars)
+                                  for (causal, hd), bars in table["fwd_bwd"].items()}
+    return _BAR_RATIOS[id(table)]
 
 
 def _table_rate(table: dict, seq: float, causal: bool, phase: str) -> float:

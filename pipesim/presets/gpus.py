@@ -334,10 +334,10 @@ FA2_PAPER_FWD_BWD = {
 
 
 def _relative_to_fa2(gpu: str, kernel: str) -> dict:
-    """An older kernel's table: FlashAttention-2's rate on the GPU (the _H100_FA2 table at the
-    curve's scale) times the kernel's forward + backward rate over FA2's in the same panel of the
-    same figure, forward and backward alike (the figure gives only their sum), by sequence length
-    at head dims 64 and 128 (flash.relative_rate; none above: FlashAttention v1 and its Triton port
+    """A kernel on a GPU whose FlashAttention-2 is the FA3 paper's H100 table (_H100_FA2): that
+    table times the kernel's forward + backward rate over FA2's in the same panel of the same
+    figure, forward and backward alike (the figure gives only their sum), by sequence length at
+    head dims 64 and 128 (flash.relative_rate; none above: FlashAttention v1 and its Triton port
     stop at 128)."""
     panels, fa2 = FA2_PAPER_FWD_BWD[gpu][kernel], FA2_PAPER_FWD_BWD[gpu]["fa2"]
     return {"relative_to": _H100_FA2,
@@ -345,21 +345,33 @@ def _relative_to_fa2(gpu: str, kernel: str) -> dict:
                       for panel, rates in panels.items()}}
 
 
-# Triton's port has no H100 bar: on H100 it takes its A100 rate over FlashAttention-2's (both are
-# Ampere-style mma.sync kernels there: FlashAttention v1's own H100 / A100 ratio to FA2 agrees,
-# 0.42-0.60 against 0.44-0.56 causal at head dim 128).
-_FA1_ON_A100, _FA_TRITON = _relative_to_fa2("a100", "fa1"), _relative_to_fa2("a100", "fa-triton")
-_XFORMERS_ON_A100 = _relative_to_fa2("a100", "xformers")
-_FA1_ON_H100 = _relative_to_fa2("h100", "fa1")
+def _measured_on(gpu: str, kernel: str) -> dict:
+    """A kernel at its own forward + backward bars on `gpu` (the A100, which has no other
+    attention table): the _H100_FA2 table's forward / backward split and head-dim panels, times at
+    each bar the bar over that table's own forward + backward rate there (flash.relative_rate)."""
+    return {"relative_to": _H100_FA2,
+            "fwd_bwd": {panel: tuple(zip(_SEQ, rates)) for panel, rates in FA2_PAPER_FWD_BWD[gpu][kernel].items()}}
+
+
+# The A100's attention, FA2 included, is its own figure's. The Triton kernel has no H100 bar: on
+# H100 it takes its A100 rate over FlashAttention-2's (both are Ampere-style mma.sync kernels there:
+# FlashAttention v1's own H100 / A100 ratio to FA2 agrees, 0.42-0.60 against 0.44-0.56 causal at
+# head dim 128).
+_A100_FA2, _FA1_ON_A100 = _measured_on("a100", "fa2"), _measured_on("a100", "fa1")
+_FA_TRITON_ON_A100, _XFORMERS_ON_A100 = _measured_on("a100", "fa-triton"), _measured_on("a100", "xformers")
+_FA1_ON_H100, _FA_TRITON_ON_H100 = _relative_to_fa2("h100", "fa1"), _relative_to_fa2("a100", "fa-triton")
 
 # What each attention table is, as the report names it beside a prediction ("source").
 for _table, _label in ((_H100_CUDNN, "cuDNN, FlashAttention-3 paper Fig. 5 (H100, 2024)"),
                        (_H100_FA2, "FlashAttention-2, FlashAttention-3 paper Fig. 5 (H100)"),
                        (_H100_FA3, "FlashAttention-3, FlashAttention-3 paper Fig. 5 (H100)"),
-                       (_FA1_ON_A100, "FlashAttention v1, FlashAttention-2 paper Fig. 4 (A100), as its ratio to FA2"),
-                       (_FA_TRITON, "FlashAttention Triton, FlashAttention-2 paper Fig. 4 (A100), as its ratio to FA2"),
+                       (_A100_FA2, "FlashAttention-2, FlashAttention-2 paper Fig. 4 (A100)"),
+                       (_FA1_ON_A100, "FlashAttention v1, FlashAttention-2 paper Fig. 4 (A100)"),
+                       (_FA_TRITON_ON_A100, "FlashAttention Triton, FlashAttention-2 paper Fig. 4 (A100)"),
+                       (_XFORMERS_ON_A100, "xformers, FlashAttention-2 paper Fig. 4 (A100)"),
                        (_FA1_ON_H100, "FlashAttention v1, FlashAttention-2 paper Fig. 7 (H100), as its ratio to FA2"),
-                       (_XFORMERS_ON_A100, "xformers, FlashAttention-2 paper Fig. 4 (A100), as its ratio to FA2"),
+                       (_FA_TRITON_ON_H100, "FlashAttention Triton at its A100 ratio to FA2, FlashAttention-2 "
+                                            "paper Fig. 4"),
                        (_H100_CUDNN_2026, "cuDNN 9.19, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
                        (_H100_CUDNN_FP8, "cuDNN 9.19 FP8, NVIDIA cudnn-frontend benchmark (H200, 2026-02)"),
                        (_GB200_CUDNN, "cuDNN 9.22, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
@@ -462,14 +474,14 @@ KERNEL_CURVES: dict[str, dict] = {
                  attention=_H100_FA2, attention_scale=100.0 / 794.5),
     # A100 SXM: 108 SMs (A100 whitepaper Table 1); MAMF BF16 271.2 (table above; FP16 runs on
     # the same tensor cores at the same rate). No FP8 tensor cores: FP8 runs as BF16.
-    # Attention: FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) Sec. 4.1: 50-73 % of the
-    # A100 peak; the H100 FA2 curve scaled to A100 by the MAMF ratio 271.2 / 794.5 reaches
-    # 0.341 x 370 = 126 TFLOP/s forward -- below FA2's published A100 forward (up to 230), so
-    # the A100 entry scales the curve to FA2's A100 plateau instead: 230 / 370.
+    # Attention: the FlashAttention-2 paper's A100 figure (Fig. 4, forward + backward, causal or
+    # not, head dim 64 / 128, 512-16K) for FA2, v1, a Triton FlashAttention and xformers, on the H100
+    # FA2 table's forward / backward split (_measured_on). Until session 39: the H100 FA2 table x
+    # 230 / 370 (FA2's A100 forward plateau, Sec. 4.1), -9 .. +6 % off these bars.
     "a100": dict(persistent=False, sms=108, best_shape=dict(bf16=(1024, 10240, 5120)), mamf_tflops=dict(fp16=271.2, bf16=271.2, tf32=135.6, fp32=19.5 * 0.8, fp8=271.2),
-                 attention=_H100_FA2, attention_scale=230.0 / 370.0, sustained=_A100_SUSTAINED,
-                 older_attention={"fa1": (_FA1_ON_A100, 230.0 / 370.0), "fa-triton": (_FA_TRITON, 230.0 / 370.0),
-                                  "xformers": (_XFORMERS_ON_A100, 230.0 / 370.0)}),
+                 attention=_A100_FA2, attention_scale=1.0, sustained=_A100_SUSTAINED,
+                 older_attention={"fa1": (_FA1_ON_A100, 1.0), "fa-triton": (_FA_TRITON_ON_A100, 1.0),
+                                  "xformers": (_XFORMERS_ON_A100, 1.0)}),
     # H100 SXM5: 132 SMs (Hopper whitepaper Table 2). MAMF BF16 794.5, FP8 1402.6.
     "h100": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
                  anchor=_HOPPER_FP8_ANCHOR, attention=_H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
@@ -533,11 +545,11 @@ KERNEL_CURVES: dict[str, dict] = {
 # the cuDNN table are Hopper measurements); Blackwell cuDNN and FA2 (its `fa2` entry; FA3 has no
 # Blackwell kernel).
 def _attention_kernels(c: dict) -> dict:
-    own = "fa2" if c["attention"] is _H100_FA2 else "cudnn"
+    own = "fa2" if any(t is _H100_FA2 for t in (c["attention"], c["attention"].get("relative_to"))) else "cudnn"
     kernels = {own: (c["attention"], c["attention_scale"])}
     if c["attention"] is _H100_CUDNN and c["attention_scale"] == 1.0:     # measured on this GPU: Hopper
         kernels.update(fa2=(_H100_FA2, 1.0), fa3=(_H100_FA3, 1.0), **{"cudnn-9.19": (_H100_CUDNN_2026, 1.0)})
-        kernels.update({"fa1": (_FA1_ON_H100, 1.0), "fa-triton": (_FA_TRITON, 1.0)})
+        kernels.update({"fa1": (_FA1_ON_H100, 1.0), "fa-triton": (_FA_TRITON_ON_H100, 1.0)})
     kernels.update(c.get("older_attention", {}))
     if "fa2" in c:
         kernels["fa2"] = c["fa2"]
