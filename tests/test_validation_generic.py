@@ -421,6 +421,29 @@ def test_a_2022_model_is_named_and_its_network_taken(tmp_path):
     assert scenario["training"]["attention"] == "eager"          # November 2022: before Megatron's FlashAttention
 
 
+@pytest.mark.parametrize("attention,kernel", [("triton", "fa-triton"), ("xformers", "xformers"), ("fa1", "fa1"),
+                                              ("flash", "auto")])
+def test_an_attention_named_by_its_kernel_runs_on_that_kernels_table(tmp_path, attention, kernel):
+    _, scenario = _row_scenario(tmp_path, f"""
+- id: mpt-like
+  kind: training_throughput
+  source: {{ref: my run, 2023-07}}
+  model: {{name: Llama-2-7B, seq_len: 4096}}
+  parallel: {{tp: 1, pp: 1, dp: 8, global_batch: 64, micro_batch: 8}}
+  hardware: {{gpu: A100-SXM4-80GB, num_gpus: 8}}
+  training: {{precision: bf16, attention: {attention}}}
+  measured: {{tokens_per_s_per_gpu: 3000}}
+""")
+    assert scenario["training"]["attention"] == "flash"
+    assert scenario["training"].get("attention_kernel", "auto") == kernel
+    if attention == "triton":          # it runs, at the kernel's slower rate than FA2's
+        import pipesim
+        from pipesim.scenario.load import load_scenario
+        fa2 = dict(scenario, training=dict(scenario["training"], attention_kernel="fa2"))
+        step = {k: pipesim.simulate(load_scenario(d)).data["step_time_s"] for k, d in (("triton", scenario), ("fa2", fa2))}
+        assert step["triton"] > step["fa2"]
+
+
 def test_moe_shapes_a_row_states_are_built(tmp_path):
     _, scenario = _row_scenario(tmp_path, """
 - id: my-moe

@@ -98,7 +98,10 @@ FLOAT8 = {"tensorwise": "tensorwise"}
 ROUTING = {"balanced": "balanced", "dropless": "dropless", "capacity": "capacity"}
 DISPATCHERS = {"alltoall": "alltoall", "deepep": "deepep", "hybridep": "hybridep", "hybrid-ep": "hybridep"}
 ATTENTION = {"flash": "flash", "eager": "eager", "cudnn": "flash", "fused": "flash", "te": "flash", "sdpa": "flash",
-             "flex": "flash"}
+             "flex": "flash", "fa1": "flash", "fa2": "flash", "fa3": "flash", "triton": "flash", "xformers": "flash"}
+# an attention a row names by its kernel -> the published table it runs on (training.attention_kernel;
+# "triton": a Triton FlashAttention, as MPT's attn_impl triton)
+ATTENTION_KERNEL = {"fa1": "fa1", "fa2": "fa2", "fa3": "fa3", "triton": "fa-triton", "xformers": "xformers"}
 # a batch per data-parallel rank, as tables state it when they give no global batch
 PER_RANK_BATCH = ("batch_per_replica", "local_batch", "batch")
 ABSENT = ("n/a", "na", "none", "-", "not stated", "not used", "")
@@ -490,6 +493,8 @@ def generic_scenario(case) -> dict:
                                                or (framework == "nemo" and tr.get("tp_comm_overlap") is None)),
                 "tp_grad_overlap": had("tp_grad_overlap", when),
                 "p2p_sync": megatron_p2p_sync(vp, when.year if when else 2024)}
+    if attention in ATTENTION_KERNEL:
+        training["attention_kernel"] = ATTENTION_KERNEL[attention]
     routing = str(tr.get("moe_routing", "")).lower()
     if routing in ROUTING:
         training["moe_routing"] = routing
