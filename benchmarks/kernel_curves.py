@@ -186,6 +186,16 @@ HOPPER_MAY2024 = {
     (16384, True): ((587, 498), (325, 305)), (32768, True): ((577, 500), (345, 317)),
     (65536, True): ((567, 504), (343, 323)),
 }
+# 3f: the same figures' "Pytorch" bars (flash-attention benchmarks/benchmark_flash_attention.py
+# attention_pytorch: baddbmm scores, a causal mask added as its own pass, softmax, einsum), forward
+# + backward TFLOP/s at 512 .. 8k (16k out of memory), causal FLOPs counted as half: not a pipesim
+# table, a check of its unfused eager core (attention eager, kernel_fusion eager).
+PYTORCH_ATTENTION = {
+    "a100": {(False, 64): (36, 40, 43, 45, 46), (False, 128): (53, 67, 76, 79, 86),
+             (True, 64): (15, 16, 17, 18, 18), (True, 128): (23, 28, 32, 32, 34)},
+    "h100": {(False, 64): (62, 72, 81, 86, 87), (False, 128): (93, 120, 145, 160, 167),
+             (True, 64): (26, 29, 31, 32, 32), (True, 128): (40, 50, 57, 61, 63)},
+}
 # the same December 2025 run's per-tensor FP8 rows (cudnn_fe_fp8), against the FP8 tables
 BLACKWELL_EARLIER_FP8 = {
     ("gb200", "cudnn_fe_fp8 Dec 2025"): ((466, 300), (870, 551), (1321, 672), (1661, 1088), (1893, 1261), (2033, 1370)),
@@ -200,6 +210,26 @@ def gemm_tflops(curve: dict, b: int, m: int, n: int, k: int, dtype: str = "bf16"
                           fill_rate(curve), shape, curve["persistent"], hbm, anchor)
     t = max(t, gemm_bytes(m, n, k, dtype, b) / hbm, LAUNCH)
     return 2 * b * m * n * k / t / 1e12
+
+
+def eager_attention_tflops(gpu: str, seq: int, causal: bool, head_dim: int) -> float:
+    """pipesim's unfused attention core (scores, softmax, attend; attention eager, kernel_fusion
+    eager) forward + backward at the FlashAttention-2 paper's shape (batch x seq = 16k tokens,
+    hidden 2048, FP16), at burst rate, counted as the paper counts it."""
+    from pipesim.costs.layers import layer_ops
+    from pipesim.costs.stage import cost_model_for
+    from pipesim.scenario.load import load_scenario
+    preset = {"a100": "dgx-a100-80gb", "h100": "dgx-h100"}[gpu]
+    s = load_scenario({
+        "model": {"name": "attention", "num_layers": 1, "hidden_size": 2048, "num_attention_heads": 2048 // head_dim,
+                  "seq_length": seq, "vocab_size": 32000, "dropout": False, "causal": causal},
+        "system": {"preset": preset, "num_nodes": 1, "gpus_per_node": 1, "gpu": {"sustained_ratio": 1.0}},
+        "parallel": {"tensor": 1, "pipeline": 1, "data": 1},
+        "training": {"micro_batch_size": 16384 // seq, "global_batch_size": 16384 // seq, "precision": "fp16",
+                     "attention": "eager", "kernel_fusion": "eager"}})
+    cm = cost_model_for(s)
+    seconds = sum(cm.time(o, phase).seconds for o in layer_ops(s) if o.attention_core for phase in ("fwd", "bwd"))
+    return 3.5 * 4 * 16384 * seq * 2048 * (0.5 if causal else 1) / seconds / 1e12
 
 
 def ssd_tokens_per_s(tokens: int) -> float:
@@ -354,6 +384,13 @@ def main() -> None:
                         for s in FA2_PAPER_SEQ]
                 cells = (f"{p:>4.0f}/{r:<4}" if bars else f"{p:>4.0f}/-   " for p, r in zip(pred, rates))
                 print(f"   {gpu:>5} {kernel:>9} {'causal' if causal else 'plain':>6} d={hd:<3} " + " ".join(cells))
+    print("    unfused (attention eager, kernel_fusion eager) against the figures' PyTorch bars, 512 .. 8k: pipesim's")
+    print("    core folds the causal mask into the scores GEMM (as Megatron's fused softmax does); the reference")
+    print("    adds it in a pass of its own")
+    for gpu, panels in PYTORCH_ATTENTION.items():
+        for (causal, hd), rates in sorted(panels.items()):
+            cells = (f"{eager_attention_tflops(gpu, s, causal, hd):>4.0f}/{r:<4}" for s, r in zip(FA2_PAPER_SEQ, rates))
+            print(f"   {gpu:>5} {'eager':>9} {'causal' if causal else 'plain':>6} d={hd:<3} " + " ".join(cells))
     print()
 
     print("3d. Sliding-window attention, head dim 64: NVIDIA's gpt_oss runs vs pipesim's generic rule (the full")

@@ -57,9 +57,26 @@ def test_moe_act_and_mla_up_projections():
     assert dropped == pytest.approx(ops["expert_fc2"].saved_bytes + qkv)
 
 
-def test_default_is_the_attention_core_and_flash_frees_nothing():
+def test_default_is_the_attention_core_and_flash_frees_nothing_but_runs_again():
+    """Megatron-Core checkpoints the core attention whatever its kernel (attention.py
+    _checkpointed_attention_forward under checkpoint_core_attention): a fused kernel keeps nothing
+    large, so nothing is freed, but its forward runs again in the backward."""
     cm, ops, (t, kept, dropped) = layer(scenario())
-    assert t == 0 and dropped == 0
+    assert dropped == 0 and t == pytest.approx(cm.time(ops["attention"], "fwd").seconds) and t > 0
+
+
+def test_eager_core_attention_reruns_scores_softmax_and_the_product_with_v():
+    """The unfused core (Korthikanti et al. 2022, Sec. 4.2, Fig. 3): QK^T, softmax, dropout and the
+    attention over V all run again; the s x s tensors are what is freed."""
+    s = load_scenario({"model": {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 2048,
+                                 "vocab_size": 4096, "dropout": True},
+                       "system": {"preset": "dgx-a100-80gb", "num_nodes": 1}, "parallel": {"data": 8},
+                       "training": {"micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16",
+                                    "attention": "eager", "recompute": "selective"}})
+    cm, ops, (t, kept, dropped) = layer(s)
+    core = ("logits", "softmax", "attn_dropout", "attend")
+    assert t == pytest.approx(sum(cm.time(ops[n], "fwd").seconds for n in core))
+    assert dropped == pytest.approx(sum(ops[n].selective_dropped_bytes for n in core)) and dropped > 0
 
 
 def test_modules_need_selective_and_known_names():

@@ -310,9 +310,11 @@ def block_ops(s: Scenario, moe: bool = False) -> list[Op]:
         # attend saves its probability input: the dropout output, or without dropout the softmax
         # output itself, which softmax already counts.
         probs = scores * e if dp else 0.0
+        # part of the core attention selective recompute re-runs: Megatron checkpoints the whole
+        # core-attention function, P V included (Korthikanti et al. 2022, Sec. 4.2, Fig. 3)
         ops.append(Op("attend", "matmul", 2 * scores * sh.d, 4 * scores * sh.d,
                       scores * e + 2 * v_saved, 2 * scores * e + 3 * v_saved,
-                      saved_bytes=probs + v_saved, dgrad_fraction=1.0,
+                      saved_bytes=probs + v_saved, dgrad_fraction=1.0, attention_core=True,
                       selective_dropped_bytes=probs,
                       # context[s, d] = P[s, s] V; backward dP = dC V^T (K = d), dV = P^T dC (K = s)
                       gemms_fwd=((nb, sh.s, sh.d, sh.s, adt),),

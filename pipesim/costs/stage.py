@@ -293,17 +293,22 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0
                     policy: str | None = None) -> tuple[float, float, float]:
     """(recompute seconds, saved bytes, working bytes) of one layer under the recompute policy
     (`policy`, default training.recompute); `cp_fwd`: the layer's exposed context-parallel
-    exchange, re-run by full recompute."""
+    exchange, re-run by full recompute and by a selective one of the fused core attention."""
     policy = policy or s.training.recompute
     saved_all = sum(o.saved_bytes for o in ops)
     if policy == "none":
         return 0.0, saved_all, 0.0
     if policy == "selective":
         # Korthikanti et al. 2022, Sec. 4.2: re-run the attention core, keep everything else
-        # (core_attn); the other submodules of Megatron-Core's recompute_modules on top
+        # (core_attn); the other submodules of Megatron-Core's recompute_modules on top. A fused
+        # kernel is the core too: Megatron-Core hands checkpoint_core_attention to Transformer
+        # Engine's DotProductAttention, which runs the kernel's forward again in the backward (with
+        # context parallelism its exchanges too).
         modules = s.training.recompute_modules
         core = "core_attn" in modules
-        t = sum(cm.time(o, "fwd").seconds for o in ops if o.attention_core) if core else 0.0
+        t = sum(cm.time(o, "fwd").seconds for o in ops if o.attention_core or o.flash) if core else 0.0
+        if core and any(o.flash for o in ops):
+            t += cp_fwd
         dropped = sum(o.selective_dropped_bytes for o in ops) if core else 0.0
         more_t, comms, more_dropped = module_recompute(s, cm, ops, modules)
         dropped = min(saved_all, dropped + more_dropped)
