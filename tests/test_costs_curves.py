@@ -454,6 +454,19 @@ def test_weight_gradients_accumulate_into_the_grad_buffer_in_the_gemm_epilogue()
     assert 0.5 < cm16.wgrad_share(fc1_16) < cm32.wgrad_share(fc1_32) < 1
 
 
+def test_the_embedding_gradient_is_added_into_the_buffer_every_micro_batch():
+    """The input embedding's weight gradient is no GEMM: a dense zero-filled table gradient gets the
+    tokens' rows, then Megatron-Core's DDP hook adds it into the gradient buffer (read it, read and
+    write the buffer), so its backward moves 2e + 2g bytes per table element besides the tokens."""
+    from pipesim.costs.layers import embedding_ops, shapes_of
+    for grad32, g in ((True, 4), (False, 2)):
+        s = scenario(grad_reduce_in_fp32=grad32)
+        (emb,) = [o for o in embedding_ops(s) if o.name == "embedding"]
+        sh = shapes_of(s)
+        tokens = 2 * sh.tokens * sh.h * sh.e
+        assert emb.bytes_bwd == pytest.approx(tokens + emb.params * (2 * sh.e + 2 * g))
+
+
 def test_fp8_gemms_keep_their_fp8_input_copy_for_the_backward():
     """Transformer Engine saves the FP8 (transposed) copy of a Linear's input, 1 byte per element,
     not the BF16 tensor; norms, attention and the BF16 LM head keep 16-bit activations."""

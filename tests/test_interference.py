@@ -111,7 +111,7 @@ def test_expert_time_ratio_is_taken_at_a_per_layer_reductions_own_size():
     at that size, not the bucket's (at the bucket's a tenth of the link latencies doubled the
     per-layer reductions of Qwen3-235B with EP 8 under FSDP: the metamorphic audit)."""
     from pipesim.costs.moe import edp_ratio, grad_ratio
-    from pipesim.costs.step_ops import grad_elem_bytes
+    from pipesim.costs.memory import grad_elem_bytes
     from pipesim.costs.stage import costed_layer_ops
     s = pipesim.load_scenario({"model": {"preset": "qwen3-30b-a3b"}, "system": {"preset": "dgx-h100", "num_nodes": 4},
                                "parallel": {"data": 32, "expert": 8},

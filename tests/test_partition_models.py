@@ -59,8 +59,9 @@ def test_gpt2_small_two_and_four_stages_are_balanced():
         r = build_report(g, part, cl, Options())
         im = r["imbalance"]
         # the split balances F + B; the head's cross-entropy is forward-heavy (38 of 52 bytes per
-        # logit in the forward, costs/layers.py), so F alone balances less well than the total
-        assert im["sequential"]["forward"] >= 0.75 and im["sequential"]["backward"] >= 0.9
+        # logit in the forward, costs/layers.py) and the embedding backward-heavy (its dense table
+        # gradient added into the buffer), so F and B alone balance less well than the total
+        assert im["sequential"]["forward"] >= 0.75 and im["sequential"]["backward"] >= 0.85
         assert im["stage_total"] >= 0.9
         lps = r["layers_per_stage"]
         assert sum(lps) == 12 and len(lps) == k

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pipesim.costs.documents import with_documents
 from pipesim.costs.fp8 import fp8_gathers
 from pipesim.costs.lora import with_lora
+from pipesim.costs.memory import grad_elem_bytes
 from pipesim.costs.ops import Comm, Op
 from pipesim.costs.tensor_parallel import TensorSplit, tensor_split
 from pipesim.scenario.config import Scenario
@@ -451,7 +452,12 @@ def windowed_attention(sh: Shapes, heads: float, kv: float, dtype: str, window: 
 
 
 def embedding_ops(s: Scenario) -> list[Op]:
-    """Input embedding (vocab-parallel, Shoeybi et al. 2019 Sec. 3) + learned positions + dropout."""
+    """Input embedding (vocab-parallel, Shoeybi et al. 2019 Sec. 3) + learned positions + dropout.
+    Backward: PyTorch's embedding_dense_backward zero-fills a dense weight gradient and adds the
+    tokens' rows into it; unlike a linear's (a GEMM accumulating into the buffer), that gradient
+    is then added into the gradient buffer every micro-batch (Megatron-Core's DDP parameter hook:
+    `param.main_grad.add_(param.grad.data)`, distributed_data_parallel.py): read it, read and
+    write the buffer's elements."""
     sh = shapes_of(s)
     m = s.model
     tp, e, T = sh.tp, sh.e, sh.tokens
@@ -461,7 +467,8 @@ def embedding_ops(s: Scenario) -> list[Op]:
     if tp.size > 1 and tp.mode == "1d":
         kind = "reduce_scatter" if tp.sequence_parallel else "all_reduce"
         comm = (Comm(kind, T * sh.h * e, "tp", tp.size),)
-    ops = [Op("embedding", "vector", 0.0, T * sh.h, 2 * T * sh.h * e, 2 * T * sh.h * e + params * e,
+    dense_grad = params * (2 * e + 2 * grad_elem_bytes(s.training))    # zero-fill, then the add
+    ops = [Op("embedding", "vector", 0.0, T * sh.h, 2 * T * sh.h * e, 2 * T * sh.h * e + dense_grad,
               params=params, comm_fwd=comm, param_tensors=2 if m.position == "learned" else 1)]
     if m.dropout:
         ops.append(vector("embed_dropout", tok * sh.h, sh, (1, 1), saved_bytes=tok * sh.h * MASK_BYTES, mask=True))

@@ -38,6 +38,16 @@ def weight_elem_bytes(precision: str) -> int:
     return 4 if precision in ("fp32", "tf32") else 2
 
 
+def elem_of(tr) -> int:
+    """Bytes of a 16/32-bit weight or gradient element (FP8 training keeps BF16 weights)."""
+    return weight_elem_bytes(tr.precision)
+
+
+def grad_elem_bytes(tr) -> int:
+    """Bytes per element of the gradient buffer the backward accumulates into."""
+    return 4 if tr.grad_reduce_in_fp32 else elem_of(tr)
+
+
 def optimizer_bytes_per_param(optimizer: str, precision: str, moment_bytes: int = 4) -> float:
     """`moment_bytes`: bytes of each Adam moment (4; 2 with BF16 states, training.optimizer_state_dtype:
     Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16; DeepSeek-V3

@@ -445,7 +445,7 @@ def gather_ratio(s: Scenario, ops: list[Op]) -> float:
     the parameter bucket they run in (zero3_reuse.param_allgather_seconds), under ZeRO-3 at one
     gather's of the layer `ops`: the layer's weights with FSDP (one gather per wrapped layer), one
     parameter tensor's with DeepSpeed (zero3_reuse.weight_gathers)."""
-    from pipesim.costs.step_ops import elem_of
+    from pipesim.costs.memory import elem_of
     from pipesim.costs.zero3_reuse import param_bucket_bytes
     tr = s.training
     if tr.zero_stage < 3:
@@ -460,7 +460,7 @@ def grad_ratio(s: Scenario, ops: list[Op]) -> float:
     gradients where FSDP reduces one wrapped layer per collective (zero3_reuse.gradient_buckets;
     at the bucket's size a per-layer reduction read 2x slower with a tenth of the link latencies,
     benchmarks/metamorphic_audit.py)."""
-    from pipesim.costs.step_ops import grad_elem_bytes
+    from pipesim.costs.memory import grad_elem_bytes
     tr = s.training
     layer = sum(o.params for o in ops) * grad_elem_bytes(tr) if tr.zero3_per_layer else 0.0
     return edp_ratio(s, "reduce_scatter" if tr.zero_stage >= 1 else "all_reduce", nbytes=layer or None)

@@ -14,7 +14,7 @@ from pipesim.costs.fp8 import fp8_gemm_params, low_precision, low_precision_para
 from pipesim.costs.context import context_comm
 from pipesim.costs.fsdp_copies import copy_out_seconds
 from pipesim.costs.layers import FP32, embedding_ops, head_ops, layer_ops, mtp_ops, shapes_of
-from pipesim.costs.memory import StaticMemory, frozen_memory, static_memory
+from pipesim.costs.memory import StaticMemory, elem_of, frozen_memory, grad_elem_bytes, static_memory
 from pipesim.costs.moe_interference import op_seconds_beside_comm
 from pipesim.costs.muon import is_expert, muon_split
 from pipesim.costs.nccl_channels import dp_collective_sms
@@ -23,7 +23,7 @@ from pipesim.costs.ops import Comm, Op, is_norm
 from pipesim.costs.optimizer import optimizer_bytes
 from pipesim.costs.recompute_modules import module_recompute
 from pipesim.costs.roofline import CostModel
-from pipesim.costs.step_ops import elem_of, grad_elem_bytes, step_fixed_ops
+from pipesim.costs.step_ops import step_fixed_ops
 from pipesim.costs.topology import placement
 from pipesim.costs.tp_overlap import column_backward_block, forward_block, row_backward_block, uses_userbuffers
 from pipesim.costs.workspace import Workspace, stage_workspace

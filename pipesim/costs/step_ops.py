@@ -5,7 +5,6 @@ from __future__ import annotations
 from pipesim.costs.collectives import collective_time, p2p_time
 from pipesim.costs.fp8 import fp8_storage_cast_bytes, weight_cast_bytes
 from pipesim.costs.layers import shapes_of
-from pipesim.costs.memory import weight_elem_bytes
 from pipesim.costs.muon import MuonParts
 from pipesim.costs.optimizer import grad_norm_bytes
 from pipesim.costs.roofline import CostModel
@@ -13,14 +12,6 @@ from pipesim.costs.topology import placement, stage_link
 from pipesim.scenario.config import Scenario
 
 
-def elem_of(tr) -> int:
-    """Bytes of a 16/32-bit weight or gradient element (FP8 training keeps BF16 weights)."""
-    return weight_elem_bytes(tr.precision)
-
-
-def grad_elem_bytes(tr) -> int:
-    """Bytes per element of the gradient buffer the backward accumulates into."""
-    return 4 if tr.grad_reduce_in_fp32 else elem_of(tr)
 
 
 def norm_all_reduce(s: Scenario) -> float:

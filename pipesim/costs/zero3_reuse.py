@@ -108,7 +108,7 @@ def param_allgather_seconds(tr, c, collective) -> float:
     each bucket is a collective that pays its own latency; `collective(kind, nbytes)` times one.
     An MoE stage's expert bytes enter at their bucket-level time ratio (costs/moe.py edp_ratio),
     which is only exact for collectives of that bucket's size."""
-    from pipesim.costs.step_ops import elem_of
+    from pipesim.costs.memory import elem_of
     learn = getattr(c, "trainable_params", None)
     # LoRA: only the adapters changed, in the 16-bit compute dtype (pipesim/costs/lora.py)
     n, full = gradient_buckets(tr, c), gathered_weight_bytes(tr, c) if learn is None else learn * elem_of(tr)
@@ -118,7 +118,7 @@ def param_allgather_seconds(tr, c, collective) -> float:
 def param_bucket_bytes(tr) -> float:
     """Bytes of one ZeRO-1/2 parameter all-gather bucket: grad_bucket_MB of gradients holds as many
     parameters, gathered in their 16/32-bit compute copy."""
-    from pipesim.costs.step_ops import elem_of, grad_elem_bytes
+    from pipesim.costs.memory import elem_of, grad_elem_bytes
     return tr.grad_bucket_MB * 1e6 * elem_of(tr) / grad_elem_bytes(tr)
 
 
@@ -141,7 +141,7 @@ def gathered_param_bytes(tr, c) -> float:
     (FP8 parameter all-gather, Transformer Engine fp8_model_init / torchao float8 FSDP2), the
     FP8-GEMM weights in FP8 under training.fp8_param_gather, else 16 or 32 bits."""
     from pipesim.costs.fp8 import gathered_bytes_per_param, gemm_dtype, stored_bytes
-    from pipesim.costs.step_ops import elem_of
+    from pipesim.costs.memory import elem_of
     if gemm_dtype(tr) == "fp8" and tr.zero_stage >= 3:
         return 1.0     # FP8 weights gathered as such; NVFP4 (fp4 GEMMs) in 16 bits or stored FP4
     if tr.fp8_param_gather and c.params:
