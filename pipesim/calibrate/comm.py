@@ -81,9 +81,10 @@ def time_comm(rank: int, peer: int, sizes, budget_s: float, dev, group=None,
             dist.all_reduce(buf, group=group)
             sync()
 
-        world = dist.get_world_size(group)
-        shard = torch.zeros(max(1, nbytes // (4 * world)), dtype=torch.float32, device=dev)
-        parts = [torch.empty_like(shard) for _ in range(world)]
+        if "allgather" in ops:
+            world = dist.get_world_size(group)
+            shard = torch.zeros(max(1, nbytes // (4 * world)), dtype=torch.float32, device=dev)
+            parts = [torch.empty_like(shard) for _ in range(world)]
 
         def allgather():          # with the concatenation, as the emulator's TPGroup.all_gather0
             dist.all_gather(parts, shard, group=group)

@@ -236,12 +236,9 @@ def host_collective_seconds(profile, kind: str, nbytes: float, ranks: int) -> fl
     if not host or nbytes <= 0:
         return None
     traced = host.get("tp_in_model", {})
-    # the in-model traces' time at their sizes (a profile of before session 39 keeps its
-    # all-reduces' under the all-reduce fit)
-    legacy = host.get("allreduce", {}) if kind == "all_reduce" else {}
-    for points, size in ((traced.get(kind, ()), traced.get("ranks")), (legacy.get("in_model", ()), legacy.get("ranks"))):
-        for b, sec in points:
-            if size == ranks and b == round(nbytes):
+    if traced.get("ranks") == ranks:             # the in-model traces' time at their sizes
+        for b, sec in traced.get(kind, ()):
+            if b == round(nbytes):
                 return sec
     fit = host.get(_FIT_OF_KIND.get(kind, ""))
     if not fit or fit.get("ranks") != ranks:

@@ -411,7 +411,7 @@ def flash_attention(sh: Shapes, heads: float, kv: float, dtype: str, causal: boo
     # inner loop every query tile runs (Dao 2023, "FlashAttention-2", Alg. 1).
     square = q_len == kv_len
     return Op(name, "matmul", fwd, 2.5 * fwd, qkvo, 2 * qkvo + lse,
-              saved_bytes=keep, dgrad_fraction=1.0,
+              saved_bytes=keep, dgrad_fraction=1.0, attention_core=True,
               measure_fwd=(("attention_fwd", shape),) if square else (),
               measure_bwd=(("attention_bwd", shape),) if square else (),
               flash=(b * heads, kv_len, ("mla", d) if mla else d, causal), attention_io=io)

@@ -33,8 +33,9 @@ class Op:
     saved_bytes: activation bytes kept from forward to backward (recompute "none");
     params: parameters of this op held by this GPU;
     dgrad_fraction: share of the backward that computes input gradients (zero-bubble I);
-    the rest (weight gradients) is W. attention_core: re-run in the backward by selective
-    recompute (Korthikanti et al. 2022, Sec. 4.2); selective_dropped_bytes: the saved bytes that
+    the rest (weight gradients) is W. attention_core: the core attention (scores, softmax,
+    dropout and the product with V, or a fused kernel doing them all), re-run in the backward by
+    selective recompute (Korthikanti et al. 2022, Sec. 4.2); selective_dropped_bytes: the saved bytes that
     selective recompute does not keep (the s x s score tensors).
     measure_*: profile lookups (op key, shape) that replace the roofline when measured.
     gemms_*: the GEMMs the op runs, (batch, M, N, K, dtype), timed by the GEMM curve

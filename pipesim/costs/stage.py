@@ -305,11 +305,9 @@ def layer_recompute(s: Scenario, cm: CostModel, ops: list[Op], cp_fwd: float = 0
         # Engine's DotProductAttention, which runs the kernel's forward again in the backward (with
         # context parallelism its exchanges too).
         modules = s.training.recompute_modules
-        core = "core_attn" in modules
-        t = sum(cm.time(o, "fwd").seconds for o in ops if o.attention_core or o.flash) if core else 0.0
-        if core and any(o.flash for o in ops):
-            t += cp_fwd
-        dropped = sum(o.selective_dropped_bytes for o in ops) if core else 0.0
+        core = [o for o in ops if o.attention_core] if "core_attn" in modules else []
+        t = sum(cm.time(o, "fwd").seconds for o in core) + (cp_fwd if any(o.flash for o in core) else 0.0)
+        dropped = sum(o.selective_dropped_bytes for o in core)
         more_t, comms, more_dropped = module_recompute(s, cm, ops, modules)
         dropped = min(saved_all, dropped + more_dropped)
         return t + more_t + comm_seconds(s, comms, cm.profile), saved_all - dropped, dropped
@@ -343,7 +341,7 @@ def selective_op_recompute(s: Scenario, cm: CostModel, ops: list[Op], checkpoint
     redo = keep = 0.0
     attention = False
     for o in ops:
-        if o.attention_core or o.flash:        # the SDPA kernel: its outputs are saved
+        if o.attention_core:        # the SDPA kernel: its outputs are saved
             attention = True
             continue
         fwd = cm.time(o, "fwd").seconds

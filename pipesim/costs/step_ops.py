@@ -12,8 +12,6 @@ from pipesim.costs.topology import placement, stage_link
 from pipesim.scenario.config import Scenario
 
 
-
-
 def norm_all_reduce(s: Scenario) -> float:
     """The gradient norm's scalar all-reduce over the tensor, pipeline and data groups (the same
     for every stage of a scenario: memoised per scenario object)."""

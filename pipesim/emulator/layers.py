@@ -148,21 +148,25 @@ class TPGroup:
         cpu, self.cpu_s = self.cpu_s, 0.0
         return cpu
 
+    def _record(self, phase: str, start: tuple[float, float], tensor, kind: str) -> None:
+        """Log a collective begun at `start` = (perf_counter, thread_time) over `tensor`'s bytes."""
+        self.log.append((phase, start[0], time.perf_counter(), tensor.numel() * tensor.element_size(), kind))
+        self.cpu_s += time.thread_time() - start[1]
+
     def all_gather0(self, t, phase: str, dim: int = 0):
         """Concatenate every rank's `t` along `dim` (0: the sequence under sequence parallelism)."""
-        start, cpu0 = time.perf_counter(), time.thread_time()
+        start = time.perf_counter(), time.thread_time()
         t = t.contiguous()
         parts = [torch.empty_like(t) for _ in range(self.size)]
         dist.all_gather(parts, t, group=self.group)
         out = torch.cat(parts, dim)
-        self.log.append((phase, start, time.perf_counter(), out.numel() * out.element_size(), "all_gather"))
-        self.cpu_s += time.thread_time() - cpu0
+        self._record(phase, start, out, "all_gather")
         return out
 
     def reduce_scatter0(self, t, phase: str):
         """Sum over ranks, keep this rank's slice of dim 0 (gloo has no reduce-scatter: an
         all-reduce then a slice; NCCL's reduce_scatter_tensor where available)."""
-        start, cpu0 = time.perf_counter(), time.thread_time()
+        start = time.perf_counter(), time.thread_time()
         t = t.contiguous()
         if dist.get_backend(self.group) == "nccl":
             out = torch.empty((t.shape[0] // self.size,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
@@ -171,15 +175,13 @@ class TPGroup:
             full = t.clone()
             dist.all_reduce(full, group=self.group)
             out = full.chunk(self.size, 0)[self.rank].contiguous()
-        self.log.append((phase, start, time.perf_counter(), t.numel() * t.element_size(), "reduce_scatter"))
-        self.cpu_s += time.thread_time() - cpu0
+        self._record(phase, start, t, "reduce_scatter")
         return out
 
     def all_reduce(self, t, phase: str, op=None):
-        start, cpu0 = time.perf_counter(), time.thread_time()
+        start = time.perf_counter(), time.thread_time()
         dist.all_reduce(t, op=op or dist.ReduceOp.SUM, group=self.group)
-        self.log.append((phase, start, time.perf_counter(), t.numel() * t.element_size(), "all_reduce"))
-        self.cpu_s += time.thread_time() - cpu0
+        self._record(phase, start, t, "all_reduce")
         return t
 
 
