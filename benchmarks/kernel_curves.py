@@ -56,8 +56,8 @@ import statistics
 
 from pipesim.costs.flash import attention_tflops
 from pipesim.costs.gemm import gemm_bytes, gemm_compute_time
-from pipesim.presets.gpus import (FA2_PAPER_FWD_BWD, FA2_PAPER_SEQ, KERNEL_CURVES, fill_rate, gemm_anchor,
-                                  sustained_ratio)
+from pipesim.presets.attention_tables import FA2_PAPER_FWD_BWD, FA2_PAPER_SEQ
+from pipesim.presets.gpus import KERNEL_CURVES, fill_rate, gemm_anchor, sustained_ratio
 
 XLA = "OpenXLA matmul_interpolator_data.h (sm_90)"
 # (batch, M, N, K, published bf16 TFLOP/s)
@@ -404,7 +404,7 @@ def main() -> None:
         for seq, fwd, bwd in rows:
             print(f"   {name:>6} {w:>6} {seq:>6} {fwd:>5} {rule[0]:>5.0f} {named[0]:>5.0f} {bwd:>5} {rule[1]:>5.0f} "
                   f"{named[1]:>5.0f}")
-    print("   (GB200's window-128 rows are pipesim's rates now: presets/gpus.py _GB200_CUDNN_WINDOW)")
+    print("   (GB200's window-128 rows are pipesim's rates now: presets/attention_tables.py GB200_CUDNN_WINDOW)")
     print()
 
     print("4. Mamba-2 SSD scan forward on H100 (128 heads of 64, state 128, chunk 256), tokens/s, vs vLLM PR "

@@ -575,7 +575,7 @@ def test_older_attention_kernels_keep_their_published_ratio_to_flashattention2(g
     dim 64 or 128. On A100 every kernel, FA2 too, returns the bars; on H100 the absolute rate stays
     within FA2's own table's error (the FA3 paper's FA2 run, 11 % below the FA2 paper's at 512
     causal)."""
-    from pipesim.presets.gpus import FA2_PAPER_FWD_BWD, FA2_PAPER_SEQ
+    from pipesim.presets.attention_tables import FA2_PAPER_FWD_BWD, FA2_PAPER_SEQ
     curve = KERNEL_CURVES[gpu]
     bars = FA2_PAPER_FWD_BWD[gpu if kernel in FA2_PAPER_FWD_BWD[gpu] else "a100"]
 

@@ -3,7 +3,7 @@
 FLOPs follow the FlashAttention papers' convention (Dao 2023, FlashAttention-2, Sec. 4.1):
 forward 4·b·heads·s²·d (half when causal), backward 2.5x the forward. The achieved TFLOP/s at a
 sequence length is interpolated (log-linear in s, clamped at the table ends) in the GPU's table
-(pipesim/presets/gpus.py: on Hopper the cuDNN / FlashAttention-2 / -3 bars of the FlashAttention-3
+(pipesim/presets/attention_tables.py: on Hopper the cuDNN / FlashAttention-2 / -3 bars of the FlashAttention-3
 paper, Fig. 5; on Blackwell NVIDIA's cudnn-frontend benchmarks; head dim 128), times a head-dim
 factor from the measured panels at other head dims (head_dim_factor).
 A table with a measured causal backward (`bwd_causal`: the Blackwell cuDNN tables) uses it; the
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 
-from pipesim.presets.gpus import KERNEL_CURVES, interp_by_seq as _interp
+from pipesim.presets.attention_tables import interp_by_seq as _interp
+from pipesim.presets.gpus import KERNEL_CURVES
 
 
 def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: str = "auto",

@@ -32,7 +32,7 @@ The network: 8 x 200 Gb/s per A100 node as the tables' titles state (the dgx-a10
 tables name none (the dgx-h100 preset, 8 x 400 Gb/s).
 Attention: attn_impl triton (submit_benchmarks.py's default, MPT's Triton FlashAttention,
 flash_attn_triton.py: attention_kernel fa-triton, timed on the FlashAttention-2 paper's Fig. 4 bars of
-that kernel, A100; on H100 at its A100 ratio to FA2, presets/gpus.py) or flash (FlashAttention-2,
+that kernel, A100; on H100 at its A100 ratio to FA2, presets/attention_tables.py) or flash (FlashAttention-2,
 gpu-flash2; the large-scale sweep.py's choice for 1B, 3B, 7B and 70B: fa2).
 """
 from __future__ import annotations
