@@ -25,12 +25,14 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
 3. Attention, H100: the FlashAttention-3 paper's cuDNN bars (Shah et al. 2024, Fig. 5) are the
    table itself; the FA3 kernel's own bars (same figure) and pytorch/benchmark PR #2391's FA3
    forward runs (batch x seq = 16k, 16 heads, head dim 128) are independent measurements.
-3c. Attention on Blackwell, head dim 128, causal: pipesim's tables are NVIDIA's cudnn-frontend runs of
-   April 2026 (cuDNN 9.22, GB200 / GB300, 2K-32K; B200 = GB200's at the MAMF ratio). Printed
+3c. Attention on Blackwell, head dim 128, causal: pipesim's default tables are NVIDIA's cudnn-frontend
+   runs of April 2026 (cuDNN 9.22, GB200 / GB300, 2K-32K; B200 = GB200's at the MAMF ratio). Printed
    against two earlier NVIDIA runs: the same repository's December 2025 cudnn_fe run (commit
    b372d39, GB200 / GB300, batch 1 x 128 heads, BF16 and per-tensor FP8; its 512 and 1K rows are
-   the tables' short end, its 2K-16K rows are independent) and its October 2025 B200 run through PyTorch's cuDNN path
-   (commit bb37575, pyt_cudnn, cuDNN 9.13.1; never used: a slower path than Transformer Engine's).
+   the default tables' short end; the whole run is the `cudnn-9.17` table) and its October 2025 B200
+   run through PyTorch's cuDNN path (commit bb37575, pyt_cudnn, cuDNN 9.13.1: the `sdpa-cudnn`
+   table). Then how far each dated table (`cudnn-9.13`: October 2025 through the graph API,
+   `cudnn-9.17`) sits from April 2026's: the drift a run of older software sees.
 3f. Attention, forward + backward, A100 and H100: the FlashAttention-2 paper's Fig. 4 / 7 bars (as the
    flash-attention repository ships them) for FlashAttention-2, v1, a Triton FlashAttention and
    xformers (A100). On A100 these bars are pipesim's rates (printed so a reader sees them); on H100
@@ -358,6 +360,17 @@ def main() -> None:
             pb = attention_tflops(c, seq, True, "bwd", dtype=dtype)
             print(f"   {name:>6} {run:>19} {seq:>6} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
                   f"{pb:>6.0f} {bwd:>6.0f} {100 * (pb / bwd - 1):>+6.0f}")
+    print()
+
+    print("   dated cuDNN tables over April 2026's (the default), forward / backward, causal:")
+    print(f"   {'GPU':>6} {'table':>10} " + " ".join(f"{s:>11}" for s in SEQ))
+    for name, kernel in (("b200", "cudnn-9.13"), ("gb300", "cudnn-9.13"), ("gb200", "cudnn-9.17"),
+                         ("gb300", "cudnn-9.17")):
+        c = KERNEL_CURVES[name]
+        cells = (" {:>4.2f}/{:<4.2f} ".format(*(attention_tflops(c, seq, True, p, kernel) /
+                                                attention_tflops(c, seq, True, p) for p in ("fwd", "bwd")))
+                 for seq in SEQ)
+        print(f"   {name:>6} {kernel:>10} " + " ".join(cells))
     print()
 
     print("3e. Attention on Hopper, head dim 128, 4K-64K tokens: pipesim's cuDNN and FlashAttention-2 tables vs")

@@ -185,3 +185,32 @@ def test_sliding_window_attention_is_nvidias_gpt_oss_run_on_blackwell():
     r4 = band_bwd(4096, fp8_attention=True) / band_bwd(4096)
     r8 = band_bwd(8192, fp8_attention=True) / band_bwd(8192)
     assert r4 == pytest.approx(2.080 / 0.465, rel=0.05) and r8 == pytest.approx(7.427 / 0.911, rel=0.05)
+
+
+def test_blackwell_cudnn_of_late_2025_is_a_named_table_of_its_own_runs():
+    """cuDNN 9.13.1 (Oct 2025, B200 / GB300) and 9.17.0 (Dec 2025, GB200 / GB300), Transformer
+    Engine's graph-API path: the measured causal rates, other parts at the BF16 MAMF ratio."""
+    assert rate("b200", 8192, True, "fwd", "cudnn-9.13") == pytest.approx(1384.2)
+    assert rate("b200", 2048, True, "bwd", "cudnn-9.13") == pytest.approx(545.1)
+    assert rate("gb200", 2048, True, "bwd", "cudnn-9.13") == pytest.approx(545.1 * 1822.0 / 1745.0)
+    assert rate("gb200", 4096, True, "bwd", "cudnn-9.17") == pytest.approx(1054)
+    assert rate("gb300", 131072, True, "fwd", "cudnn-9.13") == pytest.approx(1739.7)
+    assert rate("b300", 8192, True, "bwd", "cudnn-9.17") == pytest.approx(1292 * 1769.0 / 1822.0)
+    # the releases got faster in that order where the short backward is: 9.13 < 9.17 < 9.22 (GB300)
+    assert rate("gb300", 2048, True, "bwd", "cudnn-9.13") < rate("gb300", 2048, True, "bwd", "cudnn-9.17") \
+        < rate("gb300", 2048, True, "bwd")
+    # causal-only runs: non-causal at the GPU's 9.22 non-causal / causal ratio (GB200 8K: 1771 / 1574)
+    assert rate("gb200", 8192, False, "fwd", "cudnn-9.17") == pytest.approx(1584 * 1771 / 1574)
+    with pytest.raises(ScenarioError) as err:           # Blackwell only: one line naming the key
+        pipesim.simulate(scenario("dgx-h100", attention_kernel="cudnn-9.13"))
+    assert "attention_kernel" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_fp8_attention_of_a_dated_cudnn_is_that_runs_fp8_speed_up():
+    """Per-tensor FP8 attention on a dated cuDNN table runs at the FP8 rate measured in the same run
+    (cudnn-frontend bb37575: B200 8K causal 1502.1 / 1254.7 beside BF16's 1384.2 / 994.9)."""
+    curve = KERNEL_CURVES["b200"]
+    assert attention_tflops(curve, 8192, True, "fwd", "cudnn-9.13", dtype="fp8") == pytest.approx(1502.1)
+    assert attention_tflops(curve, 8192, True, "bwd", "cudnn-9.13", dtype="fp8") == pytest.approx(1254.7)
+    s = scenario(precision="fp8", fp8_attention=True, attention_kernel="cudnn-9.13")
+    assert "cuDNN 9.13 FP8" in pipesim.simulate(s).to_dict()["tensor_core_rate"]["attention_table"]

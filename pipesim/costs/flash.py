@@ -23,8 +23,8 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
     """Achieved TFLOP/s of the fused attention kernel on this GPU (`kernel`: a name of the curve's
     `attention_kernels`, or "auto" for its default table) at `head_dim`; `dtype` "fp8" / "mxfp8":
     cuDNN's FP8 attention with per-tensor / MXFP8 scaling, as its speed-up over BF16 measured in
-    the same run (the curve's `attention_fp8` table over its `bf16_ref`; MLA's panels of both for
-    an MLA op) applied to the BF16 rate, so that FP8 and BF16 attention are compared at one
+    the same run (fp8_table over its `bf16_ref`; MLA's panels of both for an MLA op) applied to
+    the BF16 rate, so that FP8 and BF16 attention are compared at one
     software version. `window_seq`: a sliding-window band of `seq` keys over that many tokens, at
     the GPU's measured window kernels where it has them (window_tflops)."""
     if window_seq:
@@ -38,7 +38,7 @@ def attention_tflops(curve: dict, seq: float, causal: bool, phase: str, kernel: 
     if base is not table:
         rate *= relative_rate(table, seq, causal, head_dim)
     if dtype != "bf16":
-        fp8 = curve["attention_fp8"][dtype]
+        fp8 = fp8_table(curve, table, dtype)
         ref = fp8["bf16_ref"]
         if isinstance(head_dim, tuple) and "mla" in fp8 and "mla" in ref:     # MLA's own FP8 speed-up
             fp8, ref = fp8["mla"], ref["mla"]
@@ -107,6 +107,14 @@ def _table_rate(table: dict, seq: float, causal: bool, phase: str) -> float:
     return bwd * _interp(table["fwd_causal"], seq) / _interp(table["fwd"], seq) if causal else bwd
 
 
+def fp8_table(curve: dict, table: dict, dtype: str) -> dict:
+    """The FP8 attention table (with its `bf16_ref`) a kernel table is read against under FP8
+    attention: the kernel's own per-tensor FP8 run where it has one (the dated cuDNN tables),
+    else the GPU's."""
+    own = table.get("fp8")
+    return own if dtype == "fp8" and own is not None else curve["attention_fp8"][dtype]
+
+
 def attention_table(curve: dict, kernel: str = "auto") -> tuple[dict, float]:
     """(table, scale) of the fused-attention kernel `kernel` ("auto": the curve's default)."""
     if kernel == "auto":
@@ -122,7 +130,7 @@ def attention_source(curve: dict, kernel: str = "auto", dtype: str = "bf16") -> 
     if scale != 1.0:
         label += f", x {scale:.3f} (this GPU's matmul rate over the table GPU's)"
     if dtype != "bf16":
-        label += f"; FP8 at the FP8 / BF16 ratio of {curve['attention_fp8'][dtype].get('source', 'a published run')}"
+        label += f"; FP8 at the FP8 / BF16 ratio of {fp8_table(curve, table, dtype).get('source', 'a published run')}"
     return label
 
 

@@ -13,6 +13,7 @@ rate, flash.relative_rate).
 from __future__ import annotations
 
 import math
+from datetime import date
 
 # FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608), Fig. 5 (H100 80GB SXM5, head dim
 # 128, batch x seq = 16k tokens, hidden 2048): cuDNN fused attention, which Transformer Engine
@@ -250,6 +251,52 @@ GB300_SDPA_CUDNN = _with_non_causal({
     "head_dim_from": GB300_CUDNN,
 }, H100_CUDNN)
 
+# Transformer Engine's cuDNN path as it ran in late 2025 (`training.attention_kernel: cudnn-9.13`,
+# `cudnn-9.17`): NVIDIA/cudnn-frontend's training SDPA benchmark through the frontend graph API (the
+# call Transformer Engine makes), BF16 and per-tensor FP8 in one run, causal, 128 query / 8 KV heads,
+# head dim 128, batch 1, free clocks, TFLOP/s as the tables above count them:
+#  - cuDNN 9.13.1 on NGC PyTorch 25.09: commit bb37575 (2025-10-07), benchmark/
+#    sdpa_benchmark_training/artifacts/sdpa_fp8_benchmark_results_NVIDIA_{B200,GB300}.csv (its
+#    bf16 and fp8 rows; sample_*_fp8_run.txt: cudnn.backend_version() = 91301);
+#  - cuDNN 9.17.0 on NGC PyTorch 25.11: commit b372d39 (2025-12-19), artifacts/
+#    sdpa_bf16_benchmark_results_NVIDIA_{GB200,GB300}.csv (backends cudnn_fe and cudnn_fe_fp8).
+# Against the April 2026 cuDNN 9.22 run (GB300, the same work per kernel) the 9.13 causal backward is
+# 0.56x at 2K, 0.80x at 8K and 0.91x at 32K, its forward 0.73x / 0.92x / 0.96x: Blackwell's fused
+# attention gained most at short lengths and in the backward between these releases. The runs are
+# causal only: the non-causal rows take the same GPU's 9.22 table's measured non-causal / causal
+# ratio (_with_non_causal; 0.99-1.01 from 8K on, where Hopper's is 1.10), its head-dim and MLA
+# panels too; "fp8" is the per-tensor FP8 table of the same run (flash.attention_tflops).
+def _dated_cudnn(bf16, fp8, current: dict) -> dict:
+    """A dated cuDNN table measured at _SEQ_B200: `bf16` and `fp8` ((forward causal, backward
+    causal) rates), with the FP8 run beside it; `current`: the GPU's 9.22 table."""
+    def table(rates):
+        return _with_non_causal({"fwd_causal": tuple(zip(_SEQ_B200, rates[0])),
+                                 "bwd_causal": tuple(zip(_SEQ_B200, rates[1])), "head_dim_from": current},
+                                current)
+    out = table(bf16)
+    out["fp8"] = dict(table(fp8), bf16_ref=out)
+    return out
+
+
+B200_CUDNN_913 = _dated_cudnn(
+    ((244.1, 561.3, 907.5, 1141.1, 1384.2, 1475.3, 1514.8, 1493.8, 1421.9),
+     (200.6, 376.9, 545.1, 832.9, 994.9, 1151.7, 1180.3, 1235.9, 1127.7)),
+    ((196.1, 516.2, 974.2, 1230.7, 1502.1, 1692.4, 1781.4, 1815.2, 1829.6),
+     (169.9, 376.8, 556.0, 972.3, 1254.7, 1469.5, 1582.2, 1626.6, 1616.1)), GB200_CUDNN)
+GB300_CUDNN_913 = _dated_cudnn(
+    ((175.6, 492.2, 999.8, 1445.2, 1716.1, 1835.9, 1883.5, 1831.9, 1739.7),
+     (174.5, 365.7, 544.5, 941.9, 1150.5, 1290.8, 1350.1, 1398.7, 1347.2)),
+    ((137.0, 425.5, 1030.2, 1675.1, 2073.6, 2266.6, 2351.8, 2386.4, 2376.1),
+     (146.2, 368.6, 573.3, 1156.2, 1513.8, 1745.9, 1880.4, 1953.1, 1967.2)), GB300_CUDNN)
+GB200_CUDNN_917 = _dated_cudnn(
+    ((408, 733, 1069, 1386, 1584, 1668, 1681, 1573, 1467), (329, 527, 655, 1054, 1211, 1304, 1348, 1229, 1188)),
+    ((466, 870, 1321, 1661, 1893, 2033, 2124, 2181, 2166), (300, 551, 672, 1088, 1261, 1370, 1429, 1450, 1440)),
+    GB200_CUDNN)
+GB300_CUDNN_917 = _dated_cudnn(
+    ((461, 839, 1312, 1682, 1899, 1978, 2007, 1951, 1821), (330, 522, 633, 1110, 1292, 1399, 1438, 1399, 1360)),
+    ((564, 1090, 1707, 2194, 2565, 2809, 2968, 3062, 2991), (310, 580, 693, 1177, 1390, 1534, 1600, 1627, 1606)),
+    GB300_CUDNN)
+
 # FlashAttention-2 on Blackwell -- PyTorch SDPA's flash backend, which has no Blackwell tensor-core
 # (tcgen05) path and so runs at a quarter of cuDNN's rate there: NVIDIA/cudnn-frontend commit
 # bb37575 (Oct 2025), benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_
@@ -341,8 +388,26 @@ for _table, _label in ((H100_CUDNN, "cuDNN, FlashAttention-3 paper Fig. 5 (H100,
                        (GB300_CUDNN_FP8, "cuDNN 9.22 FP8, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
                        (GB200_CUDNN_MXFP8, "cuDNN 9.22 MXFP8, NVIDIA cudnn-frontend benchmark (GB200, 2026-04)"),
                        (GB300_CUDNN_MXFP8, "cuDNN 9.22 MXFP8, NVIDIA cudnn-frontend benchmark (GB300, 2026-04)"),
+                       (B200_CUDNN_913, "cuDNN 9.13, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
+                       (GB300_CUDNN_913, "cuDNN 9.13, NVIDIA cudnn-frontend benchmark (GB300, 2025-10)"),
+                       (GB200_CUDNN_917, "cuDNN 9.17, NVIDIA cudnn-frontend benchmark (GB200, 2025-12)"),
+                       (GB300_CUDNN_917, "cuDNN 9.17, NVIDIA cudnn-frontend benchmark (GB300, 2025-12)"),
+                       (B200_CUDNN_913["fp8"], "cuDNN 9.13 FP8, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
+                       (GB300_CUDNN_913["fp8"], "cuDNN 9.13 FP8, NVIDIA cudnn-frontend benchmark (GB300, 2025-10)"),
+                       (GB200_CUDNN_917["fp8"], "cuDNN 9.17 FP8, NVIDIA cudnn-frontend benchmark (GB200, 2025-12)"),
+                       (GB300_CUDNN_917["fp8"], "cuDNN 9.17 FP8, NVIDIA cudnn-frontend benchmark (GB300, 2025-12)"),
                        (B200_FA2, "FlashAttention-2 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
                        (B200_SDPA_CUDNN, "cuDNN 9.13 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
                        (GB300_SDPA_CUDNN, "cuDNN 9.13 via PyTorch SDPA, NVIDIA cudnn-frontend benchmark (GB300, "
                                            "2025-10)")):
     _table["source"] = _label
+
+# When each cuDNN table was measured (the runs named beside the tables; "cudnn" is each GPU's default
+# table): a published run takes the newest one its software could have had (pipesim/whatif/
+# published_stack.py dated_cudnn). Hopper: the FlashAttention-3 paper (arXiv 2407.08608, July 2024)
+# and cuDNN 9.19.1 (2026-02-27); Blackwell: cuDNN 9.13.1 (2025-10-07), 9.17.0 (2025-12-19) and 9.22.0
+# (2026-04-24).
+CUDNN_MEASURED = ((("h100", "h800", "h200"), ((date(2024, 7, 11), "cudnn"), (date(2026, 2, 27), "cudnn-9.19"))),
+                  (("b200", "gb200", "b300", "gb300"), ((date(2025, 10, 7), "cudnn-9.13"),
+                                                        (date(2025, 12, 19), "cudnn-9.17"),
+                                                        (date(2026, 4, 24), "cudnn"))))

@@ -40,10 +40,11 @@ Fields:
 """
 from __future__ import annotations
 
-from pipesim.presets.attention_tables import (A100_FA2, B200_FA2, B200_SDPA_CUDNN, FA1_ON_A100, FA1_ON_H100,
-                                              FA_TRITON_ON_A100, FA_TRITON_ON_H100, GB200_CUDNN,
-                                              GB200_CUDNN_FP8, GB200_CUDNN_MXFP8, GB200_CUDNN_WINDOW,
-                                              GB300_CUDNN, GB300_CUDNN_FP8, GB300_CUDNN_MXFP8,
+from pipesim.presets.attention_tables import (A100_FA2, B200_CUDNN_913, B200_FA2, B200_SDPA_CUDNN, FA1_ON_A100,
+                                              FA1_ON_H100, FA_TRITON_ON_A100, FA_TRITON_ON_H100, GB200_CUDNN,
+                                              GB200_CUDNN_917, GB200_CUDNN_FP8, GB200_CUDNN_MXFP8,
+                                              GB200_CUDNN_WINDOW, GB300_CUDNN, GB300_CUDNN_913,
+                                              GB300_CUDNN_917, GB300_CUDNN_FP8, GB300_CUDNN_MXFP8,
                                               GB300_CUDNN_WINDOW, GB300_SDPA_CUDNN, H100_CUDNN,
                                               H100_CUDNN_2026, H100_CUDNN_FP8, H100_FA2, H100_FA3,
                                               XFORMERS_ON_A100)
@@ -135,6 +136,13 @@ _A100_SUSTAINED = dict(bf16=1305 / 1410)
 # the larger shared memory, the tensor-memory accumulator allocated per tile) before the first MMA.
 BLACKWELL_FILL_K = 576
 
+def _dated_cudnn(cudnn_913: tuple, cudnn_917: tuple) -> dict:
+    """A Blackwell part's cuDNN of late 2025 (presets/attention_tables.py: 9.13 measured on B200 and
+    GB300, 9.17 on GB200 and GB300), each (table, scale): another part's table at the BF16 MAMF ratio,
+    as for its current cuDNN table."""
+    return {"cudnn-9.13": cudnn_913, "cudnn-9.17": cudnn_917}
+
+
 KERNEL_CURVES: dict[str, dict] = {
     # V100: 80 SMs (Volta whitepaper Table 1). The MAMF table has no V100 row: the generic
     # MAMF/peak of 0.80 (below) times the 125 TFLOP/s FP16 tensor peak. No BF16/TF32/FP8 tensor
@@ -173,6 +181,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  anchor=_B200_ANCHOR, attention=GB200_CUDNN, attention_scale=1745.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(B200_FA2, 1.0),
                  sdpa_cudnn=(B200_SDPA_CUDNN, 1.0),
+                 older_attention=_dated_cudnn((B200_CUDNN_913, 1.0), (GB200_CUDNN_917, 1745.0 / 1822.0)),
                  attention_fp8=dict(fp8=GB200_CUDNN_FP8, mxfp8=GB200_CUDNN_MXFP8), attention_window=GB200_CUDNN_WINDOW),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
@@ -182,6 +191,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=GB200_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(B200_SDPA_CUDNN, 1822.0 / 1745.0),
+                  older_attention=_dated_cudnn((B200_CUDNN_913, 1822.0 / 1745.0), (GB200_CUDNN_917, 1.0)),
                   attention_fp8=dict(fp8=GB200_CUDNN_FP8, mxfp8=GB200_CUDNN_MXFP8), attention_window=GB200_CUDNN_WINDOW),
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
     # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
@@ -193,6 +203,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  attention_scale=1769.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(B200_FA2, 1769.0 / 1745.0),
                  sdpa_cudnn=(GB300_SDPA_CUDNN, 1769.0 / 1822.0),
+                 older_attention=_dated_cudnn((GB300_CUDNN_913, 1769.0 / 1822.0), (GB300_CUDNN_917, 1769.0 / 1822.0)),
                  attention_fp8=dict(fp8=GB300_CUDNN_FP8, mxfp8=GB300_CUDNN_MXFP8), attention_window=GB300_CUDNN_WINDOW),
     # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
     # GB200's (NVL72 datasheets: 2.5 / 5 PF per GPU for both), 11 % above the HGX B300's (2.25 / 4.5 PF
@@ -205,6 +216,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=GB300_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(GB300_SDPA_CUDNN, 1.0),
+                  older_attention=_dated_cudnn((GB300_CUDNN_913, 1.0), (GB300_CUDNN_917, 1.0)),
                   attention_fp8=dict(fp8=GB300_CUDNN_FP8, mxfp8=GB300_CUDNN_MXFP8), attention_window=GB300_CUDNN_WINDOW),
 }
 

@@ -12,6 +12,8 @@ from pipesim.scenario.stage_split import embedding_loss_split
 # Pipeline actions simulated per step (model stages x micro-batches): 16x the largest published
 # schedule we model (8 stages x 1,536 micro-batches = 12,288), low enough to finish in seconds.
 MAX_ACTIONS = 200_000
+# attention_kernel values that are Transformer Engine's cuDNN path (the only FP8 attention kernel)
+TE_CUDNN_KERNELS = ("auto", "cudnn", "cudnn-9.13", "cudnn-9.17", "cudnn-9.19")
 
 def check_scenario(s: Scenario, loader: Loader) -> None:
     """Cross-field checks; each message shows the arithmetic."""
@@ -170,9 +172,10 @@ def _check_fp8_attention(s: Scenario, loader: Loader) -> None:
         loader.fail(key, f"Transformer Engine's FP8 attention takes fp8_recipe {', '.join(ATTENTION_FP8_RECIPES)}; "
                          f"got {tr.fp8_recipe} (give training.fp8_attention_recipe for another attention recipe)")
     kernel = attention_kernel_of(s)
-    if tr.attention == "eager" or kernel not in ("auto", "cudnn", "cudnn-9.19"):
+    if tr.attention == "eager" or kernel not in TE_CUDNN_KERNELS:
         loader.fail(key, f"FP8 attention is cuDNN's fused kernel (Transformer Engine): needs attention flash "
-                         f"with attention_kernel auto (kernel_fusion fused), cudnn or cudnn-9.19; got attention "
+                         f"with attention_kernel auto (kernel_fusion fused) or one of "
+                         f"{', '.join(TE_CUDNN_KERNELS[1:])}; got attention "
                          f"{tr.attention}, attention_kernel {kernel}")
     kind = attention_dtype(tr)
     if kind == "mxfp8" and s.system.gpu.kernel_curve not in BLACKWELL_CURVES:

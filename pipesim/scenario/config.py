@@ -365,15 +365,17 @@ class TrainingConfig:
         "auto", doc="attention kernel: flash (fused, keeps no s x s scores), eager (materialized scores), or auto: "
                     "flash in 16-bit and FP8 training on a GPU with a fused-attention table (every kernel-curve GPU "
                     "from V100 on), eager otherwise (FP32/TF32, CPU ranks)")
-    attention_kernel: Literal["auto", "cudnn", "cudnn-9.19", "sdpa-cudnn", "fa2", "fa3", "fa1", "fa-triton",
-                              "xformers"] = field(
+    attention_kernel: Literal["auto", "cudnn", "cudnn-9.13", "cudnn-9.17", "cudnn-9.19", "sdpa-cudnn", "fa2",
+                              "fa3", "fa1", "fa-triton", "xformers"] = field(
         "auto", doc="fused attention's kernel table (attention: flash): auto = what the stack runs: Transformer "
                     "Engine's choice (cuDNN on Hopper/Blackwell, FlashAttention-2 before) with kernel_fusion fused, "
                     "PyTorch SDPA's FlashAttention-2 with kernel_fusion eager (SDPA's order up to torch 2.10; from "
                     "2.11 its bundled cuDNN >= 9.15 makes it prefer cuDNN on Hopper/Blackwell: set sdpa-cudnn); fa2 = "
                     "PyTorch SDPA's flash "
                     "backend; fa3 = FlashAttention-3 (Hopper); cudnn-9.19 = the cuDNN of 2026 on Hopper "
-                    "(8-22 % faster than the 2024 one `cudnn` is on Hopper); sdpa-cudnn = cuDNN through "
+                    "(8-22 % faster than the 2024 one `cudnn` is on Hopper); cudnn-9.13 / cudnn-9.17 = "
+                    "Transformer Engine's cuDNN of October / December 2025 on Blackwell (`cudnn` there is "
+                    "April 2026's; the 9.13 backward 0.56-0.91x of it at 2-32K); sdpa-cudnn = cuDNN through "
                     "PyTorch SDPA's cuDNN backend (measured on Blackwell, 20-30 % below Transformer Engine's "
                     "path; the cudnn table elsewhere); fa1 = FlashAttention v1 (A100, Hopper); fa-triton = "
                     "a Triton FlashAttention (MPT's attn_impl triton; A100, Hopper); xformers = xformers' "

@@ -78,6 +78,43 @@ def reported_by(case_raw: dict) -> date | None:
     return min(dates) if dates else None
 
 
+# Container versions a source names (YY.MM, NVIDIA's NGC / NeMo numbering): "25.11 NeMo Container",
+# "NeMo24.03.01 container", MLPerf result folders "..._ngc25.09_nemo".
+_CONTAINER = re.compile(r"ngc(\d\d)\.(\d\d)|(\d\d)\.(\d\d)(?:\.\d+)?(?:\.rc\d+)? nemo container|"
+                        r"nemo ?(\d\d)\.(\d\d)(?:\.\d+)?(?:\.rc\d+)? container", re.IGNORECASE)
+
+
+# MLPerf Training rounds by their results' publication (mlcommons.org results pages): a submission's
+# software is no newer than its round.
+MLPERF_ROUNDS = {"3.0": date(2023, 6, 27), "3.1": date(2023, 11, 8), "4.0": date(2024, 6, 12),
+                 "4.1": date(2024, 11, 13), "5.0": date(2025, 6, 4), "5.1": date(2025, 11, 12)}
+
+
+def software_date(case_raw: dict) -> date | None:
+    """The latest date of the software a published run used: the end of the month of the container
+    its source names, else its MLPerf round's publication, else the date its source was reported by
+    (reported_by)."""
+    text = _flatten(case_raw.get("source") or "")
+    m = _CONTAINER.search(text)
+    if m is None:
+        round_ = re.search(r"training_results_v(\d\.\d)", text)
+        return MLPERF_ROUNDS.get(round_.group(1)) if round_ else reported_by(case_raw)
+    yy, mm = next((int(a), int(b)) for a, b in zip(m.groups()[::2], m.groups()[1::2]) if a)
+    return _month_end(2000 + yy, mm) if 1 <= mm <= 12 else reported_by(case_raw)
+
+
+def dated_cudnn(curve: str | None, when: date | None) -> str | None:
+    """The `training.attention_kernel` of Transformer Engine's cuDNN as a run of software dated
+    `when` ran it on a GPU of kernel curve `curve`: the newest cuDNN table measured by then
+    (presets/attention_tables.py CUDNN_MEASURED; the oldest for software older than every
+    measurement), or None (no date, or no dated tables for the GPU: the curve's default)."""
+    from pipesim.presets.attention_tables import CUDNN_MEASURED
+    dated = next((tables for curves, tables in CUDNN_MEASURED if curve in curves), None)
+    if when is None or dated is None:
+        return None
+    return max(((d, k) for d, k in dated if d <= when), default=dated[0])[1]
+
+
 def _flatten(value) -> str:
     if isinstance(value, dict):
         return " ".join(_flatten(v) for v in value.values())
