@@ -23,8 +23,9 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
    was measured, against the published MSMF. The ratio was taken from the two headlines, not from
    these shapes, so this tests the curve's shape dependence at the power limit.
 3. Attention, H100: the FlashAttention-3 paper's cuDNN bars (Shah et al. 2024, Fig. 5) are the
-   table itself; the FA3 kernel's own bars (same figure) and pytorch/benchmark PR #2391's FA3
-   forward runs (batch x seq = 16k, 16 heads, head dim 128) are independent measurements.
+   `cudnn-2024` table itself (the Hopper default is cuDNN 9.19's run of February 2026); the FA3
+   kernel's own bars (same figure) and pytorch/benchmark PR #2391's FA3 forward runs (batch x seq =
+   16k, 16 heads, head dim 128) are independent measurements.
 3c. Attention on Blackwell, head dim 128, causal: pipesim's default tables are NVIDIA's cudnn-frontend
    runs of April 2026 (cuDNN 9.22, GB200 / GB300, 2K-32K; B200 = GB200's at the MAMF ratio). Printed
    against two earlier NVIDIA runs: the same repository's December 2025 cudnn_fe run (commit
@@ -329,22 +330,22 @@ def main() -> None:
               f"{100 * (pred / pub - 1):>+7.1f}")
     print()
 
-    print("3. Attention on H100, head dim 128 (pipesim's table = the FA3 paper's cuDNN bars)")
+    print("3. Attention on H100, head dim 128 (pipesim's cudnn-2024 table = the FA3 paper's cuDNN bars)")
     print(f"   {'seq':>6} {'phase':>10} {'pipesim':>8} {'FA3 kernel':>11} {'torchbench FA3':>15}")
     for i, seq in enumerate(SEQ):
         for (phase, causal), fa3 in FA3_KERNEL.items():
-            pred = attention_tflops(h100, seq, causal, phase)
+            pred = attention_tflops(h100, seq, causal, phase, "cudnn-2024")
             tb = f"{TORCHBENCH_FA3_FWD[i]:>15.1f}" if (phase, causal) == ("fwd", False) else f"{'-':>15}"
             label = phase + (" causal" if causal else "")
             print(f"   {seq:>6} {label:>10} {pred:>8.0f} {fa3[i]:>11} {tb}")
     print()
 
-    print("3b. Attention by head dim on H100 (cuDNN, forward; the FA3 paper's head-dim 64 / 256 panels are the")
+    print("3b. Attention by head dim on H100 (cuDNN of 2024, forward; the FA3 paper's head-dim 64 / 256 panels are the")
     print("    table at those dims: pipesim interpolates between them, log-linear in the head dim)")
     print(f"   {'seq':>6} {'causal':>6} " + " ".join(f"{'d=' + str(d):>7}" for d in (64, 96, 128, 160, 192, 256)))
     for seq in SEQ:
         for causal in (False, True):
-            row = " ".join(f"{attention_tflops(h100, seq, causal, 'fwd', head_dim=d):>7.0f}"
+            row = " ".join(f"{attention_tflops(h100, seq, causal, 'fwd', 'cudnn-2024', head_dim=d):>7.0f}"
                            for d in (64, 96, 128, 160, 192, 256))
             print(f"   {seq:>6} {str(causal):>6} {row}")
     print()
@@ -375,12 +376,12 @@ def main() -> None:
 
     print("3e. Attention on Hopper, head dim 128, 4K-64K tokens: pipesim's cuDNN and FlashAttention-2 tables vs")
     print("    NVIDIA's May 2024 run on an H200 (cuDNN 9.1.0, PyTorch's flash backend; clocks locked at boost)")
-    print(f"   {'seq':>6} {'causal':>6} {'kernel':>6} {'fwd':>6} {'pub':>6} {'err %':>6} {'bwd':>6} {'pub':>6} {'err %':>6}")
+    print(f"   {'seq':>6} {'causal':>6} {'kernel':>10} {'fwd':>6} {'pub':>6} {'err %':>6} {'bwd':>6} {'pub':>6} {'err %':>6}")
     h200 = KERNEL_CURVES["h200"]
     for (seq, causal), runs in HOPPER_MAY2024.items():
-        for kernel, (fwd, bwd) in zip(("cudnn", "fa2"), runs):
+        for kernel, (fwd, bwd) in zip(("cudnn-2024", "fa2"), runs):
             pf, pb = (attention_tflops(h200, seq, causal, p, kernel) for p in ("fwd", "bwd"))
-            print(f"   {seq:>6} {str(causal):>6} {kernel:>6} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
+            print(f"   {seq:>6} {str(causal):>6} {kernel:>10} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
                   f"{pb:>6.0f} {bwd:>6.0f} {100 * (pb / bwd - 1):>+6.0f}")
     print()
 
@@ -407,13 +408,13 @@ def main() -> None:
     print()
 
     print("3d. Sliding-window attention, head dim 64: NVIDIA's gpt_oss runs vs pipesim's generic rule (the full")
-    print("    table at key length w; the default table and, on Hopper, the cuDNN 9.19 table of the same software)")
-    print(f"   {'GPU':>6} {'window':>6} {'seq':>6} {'fwd':>5} {'rule':>5} {'9.19':>5} {'bwd':>5} {'rule':>5} {'9.19':>5}")
+    print("    table at key length w; on Hopper the 2024 table and the default, cuDNN 9.19, the software of the run)")
+    print(f"   {'GPU':>6} {'window':>6} {'seq':>6} {'fwd':>5} {'2024':>5} {'9.19':>5} {'bwd':>5} {'2024':>5} {'9.19':>5}")
     for (name, w), rows in WINDOW_RUNS.items():
         c = KERNEL_CURVES[name]
-        rule = [attention_tflops(c, w, True, p, "auto", 64) for p in ("fwd", "bwd")]
-        named = [attention_tflops(c, w, True, p, "cudnn-9.19", 64) if name == "h200" else float("nan")
-                 for p in ("fwd", "bwd")]
+        hopper = name == "h200"
+        rule = [attention_tflops(c, w, True, p, "cudnn-2024" if hopper else "auto", 64) for p in ("fwd", "bwd")]
+        named = [attention_tflops(c, w, True, p, "auto", 64) if hopper else float("nan") for p in ("fwd", "bwd")]
         for seq, fwd, bwd in rows:
             print(f"   {name:>6} {w:>6} {seq:>6} {fwd:>5} {rule[0]:>5.0f} {named[0]:>5.0f} {bwd:>5} {rule[1]:>5.0f} "
                   f"{named[1]:>5.0f}")

@@ -4,7 +4,7 @@ fused attention (published_stack.dated_cudnn; validation.with_dated_attention)."
 from datetime import date
 
 from pipesim.whatif.published_stack import dated_cudnn, software_date
-from pipesim.whatif.validation import Case, with_dated_attention
+from pipesim.whatif.published_stack import with_dated_attention
 
 
 def source(**fields):
@@ -30,23 +30,40 @@ def test_the_newest_cudnn_measured_by_then_else_the_oldest():
     assert dated_cudnn("b300", date(2026, 1, 31)) == "cudnn-9.17"
     assert dated_cudnn("gb300", date(2026, 6, 30)) == "cudnn"             # April 2026's, the default
     assert dated_cudnn("b200", date(2025, 4, 30)) == "cudnn-9.13"         # before every run: the oldest
-    assert dated_cudnn("h100", date(2024, 7, 31)) == "cudnn"
-    assert dated_cudnn("h100", date(2026, 4, 30)) == "cudnn-9.19"
+    assert dated_cudnn("h100", date(2024, 7, 31)) == "cudnn-2024"
+    assert dated_cudnn("h100", date(2026, 4, 30)) == "cudnn"             # 9.19 (February 2026), the default
     assert dated_cudnn("a100", date(2026, 4, 30)) is None                 # no dated cuDNN tables
     assert dated_cudnn("gb200", None) is None
 
 
-def case(system: dict, training: dict, where: str = "25.11 NeMo Container"):
-    raw = {"id": "x", "source": {"where": where}}
-    return Case(id="x", suite="bridge2511", target=1.0, source="", raw=raw), {"system": system, "training": training}
+def scenario(system: dict, training: dict) -> dict:
+    return {"system": system, "training": training}
 
 
 def test_a_row_that_leaves_the_kernel_to_the_stack_runs_its_dated_cudnn():
-    c, s = case({"preset": "gb200-nvl72", "num_nodes": 2}, {"precision": "fp8"})
-    assert with_dated_attention(c, s)["training"]["attention_kernel"] == "cudnn-9.13"
-    c, s = case({"preset": "dgx-b200", "num_nodes": 1}, {}, where="26.06 NeMo Container")
-    assert "attention_kernel" not in with_dated_attention(c, s)["training"]      # the default table
+    nov_2025, jun_2026 = date(2025, 11, 30), date(2026, 6, 30)
+    s = scenario({"preset": "gb200-nvl72", "num_nodes": 2}, {"precision": "fp8"})
+    assert with_dated_attention(s, nov_2025)["training"]["attention_kernel"] == "cudnn-9.13"
+    s = scenario({"preset": "dgx-h100", "num_nodes": 1}, {})
+    assert with_dated_attention(s, nov_2025)["training"]["attention_kernel"] == "cudnn-2024"
+    for when in (jun_2026, None):              # the newest, the default: nothing to name
+        assert "attention_kernel" not in with_dated_attention(scenario({"preset": "dgx-b200"}, {}), when)["training"]
     # a row that names its kernel, or runs PyTorch's own attention, keeps it
     for training in ({"attention_kernel": "sdpa-cudnn"}, {"kernel_fusion": "eager"}, {"attention": "eager"}):
-        c, s = case({"preset": "dgx-b200", "num_nodes": 1}, dict(training))
-        assert with_dated_attention(c, s) == s
+        s = scenario({"preset": "dgx-b200", "num_nodes": 1}, dict(training))
+        assert with_dated_attention(s, nov_2025) == s
+
+
+def test_every_published_family_runs_the_cudnn_of_its_date():
+    """The shared Hopper families (2024) keep the FlashAttention-3 paper's cuDNN they were read with;
+    a 2025 Blackwell row runs October 2025's; the model zoo's rows (README of 2025-11-04) 2024's."""
+    from pipesim.whatif.validation import case_scenario, load_cases
+    from pipesim.whatif.validation_moe import load_moe_cases, moe_case_scenario
+    kernels = {}
+    for c in load_cases() + load_cases("scenarios/validation/heldout.yaml"):
+        if c.suite in ("mcore-h100", "nemo2407", "llama3-405b", "bridge2511", "mlperf"):
+            kernels[c.id] = case_scenario(c)["training"].get("attention_kernel", "auto")
+    assert {kernels[k] for k in kernels if k.startswith(("mcore-h100", "nemo2407", "llama3-405b"))} == {"cudnn-2024"}
+    assert kernels["bridge2511-gb200-llama3-70b"] == "cudnn-9.13" and kernels["bridge2511-h100-llama3-70b"] == "cudnn-2024"
+    assert kernels["mlperf-v51-llama8b-512xgb200"] == "cudnn-9.13"
+    assert {moe_case_scenario(c)["training"]["attention_kernel"] for c in load_moe_cases()} == {"cudnn-2024"}

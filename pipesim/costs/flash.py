@@ -3,9 +3,10 @@
 FLOPs follow the FlashAttention papers' convention (Dao 2023, FlashAttention-2, Sec. 4.1):
 forward 4·b·heads·s²·d (half when causal), backward 2.5x the forward. The achieved TFLOP/s at a
 sequence length is interpolated (log-linear in s, clamped at the table ends) in the GPU's table
-(pipesim/presets/attention_tables.py: on Hopper the cuDNN / FlashAttention-2 / -3 bars of the FlashAttention-3
-paper, Fig. 5; on Blackwell NVIDIA's cudnn-frontend benchmarks; head dim 128), times a head-dim
-factor from the measured panels at other head dims (head_dim_factor).
+(pipesim/presets/attention_tables.py: NVIDIA's cudnn-frontend benchmarks of cuDNN on Hopper and
+Blackwell, several releases each, and the cuDNN / FlashAttention-2 / -3 bars of the FlashAttention-3
+paper, Fig. 5, on Hopper; head dim 128), times a head-dim factor from the measured panels at other
+head dims (head_dim_factor).
 A table with a measured causal backward (`bwd_causal`: the Blackwell cuDNN tables) uses it; the
 others' backward is non-causal only, and a causal backward keeps the forward's causal/non-causal
 ratio at that length (the same masked blocks are skipped).

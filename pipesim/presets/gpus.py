@@ -136,6 +136,17 @@ _A100_SUSTAINED = dict(bf16=1305 / 1410)
 # the larger shared memory, the tensor-memory accumulator allocated per tile) before the first MMA.
 BLACKWELL_FILL_K = 576
 
+# Hopper's fused attention (H100, H800, H200: one die): cuDNN of 2026 by default, the FlashAttention-3
+# paper's cuDNN of 2024, FA2 and FA3 from the same figure, FlashAttention v1 and its Triton port;
+# PyTorch SDPA's own cuDNN path has no Hopper measurement: the 2024 table stands in (on Blackwell
+# that path ran 20-30 % below Transformer Engine's at one version).
+_HOPPER_ATTENTION = dict(attention=H100_CUDNN_2026, attention_scale=1.0, attention_fp8=dict(fp8=H100_CUDNN_FP8),
+                         sdpa_cudnn=(H100_CUDNN, 1.0), fa2=(H100_FA2, 1.0),
+                         older_attention={"cudnn-2024": (H100_CUDNN, 1.0), "cudnn-9.19": (H100_CUDNN_2026, 1.0),
+                                          "fa3": (H100_FA3, 1.0), "fa1": (FA1_ON_H100, 1.0),
+                                          "fa-triton": (FA_TRITON_ON_H100, 1.0)})
+
+
 def _dated_cudnn(cudnn_913: tuple, cudnn_917: tuple) -> dict:
     """A Blackwell part's cuDNN of late 2025 (presets/attention_tables.py: 9.13 measured on B200 and
     GB300, 9.17 on GB200 and GB300), each (table, scale): another part's table at the BF16 MAMF ratio,
@@ -162,16 +173,13 @@ KERNEL_CURVES: dict[str, dict] = {
                                   "xformers": (XFORMERS_ON_A100, 1.0)}),
     # H100 SXM5: 132 SMs (Hopper whitepaper Table 2). MAMF BF16 794.5, FP8 1402.6.
     "h100": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
-                 anchor=_HOPPER_FP8_ANCHOR, attention=H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
-                 attention_fp8=dict(fp8=H100_CUDNN_FP8)),
+                 anchor=_HOPPER_FP8_ANCHOR, sustained=_HOPPER_SUSTAINED, **_HOPPER_ATTENTION),
     # H800: the H100 SXM die (132 SMs, same tensor cores) with NVLink cut to 400 GB/s; same curves.
     "h800": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1024, 9216, 14336)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1402.6),
-                 anchor=_HOPPER_FP8_ANCHOR, attention=H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
-                 attention_fp8=dict(fp8=H100_CUDNN_FP8)),
+                 anchor=_HOPPER_FP8_ANCHOR, sustained=_HOPPER_SUSTAINED, **_HOPPER_ATTENTION),
     # H200 SXM: the H100 die with HBM3e; MAMF table: BF16 "H200 is the same" as H100, FP8 1453.4.
     "h200": dict(persistent=True, sms=132, best_shape=dict(bf16=(2048, 2048, 13312), fp8=(1280, 4096, 12032)), mamf_tflops=dict(fp16=794.5, bf16=794.5, tf32=397.3, fp32=67 * 0.8, fp8=1453.4),
-                 attention=H100_CUDNN, attention_scale=1.0, sustained=_HOPPER_SUSTAINED,
-                 attention_fp8=dict(fp8=H100_CUDNN_FP8)),
+                 sustained=_HOPPER_SUSTAINED, **_HOPPER_ATTENTION),
     # B200: 148 SMs (NVIDIA Blackwell architecture technical brief); MAMF BF16 1745.0, FP8
     # 3432.5. Attention: GB200's cuDNN table (the same die) scaled by the BF16 MAMF ratio
     # 1745.0 / 1822.0 -- NVIDIA's B200 table was measured through PyTorch's cuDNN path, not the
@@ -221,17 +229,14 @@ KERNEL_CURVES: dict[str, dict] = {
 }
 
 # Fused-attention kernels with a published table per GPU (`training.attention_kernel`): Hopper has
-# all three bars of the FlashAttention-3 paper's Fig. 5 (cuDNN, FlashAttention-2 -- the kernel
-# PyTorch's SDPA flash backend vendors -- and FlashAttention-3), the cuDNN of 2026 and the older
-# FlashAttention v1 and its Triton port; Ampere FA2, v1 and the Triton port, Volta FA2 only (FA3 and
-# the cuDNN table are Hopper measurements); Blackwell cuDNN and FA2 (its `fa2` entry; FA3 has no
-# Blackwell kernel).
+# the cuDNN of 2026 (its default) and all three bars of the FlashAttention-3 paper's Fig. 5 (cuDNN of
+# 2024, FlashAttention-2 -- the kernel PyTorch's SDPA flash backend vendors -- and FlashAttention-3),
+# and the older FlashAttention v1 and its Triton port (_HOPPER_ATTENTION); Ampere FA2, v1 and the
+# Triton port, Volta FA2 only; Blackwell cuDNN of three releases and FA2 (FA3 has no Blackwell
+# kernel).
 def _attention_kernels(c: dict) -> dict:
     own = "fa2" if any(t is H100_FA2 for t in (c["attention"], c["attention"].get("relative_to"))) else "cudnn"
     kernels = {own: (c["attention"], c["attention_scale"])}
-    if c["attention"] is H100_CUDNN and c["attention_scale"] == 1.0:     # measured on this GPU: Hopper
-        kernels.update(fa2=(H100_FA2, 1.0), fa3=(H100_FA3, 1.0), **{"cudnn-9.19": (H100_CUDNN_2026, 1.0)})
-        kernels.update({"fa1": (FA1_ON_H100, 1.0), "fa-triton": (FA_TRITON_ON_H100, 1.0)})
     kernels.update(c.get("older_attention", {}))
     if "fa2" in c:
         kernels["fa2"] = c["fa2"]

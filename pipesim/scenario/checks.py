@@ -13,7 +13,7 @@ from pipesim.scenario.stage_split import embedding_loss_split
 # schedule we model (8 stages x 1,536 micro-batches = 12,288), low enough to finish in seconds.
 MAX_ACTIONS = 200_000
 # attention_kernel values that are Transformer Engine's cuDNN path (the only FP8 attention kernel)
-TE_CUDNN_KERNELS = ("auto", "cudnn", "cudnn-9.13", "cudnn-9.17", "cudnn-9.19")
+TE_CUDNN_KERNELS = ("auto", "cudnn", "cudnn-2024", "cudnn-9.13", "cudnn-9.17", "cudnn-9.19")
 
 def check_scenario(s: Scenario, loader: Loader) -> None:
     """Cross-field checks; each message shows the arithmetic."""

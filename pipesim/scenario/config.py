@@ -365,19 +365,20 @@ class TrainingConfig:
         "auto", doc="attention kernel: flash (fused, keeps no s x s scores), eager (materialized scores), or auto: "
                     "flash in 16-bit and FP8 training on a GPU with a fused-attention table (every kernel-curve GPU "
                     "from V100 on), eager otherwise (FP32/TF32, CPU ranks)")
-    attention_kernel: Literal["auto", "cudnn", "cudnn-9.13", "cudnn-9.17", "cudnn-9.19", "sdpa-cudnn", "fa2",
-                              "fa3", "fa1", "fa-triton", "xformers"] = field(
+    attention_kernel: Literal["auto", "cudnn", "cudnn-2024", "cudnn-9.13", "cudnn-9.17", "cudnn-9.19",
+                              "sdpa-cudnn", "fa2", "fa3", "fa1", "fa-triton", "xformers"] = field(
         "auto", doc="fused attention's kernel table (attention: flash): auto = what the stack runs: Transformer "
                     "Engine's choice (cuDNN on Hopper/Blackwell, FlashAttention-2 before) with kernel_fusion fused, "
                     "PyTorch SDPA's FlashAttention-2 with kernel_fusion eager (SDPA's order up to torch 2.10; from "
                     "2.11 its bundled cuDNN >= 9.15 makes it prefer cuDNN on Hopper/Blackwell: set sdpa-cudnn); fa2 = "
                     "PyTorch SDPA's flash "
-                    "backend; fa3 = FlashAttention-3 (Hopper); cudnn-9.19 = the cuDNN of 2026 on Hopper "
-                    "(8-22 % faster than the 2024 one `cudnn` is on Hopper); cudnn-9.13 / cudnn-9.17 = "
-                    "Transformer Engine's cuDNN of October / December 2025 on Blackwell (`cudnn` there is "
-                    "April 2026's; the 9.13 backward 0.56-0.91x of it at 2-32K); sdpa-cudnn = cuDNN through "
+                    "backend; fa3 = FlashAttention-3 (Hopper); cudnn = the newest cuDNN measured (Hopper: "
+                    "9.19, February 2026, also named cudnn-9.19; Blackwell: 9.22, April 2026); cudnn-2024 = "
+                    "the FlashAttention-3 paper's cuDNN on Hopper (8-22 % below 9.19); cudnn-9.13 / "
+                    "cudnn-9.17 = Transformer Engine's cuDNN of October / December 2025 on Blackwell (the "
+                    "9.13 backward 0.56-0.91x of 9.22's at 2-32K); sdpa-cudnn = cuDNN through "
                     "PyTorch SDPA's cuDNN backend (measured on Blackwell, 20-30 % below Transformer Engine's "
-                    "path; the cudnn table elsewhere); fa1 = FlashAttention v1 (A100, Hopper); fa-triton = "
+                    "path; the 2024 cudnn table on Hopper); fa1 = FlashAttention v1 (A100, Hopper); fa-triton = "
                     "a Triton FlashAttention (MPT's attn_impl triton; A100, Hopper); xformers = xformers' "
                     "memory-efficient attention (A100)")
     document_length: Optional[int] = field(

@@ -115,6 +115,23 @@ def dated_cudnn(curve: str | None, when: date | None) -> str | None:
     return max(((d, k) for d, k in dated if d <= when), default=dated[0])[1]
 
 
+def with_dated_attention(scenario: dict, when: date | None) -> dict:
+    """`scenario` (file keys) with Transformer Engine's cuDNN attention at the version software of
+    date `when` had (dated_cudnn), where it leaves the kernel to the stack (attention_kernel auto,
+    fused kernels): a 2025 Blackwell run did not have 2026's cuDNN, whose backward is up to 1.8x
+    faster, nor a 2024 Hopper run 2026's."""
+    from pipesim.presets.systems import SYSTEMS
+    training, system = scenario.get("training", {}), scenario.get("system", {})
+    if (training.get("attention_kernel", "auto") != "auto" or training.get("kernel_fusion") == "eager"
+            or training.get("attention") == "eager"):
+        return scenario
+    gpu = dict(SYSTEMS.get(system.get("preset"), {}).get("gpu", {}), **(system.get("gpu") or {}))
+    kernel = dated_cudnn(gpu.get("kernel_curve"), when)
+    if kernel is None or kernel == "cudnn":
+        return scenario
+    return dict(scenario, training=dict(training, attention_kernel=kernel))
+
+
 def _flatten(value) -> str:
     if isinstance(value, dict):
         return " ".join(_flatten(v) for v in value.values())

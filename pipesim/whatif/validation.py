@@ -184,30 +184,13 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
         except UnknownModel:            # a model the family's table lacks: read as any new row
             from pipesim.whatif.validation_generic import generic_scenario
             scenario = generic_scenario(case)
-        return with_dated_attention(case, scenario)
+        from pipesim.whatif.published_stack import software_date, with_dated_attention
+        return with_dated_attention(scenario, software_date(case.raw))
     except KeyError as exc:
         raise ScenarioError(f"{case.id}: missing key {exc} (the {case.suite} converter reads model, "
                             f"parallel, hardware and training)") from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise ScenarioError(f"{case.id}: a value of the wrong kind for the {case.suite} converter: {exc}") from None
-
-
-def with_dated_attention(case: Case, scenario: dict) -> dict:
-    """`scenario` with Transformer Engine's cuDNN attention at the version the run's software had
-    (published_stack.dated_cudnn), where the row leaves the kernel to the stack (attention_kernel
-    auto, fused kernels): a 2025 Blackwell run did not have 2026's cuDNN, whose backward is up to
-    1.8x faster."""
-    from pipesim.presets.systems import SYSTEMS
-    from pipesim.whatif.published_stack import dated_cudnn, software_date
-    training, system = scenario.get("training", {}), scenario.get("system", {})
-    if (training.get("attention_kernel", "auto") != "auto" or training.get("kernel_fusion") == "eager"
-            or training.get("attention") == "eager"):
-        return scenario
-    gpu = dict(SYSTEMS.get(system.get("preset"), {}).get("gpu", {}), **(system.get("gpu") or {}))
-    kernel = dated_cudnn(gpu.get("kernel_curve"), software_date(case.raw))
-    if kernel is None or kernel == "cudnn":
-        return scenario
-    return dict(scenario, training=dict(training, attention_kernel=kernel))
 
 
 def _converted(case: Case, efficiency: str) -> dict:
