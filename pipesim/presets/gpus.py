@@ -147,7 +147,7 @@ _HOPPER_ATTENTION = dict(attention=H100_CUDNN_2026, attention_scale=1.0, attenti
                                           "fa-triton": (FA_TRITON_ON_H100, 1.0)})
 
 
-def _dated_cudnn(cudnn_913: tuple, cudnn_917: tuple) -> dict:
+def _cudnn_of_2025(cudnn_913: tuple, cudnn_917: tuple) -> dict:
     """A Blackwell part's cuDNN of late 2025 (presets/attention_tables.py: 9.13 measured on B200 and
     GB300, 9.17 on GB200 and GB300), each (table, scale): another part's table at the BF16 MAMF ratio,
     as for its current cuDNN table."""
@@ -189,7 +189,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  anchor=_B200_ANCHOR, attention=GB200_CUDNN, attention_scale=1745.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(B200_FA2, 1.0),
                  sdpa_cudnn=(B200_SDPA_CUDNN, 1.0),
-                 older_attention=_dated_cudnn((B200_CUDNN_913, 1.0), (GB200_CUDNN_917, 1745.0 / 1822.0)),
+                 older_attention=_cudnn_of_2025((B200_CUDNN_913, 1.0), (GB200_CUDNN_917, 1745.0 / 1822.0)),
                  attention_fp8=dict(fp8=GB200_CUDNN_FP8, mxfp8=GB200_CUDNN_MXFP8), attention_window=GB200_CUDNN_WINDOW),
     # GB200 (Grace-Blackwell superchip GPU, higher power limit): MAMF BF16 1822.0, FP8 3615.6.
     # Attention: its own cuDNN table; FA2 B200's scaled by the BF16 MAMF ratio.
@@ -199,7 +199,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5)), attention=GB200_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(B200_SDPA_CUDNN, 1822.0 / 1745.0),
-                  older_attention=_dated_cudnn((B200_CUDNN_913, 1822.0 / 1745.0), (GB200_CUDNN_917, 1.0)),
+                  older_attention=_cudnn_of_2025((B200_CUDNN_913, 1822.0 / 1745.0), (GB200_CUDNN_917, 1.0)),
                   attention_fp8=dict(fp8=GB200_CUDNN_FP8, mxfp8=GB200_CUDNN_MXFP8), attention_window=GB200_CUDNN_WINDOW),
     # B300 (Blackwell Ultra, HGX/DGX, 1.1 kW): 160 SMs (NVIDIA Blackwell Ultra technical blog, 2025);
     # MAMF B300 SXM BF16 1769.0, FP8 3353.3. Attention: GB300's tables (Blackwell Ultra) scaled
@@ -211,7 +211,7 @@ KERNEL_CURVES: dict[str, dict] = {
                  attention_scale=1769.0 / 1822.0,
                  sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(B200_FA2, 1769.0 / 1745.0),
                  sdpa_cudnn=(GB300_SDPA_CUDNN, 1769.0 / 1822.0),
-                 older_attention=_dated_cudnn((GB300_CUDNN_913, 1769.0 / 1822.0), (GB300_CUDNN_917, 1769.0 / 1822.0)),
+                 older_attention=_cudnn_of_2025((GB300_CUDNN_913, 1769.0 / 1822.0), (GB300_CUDNN_917, 1769.0 / 1822.0)),
                  attention_fp8=dict(fp8=GB300_CUDNN_FP8, mxfp8=GB300_CUDNN_MXFP8), attention_window=GB300_CUDNN_WINDOW),
     # GB300 (Blackwell Ultra in NVL72, 1.4 kW): no MAMF row. Its datasheet dense BF16 and FP8 rates are
     # GB200's (NVL72 datasheets: 2.5 / 5 PF per GPU for both), 11 % above the HGX B300's (2.25 / 4.5 PF
@@ -224,7 +224,7 @@ KERNEL_CURVES: dict[str, dict] = {
                   anchor=dict(fp4=_fp4_anchor(3615.6 / 3432.5 * 1.5)), attention=GB300_CUDNN, attention_scale=1.0,
                   sustained=_BLACKWELL_SUSTAINED, mxfp8_gemm_rate=_MXFP8_GEMM_RATE, fa2=(B200_FA2, 1822.0 / 1745.0),
                   sdpa_cudnn=(GB300_SDPA_CUDNN, 1.0),
-                  older_attention=_dated_cudnn((GB300_CUDNN_913, 1.0), (GB300_CUDNN_917, 1.0)),
+                  older_attention=_cudnn_of_2025((GB300_CUDNN_913, 1.0), (GB300_CUDNN_917, 1.0)),
                   attention_fp8=dict(fp8=GB300_CUDNN_FP8, mxfp8=GB300_CUDNN_MXFP8), attention_window=GB300_CUDNN_WINDOW),
 }
 

@@ -15,6 +15,7 @@ MAX_ACTIONS = 200_000
 # attention_kernel values that are Transformer Engine's cuDNN path (the only FP8 attention kernel)
 TE_CUDNN_KERNELS = ("auto", "cudnn", "cudnn-2024", "cudnn-9.13", "cudnn-9.17", "cudnn-9.19")
 
+
 def check_scenario(s: Scenario, loader: Loader) -> None:
     """Cross-field checks; each message shows the arithmetic."""
     m, par, tr = s.model, s.parallel, s.training
