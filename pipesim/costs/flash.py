@@ -13,8 +13,12 @@ ratio at that length (the same masked blocks are skipped).
 """
 from __future__ import annotations
 
+import calendar
 import math
+import re
+from datetime import date
 
+from pipesim.presets.attention_tables import CUDNN_MEASURED
 from pipesim.presets.attention_tables import interp_by_seq as _interp
 from pipesim.presets.gpus import KERNEL_CURVES
 
@@ -195,6 +199,30 @@ def _factor(table: dict, panel: dict, key: str, seq: float) -> float | None:
     return _interp(panel[k], at) / _interp(table[k], at)
 
 
+def software_date(text: str | None) -> date | None:
+    """`training.software_date` as the last day it can mean ("2025-11" -> 2025-11-30); None when
+    unset. A malformed value raises ValueError (the scenario checks name the key)."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"(\d{4})-(\d{2})(?:-(\d{2}))?", str(text).strip())
+    try:
+        year, month = int(m.group(1)), int(m.group(2))
+        return date(year, month, int(m.group(3)) if m.group(3) else calendar.monthrange(year, month)[1])
+    except (AttributeError, ValueError, calendar.IllegalMonthError):
+        raise ValueError(f"expected a date YYYY-MM or YYYY-MM-DD, got {text!r}") from None
+
+
+def dated_cudnn(curve: str | None, when: date | None) -> str | None:
+    """The `attention_kernel` of Transformer Engine's cuDNN as software dated `when` ran it on a
+    GPU of kernel curve `curve`: the newest cuDNN table measured by then (presets/attention_tables.py
+    CUDNN_MEASURED), the oldest for software older than every measurement; None without a date or
+    dated tables for the GPU (the curve's default, the newest)."""
+    dated = next((tables for curves, tables in CUDNN_MEASURED if curve in curves), None)
+    if when is None or dated is None:
+        return None
+    return max(((d, k) for d, k in dated if d <= when), default=dated[0])[1]
+
+
 def attention_kernel_of(s) -> str:
     """`training.attention_kernel: auto` is what the stack runs: Transformer Engine's choice
     (the curve's default table: cuDNN on Hopper and Blackwell) for the fused Megatron stack, and
@@ -203,9 +231,13 @@ def attention_kernel_of(s) -> str:
     cuDNN only when asked for), i.e. the FlashAttention-2 table where the GPU has one. That is
     the order of the published torch-stack runs (torch <= 2.10); from 2.11 the wheels' bundled
     cuDNN passes the version gate of aten's check_prefer_cudnn_attention (cuDNN > 9.15, sm90 /
-    sm100) and SDPA prefers cuDNN there: such a run sets `attention_kernel: sdpa-cudnn`."""
+    sm100) and SDPA prefers cuDNN there: such a run sets `attention_kernel: sdpa-cudnn`. Under
+    Transformer Engine the cuDNN release is the newest measured, or the one of
+    `training.software_date` (dated_cudnn)."""
     tr = s.training
     curve = s.system.gpu.kernel_curve
-    if tr.attention_kernel != "auto" or tr.kernel_fusion != "eager" or curve is None:
+    if tr.attention_kernel != "auto" or curve is None:
         return tr.attention_kernel
+    if tr.kernel_fusion != "eager":         # Transformer Engine's cuDNN, as the stack's date had it
+        return dated_cudnn(curve, software_date(tr.software_date)) or "auto"
     return "fa2" if "fa2" in KERNEL_CURVES.get(curve, {}).get("attention_kernels", {}) else "auto"

@@ -220,7 +220,7 @@ def _with_short_end(table: dict, ref: dict) -> dict:
 # benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/llama3.1_20260227_034703.csv
 # (cuDNN 9.19.1, H200 -- the H100 die and clocks at the same 700 W --, BF16, 64 query / 8 KV heads,
 # head dim 128, batch 1, 2K-32K). 8-22 % faster than the 2024 cuDNN of the FlashAttention-3 paper's
-# Fig. 5 (`cudnn-2024`, which the Hopper runs of 2024-25 take: whatif/published_stack.dated_cudnn),
+# Fig. 5 (`cudnn-2024`, which the Hopper runs of 2024-25 take: costs/flash.py dated_cudnn),
 # most in the causal forward. The run starts at 2K: 512 and 1K follow the 2024 table's fall from
 # its 2K rate (_with_short_end; held at the 2K rate, a 512-token kernel would run 1.5x too fast).
 H100_CUDNN_2026 = _with_short_end(_seq_panel((633, 671, 691, 702, 693), (484, 591, 644, 673, 688),
@@ -421,8 +421,8 @@ for _table, _label in ((H100_CUDNN, "cuDNN, FlashAttention-3 paper Fig. 5 (H100,
     _table["source"] = _label
 
 # When each cuDNN table was measured (the runs named beside the tables; "cudnn" is each GPU's default,
-# the newest): a published run takes the newest one its software could have had (pipesim/whatif/
-# published_stack.py dated_cudnn). Hopper: the FlashAttention-3 paper (arXiv 2407.08608, July 2024)
+# the newest): a stack of a given date (`training.software_date`; a published run's by its source)
+# runs the newest one its software could have had (pipesim/costs/flash.py dated_cudnn). Hopper: the FlashAttention-3 paper (arXiv 2407.08608, July 2024)
 # and cuDNN 9.19.1 (2026-02-27); Blackwell: cuDNN 9.13.1 (2025-10-07), 9.17.0 (2025-12-19) and 9.22.0
 # (2026-04-24).
 CUDNN_MEASURED = ((("h100", "h800", "h200"), ((date(2024, 7, 11), "cudnn-2024"), (date(2026, 2, 27), "cudnn"))),

@@ -65,6 +65,12 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if tr.precision == "fp8" and gpu.peak_fp8 is None:
         loader.fail("training.precision", f"fp8 needs FP8 tensor cores (Hopper, Ada, Blackwell; Transformer Engine "
                     f"requires compute capability 8.9); {gpu.name} has none: use bf16 or fp16")
+    if tr.software_date is not None:      # before the FP8 attention check, which resolves the kernel
+        from pipesim.costs.flash import software_date
+        try:
+            software_date(tr.software_date)
+        except ValueError as exc:
+            loader.fail("training.software_date", str(exc))
     _check_fp8_attention(s, loader)
     if tr.fp8_lm_head and (tr.precision, tr.fp8_recipe) != ("fp8", "mxfp8"):
         # Megatron-Core runs the MXFP8 output layer only under the MXFP8 recipe

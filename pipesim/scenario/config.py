@@ -381,6 +381,12 @@ class TrainingConfig:
                     "path; the 2024 cudnn table on Hopper); fa1 = FlashAttention v1 (A100, Hopper); fa-triton = "
                     "a Triton FlashAttention (MPT's attn_impl triton; A100, Hopper); xformers = xformers' "
                     "memory-efficient attention (A100)")
+    software_date: Optional[str] = field(
+        None, doc="the release date of the training stack's software (YYYY-MM, the container's month, or "
+                  "YYYY-MM-DD): with attention_kernel auto under Transformer Engine (kernel_fusion fused), fused "
+                  "attention runs the newest cuDNN measured by then (costs/flash.py dated_cudnn: on Hopper the "
+                  "2024 table before February 2026; on Blackwell 9.13 before December 2025, 9.17 before April "
+                  "2026), the oldest for older software; null: the newest (cudnn)")
     document_length: Optional[int] = field(
         None, doc="packed sequences: documents of this mean length in tokens, concatenated and cut into "
                   "sequences, attend only within themselves (a document mask: Transformer Engine THD / "

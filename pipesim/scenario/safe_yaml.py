@@ -6,6 +6,9 @@ Why not plain `yaml.safe_load`:
   it as a number. The float resolver below is YAML 1.2's core-schema float pattern.
 - A 5,000-digit integer raises a bare ValueError (Python's int-string limit) with no position;
   integers longer than MAX_DIGITS are refused at their mark.
+- PyYAML reads `2025-11-04` as a date (YAML 1.1's timestamp) and raises a bare ValueError on
+  `2026-04-31`; YAML 1.2's core schema has no timestamp type, so a date stays the string it is
+  (`training.software_date` parses it and names the key when it is not one).
 - Deep flow nesting (`[[[[...`) overflows the recursive composer (RecursionError); it is refused
   at the first line deeper than MAX_DEPTH.
 - Anchors can make a small file expand to billions of values ("billion laughs"): the composed node
@@ -47,7 +50,8 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 for _first in list("-+0123456789."):
     _Loader.yaml_implicit_resolvers[_first] = [
-        r for r in _Loader.yaml_implicit_resolvers.get(_first, []) if r[0] != "tag:yaml.org,2002:float"]
+        r for r in _Loader.yaml_implicit_resolvers.get(_first, [])
+        if r[0] not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp")]
     _Loader.yaml_implicit_resolvers[_first].append(("tag:yaml.org,2002:float", FLOAT_12))
 
 

@@ -103,33 +103,15 @@ def software_date(case_raw: dict) -> date | None:
     return _month_end(2000 + yy, mm) if 1 <= mm <= 12 else reported_by(case_raw)
 
 
-def dated_cudnn(curve: str | None, when: date | None) -> str | None:
-    """The `training.attention_kernel` of Transformer Engine's cuDNN as a run of software dated
-    `when` ran it on a GPU of kernel curve `curve`: the newest cuDNN table measured by then
-    (presets/attention_tables.py CUDNN_MEASURED; the oldest for software older than every
-    measurement), or None (no date, or no dated tables for the GPU: the curve's default)."""
-    from pipesim.presets.attention_tables import CUDNN_MEASURED
-    dated = next((tables for curves, tables in CUDNN_MEASURED if curve in curves), None)
-    if when is None or dated is None:
-        return None
-    return max(((d, k) for d, k in dated if d <= when), default=dated[0])[1]
-
-
-def with_dated_attention(scenario: dict, when: date | None) -> dict:
-    """`scenario` (file keys) with Transformer Engine's cuDNN attention at the version software of
-    date `when` had (dated_cudnn), where it leaves the kernel to the stack (attention_kernel auto,
-    fused kernels): a 2025 Blackwell run did not have 2026's cuDNN, whose backward is up to 1.8x
-    faster, nor a 2024 Hopper run 2026's."""
-    from pipesim.presets.systems import SYSTEMS
-    training, system = scenario.get("training", {}), scenario.get("system", {})
-    if (training.get("attention_kernel", "auto") != "auto" or training.get("kernel_fusion") == "eager"
-            or training.get("attention") == "eager"):
+def with_software_date(scenario: dict, when: date | None) -> dict:
+    """`scenario` (file keys) with `training.software_date` set to `when` (unless it names one):
+    the stack's fused attention then runs the cuDNN of that date (costs/flash.py dated_cudnn) where
+    the row leaves the kernel to Transformer Engine - a 2025 Blackwell run did not have 2026's cuDNN,
+    whose backward is up to 1.8x faster, nor a 2024 Hopper run 2026's."""
+    training = scenario.get("training", {})
+    if when is None or "software_date" in training:
         return scenario
-    gpu = dict(SYSTEMS.get(system.get("preset"), {}).get("gpu", {}), **(system.get("gpu") or {}))
-    kernel = dated_cudnn(gpu.get("kernel_curve"), when)
-    if kernel is None or kernel == "cudnn":
-        return scenario
-    return dict(scenario, training=dict(training, attention_kernel=kernel))
+    return dict(scenario, training=dict(training, software_date=f"{when:%Y-%m-%d}"))
 
 
 def _flatten(value) -> str:

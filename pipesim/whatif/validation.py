@@ -184,8 +184,8 @@ def case_scenario(case: Case, efficiency: str = "preset") -> dict:
         except UnknownModel:            # a model the family's table lacks: read as any new row
             from pipesim.whatif.validation_generic import generic_scenario
             scenario = generic_scenario(case)
-        from pipesim.whatif.published_stack import software_date, with_dated_attention
-        return with_dated_attention(scenario, software_date(case.raw))
+        from pipesim.whatif.published_stack import software_date, with_software_date
+        return with_software_date(scenario, software_date(case.raw))
     except KeyError as exc:
         raise ScenarioError(f"{case.id}: missing key {exc} (the {case.suite} converter reads model, "
                             f"parallel, hardware and training)") from None

@@ -17,7 +17,8 @@ Mapping of the published columns (nothing here is tuned on the cases):
     (best_practice/qwen3/run_h100_235b.sh) passes --moe-router-force-load-balancing;
   ETP 1 and EDP as in the README table's ETP / EDP columns (EDP is derived, and checked);
   BF16, fused (flash) attention, GPU H100-SXM5-80GB -> the dgx-h100 preset, 8 GPUs per node;
-    the attention at the cuDNN of the README's date (ZOO_README_DATE: published_stack.dated_cudnn).
+    the stack's software dated by the README (ZOO_README_DATE -> training.software_date: the cuDNN
+    attention of that date).
 The long-sequence series (16K-128K tokens, cp 1-8) publishes model TFLOP/s per GPU, forced-balance
 and dropless, and is scored on that (issue 15's public CP cases): a predicted step becomes TFLOP/s
 by Megatron-Core's own count (pipesim/costs/summary.py megatron_core_flops; the zoo logs Megatron's
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import date
 
 from pipesim.errors import PipesimError, ScenarioError
 
@@ -47,7 +47,7 @@ ZOO_NORM_SM_MARGIN = {True: 24, False: 0}
 OVERLAP_PAIR = ("moezoo-qwen3-235b-deepep-ep32-pp8", "moezoo-qwen3-235b-deepep-ep32-pp8-a2a-overlap")
 # The cases' source, best_practice/Qwen3/readme.md at commit c1ad0b5, is dated 2025-11-04: the runs'
 # software is no newer.
-ZOO_README_DATE = date(2025, 11, 4)
+ZOO_README_DATE = "2025-11-04"
 # The preset must match the published model block (checked, not assumed).
 MODEL_KEYS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
               "kv_heads": "num_kv_heads", "num_experts": "num_experts", "moe_top_k": "moe_top_k",
@@ -85,7 +85,6 @@ def is_tflops_case(case: dict) -> bool:
 def moe_case_scenario(case: dict, routing: str = "balanced") -> dict:
     """The pipesim scenario (file keys) for a moezoo case."""
     from pipesim.presets.models import MODELS
-    from pipesim.whatif.published_stack import with_dated_attention
     from pipesim.whatif.validation_cp import context_parallel
     cid, m, par, hw, tr = case["id"], case["model"], case["parallel"], case["hardware"], case.get("training", {})
     preset = MODELS["qwen3-235b-a22b"]
@@ -105,7 +104,7 @@ def moe_case_scenario(case: dict, routing: str = "balanced") -> dict:
     modules = {}
     if is_tflops_case(case):
         recompute, modules = "selective", {"recompute_modules": LONGSEQ_RECOMPUTE}
-    return with_dated_attention({
+    return {
         "model": {"preset": "qwen3-235b-a22b", "seq_length": int(m["seq_len"])},
         "system": {"preset": "dgx-h100", "num_nodes": n // per_node, "gpus_per_node": per_node},
         "parallel": {"tensor": tp, "pipeline": pp, "data": dp, "virtual_stages": vp, "expert": ep,
@@ -118,8 +117,9 @@ def moe_case_scenario(case: dict, routing: str = "balanced") -> dict:
                      **({"zero_stage": 3, "zero3_collectives": "layer"} if str(par.get("fsdp")).lower() == "on"
                         else {"zero_stage": 1}),
                      "moe_dispatcher": tr.get("moe_dispatcher", "alltoall"), "moe_a2a_overlap": overlap,
-                     "moe_routing": routing, "norm_sm_margin": ZOO_NORM_SM_MARGIN[overlap], **modules},
-    }, ZOO_README_DATE)
+                     "moe_routing": routing, "norm_sm_margin": ZOO_NORM_SM_MARGIN[overlap],
+                     "software_date": ZOO_README_DATE, **modules},
+    }
 
 
 def embedding_aware_split(layers: int, stages: int) -> list[int]:
