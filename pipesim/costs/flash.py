@@ -199,17 +199,20 @@ def _factor(table: dict, panel: dict, key: str, seq: float) -> float | None:
     return _interp(panel[k], at) / _interp(table[k], at)
 
 
-def software_date(text: str | None) -> date | None:
+def parse_software_date(text: str | None) -> date | None:
     """`training.software_date` as the last day it can mean ("2025-11" -> 2025-11-30); None when
     unset. A malformed value raises ValueError (the scenario checks name the key)."""
     if text is None:
         return None
+    bad = ValueError(f"expected a date YYYY-MM or YYYY-MM-DD, got {text!r}")
     m = re.fullmatch(r"(\d{4})-(\d{2})(?:-(\d{2}))?", str(text).strip())
+    if m is None or not 1 <= int(m.group(2)) <= 12:
+        raise bad
+    year, month = int(m.group(1)), int(m.group(2))
     try:
-        year, month = int(m.group(1)), int(m.group(2))
         return date(year, month, int(m.group(3)) if m.group(3) else calendar.monthrange(year, month)[1])
-    except (AttributeError, ValueError, calendar.IllegalMonthError):
-        raise ValueError(f"expected a date YYYY-MM or YYYY-MM-DD, got {text!r}") from None
+    except ValueError:                      # a day the month does not have
+        raise bad from None
 
 
 def dated_cudnn(curve: str | None, when: date | None) -> str | None:
@@ -239,5 +242,5 @@ def attention_kernel_of(s) -> str:
     if tr.attention_kernel != "auto" or curve is None:
         return tr.attention_kernel
     if tr.kernel_fusion != "eager":         # Transformer Engine's cuDNN, as the stack's date had it
-        return dated_cudnn(curve, software_date(tr.software_date)) or "auto"
+        return dated_cudnn(curve, parse_software_date(tr.software_date)) or "auto"
     return "fa2" if "fa2" in KERNEL_CURVES.get(curve, {}).get("attention_kernels", {}) else "auto"

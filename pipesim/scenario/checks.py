@@ -66,9 +66,9 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("training.precision", f"fp8 needs FP8 tensor cores (Hopper, Ada, Blackwell; Transformer Engine "
                     f"requires compute capability 8.9); {gpu.name} has none: use bf16 or fp16")
     if tr.software_date is not None:      # before the FP8 attention check, which resolves the kernel
-        from pipesim.costs.flash import software_date
+        from pipesim.costs.flash import parse_software_date
         try:
-            software_date(tr.software_date)
+            parse_software_date(tr.software_date)
         except ValueError as exc:
             loader.fail("training.software_date", str(exc))
     _check_fp8_attention(s, loader)
