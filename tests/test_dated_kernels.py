@@ -105,3 +105,16 @@ def test_a_date_in_yaml_stays_a_date_string(tmp_path):
     with pytest.raises(ScenarioError) as err:
         load_scenario(str(path))
     assert "training.software_date" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_validation_table_names_the_attention_each_family_ran():
+    from pipesim.whatif.validation import Case, Result, attention_tables
+
+    def result(label):
+        case = Case(id="x", suite="bridge2511", target=1.0, source="", raw={})
+        return Result(case, 1.0, 0.0, 1.0, report={"tensor_core_rate": {"attention_table": label}})
+    rows = [result("cuDNN 9.13, NVIDIA cudnn-frontend benchmark (B200, 2025-10), x 1.044 (this GPU's ...)"),
+            result("cuDNN 9.13, NVIDIA cudnn-frontend benchmark (B200, 2025-10)"),
+            result("cuDNN, FlashAttention-3 paper Fig. 5 (H100, 2024)"), result(None)]
+    assert attention_tables(rows) == [("cuDNN 9.13, NVIDIA cudnn-frontend benchmark (B200, 2025-10)", 2),
+                                      ("cuDNN, FlashAttention-3 paper Fig. 5 (H100, 2024)", 1)]

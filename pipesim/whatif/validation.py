@@ -415,6 +415,9 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
                          f"{v:>3} {mb:>3} {step:>8s} {pred:>7s} {published:>7s} {err:>7s}"
                          + (f"  {note}" if note else ""))
         lines.append("  " + summary_line(suite, results))
+        tables = attention_tables(results)
+        if tables:
+            lines.append("  fused attention: " + "; ".join(f"{label} ({n} rows)" for label, n in tables))
         worst = max((r for r in results if r.error_pct is not None), key=lambda r: abs(r.error_pct), default=None)
         if worst is not None and worst.report:
             lines += ["  " + x for x in error_budget(worst)]
@@ -431,6 +434,19 @@ def format_results(by_suite: dict[str, list[Result]]) -> str:
     if len(by_suite) > 1:
         lines += summary_table(by_suite)
     return "\n".join(lines).rstrip()
+
+
+def attention_tables(results: list[Result]) -> list[tuple[str, int]]:
+    """The fused-attention tables a family's rows ran (the report's "attention table", without the
+    scale a GPU borrowing another's applies), most rows first: which cuDNN release each row's
+    software date picked, or the kernel it names."""
+    labels: dict[str, int] = {}
+    for r in results:
+        label = ((r.report or {}).get("tensor_core_rate") or {}).get("attention_table")
+        if label:
+            label = label.split(", x ")[0]
+            labels[label] = labels.get(label, 0) + 1
+    return sorted(labels.items(), key=lambda kv: -kv[1])
 
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
