@@ -27,13 +27,12 @@ flash.py; constants in pipesim/presets/gpus.py), so a reader sees how each curve
    kernel's own bars (same figure) and pytorch/benchmark PR #2391's FA3 forward runs (batch x seq =
    16k, 16 heads, head dim 128) are independent measurements.
 3c. Attention on Blackwell, head dim 128, causal: pipesim's default tables are NVIDIA's cudnn-frontend
-   runs of April 2026 (cuDNN 9.22, GB200 / GB300, 2K-32K; B200 = GB200's at the MAMF ratio). Printed
-   against two earlier NVIDIA runs: the same repository's December 2025 cudnn_fe run (commit
-   b372d39, GB200 / GB300, batch 1 x 128 heads, BF16 and per-tensor FP8; its 512 and 1K rows are
-   the default tables' short end; the whole run is the `cudnn-9.17` table) and its October 2025 B200
-   run through PyTorch's cuDNN path (commit bb37575, pyt_cudnn, cuDNN 9.13.1: the `sdpa-cudnn`
-   table). Then how far each dated table (`cudnn-9.13`: October 2025 through the graph API,
-   `cudnn-9.17`) sits from April 2026's: the drift a run of older software sees.
+   runs of April 2026 (cuDNN 9.22, GB200 / GB300, 2K-32K; B200 = GB200's at the MAMF ratio). The
+   same repository's earlier runs are tables of their own (presets/attention_tables.py): `cudnn-9.13`
+   (October 2025, B200 / GB300, through the graph API Transformer Engine calls), `cudnn-9.17`
+   (December 2025, GB200 / GB300, BF16 and per-tensor FP8; its 512 and 1K rows are the default tables'
+   short end) and `sdpa-cudnn` (October 2025, B200, through PyTorch's cuDNN path). Printed as each
+   over the default: the drift a run of older software sees.
 3f. Attention, forward + backward, A100 and H100: the FlashAttention-2 paper's Fig. 4 / 7 bars (as the
    flash-attention repository ships them) for FlashAttention-2, v1, a Triton FlashAttention and
    xformers (A100). On A100 these bars are pipesim's rates (printed so a reader sees them); on H100
@@ -160,13 +159,6 @@ NORMS = {
     ("GB300", "cudnn"): ((6460, 6134), (5963, 5467), (6079, 4897)),
     ("GB300", "torch.compile"): ((4696, 2702), (6097, 2516), (6238, 3227)),
 }
-# 3c: NVIDIA/cudnn-frontend, causal BF16, head dim 128, (forward, backward) TFLOP/s at SEQ
-BLACKWELL_EARLIER = {
-    ("gb200", "cudnn_fe Dec 2025"): ((408, 329), (733, 527), (1069, 655), (1386, 1054), (1584, 1211), (1668, 1304)),
-    ("gb300", "cudnn_fe Dec 2025"): ((461, 330), (839, 522), (1312, 633), (1682, 1110), (1899, 1292), (1978, 1399)),
-    ("b200", "pyt_cudnn Oct 2025"): ((84.0, 134.2), (254.5, 308.5), (478.9, 371.5), (855.7, 701.3), (1171.3, 942.5),
-                                     (1332.4, 1074.8)),
-}
 # 3d: sliding-window attention, NVIDIA/cudnn-frontend gpt_oss runs (head dim 64, causal band): H200,
 # cuDNN 9.19, window 1024, 64 / 8 heads (results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv,
 # df73764) -- not used by pipesim, a test of its generic rule (the full table at key length w) --
@@ -198,11 +190,6 @@ PYTORCH_ATTENTION = {
              (True, 64): (15, 16, 17, 18, 18), (True, 128): (23, 28, 32, 32, 34)},
     "h100": {(False, 64): (62, 72, 81, 86, 87), (False, 128): (93, 120, 145, 160, 167),
              (True, 64): (26, 29, 31, 32, 32), (True, 128): (40, 50, 57, 61, 63)},
-}
-# the same December 2025 run's per-tensor FP8 rows (cudnn_fe_fp8), against the FP8 tables
-BLACKWELL_EARLIER_FP8 = {
-    ("gb200", "cudnn_fe_fp8 Dec 2025"): ((466, 300), (870, 551), (1321, 672), (1661, 1088), (1893, 1261), (2033, 1370)),
-    ("gb300", "cudnn_fe_fp8 Dec 2025"): ((564, 310), (1090, 580), (1707, 693), (2194, 1177), (2565, 1390), (2809, 1534)),
 }
 
 
@@ -350,28 +337,19 @@ def main() -> None:
             print(f"   {seq:>6} {str(causal):>6} {row}")
     print()
 
-    print("3c. Attention on Blackwell, causal, head dim 128: pipesim (cuDNN 9.22 tables) vs earlier NVIDIA runs")
-    print(f"   {'GPU':>6} {'earlier run':>19} {'seq':>6} {'fwd':>6} {'pub':>6} {'err %':>6} {'bwd':>6} {'pub':>6} {'err %':>6}")
-    runs = [(k, v, "bf16") for k, v in BLACKWELL_EARLIER.items()] + \
-        [(k, v, "fp8") for k, v in BLACKWELL_EARLIER_FP8.items()]
-    for (name, run), rows, dtype in runs:
+    print("3c. Attention on Blackwell, causal, head dim 128: NVIDIA's earlier runs (pipesim's dated tables and")
+    print("    PyTorch SDPA's cuDNN path) over the default, April 2026's cuDNN 9.22, forward / backward")
+    print(f"   {'GPU':>6} {'table':>10} {'dtype':>5} " + " ".join(f"{s:>11}" for s in SEQ))
+    for name, kernel, dtype in (("b200", "cudnn-9.13", "bf16"), ("gb300", "cudnn-9.13", "bf16"),
+                                ("gb200", "cudnn-9.17", "bf16"), ("gb300", "cudnn-9.17", "bf16"),
+                                ("gb200", "cudnn-9.17", "fp8"), ("gb300", "cudnn-9.17", "fp8"),
+                                ("b200", "sdpa-cudnn", "bf16")):
         c = KERNEL_CURVES[name]
-        for seq, (fwd, bwd) in zip(SEQ, rows):
-            pf = attention_tflops(c, seq, True, "fwd", dtype=dtype)
-            pb = attention_tflops(c, seq, True, "bwd", dtype=dtype)
-            print(f"   {name:>6} {run:>19} {seq:>6} {pf:>6.0f} {fwd:>6.0f} {100 * (pf / fwd - 1):>+6.0f} "
-                  f"{pb:>6.0f} {bwd:>6.0f} {100 * (pb / bwd - 1):>+6.0f}")
-    print()
-
-    print("   dated cuDNN tables over April 2026's (the default), forward / backward, causal:")
-    print(f"   {'GPU':>6} {'table':>10} " + " ".join(f"{s:>11}" for s in SEQ))
-    for name, kernel in (("b200", "cudnn-9.13"), ("gb300", "cudnn-9.13"), ("gb200", "cudnn-9.17"),
-                         ("gb300", "cudnn-9.17")):
-        c = KERNEL_CURVES[name]
-        cells = (" {:>4.2f}/{:<4.2f} ".format(*(attention_tflops(c, seq, True, p, kernel) /
-                                                attention_tflops(c, seq, True, p) for p in ("fwd", "bwd")))
+        cells = (" {:>4.2f}/{:<4.2f} ".format(*(attention_tflops(c, seq, True, p, kernel, dtype=dtype) /
+                                                attention_tflops(c, seq, True, p, dtype=dtype)
+                                                for p in ("fwd", "bwd")))
                  for seq in SEQ)
-        print(f"   {name:>6} {kernel:>10} " + " ".join(cells))
+        print(f"   {name:>6} {kernel:>10} {dtype:>5} " + " ".join(cells))
     print()
 
     print("3e. Attention on Hopper, head dim 128, 4K-64K tokens: pipesim's cuDNN and FlashAttention-2 tables vs")
