@@ -62,7 +62,8 @@ HARDWARE = {"system.gpu.hbm_bandwidth_GBps": [10, 100, 1000, 100000], "system.gp
                                         "{all: {set_sm_margin: false}, qkv_fprop: {aggregate: true}}"],
             "training.attention_kernel": ["fa1", "fa-triton", "xformers", "fa3", "sdpa-cudnn", "cudnn-9.13",
                                           "cudnn-9.17", "cudnn-2024"],
-            "training.software_date": ["2025-10", "1999-01", "2025-13", "soon", "2026-04-31"]}
+            "training.software_date": ["2025-10", "1999-01", "2025-13", "soon", "2026-04-31"],
+            "training.master_weights": ["remainders"]}
 NO_FILES = ["--no-files"]
 # "FILE: section.key...: what" or "FILE: unknown: unknown section", a line number, or the --set key
 # (a command-line option the message names counts too: `partition`'s "pick ... fewer --stages")

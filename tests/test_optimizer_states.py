@@ -40,3 +40,29 @@ def test_bf16_states_outside_mixed_precision_adam_are_refused_in_one_line(sets, 
         load_scenario(scenario("bf16"), sets)
     assert needle in str(err.value) and "training.optimizer_state_dtype" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_master_remainders_keep_2_bytes_of_master_per_parameter():
+    """training.master_weights remainders (TE FusedAdam store_param_remainders): the master's low 16
+    bits beside the BF16 parameter, 2 bytes instead of 4; with BF16 moments 6 bytes of state in all."""
+    assert optimizer_bytes_per_param("adam", "bf16", 4, 2) == 10 and optimizer_bytes_per_param("adam", "bf16", 2, 2) == 6
+    fp32, rem = stage_costs(scenario())[0], stage_costs(scenario(master_weights="remainders"))[0]
+    assert rem.static.optimizer == pytest.approx(fp32.static.optimizer * 10 / 12)
+    assert rem.static.weights == fp32.static.weights and rem.static.gradients == fp32.static.gradients
+    # the parameter is updated in place: no copy of the master into it (read 4, write 2 per parameter)
+    full, rem_bytes = (optimizer_bytes("adam", "bf16", 4, 1e6, 1e6, master_bytes=b) for b in (4, 2))
+    assert full - rem_bytes == pytest.approx(6 * 1e6)
+    assert rem.optimizer_step < fp32.optimizer_step
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["training.optimizer=sgd"], "optimizer is sgd"),
+    (["training.precision=fp16"], "got fp16"),
+    (["training.zero_stage=3"], "zero_stage <= 2"),
+    (["training.precision=fp8", "training.fp8_recipe=tensorwise"], "fp8_recipe tensorwise"),
+])
+def test_remainders_outside_bf16_adam_on_the_distributed_optimizer_are_refused_in_one_line(sets, needle):
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(scenario(master_weights="remainders"), sets)
+    assert "training.master_weights" in str(err.value) and needle in str(err.value) and "\n" not in str(err.value)
+    load_scenario(scenario(master_weights="remainders"), ["training.precision=fp8", "training.fp8_recipe=delayed"])

@@ -48,29 +48,32 @@ def grad_elem_bytes(tr) -> int:
     return 4 if tr.grad_reduce_in_fp32 else elem_of(tr)
 
 
-def optimizer_bytes_per_param(optimizer: str, precision: str, moment_bytes: int = 4) -> float:
+def optimizer_bytes_per_param(optimizer: str, precision: str, moment_bytes: int = 4, master_bytes: int = 4) -> float:
     """`moment_bytes`: bytes of each Adam moment (4; 2 with BF16 states, training.optimizer_state_dtype:
     Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16; DeepSeek-V3
-    technical report Sec. 3.3.2 keeps AdamW's moments in BF16, the master weights in FP32)."""
+    technical report Sec. 3.3.2 keeps AdamW's moments in BF16, the master weights in FP32).
+    `master_bytes`: of each master weight (4; 2 when only its low 16 bits are kept beside the BF16
+    parameter, training.master_weights remainders: Megatron-Core optimizer_config.py
+    store_param_remainders, "excluding the 16 bits shared with the BF16 parameters")."""
     mixed = precision not in ("fp32", "tf32")          # TF32 trains on fp32 weights
     states = 2 * moment_bytes if optimizer == "adam" else 4   # Adam: m and v; SGD, Muon: fp32 momentum
-    return states + (4 if mixed else 0)               # + fp32 master weights when mixed
+    return states + (master_bytes if mixed else 0)    # + the master weights when mixed
 
 
 def static_memory(params: float, precision: str, optimizer: str, zero_stage: int, dp: int,
                   resident_weights: bool = False, adam_params: float = 0.0, moment_bytes: int = 4,
-                  fp32_shards: bool = False) -> StaticMemory:
+                  fp32_shards: bool = False, master_bytes: int = 4) -> StaticMemory:
     """Weights, gradients and optimizer states per GPU. `resident_weights`: ZeRO-3 weights that stay
     gathered from a micro-batch's forward to its backward (FSDP reshard_after_forward=False); at the
     peak every layer holds them (pipelined: every chunk has a micro-batch in flight), so they count
     unsharded. `adam_params`: those of `params` that Muon leaves to Adam; `moment_bytes`: per Adam
-    moment. `fp32_shards`: ZeRO-3 as PyTorch FSDP2 keeps it (module docstring): fp32 weight and
-    gradient shards, no separate master copy (resident weights add their 16-bit gathered copy when
-    there is a group to gather over)."""
+    moment, `master_bytes` per master weight. `fp32_shards`: ZeRO-3 as PyTorch FSDP2 keeps it (module
+    docstring): fp32 weight and gradient shards, no separate master copy (resident weights add their
+    16-bit gathered copy when there is a group to gather over)."""
     elem = weight_elem_bytes(precision)
     weights, grads = params * elem, params * elem
-    opt = (params - adam_params) * optimizer_bytes_per_param(optimizer, precision, moment_bytes) + \
-        adam_params * optimizer_bytes_per_param("adam", precision, moment_bytes)
+    opt = (params - adam_params) * optimizer_bytes_per_param(optimizer, precision, moment_bytes, master_bytes) + \
+        adam_params * optimizer_bytes_per_param("adam", precision, moment_bytes, master_bytes)
     if fp32_shards and zero_stage >= 3 and elem < 4:
         opt -= 4 * params                                 # the fp32 shard is the master copy
         shard = 4 * params / dp
@@ -103,4 +106,4 @@ def static_bytes_per_param(s) -> float:
                              not tr.reshard_after_forward).total
     return static_memory(1.0, tr.precision, tr.optimizer, tr.zero_stage, s.parallel.data,
                          not tr.reshard_after_forward, moment_bytes=s.moment_bytes,
-                         fp32_shards=tr.fsdp2).total
+                         fp32_shards=tr.fsdp2, master_bytes=s.master_bytes).total

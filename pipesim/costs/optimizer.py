@@ -12,7 +12,9 @@ the distributed optimizer does the same on its shard):
      SGD with momentum: read master, grad, momentum; write master, momentum = 20;
      Muon: 42 per matrix parameter, pipesim/costs/muon.py, plus its Newton-Schulz GEMMs)
   5. `_copy_main_params_to_model_params` (multi-tensor copy): read fp32 master 4, write 16-bit
-     weight 2
+     weight 2 -- none when the master is kept as 16-bit remainders (training.master_weights): TE's
+     FusedAdam then reads and writes the BF16 parameter and its remainder in step 4 (2 + 2 bytes,
+     as many as the fp32 master), updating the parameter in place
 and, once per step, the grad buffer is zeroed before the first micro-batch (`zero_grad_buffer`:
 one write of the whole buffer, every parameter of the rank, not only its ZeRO shard).
 All memory bound (the state sizes: Rajbhandari et al. 2020, Sec. 3.1).
@@ -32,17 +34,18 @@ def mixed(precision: str) -> bool:
 
 
 def optimizer_bytes(optimizer: str, precision: str, grad_elem: int, local_params: float, params: float,
-                    adam_local: float = 0.0, moment_bytes: int = FP32) -> float:
+                    adam_local: float = 0.0, moment_bytes: int = FP32, master_bytes: int = FP32) -> float:
     """HBM bytes of steps 1, 2, 4, 5 over the rank's `local_params` (its ZeRO shard) plus the
     zeroing of the `params` x `grad_elem` grad buffer; `adam_local` of them are Muon's Adam share;
-    `moment_bytes` per Adam moment (read and written once each in step 4)."""
+    `moment_bytes` per Adam moment (read and written once each in step 4); `master_bytes` 2: the
+    master as remainders (no step 5)."""
     adam = UPDATE_BYTES["adam"] - 4 * (FP32 - moment_bytes)
     update = (adam if optimizer == "adam" else UPDATE_BYTES[optimizer]) * (local_params - adam_local) + adam * adam_local
     per = 0.0
     if mixed(precision):
         per += 0 if grad_elem == FP32 else grad_elem + FP32          # 1
         per += 2 * FP32 if precision == "fp16" else 0                 # 2
-        per += FP32 + HALF                                            # 5
+        per += FP32 + HALF if master_bytes == FP32 else 0             # 5
     return update + local_params * per + params * grad_elem
 
 

@@ -547,14 +547,14 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         adam_dense, adam_expert = muon_parts.adam_params(learn, experts_learn)
         fsdp2 = tr.fsdp2
         static = static_memory(learn, tr.precision, tr.optimizer, tr.zero_stage, dp_shard, resident,
-                               adam_dense, s.moment_bytes, fsdp2)
+                               adam_dense, s.moment_bytes, fsdp2, s.master_bytes)
         if frozen:
             static = static.plus(frozen_memory(frozen, elem_of(tr), tr.zero_stage, dp_shard, resident))
         local_params = learn / shard(dp_shard)
         adam_local = adam_dense / shard(dp_shard) + adam_expert / shard(edp_shard)
         if experts_learn:
             static = static.plus(static_memory(experts_learn, tr.precision, tr.optimizer, tr.zero_stage, edp_shard,
-                                               resident, adam_expert, s.moment_bytes, fsdp2))
+                                               resident, adam_expert, s.moment_bytes, fsdp2, s.master_bytes))
             local_params += experts_learn / shard(edp_shard)
         if ep.params - experts_learn > 0.5:
             static = static.plus(frozen_memory(ep.params - experts_learn, elem_of(tr), tr.zero_stage, edp_shard,
@@ -580,7 +580,7 @@ def stage_costs(s: Scenario, profile=None) -> list[StageCosts]:
         elem = grad_elem_bytes(tr)                                # gradient bytes per parameter
         trainable = learn + experts_learn
         opt_step = cm.memory_time(optimizer_bytes(tr.optimizer, tr.precision, elem, local_params, trainable,
-                                                  adam_local, s.moment_bytes))
+                                                  adam_local, s.moment_bytes, s.master_bytes))
         steps = step_fixed_ops(s, cm, k, params, local_params, fp8_params, elem, opt_step, muon_parts, mx_params)
         grad_bytes = (learn + experts_learn * (moe.grad_ratio if moe else 1.0)) * elem
         # FSDP2 copies each all-gathered layer into its parameters on the compute stream

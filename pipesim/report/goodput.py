@@ -45,10 +45,10 @@ def checkpoint_bytes(s) -> float:
     from pipesim.costs.memory import optimizer_bytes_per_param
     from pipesim.costs.summary import total_params
     tr = s.training
-    key = (s.model, tr.precision, tr.optimizer, s.moment_bytes)
+    key = (s.model, tr.precision, tr.optimizer, s.moment_bytes, s.master_bytes)
     if _LAST_CHECKPOINT[0] != key:
         weight = 4 if tr.precision in ("fp32", "tf32") else 2
-        per_param = weight + optimizer_bytes_per_param(tr.optimizer, tr.precision, s.moment_bytes)
+        per_param = weight + optimizer_bytes_per_param(tr.optimizer, tr.precision, s.moment_bytes, s.master_bytes)
         _LAST_CHECKPOINT[:] = [key, total_params(s) * per_param]
     return _LAST_CHECKPOINT[1]
 

@@ -343,6 +343,14 @@ class TrainingConfig:
     optimizer_state_dtype: Literal["fp32", "bf16"] = field(
         "fp32", doc="Adam's two moments in fp32 or bf16 (Megatron-Core --use-precision-aware-optimizer "
                     "--exp-avg-dtype/--exp-avg-sq-dtype bf16; DeepSeek-V3's recipe); master weights stay fp32")
+    master_weights: Literal["fp32", "remainders"] = field(
+        "fp32", doc="mixed precision's master weights: fp32, or remainders = the 16 low bits of each fp32 "
+                    "master beside the BF16 parameter that holds its high bits (Transformer Engine FusedAdam "
+                    "store_param_remainders, Megatron-Core's precision-aware optimizer default from TE 2.1; Apex "
+                    "DistributedFusedAdam's): 2 bytes per parameter of optimizer state instead of 4, the "
+                    "parameter updated in place. BF16 parameters under Adam on Megatron's distributed optimizer "
+                    "(zero_stage <= 2), precision bf16 or fp8 with delayed scaling (Megatron-Core keeps the "
+                    "fp32 masters itself under the other FP8 recipes)")
     zero_replicas: int = field(1, doc="hybrid sharding: the data x context group splits into this many "
                                       "replicas of consecutive ranks, each sharding the ZeRO states over its "
                                       "own ranks; gradients reduce-scatter inside a replica, then all-reduce "
@@ -726,3 +734,8 @@ class Scenario:
     def moment_bytes(self) -> int:
         """Bytes of each Adam moment (training.optimizer_state_dtype)."""
         return 2 if self.training.optimizer_state_dtype == "bf16" else 4
+
+    @property
+    def master_bytes(self) -> int:
+        """Bytes of each mixed-precision master weight (training.master_weights)."""
+        return 2 if self.training.master_weights == "remainders" else 4

@@ -225,6 +225,11 @@ def bridge_scenario(case) -> dict:
         parallel.update(expert=ep, expert_tensor=1)
         training.update(moe_routing="balanced", moe_dispatcher="alltoall")
     training.update(BRIDGE_MODEL_SETTINGS.get(name, {}))
+    if training.get("optimizer_state_dtype") == "bf16" and precision == "bf16":
+        # the precision-aware optimizer of a BF16 run lets TE's FusedAdam keep the masters, as 16-bit
+        # remainders by default (Megatron-Core optimizer_config.py store_param_remainders = True from
+        # TE 2.1, in every Bridge container here; its FP8 recipes keep fp32 masters in Megatron-Core)
+        training["master_weights"] = "remainders"
     training.update(BRIDGE_ROW_SETTINGS.get(cid, {}))
     training.update(row_settings(cid))
     training.update(BRIDGE_PRECISION_RECIPES.get((name, c.get("precision")), {}))
