@@ -152,7 +152,8 @@ def test_sweep_writes_into_the_report_folder(tmp_path, capsys):
 
 def test_exposed_zero_traffic_is_offered_one_sharding_replica_per_island():
     """ZeRO-3 over 2 nodes (16 ranks, 8 per NVLink island): the explanation tries 2 replicas, whose
-    gathers stay inside a node; a step that does not fit is also offered BF16 Adam moments."""
+    gathers stay inside a node; a step that does not fit is also offered BF16 Adam moments (and, on
+    the distributed optimizer, master remainders)."""
     from pipesim.report.suggest import candidates, island_replicas, memory_candidates
     s = pipesim.load_scenario({"model": {"preset": "llama2-7b", "num_layers": 4},
                                "system": {"preset": "dgx-h100", "num_nodes": 2},
@@ -167,6 +168,13 @@ def test_exposed_zero_traffic_is_offered_one_sharding_replica_per_island():
     assert any(t == "BF16 Adam moments" for t, _, _ in memory_candidates(s))
     assert not any(t == "BF16 Adam moments" for t, _, _ in
                    memory_candidates(pipesim.load_scenario(s, ["training.optimizer_state_dtype=bf16"])))
+    # master remainders: Megatron's distributed optimizer only (this ZeRO-3 step is not offered them)
+    remainders = "master weights as 16-bit remainders"
+    assert not any(t == remainders for t, _, _ in memory_candidates(s))
+    z1 = pipesim.load_scenario(s, ["training.zero_stage=1"])
+    assert any(t == remainders for t, _, _ in memory_candidates(z1))
+    assert not any(t == remainders for t, _, _ in
+                   memory_candidates(pipesim.load_scenario(z1, ["training.master_weights=remainders"])))
 
 
 def test_interleaved_pipeline_gets_layers_moved_off_its_head_heavy_rank():
