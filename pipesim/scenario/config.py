@@ -468,7 +468,11 @@ class TrainingConfig:
     offload_activation_layers: int = field(0, doc="Transformer layers per model stage whose saved activations "
                                                   "go to host memory after their forward and come back for "
                                                   "their backward, copies overlapped with compute (Megatron "
-                                                  "--cpu-offloading-num-layers, Transformer Engine CPU offload)")
+                                                  "--cpu-offloading-num-layers, which Megatron-Core refuses "
+                                                  "with pipeline parallelism or recompute; under a pipeline, "
+                                                  "--fine-grained-activation-offloading of every module, "
+                                                  "which supports PP and interleaved PP; Transformer Engine "
+                                                  "CPU offload)")
     p2p_sync: bool = field(False, doc="pipeline sends and receives between two computes are one blocking batch: "
                                       "each send waits for its receiver to post the receive and the rank waits "
                                       "for the whole batch (Megatron batch_isend_irecv + torch.cuda.synchronize: "
