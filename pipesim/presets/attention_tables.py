@@ -113,13 +113,20 @@ def _seq_panel(fwd, fwd_causal, bwd, bwd_causal, **extra) -> dict:
     return {k: tuple(zip(_SEQ_BW, v)) for k, v in
             (("fwd", fwd), ("fwd_causal", fwd_causal), ("bwd", bwd), ("bwd_causal", bwd_causal))} | extra
 
-GB200_CUDNN = _with_non_causal({
-    "fwd": tuple(zip(_SEQ_BW, (1433, 1599, 1771, 1697, 1634))),
-    "fwd_causal": ((512, 408), (1024, 733)) + tuple(zip(_SEQ_BW, (1097, 1408, 1574, 1708, 1622))),
-    "bwd": tuple(zip(_SEQ_BW, (1124, 1350, 1404, 1374, 1262))),
-    "bwd_causal": ((512, 329), (1024, 527)) + tuple(zip(_SEQ_BW, (885, 1148, 1332, 1328, 1226))),
-    "head_dim_from": H100_CUDNN,
-}, H100_CUDNN)
+
+def _april_run(fwd, fwd_causal, bwd, bwd_causal, short_causal, head_dim_from) -> dict:
+    """An April 2026 table (_seq_panel's rates) with the December 2025 run's causal 512 and 1K
+    points ahead of it (`short_causal`: (forward, backward) rates at 512 and 1K), and non-causal
+    rows below 2K from the H100 cuDNN table's ratio (_with_non_causal)."""
+    table = _seq_panel(fwd, fwd_causal, bwd, bwd_causal, head_dim_from=head_dim_from)
+    for key, (at_512, at_1k) in zip(("fwd_causal", "bwd_causal"), short_causal):
+        table[key] = ((512, at_512), (1024, at_1k)) + table[key]
+    return _with_non_causal(table, H100_CUDNN)
+
+
+GB200_CUDNN = _april_run((1433, 1599, 1771, 1697, 1634), (1097, 1408, 1574, 1708, 1622),
+                         (1124, 1350, 1404, 1374, 1262), (885, 1148, 1332, 1328, 1226),
+                         ((408, 733), (329, 527)), H100_CUDNN)
 # Head-dim panels of the same April 2026 runs (results/qwen35, results/dsv3): Qwen3.5's attention
 # (32 query / 2 KV heads of 256, batch 1, causal forward only) and, for MLA attention only
 # (flash.py head_dim_factor), DeepSeek-V3's (128 heads, q/k 192, v 128, batch 2). On Blackwell a
@@ -131,13 +138,9 @@ GB200_CUDNN["mla"] = _seq_panel((1492, 1666, 1759, 1812, 1584), (1072, 1406, 158
                                  (1048, 1175, 1125, 1088, 1086), (846, 1057, 1193, 1134, 1076))
 # GB300 (Blackwell Ultra: twice the exponential (SFU) rate of Blackwell, which the softmax needs):
 # 1.06-1.25x GB200's rates in the same run.
-GB300_CUDNN = _with_non_causal({
-    "fwd": tuple(zip(_SEQ_BW, (1805, 1900, 2017, 2014, 1836))),
-    "fwd_causal": ((512, 461), (1024, 839)) + tuple(zip(_SEQ_BW, (1373, 1703, 1856, 1915, 1953))),
-    "bwd": tuple(zip(_SEQ_BW, (1213, 1429, 1531, 1536, 1427))),
-    "bwd_causal": ((512, 330), (1024, 522)) + tuple(zip(_SEQ_BW, (967, 1248, 1435, 1507, 1490))),
-    "head_dim_from": H100_CUDNN,
-}, H100_CUDNN)
+GB300_CUDNN = _april_run((1805, 1900, 2017, 2014, 1836), (1373, 1703, 1856, 1915, 1953),
+                         (1213, 1429, 1531, 1536, 1427), (967, 1248, 1435, 1507, 1490),
+                         ((461, 839), (330, 522)), H100_CUDNN)
 GB300_CUDNN["head_dim"] = {256: {"fwd_causal": tuple(zip(_SEQ_BW, (1307, 1743, 1965, 2063, 2096)))}}
 GB300_CUDNN["mla"] = _seq_panel((1770, 1937, 2021, 2032, 1917), (1285, 1590, 1825, 1967, 1991),
                                  (1117, 1267, 1301, 1254, 1246), (914, 1143, 1291, 1302, 1289))
@@ -149,23 +152,15 @@ GB300_CUDNN["mla"] = _seq_panel((1770, 1937, 2021, 2032, 1917), (1285, 1590, 182
 # cudnn_fe_fp8), H200 per-tensor (cuDNN 9.19: its causal backward runs slower than BF16's from 8K
 # on, as measured). The MXFP8 and Hopper tables start at 2K (held below it). Head dims: the BF16
 # table's panels of the same GPU.
-GB200_CUDNN_FP8 = _with_non_causal({
-    "fwd": tuple(zip(_SEQ_BW, (1881, 2093, 2241, 2263, 2223))),
-    "fwd_causal": ((512, 466), (1024, 870)) + tuple(zip(_SEQ_BW, (1420, 1805, 2047, 2154, 2197))),
-    "bwd": tuple(zip(_SEQ_BW, (1214, 1577, 1772, 1836, 1825))),
-    "bwd_causal": ((512, 300), (1024, 551)) + tuple(zip(_SEQ_BW, (831, 1178, 1454, 1632, 1687))),
-    "head_dim_from": GB200_CUDNN,
-}, H100_CUDNN)
+GB200_CUDNN_FP8 = _april_run((1881, 2093, 2241, 2263, 2223), (1420, 1805, 2047, 2154, 2197),
+                             (1214, 1577, 1772, 1836, 1825), (831, 1178, 1454, 1632, 1687),
+                             ((466, 870), (300, 551)), GB200_CUDNN)
 GB200_CUDNN_MXFP8 = _seq_panel((1754, 1944, 2080, 2103, 2070), (1330, 1685, 1902, 1999, 2046),
                                 (1069, 1344, 1495, 1554, 1480), (745, 1054, 1287, 1436, 1425),
                                 head_dim_from=GB200_CUDNN)
-GB300_CUDNN_FP8 = _with_non_causal({
-    "fwd": tuple(zip(_SEQ_BW, (2728, 2988, 3160, 3182, 3050))),
-    "fwd_causal": ((512, 564), (1024, 1090)) + tuple(zip(_SEQ_BW, (1954, 2532, 2897, 3054, 3108))),
-    "bwd": tuple(zip(_SEQ_BW, (1390, 1839, 2111, 2177, 2178))),
-    "bwd_causal": ((512, 310), (1024, 580)) + tuple(zip(_SEQ_BW, (944, 1396, 1781, 2035, 2128))),
-    "head_dim_from": GB300_CUDNN,
-}, H100_CUDNN)
+GB300_CUDNN_FP8 = _april_run((2728, 2988, 3160, 3182, 3050), (1954, 2532, 2897, 3054, 3108),
+                             (1390, 1839, 2111, 2177, 2178), (944, 1396, 1781, 2035, 2128),
+                             ((564, 1090), (310, 580)), GB300_CUDNN)
 GB300_CUDNN_MXFP8 = _seq_panel((2443, 2693, 2870, 2889, 2814), (1751, 2272, 2570, 2727, 2785),
                                 (1164, 1469, 1636, 1689, 1654), (811, 1143, 1404, 1563, 1590),
                                 head_dim_from=GB300_CUDNN)

@@ -235,6 +235,7 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
     """What frees GPU memory, for a step that does not fit: offloading every layer's activations
     to a host with a measured copy rate, LoRA adapters re-gathering their input, recomputation,
     the distributed optimizer / ZeRO-3, 16-bit optimizer states (BF16 moments, master remainders)."""
+    from pipesim.scenario.checks import master_remainders_refusal
     tr, par = s.training, s.parallel
     out = [offload_candidate(s), lora_regather_candidate(s)]
     levels = ("none", "selective", "selective_op", "full")      # less kept, more re-run
@@ -245,8 +246,7 @@ def memory_candidates(s) -> list[tuple[str, dict, str]]:
             and s.model.arch == "transformer"):
         out.append(("BF16 Adam moments", {"training.optimizer_state_dtype": "bf16"},
                     "--set training.optimizer_state_dtype=bf16 (Megatron-Core's precision-aware optimizer)"))
-    if (tr.optimizer == "adam" and tr.master_weights == "fp32" and tr.zero_stage <= 2
-            and (tr.precision == "bf16" or (tr.precision, tr.fp8_recipe) == ("fp8", "delayed"))):
+    if tr.master_weights == "fp32" and master_remainders_refusal(tr) is None:
         out.append(("master weights as 16-bit remainders", {"training.master_weights": "remainders"},
                     "--set training.master_weights=remainders (TE FusedAdam store_param_remainders)"))
     out += [layout_candidate(s, context=c) for c in _more(par.context, long_context_sizes(s))]

@@ -65,8 +65,8 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
     if tr.precision == "fp8" and gpu.peak_fp8 is None:
         loader.fail("training.precision", f"fp8 needs FP8 tensor cores (Hopper, Ada, Blackwell; Transformer Engine "
                     f"requires compute capability 8.9); {gpu.name} has none: use bf16 or fp16")
-    if tr.master_weights == "remainders":
-        _check_master_remainders(tr, loader)
+    if tr.master_weights == "remainders" and (refusal := master_remainders_refusal(tr)):
+        loader.fail("training.master_weights", refusal)
     if tr.software_date is not None:      # before the FP8 attention check, which resolves the kernel
         from pipesim.costs.flash import parse_software_date
         try:
@@ -163,23 +163,24 @@ def check_scenario(s: Scenario, loader: Loader) -> None:
         loader.fail("costs.profile", f"profile not found: {s.costs.profile}")
 
 
-def _check_master_remainders(tr, loader: Loader) -> None:
-    """16-bit master remainders are Transformer Engine FusedAdam's (or Apex's) beside BF16
+def master_remainders_refusal(tr) -> str | None:
+    """Why `training.master_weights: remainders` does not apply to training config `tr`, or None.
+    16-bit master remainders are Transformer Engine FusedAdam's (or Apex's) beside BF16
     parameters under Megatron's distributed optimizer; Megatron-Core keeps fp32 masters itself
     under FP8 recipes other than delayed scaling (optimizer_config.py
     use_precision_aware_optimizer_no_fp8_or_ds_fp8)."""
-    key = "training.master_weights"
     if tr.optimizer != "adam":
-        loader.fail(key, f"remainders are Adam's (TE FusedAdam store_param_remainders); optimizer is {tr.optimizer}")
+        return f"remainders are Adam's (TE FusedAdam store_param_remainders); optimizer is {tr.optimizer}"
     if tr.zero_stage >= 3:
-        loader.fail(key, "remainders live in Megatron's distributed optimizer (zero_stage <= 2); under ZeRO-3 / "
-                         "FSDP the fp32 shard is the master")
+        return ("remainders live in Megatron's distributed optimizer (zero_stage <= 2); under ZeRO-3 / "
+                "FSDP the fp32 shard is the master")
     if tr.precision == "fp8" and tr.fp8_recipe != "delayed":
-        loader.fail(key, f"under fp8_recipe {tr.fp8_recipe} Megatron-Core keeps fp32 masters itself; remainders "
-                         f"take precision bf16 or fp8 with fp8_recipe delayed")
+        return (f"under fp8_recipe {tr.fp8_recipe} Megatron-Core keeps fp32 masters itself; remainders "
+                f"take precision bf16 or fp8 with fp8_recipe delayed")
     if tr.precision not in ("bf16", "fp8"):
-        loader.fail(key, f"remainders complete BF16 parameters to fp32: needs precision bf16 (or fp8 with "
-                         f"delayed scaling), got {tr.precision}")
+        return (f"remainders complete BF16 parameters to fp32: needs precision bf16 (or fp8 with "
+                f"delayed scaling), got {tr.precision}")
+    return None
 
 
 def _check_fp8_attention(s: Scenario, loader: Loader) -> None:

@@ -18,6 +18,7 @@ recompute from their iteration times, e.g. megv1-mp-1B-DGX-2: 8.06e13 FLOP / 1.1
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -440,13 +441,8 @@ def attention_tables(results: list[Result]) -> list[tuple[str, int]]:
     """The fused-attention tables a family's rows ran (the report's "attention table", without the
     scale a GPU borrowing another's applies), most rows first: which cuDNN release each row's
     software date picked, or the kernel it names."""
-    labels: dict[str, int] = {}
-    for r in results:
-        label = ((r.report or {}).get("tensor_core_rate") or {}).get("attention_table")
-        if label:
-            label = label.split(", x ")[0]
-            labels[label] = labels.get(label, 0) + 1
-    return sorted(labels.items(), key=lambda kv: -kv[1])
+    labels = (((r.report or {}).get("tensor_core_rate") or {}).get("attention_table") for r in results)
+    return Counter(label.split(", x ")[0] for label in labels if label).most_common()
 
 
 # Families whose cases only test: never read while building the model (validation_heldout.py).
